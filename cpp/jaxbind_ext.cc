@@ -1,0 +1,252 @@
+// jaxbind's trampoline: one XLA FFI handler that calls a Python callable.
+//
+// When XLA runs a compiled program and reaches a jaxbind custom call, `Call`
+// below takes the GIL, wraps every input buffer as a read-only NumPy array and
+// every output buffer as a writable NumPy array (both zero-copy), and calls
+//
+//     callable(out: tuple, args: tuple, kwargs_dump)
+//
+// The program does not name the callable by address. Its attributes carry the
+// binding's stable name, the role (which of the binding's callables), the
+// encoded keyword arguments and a 64-bit digest of the three. The digest keys a
+// cache of resolved call sites; on a miss, a Python resolver (set by `init`)
+// validates the attributes and returns the callable, which the cache keeps alive.
+// Unknown names and Python exceptions become ffi::Error values, never crashes.
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace nb = nanobind;
+namespace ffi = xla::ffi;
+
+#ifndef JAXBIND_JAXLIB_VERSION
+#define JAXBIND_JAXLIB_VERSION "unknown"
+#endif
+
+namespace {
+
+// Version of the attribute set a jaxbind custom call carries. Bump it when the
+// attributes change, and keep accepting every older value.
+constexpr int32_t kCallFormat = 1;
+constexpr size_t kNumDtypes = 64;  // upper bound on XLA_FFI_DataType values
+
+struct Site {
+  nb::object callable;     // the user's Python callable
+  nb::object kwargs_dump;  // decoded keyword arguments, passed through
+  nb::object label;        // str naming the binding and role, for errors
+  std::string binding;     // binding name, to purge sites of dropped bindings
+};
+
+struct State {
+  std::unordered_map<int64_t, Site> sites;
+  std::array<PyArray_Descr*, kNumDtypes> dtypes{};  // owned references
+  nb::object resolver;   // (binding, role, kwargs: bytes, digest) -> (callable, kwargs_dump, label)
+  nb::object formatter;  // (label, type, value, traceback) -> str
+};
+
+// Created by init() and deliberately never destroyed: XLA threads may still
+// call in while the interpreter shuts down, and the objects held here must not
+// be released after Python is gone.
+State *state = nullptr;
+
+bool python_is_finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
+ffi::Error error(ffi::ErrorCode code, std::string message) {
+  return ffi::Error(code, "jaxbind: " + std::move(message));
+}
+
+// Wrap one XLA buffer as a C-contiguous NumPy array over the same memory.
+nb::object wrap(ffi::DataType type, void *data, ffi::Span<const int64_t> dims,
+                bool writeable, const char *what, size_t index) {
+  auto code = static_cast<size_t>(type);
+  PyArray_Descr *descr = code < kNumDtypes ? state->dtypes[code] : nullptr;
+  if (descr == nullptr) {
+    PyErr_Format(PyExc_TypeError, "%s %zu has XLA element type %zu, which jaxbind cannot wrap",
+                 what, index, code);
+    throw nb::python_error();
+  }
+  if (dims.size() > NPY_MAXDIMS) {
+    PyErr_Format(PyExc_ValueError, "%s %zu has rank %zu; NumPy allows at most %d", what, index,
+                 dims.size(), NPY_MAXDIMS);
+    throw nb::python_error();
+  }
+  npy_intp shape[NPY_MAXDIMS];
+  for (size_t i = 0; i < dims.size(); ++i) shape[i] = static_cast<npy_intp>(dims[i]);
+  Py_INCREF(descr);  // PyArray_NewFromDescr steals it
+  PyObject *array = PyArray_NewFromDescr(&PyArray_Type, descr, static_cast<int>(dims.size()),
+                                         shape, nullptr, data,
+                                         writeable ? NPY_ARRAY_CARRAY : NPY_ARRAY_CARRAY_RO,
+                                         nullptr);
+  if (array == nullptr) throw nb::python_error();
+  return nb::steal(array);
+}
+
+// Find the call site named by the attributes, asking the resolver on a miss.
+const Site &resolve(int64_t digest, std::string_view binding, std::string_view role,
+                    ffi::Span<const uint8_t> kwargs) {
+  auto it = state->sites.find(digest);
+  if (it != state->sites.end()) return it->second;
+  nb::object found = state->resolver(
+      nb::str(binding.data(), binding.size()), nb::str(role.data(), role.size()),
+      nb::bytes(reinterpret_cast<const char *>(kwargs.begin()), kwargs.size()), digest);
+  auto parts = nb::cast<nb::tuple>(found);
+  Site site{parts[0], parts[1], parts[2], std::string(binding)};
+  return state->sites.emplace(digest, std::move(site)).first->second;
+}
+
+template <typename T>
+bool get_attr(const ffi::Dictionary &attrs, std::string_view name, T &out) {
+  auto value = attrs.get<T>(name);
+  if (!value.has_value()) return false;
+  out = *value;
+  return true;
+}
+
+ffi::Error Call(ffi::RemainingArgs args, ffi::RemainingRets rets, ffi::Dictionary attrs) {
+  int32_t format = 0;
+  if (!get_attr(attrs, "jaxbind_format", format))
+    return error(ffi::ErrorCode::kInvalidArgument,
+                 "custom call has no 'jaxbind_format' attribute; it was not made by jaxbind");
+  if (format < 1 || format > kCallFormat)
+    return error(ffi::ErrorCode::kUnimplemented,
+                 "program uses jaxbind call format " + std::to_string(format) +
+                     ", but this jaxbind reads formats 1 to " + std::to_string(kCallFormat) +
+                     "; upgrade jaxbind to run it");
+  int64_t digest = 0;  // signed: jax 0.7 cannot lower uint64 attributes above 2**63
+  std::string_view binding, role;
+  ffi::Span<const uint8_t> kwargs;
+  if (!get_attr(attrs, "site", digest) || !get_attr(attrs, "binding", binding) ||
+      !get_attr(attrs, "role", role) || !get_attr(attrs, "kwargs", kwargs))
+    return error(ffi::ErrorCode::kInvalidArgument,
+                 "custom call lacks one of the attributes 'site', 'binding', 'role', 'kwargs' "
+                 "that call format 1 requires");
+  if (state == nullptr || !Py_IsInitialized() || python_is_finalizing())
+    return error(ffi::ErrorCode::kUnavailable, "the Python interpreter is not running");
+
+  nb::gil_scoped_acquire gil;
+  nb::object label;
+  try {
+    const Site &site = resolve(digest, binding, role, kwargs);
+    label = site.label;
+    nb::object callable = site.callable, kwargs_dump = site.kwargs_dump;
+
+    PyObject *outs = PyTuple_New(static_cast<Py_ssize_t>(rets.size()));
+    if (outs == nullptr) throw nb::python_error();
+    nb::object outs_owner = nb::steal(outs);
+    for (size_t i = 0; i < rets.size(); ++i) {
+      auto buf = rets.get<ffi::AnyBuffer>(i);
+      if (!buf.has_value()) throw std::runtime_error("cannot decode output buffer");
+      ffi::AnyBuffer b = **buf;
+      PyTuple_SET_ITEM(outs, i,
+                       wrap(b.element_type(), b.untyped_data(), b.dimensions(), true, "output", i)
+                           .release().ptr());
+    }
+    PyObject *ins = PyTuple_New(static_cast<Py_ssize_t>(args.size()));
+    if (ins == nullptr) throw nb::python_error();
+    nb::object ins_owner = nb::steal(ins);
+    for (size_t i = 0; i < args.size(); ++i) {
+      auto buf = args.get<ffi::AnyBuffer>(i);
+      if (!buf.has_value()) throw std::runtime_error("cannot decode input buffer");
+      PyTuple_SET_ITEM(ins, i,
+                       wrap(buf->element_type(), buf->untyped_data(), buf->dimensions(), false,
+                            "input", i)
+                           .release().ptr());
+    }
+    PyObject *argv[3] = {outs, ins, kwargs_dump.ptr()};
+    PyObject *result = PyObject_Vectorcall(callable.ptr(), argv, 3, nullptr);
+    if (result == nullptr) throw nb::python_error();
+    Py_DECREF(result);
+    return ffi::Error::Success();
+  } catch (nb::python_error &e) {
+    std::string message;
+    try {
+      nb::object where = label.is_valid() ? label : nb::str(binding.data(), binding.size());
+      message = nb::cast<std::string>(
+          state->formatter(where, e.type(), e.value(), e.traceback()));
+    } catch (...) {
+      message = std::string("jaxbind: callable of '") + std::string(binding) + "' failed: " + e.what();
+    }
+    return ffi::Error(ffi::ErrorCode::kInternal, message);
+  } catch (std::exception &e) {
+    return error(ffi::ErrorCode::kInternal, "'" + std::string(binding) + "': " + e.what());
+  } catch (...) {
+    return error(ffi::ErrorCode::kInternal, "'" + std::string(binding) + "': unknown C++ exception");
+  }
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cpu_handler, Call,
+                              ffi::Ffi::Bind()
+                                  .RemainingArgs()    // inputs, any dtype and rank
+                                  .RemainingRets()    // outputs, written in place
+                                  .Attrs<ffi::Dictionary>());  // jaxbind_format, site, binding, role, kwargs
+
+NB_MODULE(_ext, m) {
+  if (_import_array() < 0) throw nb::python_error();
+
+  m.attr("call_format") = kCallFormat;
+  m.attr("jaxlib_version") = JAXBIND_JAXLIB_VERSION;
+  m.attr("ffi_api_version") = nb::make_tuple(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);
+
+  m.def("cpu_handler", []() { return nb::capsule(reinterpret_cast<void *>(jaxbind_cpu_handler)); },
+        "PyCapsule of the CPU FFI handler, for jax.ffi.register_ffi_target.");
+
+  m.def(
+      "init",
+      [](nb::dict dtypes, nb::object resolver, nb::object formatter) {
+        if (state == nullptr) state = new State();
+        for (auto [key, value] : dtypes) {
+          auto code = nb::cast<size_t>(key);
+          if (code >= kNumDtypes) throw nb::value_error("XLA element type out of range");
+          PyArray_Descr *descr = nullptr;
+          if (!PyArray_DescrConverter(value.ptr(), &descr)) throw nb::python_error();
+          Py_XDECREF(state->dtypes[code]);
+          state->dtypes[code] = descr;
+        }
+        state->resolver = resolver;
+        state->formatter = formatter;
+      },
+      nb::arg("dtypes"), nb::arg("resolver"), nb::arg("formatter"),
+      "Set the dtype table {XLA element type: numpy dtype}, the site resolver and the "
+      "error formatter.");
+
+  m.def(
+      "forget",
+      [](std::string_view binding) {
+        if (state == nullptr) return size_t(0);
+        size_t removed = 0;
+        for (auto it = state->sites.begin(); it != state->sites.end();) {
+          if (it->second.binding == binding) {
+            it = state->sites.erase(it);
+            ++removed;
+          } else {
+            ++it;
+          }
+        }
+        return removed;
+      },
+      nb::arg("binding"), "Drop the cached call sites of a binding; returns how many.");
+
+  m.def(
+      "site_count", []() { return state == nullptr ? size_t(0) : state->sites.size(); },
+      "Number of resolved call sites held by the trampoline.");
+}

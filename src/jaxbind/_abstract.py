@@ -1,0 +1,84 @@
+"""Abstract evaluation: ask the user's abstract function for output shapes and check them."""
+
+from __future__ import annotations
+
+import operator
+
+import jax
+import numpy as np
+
+from ._binding import describe_role
+from ._compat import ShapedArray
+from ._dtypes import check_supported
+from ._errors import add_context
+from ._spec import CallSpec
+
+__all__ = ["abstract_eval", "call_abstract"]
+
+
+def call_abstract(spec: CallSpec, avals, batch_axes=None):
+    """Run the abstract function of `spec`'s role; return [(shape, dtype, out_batch_axis|None)]."""
+    binding, role = spec.binding, spec.role
+    fn = binding.abstract_for(role)
+    if role == "jvp":  # the JVP's outputs are shaped like the function's, at the primals
+        avals = avals[: spec.n_fixed]
+        if batch_axes is not None:
+            batch_axes = batch_axes[: spec.n_fixed]
+    kwargs = spec.kwargs.to_dict()
+    if binding.can_batch:
+        kwargs["batch_axes"] = batch_axes
+    where = f"jaxbind: abstract function of '{binding.name}' ({describe_role(role)})"
+    try:
+        result = fn(*avals, **kwargs)
+    except Exception as exc:
+        shapes = ", ".join(a.str_short() for a in avals)
+        raise add_context(exc, f"{where} failed for arguments ({shapes})")
+    return _check_result(result, where)
+
+
+def _check_result(result, where):
+    if not isinstance(result, (tuple, list)):
+        raise TypeError(f"{where} returned {type(result).__name__}; it must return a tuple "
+                        "with one (shape, dtype) or (shape, dtype, out_batch_axis) per output")
+    outs = []
+    for i, entry in enumerate(result):
+        if not isinstance(entry, (tuple, list)) or len(entry) not in (2, 3):
+            raise TypeError(f"{where}: output {i} is {entry!r}; expected (shape, dtype) or "
+                            "(shape, dtype, out_batch_axis)")
+        shape, dtype = entry[0], entry[1]
+        try:
+            shape = tuple(operator.index(d) for d in shape)
+        except TypeError:
+            raise TypeError(f"{where}: output {i} has shape {shape!r}, which is not a tuple "
+                            "of integers") from None
+        if any(d < 0 for d in shape):
+            raise ValueError(f"{where}: output {i} has negative dimensions {shape}")
+        try:
+            dtype = np.dtype(dtype)
+        except TypeError:
+            raise TypeError(f"{where}: output {i} has dtype {dtype!r}, which is not a "
+                            "NumPy dtype") from None
+        check_supported(dtype, f"{where}: output {i}")
+        axis = None
+        if len(entry) == 3 and entry[2] is not None:
+            axis = operator.index(entry[2])
+            if not -len(shape) <= axis < max(len(shape), 1):
+                raise ValueError(f"{where}: output {i} has out_batch_axis {axis}, "
+                                 f"outside its {len(shape)} dimensions")
+            axis %= max(len(shape), 1)
+        outs.append((shape, jax.dtypes.canonicalize_dtype(dtype), axis))
+    return outs
+
+
+def abstract_eval(*avals, spec: CallSpec):
+    """def_abstract_eval rule of every jaxbind primitive."""
+    where = f"jaxbind: '{spec.name}' ({describe_role(spec.role)})"
+    if len(avals) <= spec.n_fixed and spec.role == "f":
+        raise TypeError(f"{where} got {len(avals)} arguments, but first_n_args_fixed="
+                        f"{spec.n_fixed}; at least one argument must not be fixed")
+    for i, aval in enumerate(avals):
+        if not isinstance(aval, ShapedArray):
+            raise TypeError(f"{where}: argument {i} is {aval}, not an array")
+        check_supported(aval.dtype, f"{where}: argument {i}")
+    outs = call_abstract(spec, avals, spec.batch_axes)
+    return tuple(ShapedArray(shape, dtype) for shape, dtype, _ in outs)

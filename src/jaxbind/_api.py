@@ -1,0 +1,181 @@
+"""The public entry points: get_linear_call, get_nonlinear_call and the ops they return."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+
+from . import _ext
+from ._binding import Binding, Kind, register
+from ._compat import unregister_rules
+from ._kwargs import encode_kwargs
+from ._primitive import make_primitive
+from ._spec import CallSpec
+
+__all__ = ["Op", "get_linear_call", "get_nonlinear_call"]
+
+_CALLABLE_CONTRACT = """
+    Every callable has the signature ``f(out, args, kwargs_dump)``:
+
+    - ``args`` is a tuple of read-only NumPy arrays, the inputs; do not modify them.
+    - ``out`` is a tuple of writable NumPy arrays, one per output, shaped as the
+      abstract function says. Write every element of every output in place
+      (``out[0][...] = ...``); an output left unwritten holds garbage. Return nothing.
+    - ``kwargs_dump`` carries the keyword arguments of the call; read them with
+      ``jaxbind.load_kwargs(kwargs_dump)``.
+    - The arrays are views of XLA's buffers, valid only during the call: keep no
+      reference to them (copy what you need).
+
+    Abstract functions have the signature ``abstract(*args, **kwargs)``: ``args``
+    are shaped arrays (``.shape``, ``.dtype``), ``kwargs`` the keyword arguments.
+    They return a tuple with one ``(shape, dtype)`` per output, or
+    ``(shape, dtype, out_batch_axis)`` when ``func_can_batch`` is set.
+"""
+
+
+class Op:
+    """A jaxbind op: call it like a JAX function; it returns a list of arrays.
+
+    Attributes:
+      name: the binding's name, also the name of its JAX primitive.
+      primitive: the ``jax.extend.core.Primitive`` it binds.
+    """
+
+    __slots__ = ("binding", "__weakref__")
+
+    def __init__(self, binding: Binding):
+        self.binding = binding
+
+    @property
+    def name(self) -> str:
+        return self.binding.name
+
+    @property
+    def primitive(self):
+        return self.binding.primitive
+
+    def __repr__(self):
+        return f"<jaxbind {self.binding.kind.value} op '{self.binding.name}'>"
+
+    def __call__(self, *args, **kwargs) -> list[jax.Array]:
+        binding = self.binding
+        if len(args) <= binding.first_n_args_fixed:
+            raise TypeError(
+                f"jaxbind: '{binding.name}' got {len(args)} positional arguments but has "
+                f"first_n_args_fixed={binding.first_n_args_fixed}; it needs at least one more")
+        if binding.can_batch and "batch_axes" in kwargs:
+            raise TypeError(f"jaxbind: '{binding.name}': the keyword argument 'batch_axes' is "
+                            "reserved for jaxbind's batching protocol")
+        dump = encode_kwargs(kwargs, where=f"'{binding.name}'")
+        args = [a if isinstance(a, jax.Array) else jnp.asarray(a) for a in args]
+        spec = CallSpec(binding, "f", binding.first_n_args_fixed, dump)
+        return binding.primitive.bind(*args, spec=spec)
+
+
+def _release(name: str, prim) -> None:
+    # The binding is unreachable, so no jaxpr or compiled program uses it any more.
+    _ext.forget(name)
+    unregister_rules(prim)
+
+
+def _make_op(kind: Kind, f, transposes, derivatives, abstract, abstract_T,
+             first_n_args_fixed, func_can_batch, name) -> Op:
+    if not callable(f):
+        raise TypeError(f"jaxbind: f must be callable, got {f!r}")
+    if not callable(abstract):
+        raise TypeError(f"jaxbind: abstract must be callable, got {abstract!r}")
+    if isinstance(first_n_args_fixed, bool) or not isinstance(first_n_args_fixed, int) \
+            or first_n_args_fixed < 0:
+        raise TypeError(f"jaxbind: first_n_args_fixed must be a non-negative int, "
+                        f"got {first_n_args_fixed!r}")
+    explicit = name is not None
+    if explicit and (not isinstance(name, str) or not name):
+        raise TypeError(f"jaxbind: name must be a non-empty string, got {name!r}")
+    if not explicit:
+        name = f"{getattr(f, '__module__', None) or 'unknown'}." \
+               f"{getattr(f, '__qualname__', None) or type(f).__qualname__}"
+    binding = Binding(name=name, kind=kind, f=f, transposes=transposes, derivatives=derivatives,
+                      abstract=abstract, abstract_T=abstract_T,
+                      first_n_args_fixed=first_n_args_fixed, can_batch=bool(func_can_batch))
+    binding, new = register(binding, explicit_name=explicit)
+    if new:
+        binding.primitive = make_primitive(binding.name)
+        weakref.finalize(binding, _release, binding.name, binding.primitive)
+    return Op(binding)
+
+
+def get_linear_call(f: Callable, f_T: Callable | Sequence[Callable | None] | None, /,
+                    abstract: Callable, abstract_T: Callable | Sequence | None, *,
+                    first_n_args_fixed: int = 0, func_can_batch: bool = False,
+                    name: str | None = None) -> Op:
+    """Make a JAX op from a linear (or multilinear) Python function and its transpose.
+
+    Args:
+      f: the function; linear in every argument after the first ``first_n_args_fixed``.
+      f_T: its transpose, called with the fixed arguments followed by the
+        cotangents of f's outputs, writing the cotangents of f's other arguments.
+        A tuple with one transpose per argument (``None`` where there is none)
+        makes a multilinear op, linear in each argument separately; its i-th
+        transpose is called with all arguments except the i-th, followed by the
+        cotangents, and writes the cotangent of argument i.
+      abstract: output shapes and dtypes of ``f`` from its shaped arguments.
+      abstract_T: the same for ``f_T`` (a tuple for a multilinear op).
+      first_n_args_fixed: number of leading arguments that are parameters, not
+        linear inputs; they cannot be differentiated or transposed.
+      func_can_batch: the callables handle batched inputs natively; they and the
+        abstract functions receive ``batch_axes`` (see the README).
+      name: name of the binding and its primitive; defaults to the module and
+        qualified name of ``f``.
+
+    Returns:
+      An :class:`Op`. It supports ``jit``, ``jvp``, ``grad``/``vjp``,
+      ``linear_transpose`` and ``vmap``; linear ops differentiate to any order.
+    """
+    multilinear = isinstance(f_T, (tuple, list))
+    if multilinear:
+        f_T = tuple(f_T)
+        if not isinstance(abstract_T, (tuple, list)) or len(abstract_T) != len(f_T):
+            raise TypeError("jaxbind: with a tuple of transposes f_T, abstract_T must be a "
+                            f"tuple of the same length ({len(f_T)})")
+        abstract_T = tuple(abstract_T)
+    elif f_T is not None and not callable(f_T):
+        raise TypeError(f"jaxbind: f_T must be callable, a tuple of callables or None, got {f_T!r}")
+    return _make_op(Kind.MULTILINEAR if multilinear else Kind.LINEAR, f, f_T, None, abstract,
+                    abstract_T, first_n_args_fixed, func_can_batch, name)
+
+
+def get_nonlinear_call(f: Callable, f_derivative: Sequence[Callable | None], /,
+                       abstract: Callable, abstract_reverse: Callable | None, *,
+                       first_n_args_fixed: int = 0, func_can_batch: bool = False,
+                       name: str | None = None) -> Op:
+    """Make a JAX op from a nonlinear Python function with its JVP and VJP.
+
+    Args:
+      f: the function.
+      f_derivative: ``(f_jvp, f_vjp)``. ``f_jvp`` is called with all arguments
+        of f followed by the tangents of the non-fixed ones and writes the
+        tangents of f's outputs. ``f_vjp`` is called with all arguments of f
+        followed by the cotangents of f's outputs and writes the cotangents of
+        the non-fixed arguments. Either may be ``None`` (no forward / reverse mode).
+      abstract: output shapes and dtypes of ``f`` (and so of ``f_jvp``).
+      abstract_reverse: output shapes of ``f_vjp``, called with f's arguments
+        followed by the cotangents.
+      first_n_args_fixed, func_can_batch, name: as for :func:`get_linear_call`.
+
+    Returns:
+      An :class:`Op`, differentiable to first order in forward and reverse mode.
+    """
+    if not isinstance(f_derivative, (tuple, list)) or len(f_derivative) != 2:
+        raise TypeError("jaxbind: f_derivative must be a pair (f_jvp, f_vjp)")
+    for what, fn in zip(("f_jvp", "f_vjp"), f_derivative):
+        if fn is not None and not callable(fn):
+            raise TypeError(f"jaxbind: {what} must be callable or None, got {fn!r}")
+    return _make_op(Kind.NONLINEAR, f, None, tuple(f_derivative), abstract, abstract_reverse,
+                    first_n_args_fixed, func_can_batch, name)
+
+
+get_linear_call.__doc__ += _CALLABLE_CONTRACT
+get_nonlinear_call.__doc__ += _CALLABLE_CONTRACT

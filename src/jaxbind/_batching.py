@@ -1,0 +1,67 @@
+"""vmap rule shared by every jaxbind primitive.
+
+With func_can_batch=True, the JAXbind 1.3 protocol: each input's batch axes
+are passed to the callables and abstract functions as `batch_axes` (a tuple
+per input, outermost vmap last), and the abstract function reports each
+output's new batch axis as a third entry. Otherwise the op is mapped over the
+batch with lax.map, one call per batch element.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import jax
+from jax import lax
+
+from ._abstract import call_abstract
+from ._compat import ShapedArray, not_mapped
+from ._spec import CallSpec
+
+__all__ = ["batch_rule"]
+
+
+def _shift(axes: tuple[int, ...], new: int) -> tuple[int, ...]:
+    """Existing batch axes after a new axis is inserted at `new`, then the new one."""
+    return tuple(a + 1 if a >= new else a for a in axes) + (new,)
+
+
+def batch_rule(args, dims, *, spec: CallSpec):
+    if spec.binding.can_batch:
+        return _batch_native(args, dims, spec)
+    return _batch_by_map(args, dims, spec)
+
+
+def _batch_native(args, dims, spec: CallSpec):
+    binding = spec.binding
+    old = spec.batch_axes if spec.batch_axes is not None else ((),) * len(args)
+    new_axes = tuple(axes if d is not_mapped else _shift(axes, d) for axes, d in zip(old, dims))
+    avals = [ShapedArray(a.shape, a.dtype) for a in args]
+    outs = call_abstract(spec, avals, new_axes)
+    out_dims = []
+    for k, (_, _, axis) in enumerate(outs):
+        if axis is None:
+            raise TypeError(
+                f"jaxbind: '{binding.name}' has func_can_batch=True, so its abstract function "
+                f"must return (shape, dtype, out_batch_axis) for each output when batch_axes is "
+                f"set; output {k} has no out_batch_axis")
+        out_dims.append(axis)
+    old_out = spec.out_batch_axes if spec.out_batch_axes is not None else ((),) * len(outs)
+    new_out = tuple(_shift(axes, d) for axes, d in zip(old_out, out_dims))
+    new_spec = replace(spec, batch_axes=new_axes, out_batch_axes=new_out)
+    return binding.primitive.bind(*args, spec=new_spec), out_dims
+
+
+def _batch_by_map(args, dims, spec: CallSpec):
+    prim = spec.binding.primitive
+    mapped = [i for i, d in enumerate(dims) if d is not not_mapped]
+    xs = tuple(jax.numpy.moveaxis(args[i], dims[i], 0) for i in mapped)
+
+    def one(slices):
+        full = list(args)
+        for i, x in zip(mapped, slices):
+            full[i] = x
+        return tuple(prim.bind(*full, spec=spec))
+
+    outs = lax.map(one, xs)
+    return list(outs), [0] * len(outs)

@@ -1,0 +1,55 @@
+"""CallSpec: the one parameter every jaxbind primitive is bound with.
+
+It is frozen and hashable, so equal calls give equal jaxpr equations and hit
+JAX's caches. It names the binding (by identity), the role being called, how
+many leading arguments are fixed, the keyword arguments and, once batched
+natively, the batch axes of every input and output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ._binding import Binding
+from ._kwargs import KwargsDump
+
+__all__ = ["CallSpec", "BatchAxes"]
+
+# One tuple of batch axes per array, outermost vmap last (JAXbind's protocol).
+BatchAxes = tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CallSpec:
+    binding: Binding
+    role: str                 # see _binding: "f", "T", "jvp", "vjp", "T<i>"
+    n_fixed: int              # leading arguments this role is not linear/differentiable in
+    kwargs: KwargsDump        # the user's keyword arguments (batch_axes not included)
+    batch_axes: BatchAxes | None = None      # per input, when batched natively
+    out_batch_axes: BatchAxes | None = None  # per output, when batched natively
+    n_lead: int = 0           # multilinear "T<i>": number of leading (non-cotangent) args
+
+    def __repr__(self):
+        text = f"{self.role}"
+        if self.kwargs._values:
+            text += f" kwargs={self.kwargs!r}"
+        if self.batch_axes is not None:
+            text += f" batch_axes={self.batch_axes}"
+        return text
+
+    @property
+    def name(self) -> str:
+        return self.binding.name
+
+    def derive(self, role: str, n_fixed: int, batch_axes, out_batch_axes, n_lead: int = 0):
+        """The spec of another role of the same binding, keeping the keyword arguments."""
+        if self.batch_axes is None:
+            batch_axes = out_batch_axes = None
+        return replace(self, role=role, n_fixed=n_fixed, batch_axes=batch_axes,
+                       out_batch_axes=out_batch_axes, n_lead=n_lead)
+
+    def call_kwargs(self) -> KwargsDump:
+        """Keyword arguments as the callables and abstract functions see them."""
+        if not self.binding.can_batch:
+            return self.kwargs
+        return self.kwargs.with_extra(batch_axes=self.batch_axes)
