@@ -7,6 +7,8 @@ multilinear ops as far as their transposes allow, nonlinear ops to first order.
 
 from __future__ import annotations
 
+from jax.numpy import moveaxis
+
 from ._binding import Kind, describe_role
 from ._compat import ad, instantiate_zeros, is_undefined_primal, zero_tangent
 from ._spec import CallSpec
@@ -19,6 +21,48 @@ def _cat(*parts):
     if any(p is None for p in parts):
         return None
     return tuple(x for p in parts for x in p)
+
+
+def _front_perm(axes):
+    """Batch axes of one array, outermost level first (axes lists innermost first)."""
+    return list(reversed(axes))
+
+
+def _bind_transposed(prim, args, spec: CallSpec):
+    """Bind a transposed role; when batched, with every batch axis moved to the front.
+
+    A transpose must return cotangents laid out like the primal inputs, but a
+    callable only learns the batch axes of its own inputs. So jaxbind hands a
+    batched transpose its inputs with the batch levels first (outermost at axis
+    0), expects its outputs the same way, and moves the axes back afterwards.
+    """
+    if spec.batch_axes is None:
+        return prim.bind(*args, spec=spec)
+    front = lambda axes: tuple(reversed(range(len(axes))))  # noqa: E731
+    args = [moveaxis(a, _front_perm(ax), range(len(ax))) if ax else a
+            for a, ax in zip(args, spec.batch_axes)]
+    fspec = spec.derive(spec.role, spec.n_fixed, tuple(map(front, spec.batch_axes)),
+                        tuple(map(front, spec.out_batch_axes)), spec.n_lead)
+    outs = prim.bind(*args, spec=fspec)
+    return [moveaxis(o, range(len(ax)), _front_perm(ax)) if ax else o
+            for o, ax in zip(outs, spec.out_batch_axes)]
+
+
+def _checked(spec: CallSpec, results, args):
+    """Cotangents for the undefined primals among `args`, None for the others."""
+    out = []
+    for r, a in zip(results, args):
+        if not is_undefined_primal(a):
+            out.append(None)
+            continue
+        if r.shape != a.aval.shape or r.dtype != a.aval.dtype:
+            raise TypeError(
+                f"jaxbind: the transpose of '{spec.name}' ({describe_role(spec.role)}) produced a "
+                f"cotangent {r.dtype}{list(r.shape)} for an input {a.aval.str_short()}; the "
+                "transposed abstract function must give each output the shape and dtype of the "
+                "corresponding input (batch axes first when batched natively)")
+        out.append(r)
+    return out
 
 
 def _is_linear_role(spec: CallSpec) -> bool:
@@ -83,8 +127,8 @@ def transpose_rule(cts, *args, spec: CallSpec):
     if _is_linear_role(spec):
         other = {"f": "T", "T": "f", "jvp": "vjp", "vjp": "jvp"}[spec.role]
         t_spec = spec.derive(other, n, _cat(ba and ba[:n], oba), ba and ba[n:])
-        res = prim.bind(*args[:n], *cts, spec=t_spec)
-        return [None] * n + [r if u else None for r, u in zip(res, undefined[n:])]
+        res = _bind_transposed(prim, [*args[:n], *cts], t_spec)
+        return [None] * n + _checked(spec, res, args[n:])
 
     lin = [i for i, u in enumerate(undefined) if u]
     if spec.role == "f":  # multilinear: linear in each argument separately
@@ -96,8 +140,8 @@ def transpose_rule(cts, *args, spec: CallSpec):
         rest = args[:i] + args[i + 1:]
         t_spec = spec.derive(f"T{i}", n, _cat(ba and (ba[:i] + ba[i + 1:]), oba),
                              ba and (ba[i],), n_lead=len(rest))
-        (res,) = prim.bind(*rest, *cts, spec=t_spec)
-        return [None] * i + [res] + [None] * (len(args) - i - 1)
+        res = _bind_transposed(prim, [*rest, *cts], t_spec)
+        return [None] * i + _checked(spec, res, args[i:i + 1]) + [None] * (len(args) - i - 1)
 
     # Multilinear transpose "T<i>": args = (the other arguments of f, cotangents of f).
     i, m = int(spec.role[1:]), spec.n_lead
@@ -106,10 +150,10 @@ def transpose_rule(cts, *args, spec: CallSpec):
     lead_ba = ba and list(ba[:m])
     if all(k >= m for k in lin):  # transpose back to f, w.r.t. its cotangent arguments
         f_args = lead[:i] + [ct] + lead[i:]
-        f_spec = spec.derive("f", n, _cat(ba and tuple(lead_ba[:i] + [oba[0]] + lead_ba[i:])),
+        f_spec = spec.derive("f", n, ba and tuple(lead_ba[:i] + [oba[0]] + lead_ba[i:]),
                              ba and ba[m:])
-        res = prim.bind(*f_args, spec=f_spec)
-        return [None] * m + [r if u else None for r, u in zip(res, undefined[m:])]
+        res = _bind_transposed(prim, f_args, f_spec)
+        return [None] * m + _checked(spec, res, args[m:])
     if len(lin) != 1:
         raise TypeError(
             f"jaxbind: '{binding.name}' ({describe_role(spec.role)}) is linear in each argument "
@@ -124,5 +168,5 @@ def transpose_rule(cts, *args, spec: CallSpec):
     else:
         rest_ba = out_ba = None
     t_spec = spec.derive(f"T{j}", n, rest_ba, out_ba, n_lead=len(rest))
-    (res,) = prim.bind(*rest, *cot, spec=t_spec)
-    return [None] * k + [res] + [None] * (len(args) - k - 1)
+    res = _bind_transposed(prim, [*rest, *cot], t_spec)
+    return [None] * k + _checked(spec, res, args[k:k + 1]) + [None] * (len(args) - k - 1)

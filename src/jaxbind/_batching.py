@@ -34,8 +34,7 @@ def batch_rule(args, dims, *, spec: CallSpec):
 
 def _batch_native(args, dims, spec: CallSpec):
     binding = spec.binding
-    old = spec.batch_axes if spec.batch_axes is not None else ((),) * len(args)
-    new_axes = tuple(axes if d is not_mapped else _shift(axes, d) for axes, d in zip(old, dims))
+    args, new_axes = _align(list(args), dims, spec)
     avals = [ShapedArray(a.shape, a.dtype) for a in args]
     outs = call_abstract(spec, avals, new_axes)
     out_dims = []
@@ -50,6 +49,32 @@ def _batch_native(args, dims, spec: CallSpec):
     new_out = tuple(_shift(axes, d) for axes, d in zip(old_out, out_dims))
     new_spec = replace(spec, batch_axes=new_axes, out_batch_axes=new_out)
     return binding.primitive.bind(*args, spec=new_spec), out_dims
+
+
+def _align(args, dims, spec: CallSpec):
+    """Give every input the batch levels it needs; return (args, batch_axes).
+
+    After this, every batched input carries every vmap level so far, in the same
+    order, so callables can line inputs up level by level. Inputs that were never
+    batched keep no batch axes if they are fixed (parameters shared by the whole
+    batch); non-fixed inputs are broadcast, because the transpose must give each
+    of them a cotangent per batch element.
+    """
+    old = spec.batch_axes if spec.batch_axes is not None else ((),) * len(args)
+    levels = next((tuple(a.shape[ax] for ax in axes) for a, axes in zip(args, old) if axes), ())
+    size = next(a.shape[d] for a, d in zip(args, dims) if d is not not_mapped)
+    new_axes = []
+    for i, (x, axes, d) in enumerate(zip(args, old, dims)):
+        batch_it = d is not not_mapped or axes or i >= spec.n_fixed
+        if batch_it and not axes and levels:  # add the earlier levels, outermost first
+            x = jax.lax.broadcast(x, tuple(reversed(levels)))
+            axes = tuple(reversed(range(len(levels))))
+            d = d if d is not_mapped else d + len(levels)
+        if d is not_mapped and batch_it:
+            x, d = jax.lax.broadcast(x, (size,)), 0
+        args[i] = x
+        new_axes.append(axes if d is not_mapped else _shift(axes, d))
+    return args, tuple(new_axes)
 
 
 def _batch_by_map(args, dims, spec: CallSpec):

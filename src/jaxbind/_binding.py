@@ -73,6 +73,7 @@ class Binding:
         return fn
 
     def abstract_for(self, role: str) -> Callable:
+        self.callable_for(role)  # a role without a callable is reported as such
         if role in ("f", "jvp"):
             return self.abstract
         if role in ("T", "vjp"):

@@ -28,7 +28,7 @@ NEWEST_TESTED_JAX = "0.12.0.1"
 OLDEST_SUPPORTED_JAX = "0.7.0"
 
 ShapedArray = jax.core.ShapedArray
-not_mapped = batching.not_mapped  # None in jax 0.7 - 0.12
+not_mapped = None  # batching.not_mapped is None in jax 0.7 - 0.12 (not exported in 0.12)
 instantiate_zeros = ad.instantiate_zeros
 is_undefined_primal = ad.is_undefined_primal
 
@@ -42,7 +42,11 @@ def unregister_rules(prim) -> None:
     """Remove every rule registered for `prim` (its binding is gone)."""
     ad.primitive_jvps.pop(prim, None)
     ad.primitive_transposes.pop(prim, None)
-    batching.primitive_batchers.pop(prim, None)
+    # jax 0.7: primitive_batchers is a dict; jax 0.12: a proxy that writes into
+    # fancy_primitive_batchers (a dict in both).
+    for table in (batching.primitive_batchers, batching.fancy_primitive_batchers):
+        if isinstance(table, dict):
+            table.pop(prim, None)
     _mlir_src._lowerings.pop(prim, None)
     for table in _mlir_src._platform_specific_lowerings.values():
         table.pop(prim, None)

@@ -1,0 +1,235 @@
+"""Small jaxbind ops with pure-JAX twins, shared by the tests."""
+
+import jax.numpy as jnp
+import numpy as np
+
+import jaxbind
+
+
+def _same(*args, **kwargs):
+    return ((args[-1].shape, args[-1].dtype),)
+
+
+# --- linear: y = A @ x, A fixed (first_n_args_fixed=1) -----------------------
+def _matvec(out, args, kwargs_dump):
+    a, x = args
+    out[0][...] = a @ x
+
+
+def _matvec_T(out, args, kwargs_dump):
+    a, ct = args
+    out[0][...] = a.T @ ct
+
+
+def _matvec_abstract(a, x, **kwargs):
+    return (((a.shape[0],), x.dtype),)
+
+
+def _matvec_abstract_T(a, ct, **kwargs):
+    return (((a.shape[1],), ct.dtype),)
+
+
+matvec = jaxbind.get_linear_call(_matvec, _matvec_T, _matvec_abstract, _matvec_abstract_T,
+                                 first_n_args_fixed=1)
+
+
+def matvec_ref(a, x):
+    return a @ x
+
+
+# --- linear, two inputs, scale from kwargs: y = s * (x + 2 y) -------------------
+def _axpy(out, args, kwargs_dump):
+    s = jaxbind.load_kwargs(kwargs_dump).get("scale", 1.0)
+    x, y = args
+    out[0][...] = s * (x + 2 * y)
+
+
+def _axpy_T(out, args, kwargs_dump):
+    s = jaxbind.load_kwargs(kwargs_dump).get("scale", 1.0)
+    (ct,) = args
+    out[0][...] = s * ct
+    out[1][...] = 2 * s * ct
+
+
+def _axpy_abstract(x, y, **kwargs):
+    return ((x.shape, x.dtype),)
+
+
+def _axpy_abstract_T(ct, **kwargs):
+    return ((ct.shape, ct.dtype), (ct.shape, ct.dtype))
+
+
+axpy = jaxbind.get_linear_call(_axpy, _axpy_T, _axpy_abstract, _axpy_abstract_T)
+
+
+def axpy_ref(x, y, scale=1.0):
+    return scale * (x + 2 * y)
+
+
+# --- multilinear: z = x * y (elementwise) ---------------------------------------
+def _mul(out, args, kwargs_dump):
+    out[0][...] = args[0] * args[1]
+
+
+def _mul_T0(out, args, kwargs_dump):
+    y, ct = args
+    out[0][...] = ct * y
+
+
+def _mul_T1(out, args, kwargs_dump):
+    x, ct = args
+    out[0][...] = ct * x
+
+
+bilinear = jaxbind.get_linear_call(_mul, (_mul_T0, _mul_T1), _same, (_same, _same))
+
+
+def bilinear_ref(x, y):
+    return x * y
+
+
+# --- nonlinear: f(x1, x2) = x1 * x2**2 -------------------------------------------
+def _nl(out, args, kwargs_dump):
+    x1, x2 = args
+    out[0][...] = x1 * x2**2
+
+
+def _nl_jvp(out, args, kwargs_dump):
+    x1, x2, dx1, dx2 = args
+    out[0][...] = x2**2 * dx1 + 2 * x1 * x2 * dx2
+
+
+def _nl_vjp(out, args, kwargs_dump):
+    x1, x2, ct = args
+    out[0][...] = x2**2 * ct
+    out[1][...] = 2 * x1 * x2 * ct
+
+
+def _nl_abstract(x1, x2, **kwargs):
+    return ((x1.shape, x1.dtype),)
+
+
+def _nl_abstract_T(x1, x2, ct, **kwargs):
+    return ((x1.shape, x1.dtype), (x2.shape, x2.dtype))
+
+
+nonlinear = jaxbind.get_nonlinear_call(_nl, (_nl_jvp, _nl_vjp), _nl_abstract, _nl_abstract_T)
+
+
+def nonlinear_ref(x1, x2):
+    return x1 * x2**2
+
+
+# --- nonlinear with a fixed exponent: f(p, x) = x ** p ---------------------------
+def _pow(out, args, kwargs_dump):
+    p, x = args
+    out[0][...] = x ** p
+
+
+def _pow_jvp(out, args, kwargs_dump):
+    p, x, dx = args
+    out[0][...] = p * x ** (p - 1) * dx
+
+
+def _pow_vjp(out, args, kwargs_dump):
+    p, x, ct = args
+    out[0][...] = p * x ** (p - 1) * ct
+
+
+def _pow_abstract_T(p, x, ct, **kwargs):
+    return ((x.shape, x.dtype),)
+
+
+power = jaxbind.get_nonlinear_call(_pow, (_pow_jvp, _pow_vjp), _same, _pow_abstract_T,
+                                   first_n_args_fixed=1)
+
+
+# --- natively batched linear op: flip the core axes, times 2 ---------------------
+def _core_axes(ndim, batch_axes):
+    return tuple(a for a in range(ndim) if a not in batch_axes)
+
+
+def _flip2(out, args, kwargs_dump):
+    kwargs = jaxbind.load_kwargs(kwargs_dump)
+    (x,) = args
+    batch = kwargs["batch_axes"][0] if kwargs["batch_axes"] else ()
+    out[0][...] = 2 * np.flip(x, axis=_core_axes(x.ndim, batch))
+
+
+def _flip2_abstract(x, batch_axes=None, **kwargs):
+    axis = batch_axes[0][-1] if batch_axes else None
+    return ((x.shape, x.dtype, axis),)
+
+
+flip2 = jaxbind.get_linear_call(_flip2, _flip2, _flip2_abstract, _flip2_abstract,
+                                func_can_batch=True)
+
+
+def flip2_ref(x):
+    return 2 * jnp.flip(x)
+
+
+# --- natively batched, two inputs: z = flip(x) + 2 flip(y), batch axis 0 out ----
+# jaxbind aligns batched inputs level by level, so moving each input's batch
+# axes to the front (outermost first) lines them up.
+def _to_front(x, axes):
+    return np.moveaxis(x, list(reversed(axes)), list(range(len(axes))))
+
+
+def _flip_core(x, nbatch):
+    return np.flip(x, axis=tuple(range(nbatch, x.ndim)))
+
+
+def _flipsum(out, args, kwargs_dump):
+    ba = jaxbind.load_kwargs(kwargs_dump)["batch_axes"] or ((), ())
+    x, y = (_flip_core(_to_front(a, axes), len(axes)) for a, axes in zip(args, ba))
+    out[0][...] = x + 2 * y
+
+
+def _flipsum_T(out, args, kwargs_dump):
+    (ct,) = args
+    ba = jaxbind.load_kwargs(kwargs_dump)["batch_axes"] or ((),)
+    c = _flip_core(_to_front(ct, ba[0]), len(ba[0]))
+    out[0][...] = c
+    out[1][...] = 2 * c
+
+
+def _flipsum_abstract(x, y, batch_axes=None, **kwargs):
+    if not batch_axes:
+        return ((x.shape, x.dtype, None),)
+    axes = batch_axes[0]
+    shape = tuple(x.shape[a] for a in reversed(axes)) + tuple(
+        n for i, n in enumerate(x.shape) if i not in axes)
+    return ((shape, x.dtype, 0),)
+
+
+def _flipsum_abstract_T(ct, batch_axes=None, **kwargs):
+    if not batch_axes:
+        return ((ct.shape, ct.dtype, None),) * 2
+    axes = batch_axes[0]
+    # cotangents of x and y, batched like the output: levels at the front
+    return ((ct.shape, ct.dtype, 0),) * 2
+
+
+flipsum = jaxbind.get_linear_call(_flipsum, _flipsum_T, _flipsum_abstract, _flipsum_abstract_T,
+                                  func_can_batch=True)
+
+
+def _flipsum_plain(out, args, kwargs_dump):
+    x, y = args
+    out[0][...] = np.flip(x) + 2 * np.flip(y)
+
+
+def _flipsum_plain_T(out, args, kwargs_dump):
+    c = np.flip(args[0])
+    out[0][...] = c
+    out[1][...] = 2 * c
+
+
+flipsum_loop = jaxbind.get_linear_call(
+    _flipsum_plain, _flipsum_plain_T, lambda x, y: ((x.shape, x.dtype),),
+    lambda ct: ((ct.shape, ct.dtype),) * 2)
+
+
+def flipsum_ref(x, y):
+    return jnp.flip(x) + 2 * jnp.flip(y)

@@ -1,0 +1,71 @@
+"""Nonlinear ops: JVP and VJP callables, first order only, fixed arguments."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+
+from conftest import FLOAT_DTYPES, random, skip_unless_x64, tol
+from reference_ops import nonlinear, nonlinear_ref, power
+
+pytestmark = pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_forward_matches_jax(x64, dtype, jit):
+    skip_unless_x64(dtype, x64)
+    x1, x2 = random((3, 2), dtype, 1), random((3, 2), dtype, 2)
+    fn = lambda a, b: nonlinear(a, b)[0]  # noqa: E731
+    fn = jax.jit(fn) if jit else fn
+    np.testing.assert_allclose(fn(x1, x2), nonlinear_ref(x1, x2), rtol=tol(dtype))
+
+
+def test_jvp_and_vjp_match_jax(x64, dtype):
+    skip_unless_x64(dtype, x64)
+    x1, x2, t1, t2, ct = (random((4,), dtype, s) for s in range(5))
+    y, ty = jax.jvp(lambda a, b: nonlinear(a, b)[0], (x1, x2), (t1, t2))
+    y_ref, ty_ref = jax.jvp(nonlinear_ref, (x1, x2), (t1, t2))
+    np.testing.assert_allclose(ty, ty_ref, rtol=tol(dtype), atol=tol(dtype))
+    _, vjp = jax.vjp(lambda a, b: nonlinear(a, b)[0], x1, x2)
+    _, vjp_ref = jax.vjp(nonlinear_ref, x1, x2)
+    for got, want in zip(vjp(ct), vjp_ref(ct)):
+        np.testing.assert_allclose(got, want, rtol=tol(dtype), atol=tol(dtype))
+
+
+def test_grad_under_jit_matches_jax(x64, dtype):
+    skip_unless_x64(dtype, x64)
+    x1, x2 = random((4,), dtype, 6), random((4,), dtype, 7)
+    loss = lambda f: (lambda a, b: jnp.sum(jnp.abs(f(a, b)) ** 2))  # noqa: E731
+    g = jax.jit(jax.grad(loss(lambda a, b: nonlinear(a, b)[0]), argnums=(0, 1)))(x1, x2)
+    g_ref = jax.grad(loss(nonlinear_ref), argnums=(0, 1))(x1, x2)
+    for got, want in zip(g, g_ref):
+        np.testing.assert_allclose(got, want, rtol=10 * tol(dtype), atol=tol(dtype))
+
+
+def test_check_grads_first_order(enable_x64, dtype):
+    x1, x2 = random((4,), dtype, 8), random((4,), dtype, 9)
+    check_grads(lambda a, b: nonlinear(a, b)[0], (x1, x2), order=1, modes=("fwd", "rev"))
+
+
+def test_second_order_is_a_clear_error(x64, dtype):
+    skip_unless_x64(dtype, x64)
+    x1, x2 = random((4,), dtype, 10), random((4,), dtype, 11)
+    f = lambda a: jnp.sum(jnp.real(nonlinear(a, x2)[0]))  # noqa: E731
+    if np.dtype(dtype).kind == "f":
+        with pytest.raises(NotImplementedError, match="first order only"):
+            jax.hessian(f)(x1)
+    with pytest.raises(NotImplementedError, match="first order only"):
+        jax.jvp(jax.grad(f), (x1,), (x1,))
+
+
+def test_fixed_argument(x64, dtype):
+    skip_unless_x64(dtype, x64)
+    if np.dtype(dtype).kind == "c":
+        pytest.skip("power is tested on real inputs")
+    p, x = np.asarray(3.0, dtype), np.abs(random((5,), dtype, 12)) + 0.5
+    np.testing.assert_allclose(power(p, x)[0], x ** 3, rtol=tol(dtype))
+    g = jax.grad(lambda x: jnp.sum(power(p, x)[0]))(x)
+    np.testing.assert_allclose(g, 3 * x ** 2, rtol=tol(dtype))
+    with pytest.raises(TypeError, match=r"argument 0 is fixed \(first_n_args_fixed=1\)"):
+        jax.grad(lambda p: jnp.sum(power(p, x)[0]))(p)
