@@ -35,7 +35,7 @@ def fftn_abstract(x, **kwargs):
     return ((x.shape, x.dtype, out_axis),)
 
 
-# The transpose (and its abstract function) is the same function.
+# F is symmetric (F^T = F), so the transpose and its abstract function are the same.
 fft_op = jaxbind.get_linear_call(fftn, fftn, fftn_abstract, fftn_abstract, name="demo.fftn")
 fft_batched_op = jaxbind.get_linear_call(fftn, fftn, fftn_abstract, fftn_abstract,
                                          func_can_batch=True, name="demo.fftn_batched")

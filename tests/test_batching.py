@@ -1,0 +1,162 @@
+"""vmap: native batching (func_can_batch) and the lax.map fallback, against Python loops."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxbind
+from conftest import random
+from reference_ops import (axpy, axpy_ref, flip2, flip2_ref, flipsum, flipsum_loop,
+                           flipsum_ref, matvec, nonlinear, nonlinear_ref)
+
+BATCH, SHAPE = 3, (2, 4)
+IN_AXES = [(0, 0), (0, None), (None, 0), (1, 0), (0, 2), (2, None), (None, 1), (2, 1)]
+
+
+def _batched(in_axes, seed=0):
+    """Two inputs of core shape SHAPE, batched along the given axes (None: unbatched)."""
+    xs = []
+    for k, ax in enumerate(in_axes):
+        shape = list(SHAPE)
+        if ax is not None:
+            shape.insert(ax, BATCH)
+        xs.append(random(tuple(shape), np.float32, seed + k))
+    return xs
+
+
+def _loop(f, in_axes, args):
+    outs = []
+    for b in range(BATCH):
+        sl = [a if ax is None else np.take(a, b, axis=ax) for a, ax in zip(args, in_axes)]
+        outs.append(f(*sl))
+    return np.stack(outs)
+
+
+@pytest.mark.parametrize("op", [flipsum, flipsum_loop], ids=["native", "fallback"])
+@pytest.mark.parametrize("in_axes", IN_AXES, ids=str)
+def test_vmap_two_inputs_every_in_axes(op, in_axes):
+    x, y = _batched(in_axes)
+    got = jax.vmap(lambda x, y: op(x, y)[0], in_axes=in_axes)(x, y)
+    np.testing.assert_allclose(got, _loop(flipsum_ref, in_axes, (x, y)), rtol=1e-6)
+    got_jit = jax.jit(jax.vmap(lambda x, y: op(x, y)[0], in_axes=in_axes))(x, y)
+    np.testing.assert_allclose(got_jit, got, rtol=1e-6)
+
+
+@pytest.mark.parametrize("op", [flipsum, flipsum_loop], ids=["native", "fallback"])
+@pytest.mark.parametrize("in_axes", IN_AXES, ids=str)
+def test_grad_of_vmapped_op(op, in_axes):
+    x, y = _batched(in_axes, seed=10)
+    w = random((BATCH,) + SHAPE, np.float32, 99)
+
+    def loss(f):
+        return lambda x, y: jnp.sum(w * jax.vmap(f, in_axes=in_axes)(x, y) ** 2)
+
+    g = jax.grad(loss(lambda x, y: op(x, y)[0]), argnums=(0, 1))(x, y)
+    g_ref = jax.grad(loss(flipsum_ref), argnums=(0, 1))(x, y)
+    for got, want in zip(g, g_ref):
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", [flipsum, flipsum_loop], ids=["native", "fallback"])
+def test_vmap_of_grad(op):
+    x, y = _batched((0, 0), seed=20)
+    loss = lambda f: (lambda x, y: jnp.sum(f(x, y) ** 3))  # noqa: E731
+    g = jax.vmap(jax.grad(loss(lambda x, y: op(x, y)[0]), argnums=(0, 1)))(x, y)
+    g_ref = jax.vmap(jax.grad(loss(flipsum_ref), argnums=(0, 1)))(x, y)
+    for got, want in zip(g, g_ref):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", [flipsum, flipsum_loop], ids=["native", "fallback"])
+@pytest.mark.parametrize("inner,outer", list(itertools.product(
+    [(0, 0), (1, None), (None, 0)], [(0, 0), (2, 1), (None, 0), (1, None)])), ids=str)
+def test_nested_vmap(op, inner, outer):
+    rng = np.random.default_rng(5)
+    # Build inputs with an inner batch of 3 and an outer batch of 2.
+    def make(ax_in, ax_out):
+        shape = list(SHAPE)
+        if ax_in is not None:
+            shape.insert(ax_in, 3)
+        if ax_out is not None:
+            shape.insert(ax_out, 2)
+        return rng.standard_normal(shape).astype(np.float32)
+    x, y = make(inner[0], outer[0]), make(inner[1], outer[1])
+    f = jax.vmap(jax.vmap(lambda x, y: op(x, y)[0], in_axes=inner), in_axes=outer)
+    ref = jax.vmap(jax.vmap(flipsum_ref, in_axes=inner), in_axes=outer)
+    np.testing.assert_allclose(jax.jit(f)(x, y), ref(x, y), rtol=1e-6)
+    g = jax.grad(lambda x, y: jnp.sum(f(x, y) ** 2), argnums=(0, 1))(x, y)
+    g_ref = jax.grad(lambda x, y: jnp.sum(ref(x, y) ** 2), argnums=(0, 1))(x, y)
+    for got, want in zip(g, g_ref):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_native_batching_passes_batch_axes():
+    seen = []
+
+    def f(out, args, kwargs_dump):
+        kwargs = jaxbind.load_kwargs(kwargs_dump)
+        seen.append(kwargs["batch_axes"])
+        out[0][...] = 2 * np.flip(args[0], axis=-1)
+
+    def abstract(x, batch_axes=None, **kwargs):
+        return ((x.shape, x.dtype, batch_axes[0][-1] if batch_axes else None),)
+
+    op = jaxbind.get_linear_call(f, None, abstract, None, func_can_batch=True,
+                                 name="tests.records_batch_axes")
+    x = np.ones((2, 3, 4), np.float32)
+    op(x[0, 0])
+    jax.vmap(lambda x: op(x)[0], in_axes=1)(x[0])
+    jax.vmap(jax.vmap(lambda x: op(x)[0], in_axes=0), in_axes=2)(x)
+    # inner vmap over axis 0 of the slice; the outer one over axis 2 of the full array
+    assert seen == [None, ((1,),), ((0, 2),)]
+
+
+def test_native_vmap_calls_the_callable_once():
+    calls = []
+
+    def f(out, args, kwargs_dump):
+        calls.append(args[0].shape)
+        out[0][...] = args[0]
+
+    def abstract(x, batch_axes=None, **kwargs):
+        return ((x.shape, x.dtype, batch_axes[0][-1] if batch_axes else None),)
+
+    op = jaxbind.get_linear_call(f, None, abstract, None, func_can_batch=True,
+                                 name="tests.counts_native_calls")
+    jax.vmap(lambda x: op(x)[0])(np.ones((64, 10), np.float32))
+    assert calls == [(64, 10)]
+
+
+def test_fallback_matches_loop_for_fixed_and_nonlinear_ops():
+    a = random((BATCH, 4, 3), np.float32, 1)
+    x = random((3,), np.float32, 2)
+    got = jax.vmap(lambda a: matvec(a, x)[0])(a)
+    np.testing.assert_allclose(got, np.einsum("bij,j->bi", a, x), rtol=1e-5)
+    x1, x2 = random((BATCH, 5), np.float32, 3), random((5,), np.float32, 4)
+    got = jax.vmap(lambda p: nonlinear(p, x2)[0])(x1)
+    np.testing.assert_allclose(got, nonlinear_ref(x1, x2), rtol=1e-6)
+    g = jax.vmap(jax.grad(lambda p: jnp.sum(nonlinear(p, x2)[0] ** 2)))(x1)
+    g_ref = jax.vmap(jax.grad(lambda p: jnp.sum(nonlinear_ref(p, x2) ** 2)))(x1)
+    np.testing.assert_allclose(g, g_ref, rtol=1e-5)
+
+
+def test_vmap_with_kwargs():
+    x, y = random((BATCH, 5), np.float32, 5), random((BATCH, 5), np.float32, 6)
+    got = jax.vmap(lambda x, y: axpy(x, y, scale=-2.0)[0])(x, y)
+    np.testing.assert_allclose(got, axpy_ref(x, y, -2.0), rtol=1e-6)
+
+
+def test_single_input_native_batching_matches_jax():
+    x = random((4, 5, 6), np.float32, 7)
+    for axis in range(3):
+        got = jax.vmap(lambda v: flip2(v)[0], in_axes=axis, out_axes=axis)(x)
+        np.testing.assert_allclose(got, jax.vmap(flip2_ref, axis, axis)(x), rtol=1e-6)
+    t = jax.linear_transpose(jax.vmap(lambda v: flip2(v)[0], in_axes=1), x)(
+        random((5, 4, 6), np.float32, 8))[0]
+    np.testing.assert_allclose(
+        t, jax.linear_transpose(jax.vmap(flip2_ref, in_axes=1), x)(
+            random((5, 4, 6), np.float32, 8))[0], rtol=1e-6)

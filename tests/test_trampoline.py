@@ -1,0 +1,112 @@
+"""The FFI handler itself: unknown names, format versions and kwargs decoding."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxbind
+from jaxbind import _binding, _ext, _kwargs
+from jaxbind._lowering import CPU_TARGET
+
+
+def _raw_call(x, **attrs):
+    call = jax.ffi.ffi_call(CPU_TARGET, jax.ShapeDtypeStruct(x.shape, x.dtype))
+    return jax.block_until_ready(call(x, **attrs))
+
+
+def _attrs(binding="tests.nope", role="f", fmt=1, blob=None, digest=None):
+    blob = blob if blob is not None else _kwargs.encode_kwargs({}).blob
+    digest = digest if digest is not None else _binding.site_digest(binding, role, blob)
+    return dict(jaxbind_format=np.int32(fmt), site=np.int64(digest), binding=binding, role=role,
+                kwargs=np.frombuffer(blob, np.uint8))
+
+
+def test_unknown_binding_is_a_clean_error():
+    with pytest.raises(Exception, match="no binding named 'tests.nope' is registered"):
+        _raw_call(jnp.ones(3), **_attrs())
+    with pytest.raises(Exception, match="no binding named 'tests.nope' is registered"):
+        _raw_call(jnp.ones(3), **_attrs())  # still clean the second time
+
+
+def test_newer_call_format_names_both_versions():
+    with pytest.raises(Exception, match="call format 99, but this jaxbind reads formats 1 to 1; "
+                       "upgrade jaxbind"):
+        _raw_call(jnp.ones(3), **_attrs(fmt=99))
+
+
+def test_missing_attributes():
+    with pytest.raises(Exception, match="no 'jaxbind_format' attribute"):
+        _raw_call(jnp.ones(3))
+    with pytest.raises(Exception, match="lacks one of the attributes"):
+        _raw_call(jnp.ones(3), jaxbind_format=np.int32(1))
+
+
+def _double(out, args, kwargs_dump):
+    out[0][...] = 2 * args[0]
+
+
+double = jaxbind.get_linear_call(_double, _double, lambda x: ((x.shape, x.dtype),),
+                                 lambda x: ((x.shape, x.dtype),), name="tests.double")
+
+
+def test_tampered_digest_is_rejected():
+    attrs = _attrs("tests.double", digest=12345)
+    with pytest.raises(Exception, match="digest mismatch"):
+        _raw_call(jnp.ones(3), **attrs)
+
+
+def test_unknown_role_is_a_clean_error():
+    with pytest.raises(Exception, match="has no role 'T7'"):
+        _raw_call(jnp.ones(3), **_attrs("tests.double", role="T7"))
+
+
+def test_kwargs_are_decoded_once_per_call_site():
+    dumps = []
+
+    def f(out, args, kwargs_dump):
+        dumps.append(kwargs_dump)
+        kw = jaxbind.load_kwargs(kwargs_dump)
+        kw.pop("k")  # callables may pop: each call gets a fresh dict
+        out[0][...] = args[0]
+
+    op = jaxbind.get_linear_call(f, None, lambda x, **k: ((x.shape, x.dtype),), None,
+                                 name="tests.records_dumps")
+    fn = jax.jit(lambda x: op(x, k=np.arange(3), s="text")[0])
+    for _ in range(5):
+        fn(jnp.ones(2))
+    assert len(dumps) == 5 and all(d is dumps[0] for d in dumps)
+    kw = jaxbind.load_kwargs(dumps[0])
+    assert kw["s"] == "text" and not kw["k"].flags.writeable
+    np.testing.assert_array_equal(kw["k"], np.arange(3))
+
+
+def test_equal_kwargs_hit_the_jit_cache():
+    traces = []
+
+    def abstract(x, **kwargs):
+        traces.append(kwargs)
+        return ((x.shape, x.dtype),)
+
+    op = jaxbind.get_linear_call(_double, None, abstract, None, name="tests.counts_traces")
+    fn = jax.jit(lambda x, scale: op(x, scale=scale, order=(1, 2))[0], static_argnums=1)
+    x = jnp.ones(3)
+    for _ in range(3):
+        fn(x, 2)
+    assert len(traces) == 1 and fn._cache_size() == 1
+    fn(x, 3)
+    assert len(traces) == 2
+
+
+def test_load_kwargs_accepts_jaxbind13_dumps():
+    import pickle
+    blob = np.frombuffer(pickle.dumps({"a": 1}), np.uint8)
+    assert jaxbind.load_kwargs(blob) == {"a": 1}
+    with pytest.raises(TypeError, match="expects the kwargs_dump argument"):
+        jaxbind.load_kwargs(3)
+
+
+def test_extension_reports_its_build():
+    assert _ext.call_format == 1
+    assert isinstance(_ext.jaxlib_version, str) and _ext.jaxlib_version[0].isdigit()
+    assert len(_ext.ffi_api_version) == 2
