@@ -53,7 +53,6 @@ def test_exception_inside_grad_names_the_transpose():
     ((((3,), "not a dtype"),), "output 0 has dtype 'not a dtype'"),
     ((((-1, 3), np.float32),), "negative dimensions"),
     ((((3.5,), np.float32),), "not a tuple of integers"),
-    ((((3,), np.float32, 7),), "out_batch_axis 7"),
     ((((3,), np.dtype("O")),), "has dtype object"),
 ])
 def test_bad_abstract_result_is_a_clear_error(result, match):
@@ -62,6 +61,30 @@ def test_bad_abstract_result_is_a_clear_error(result, match):
     with pytest.raises((TypeError, ValueError), match=match) as info:
         jax.jit(lambda x: op(x))(jnp.ones(3))
     assert "abstract function of 'tests.bad_abstract" in str(info.value)
+
+
+def test_bad_out_batch_axis_is_a_clear_error():
+    for axis, match in ((7, "out_batch_axis 7, outside its 2 dimensions"),
+                        ((), r"out_batch_axis \(\); when batch_axes is set it must be an integer")):
+        op = jaxbind.get_linear_call(_fails, None, lambda x, axis=axis, **k: ((x.shape, x.dtype,
+                                                                                axis),),
+                                     None, func_can_batch=True, name=f"tests.bad_axis_{axis}")
+        with pytest.raises(TypeError if axis == () else ValueError, match=match):
+            jax.vmap(lambda x: op(x)[0])(jnp.ones((2, 3)))
+
+
+def test_unbatched_out_batch_axis_is_ignored_as_in_jaxbind13():
+    def f(out, args, kwargs_dump):
+        out[0][...] = 2 * args[0]
+
+    def abstract(x, **kwargs):
+        ba = kwargs.get("batch_axes")
+        return ((x.shape, x.dtype, ba[0][-1] if ba else ()),)
+
+    op = jaxbind.get_linear_call(f, f, abstract, abstract, func_can_batch=True,
+                                 name="tests.jaxbind13_style")
+    np.testing.assert_array_equal(op(jnp.ones(3))[0], 2 * np.ones(3))
+    np.testing.assert_array_equal(jax.vmap(lambda x: op(x)[0])(jnp.ones((2, 3))), 2 * np.ones((2, 3)))
 
 
 def test_abstract_function_failure_names_the_binding():

@@ -33,10 +33,10 @@ def call_abstract(spec: CallSpec, avals, batch_axes=None):
     except Exception as exc:
         shapes = ", ".join(a.str_short() for a in avals)
         raise add_context(exc, f"{where} failed for arguments ({shapes})")
-    return _check_result(result, where)
+    return _check_result(result, where, batched=batch_axes is not None)
 
 
-def _check_result(result, where):
+def _check_result(result, where, batched):
     if not isinstance(result, (tuple, list)):
         raise TypeError(f"{where} returned {type(result).__name__}; it must return a tuple "
                         "with one (shape, dtype) or (shape, dtype, out_batch_axis) per output")
@@ -60,8 +60,12 @@ def _check_result(result, where):
                             "NumPy dtype") from None
         check_supported(dtype, f"{where}: output {i}")
         axis = None
-        if len(entry) == 3 and entry[2] is not None:
-            axis = operator.index(entry[2])
+        if len(entry) == 3 and batched:  # unbatched, JAXbind 1.3 ignores it (often "()")
+            try:
+                axis = operator.index(entry[2])
+            except TypeError:
+                raise TypeError(f"{where}: output {i} has out_batch_axis {entry[2]!r}; when "
+                                "batch_axes is set it must be an integer") from None
             if not -len(shape) <= axis < max(len(shape), 1):
                 raise ValueError(f"{where}: output {i} has out_batch_axis {axis}, "
                                  f"outside its {len(shape)} dimensions")
