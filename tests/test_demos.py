@@ -1,0 +1,17 @@
+"""The demos run to the end (each checks itself against pure JAX)."""
+
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+DEMOS = sorted((pathlib.Path(__file__).parent.parent / "demos").glob("0*.py"))
+
+
+@pytest.mark.parametrize("demo", DEMOS, ids=lambda p: p.name)
+def test_demo_runs(demo):
+    pytest.importorskip("scipy")
+    proc = subprocess.run([sys.executable, str(demo)], capture_output=True, text=True,
+                          timeout=300, cwd=demo.parent)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
