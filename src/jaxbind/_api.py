@@ -44,8 +44,6 @@ class Op:
       primitive: the ``jax.extend.core.Primitive`` it binds.
     """
 
-    __slots__ = ("binding", "__weakref__")
-
     def __init__(self, binding: Binding):
         self.binding = binding
 

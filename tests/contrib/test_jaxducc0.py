@@ -1,0 +1,276 @@
+"""jaxbind.contrib.jaxducc0 against ducc0 and numpy.fft: values, adjointness, grads, vmap.
+
+Tolerances (relative, max-norm): float32 2e-5 for the FFTs, 1e-4 for the SHT,
+wgridder and NUFFT (their own accuracy epsilon is 1e-5 there); float64 1e-12 for
+the FFTs and ~10x epsilon otherwise.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+
+ducc0 = pytest.importorskip("ducc0", reason="ducc0 is not installed (pip install 'jaxbind[ducc]')")
+from jaxbind.contrib import jaxducc0  # noqa: E402
+
+DTYPES = [np.float32, np.float64]
+
+
+@pytest.fixture(autouse=True)
+def _x64():
+    old = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)
+    yield
+    jax.config.update("jax_enable_x64", old)
+
+
+def _rand(shape, dtype, seed=0, complex_=False):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape)
+    if complex_:
+        x = x + 1j * rng.standard_normal(shape)
+        return x.astype(np.result_type(dtype, np.complex64))
+    return x.astype(dtype)
+
+
+def _ftol(dtype):
+    return 2e-5 if np.dtype(dtype) in (np.float32, np.complex64) else 1e-12
+
+
+def _close(got, want, rtol):
+    got, want = np.asarray(got), np.asarray(want)
+    scale = max(np.max(np.abs(want)), 1e-30)
+    assert got.shape == want.shape and got.dtype == want.dtype, (got.shape, want.shape, got.dtype,
+                                                                 want.dtype)
+    err = np.max(np.abs(got - want)) / scale
+    assert err <= rtol, f"relative error {err:.2e} > {rtol:.0e}"
+
+
+def _adjoint_error(f, x, y):
+    """|Re<f(x), y> - Re<x, f^T(y)>| / scale, with JAX's (unconjugated) pairing."""
+    fx = f(x)
+    (ty,) = jax.linear_transpose(f, x)(y)
+    lhs = np.real(np.sum(np.asarray(fx) * np.asarray(y)))
+    rhs = np.real(np.sum(np.asarray(x) * np.asarray(ty)))
+    scale = np.linalg.norm(np.asarray(fx)) * np.linalg.norm(np.asarray(y))
+    return abs(lhs - rhs) / scale
+
+
+def _vmap_vs_loop(f, x, axis, rtol, out_axis=None):
+    out_axis = axis if out_axis is None else out_axis
+    got = jax.vmap(f, in_axes=axis, out_axes=out_axis)(x)
+    want = np.stack([np.asarray(f(np.take(x, b, axis=axis))) for b in range(x.shape[axis])],
+                    axis=out_axis)
+    _close(got, want, rtol)
+
+
+# --- c2c and genuine_fht -------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kwargs", [{}, dict(axes=(0,)), dict(axes=(-1,), forward=False, inorm=2),
+                                    dict(inorm=1, nthreads=2)], ids=str)
+def test_c2c_matches_numpy_and_ducc(dtype, kwargs):
+    x = _rand((6, 8), dtype, 1, complex_=True)
+    got = jax.jit(lambda x: jaxducc0.c2c(x, **kwargs)[0])(x)
+    axes = kwargs.get("axes", (0, 1))
+    ref = np.fft.fftn(x, axes=axes) if kwargs.get("forward", True) else \
+        np.fft.ifftn(x, axes=axes) * np.prod([x.shape[a] for a in axes])
+    ref = ref / {0: 1, 1: np.sqrt(np.prod([x.shape[a] for a in axes])),
+                 2: np.prod([x.shape[a] for a in axes])}[kwargs.get("inorm", 0)]
+    _close(got, ref.astype(x.dtype), _ftol(dtype))
+    _close(got, ducc0.fft.c2c(x, **kwargs), _ftol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_genuine_fht_matches_ducc(dtype):
+    x = _rand((5, 8), dtype, 2)
+    _close(jaxducc0.genuine_fht(x)[0], ducc0.fft.genuine_fht(x), _ftol(dtype))
+    _close(jaxducc0.genuine_fht(x, axes=(1,), inorm=2)[0],
+           ducc0.fft.genuine_fht(x, axes=(1,), inorm=2), _ftol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fft_adjointness_and_grads(dtype):
+    x = _rand((4, 6), dtype, 3, complex_=True)
+    y = _rand((4, 6), dtype, 4, complex_=True)
+    for kwargs in ({}, dict(axes=(1,), forward=False, inorm=1)):
+        f = lambda x: jaxducc0.c2c(x, **kwargs)[0]  # noqa: E731
+        assert _adjoint_error(f, x, y) < 10 * _ftol(dtype)
+    xr, yr = _rand((4, 6), dtype, 5), _rand((4, 6), dtype, 6)
+    assert _adjoint_error(lambda x: jaxducc0.genuine_fht(x)[0], xr, yr) < 10 * _ftol(dtype)
+    if dtype == np.float64:
+        check_grads(lambda x: jaxducc0.c2c(x, inorm=1)[0], (x,), order=2, modes=("fwd", "rev"))
+        check_grads(lambda x: jaxducc0.genuine_fht(x, inorm=1)[0], (xr,), order=2,
+                    modes=("fwd", "rev"))
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2])
+def test_fft_vmap_matches_loop_on_any_batch_axis(axis):
+    x = _rand((3, 4, 5), np.float64, 7, complex_=True)
+    _vmap_vs_loop(lambda v: jaxducc0.c2c(v, axes=(-1,))[0], x, axis, 1e-12)
+    _vmap_vs_loop(lambda v: jaxducc0.genuine_fht(v)[0], np.real(x), axis, 1e-12)
+    _vmap_vs_loop(lambda v: jaxducc0.r2c(v)[0], np.real(x), axis, 1e-12)
+    # nested vmap and grad through the natively batched op
+    f = jax.vmap(jax.vmap(lambda v: jaxducc0.c2c(v)[0]), in_axes=1, out_axes=1)
+    _close(f(x), np.fft.fft(x, axis=2), 1e-12)
+    g = jax.grad(lambda x: jnp.sum(jnp.abs(jax.vmap(lambda v: jaxducc0.c2c(v)[0], axis)(x)) ** 2))(x)
+    g_ref = jax.grad(lambda x: jnp.sum(jnp.abs(jnp.fft.fftn(x, axes=[a for a in range(3)
+                                                                       if a != axis])) ** 2))(x)
+    _close(g, g_ref, 1e-12)
+
+
+# --- r2c / c2r -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [8, 7])
+def test_real_fft_pair_matches_numpy(dtype, n):
+    x = _rand((3, n), dtype, 8)
+    _close(jaxducc0.r2c(x)[0], np.fft.rfftn(x).astype(np.result_type(dtype, np.complex64)),
+           _ftol(dtype))
+    _close(jaxducc0.r2c(x, axes=(1,), forward=False)[0],
+           np.conj(np.fft.rfft(x, axis=1)).astype(np.result_type(dtype, np.complex64)), _ftol(dtype))
+    c = np.fft.rfftn(x).astype(np.result_type(dtype, np.complex64))
+    back = jaxducc0.c2r(c, lastsize=n, forward=False, inorm=2)[0]
+    _close(back, x, 10 * _ftol(dtype))
+    _close(back, np.fft.irfftn(c, s=x.shape, axes=(0, 1)).astype(dtype), 10 * _ftol(dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [8, 7])
+def test_real_fft_adjoint_is_not_the_inverse(dtype, n):
+    x, y = _rand((3, n), dtype, 9), _rand((3, n // 2 + 1), dtype, 10, complex_=True)
+    for kw in ({}, dict(axes=(1,), forward=False, inorm=1)):
+        err = _adjoint_error(lambda x: jaxducc0.r2c(x, **kw)[0], x, y)
+        assert err < 10 * _ftol(dtype), err
+        err = _adjoint_error(lambda c: jaxducc0.c2r(c, lastsize=n, **kw)[0], y, x)
+        assert err < 10 * _ftol(dtype), err
+    # transpose against JAX's own rfft
+    (t,) = jax.linear_transpose(lambda x: jaxducc0.r2c(x)[0], x)(y)
+    (t_ref,) = jax.linear_transpose(jnp.fft.rfftn, x)(y)
+    _close(t, t_ref, 10 * _ftol(dtype))
+    if dtype == np.float64:
+        check_grads(lambda x: jaxducc0.r2c(x, inorm=1)[0], (x,), order=2, modes=("fwd", "rev"))
+        check_grads(lambda c: jaxducc0.c2r(c, lastsize=n, inorm=1)[0], (y,), order=2,
+                    modes=("fwd", "rev"))
+
+
+# --- HEALPix SHT -------------------------------------------------------------------------
+
+def _realalm(ncomp, lmax, mmax, dtype, seed):
+    x = _rand((ncomp, 2 * jaxducc0.nalm(lmax, mmax) - lmax - 1), dtype, seed)
+    return x
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("spin", [0, 2])
+def test_healpix_sht_matches_ducc(dtype, spin):
+    nside, lmax, mmax = 8, 12, 10
+    op = jaxducc0.get_healpix_sht(nside, lmax, mmax, spin)
+    ncomp = 1 if spin == 0 else 2
+    x = _realalm(ncomp, lmax, mmax, dtype, 11)
+    if spin:  # spin > 0 has no l < spin modes; leave them zero as DUCC expects
+        pass
+    got = jax.jit(lambda x: op(x)[0])(x)
+    # reference: complex alm built by hand, DUCC called directly
+    alm = np.empty((ncomp, jaxducc0.nalm(lmax, mmax)), np.result_type(dtype, np.complex64))
+    alm[:, :lmax + 1] = x[:, :lmax + 1]
+    alm[:, lmax + 1:] = (x[:, lmax + 1::2] + 1j * x[:, lmax + 2::2]) / np.sqrt(2.0)
+    geom = ducc0.healpix.Healpix_Base(nside, "RING").sht_info()
+    ref = ducc0.sht.synthesis(alm=alm, lmax=lmax, mmax=mmax, spin=spin, **geom)
+    tol = 1e-4 if dtype == np.float32 else 1e-10
+    _close(got, ref.astype(dtype), tol)
+    y = _rand(got.shape, dtype, 12)
+    assert _adjoint_error(lambda x: op(x)[0], x, y) < tol
+    if dtype == np.float64:
+        check_grads(lambda x: op(x)[0], (x,), order=2, modes=("fwd", "rev"))
+
+
+def test_healpix_sht_vmap_matches_loop():
+    op = jaxducc0.get_healpix_sht(4, 6, 6, 0)
+    x = np.stack([_realalm(1, 6, 6, np.float64, s) for s in range(3)], axis=2)  # batch axis 2
+    _vmap_vs_loop(lambda v: op(v)[0], x, 2, 1e-12, out_axis=0)
+
+
+# --- wgridder ------------------------------------------------------------------------------
+
+def _vis_setup(dtype):
+    rng = np.random.default_rng(13)
+    nrow, nchan, npix = 50, 3, 32
+    pixsize = np.pi / 180 / 60  # one arcmin
+    freq = 1e9 + 1e7 * np.arange(nchan)
+    uvw = (rng.random((nrow, 3)) - 0.5) * np.array([2000, 2000, 100])
+    image = rng.random((npix, npix)).astype(dtype)
+    eps = 1e-5 if dtype == np.float32 else 1e-10
+    kw = dict(pixsize_x=pixsize, pixsize_y=pixsize, npix_x=npix, npix_y=npix, epsilon=eps,
+              do_wgridding=True)
+    return uvw, freq, image, kw
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_wgridder_matches_ducc_and_is_adjoint(dtype):
+    uvw, freq, image, kw = _vis_setup(dtype)
+    op = jaxducc0.get_wgridder(**kw)
+    vis = jax.jit(lambda u, f, x: op(u, f, x)[0])(uvw, freq, image)
+    ref = ducc0.wgridder.experimental.dirty2vis(
+        uvw=uvw, freq=freq, dirty=image, **{k: v for k, v in kw.items() if "npix" not in k})
+    tol = 1e-4 if dtype == np.float32 else 1e-9
+    _close(vis, ref, tol)
+    y = _rand(vis.shape, dtype, 14, complex_=True)
+    assert _adjoint_error(lambda x: op(uvw, freq, x)[0], image, y) < tol
+    if dtype == np.float64:
+        check_grads(lambda x: op(uvw, freq, x)[0], (image,), order=2, modes=("fwd", "rev"),
+                    atol=1e-6, rtol=1e-6)
+
+
+def test_wgridder_vmap_over_images_matches_loop():
+    uvw, freq, image, kw = _vis_setup(np.float64)
+    op = jaxducc0.get_wgridder(**kw)
+    images = np.stack([image, 2 * image[::-1], image.T], axis=1)  # batch axis 1
+    got = jax.vmap(lambda x: op(uvw, freq, x)[0], in_axes=1)(images)
+    want = np.stack([np.asarray(op(uvw, freq, images[:, b])[0]) for b in range(3)])
+    _close(got, want, 1e-12)
+
+
+# --- NUFFT -------------------------------------------------------------------------------
+
+def _nufft_direct(coord, grid_shape, forward):
+    """Dense matrix of the type-2 NUFFT (grid -> points), most negative mode first."""
+    ks = np.meshgrid(*[np.arange(-(n // 2), n - n // 2) for n in grid_shape], indexing="ij")
+    ks = np.stack([k.ravel() for k in ks], axis=1)
+    sign = -1 if forward else 1
+    return np.exp(sign * 1j * coord @ ks.T)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("forward", [True, False])
+def test_nufft_types_match_direct_sum_and_are_transposes(dtype, forward):
+    rng = np.random.default_rng(15)
+    grid_shape = (6, 8)
+    coord = rng.uniform(-np.pi, np.pi, (40, 2)).astype(dtype)
+    eps = 1e-5 if dtype == np.float32 else 1e-11
+    t2 = jaxducc0.get_nufft(coord, grid_shape, nufft_type=2, forward=forward, epsilon=eps)
+    t1 = jaxducc0.get_nufft(coord, grid_shape, nufft_type=1, forward=forward, epsilon=eps)
+    cdt = np.result_type(dtype, np.complex64)
+    grid = _rand(grid_shape, dtype, 16, complex_=True)
+    pts = _rand((40,), dtype, 17, complex_=True)
+    a = _nufft_direct(coord.astype(np.float64), grid_shape, forward)
+    tol = 1e-4 if dtype == np.float32 else 1e-9
+    _close(t2(grid)[0], (a @ grid.ravel()).astype(cdt), tol)
+    _close(t1(pts)[0], (a.T @ pts).reshape(grid_shape).astype(cdt), tol)
+    assert _adjoint_error(lambda g: t2(g)[0], grid, pts) < tol
+    assert _adjoint_error(lambda p: t1(p)[0], pts, grid) < tol
+    if dtype == np.float64:
+        check_grads(lambda g: t2(g)[0], (grid,), order=2, modes=("fwd", "rev"))
+    _vmap_vs_loop(lambda g: t2(g)[0], np.stack([grid, 2 * grid], axis=2), 2, tol, out_axis=0)
+
+
+def test_bad_inputs_name_the_op():
+    with pytest.raises(TypeError, match="jaxducc0.r2c: expected float32 or float64"):
+        jaxducc0.r2c(jnp.ones(4, jnp.complex64))
+    with pytest.raises(ValueError, match="lastsize=9 needs 5 input elements"):
+        jaxducc0.c2r(jnp.ones(4, jnp.complex64), lastsize=9)
+    with pytest.raises(ValueError, match="healpix SHT: expected real alm of shape"):
+        jaxducc0.get_healpix_sht(4, 6, 6, 0)(jnp.ones((1, 3)))
+    with pytest.raises(ValueError, match="nufft_type must be 1 or 2"):
+        jaxducc0.get_nufft(np.zeros((3, 1)), (4,), nufft_type=3)
