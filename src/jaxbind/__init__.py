@@ -4,19 +4,26 @@ Public API (drop-in compatible with JAXbind 1.3):
 
 - :func:`get_linear_call`: a linear or multilinear op from ``f`` and its transpose(s);
 - :func:`get_nonlinear_call`: a nonlinear op from ``f``, its JVP and its VJP;
-- :func:`load_kwargs`: the keyword arguments of a call, inside a callable.
+- :func:`load_kwargs`: the keyword arguments of a call, inside a callable;
+- :func:`export`: ``jax.export.export`` with jaxbind's custom call allowed.
 """
 
 from ._compat import check_jax_version as _check_jax_version
 
 _check_jax_version()
 
-from . import _lowering  # noqa: E402
+from . import _buildcheck, _ext, _lowering  # noqa: E402
+import jaxlib.version as _jaxlib_version  # noqa: E402
+
+_buildcheck.check_build(_ext.jaxlib_version, _ext.ffi_api_version,
+                        _jaxlib_version.__version__, _buildcheck.runtime_ffi_api_version())
 from ._api import Op, get_linear_call, get_nonlinear_call  # noqa: E402
+from ._export import export, export_safety_checks  # noqa: E402
 from ._kwargs import load_kwargs  # noqa: E402
 
 _lowering.register_targets()
 
 __version__ = "2.0.0.dev0"
 
-__all__ = ["Op", "get_linear_call", "get_nonlinear_call", "load_kwargs", "__version__"]
+__all__ = ["Op", "export", "export_safety_checks", "get_linear_call", "get_nonlinear_call",
+           "load_kwargs", "__version__"]

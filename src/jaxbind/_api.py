@@ -80,7 +80,7 @@ def _release(name: str, prim) -> None:
 
 
 def _make_op(kind: Kind, f, transposes, derivatives, abstract, abstract_T,
-             first_n_args_fixed, func_can_batch, name) -> Op:
+             first_n_args_fixed, func_can_batch, name, replace) -> Op:
     if not callable(f):
         raise TypeError(f"jaxbind: f must be callable, got {f!r}")
     if not callable(abstract):
@@ -98,8 +98,9 @@ def _make_op(kind: Kind, f, transposes, derivatives, abstract, abstract_T,
     binding = Binding(name=name, kind=kind, f=f, transposes=transposes, derivatives=derivatives,
                       abstract=abstract, abstract_T=abstract_T,
                       first_n_args_fixed=first_n_args_fixed, can_batch=bool(func_can_batch))
-    binding, new = register(binding, explicit_name=explicit)
+    binding, new = register(binding, explicit_name=explicit, replace=replace)
     if new:
+        _ext.forget(binding.name)  # sites cached for a binding this one replaced
         binding.primitive = make_primitive(binding.name)
         weakref.finalize(binding, _release, binding.name, binding.primitive)
     return Op(binding)
@@ -108,7 +109,7 @@ def _make_op(kind: Kind, f, transposes, derivatives, abstract, abstract_T,
 def get_linear_call(f: Callable, f_T: Callable | Sequence[Callable | None] | None, /,
                     abstract: Callable, abstract_T: Callable | Sequence | None, *,
                     first_n_args_fixed: int = 0, func_can_batch: bool = False,
-                    name: str | None = None) -> Op:
+                    name: str | None = None, replace: bool = False) -> Op:
     """Make a JAX op from a linear (or multilinear) Python function and its transpose.
 
     Args:
@@ -126,7 +127,10 @@ def get_linear_call(f: Callable, f_T: Callable | Sequence[Callable | None] | Non
       func_can_batch: the callables handle batched inputs natively; they and the
         abstract functions receive ``batch_axes`` (see the README).
       name: name of the binding and its primitive; defaults to the module and
-        qualified name of ``f``.
+        qualified name of ``f``. Compiled and exported programs find the
+        binding by this name.
+      replace: let this binding take over an explicit ``name`` already used by a
+        different binding (otherwise that is an error).
 
     Returns:
       An :class:`Op`. It supports ``jit``, ``jvp``, ``grad``/``vjp``,
@@ -142,13 +146,13 @@ def get_linear_call(f: Callable, f_T: Callable | Sequence[Callable | None] | Non
     elif f_T is not None and not callable(f_T):
         raise TypeError(f"jaxbind: f_T must be callable, a tuple of callables or None, got {f_T!r}")
     return _make_op(Kind.MULTILINEAR if multilinear else Kind.LINEAR, f, f_T, None, abstract,
-                    abstract_T, first_n_args_fixed, func_can_batch, name)
+                    abstract_T, first_n_args_fixed, func_can_batch, name, replace)
 
 
 def get_nonlinear_call(f: Callable, f_derivative: Sequence[Callable | None], /,
                        abstract: Callable, abstract_reverse: Callable | None, *,
                        first_n_args_fixed: int = 0, func_can_batch: bool = False,
-                       name: str | None = None) -> Op:
+                       name: str | None = None, replace: bool = False) -> Op:
     """Make a JAX op from a nonlinear Python function with its JVP and VJP.
 
     Args:
@@ -161,7 +165,7 @@ def get_nonlinear_call(f: Callable, f_derivative: Sequence[Callable | None], /,
       abstract: output shapes and dtypes of ``f`` (and so of ``f_jvp``).
       abstract_reverse: output shapes of ``f_vjp``, called with f's arguments
         followed by the cotangents.
-      first_n_args_fixed, func_can_batch, name: as for :func:`get_linear_call`.
+      first_n_args_fixed, func_can_batch, name, replace: as for :func:`get_linear_call`.
 
     Returns:
       An :class:`Op`, differentiable to first order in forward and reverse mode.
@@ -172,7 +176,7 @@ def get_nonlinear_call(f: Callable, f_derivative: Sequence[Callable | None], /,
         if fn is not None and not callable(fn):
             raise TypeError(f"jaxbind: {what} must be callable or None, got {fn!r}")
     return _make_op(Kind.NONLINEAR, f, None, tuple(f_derivative), abstract, abstract_reverse,
-                    first_n_args_fixed, func_can_batch, name)
+                    first_n_args_fixed, func_can_batch, name, replace)
 
 
 get_linear_call.__doc__ += _CALLABLE_CONTRACT

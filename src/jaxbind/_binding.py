@@ -103,11 +103,14 @@ _registry: "weakref.WeakValueDictionary[str, Binding]" = weakref.WeakValueDictio
 _lock = threading.Lock()
 
 
-def register(binding: Binding, *, explicit_name: bool) -> tuple[Binding, bool]:
+def register(binding: Binding, *, explicit_name: bool, replace: bool = False
+             ) -> tuple[Binding, bool]:
     """Register `binding` under its name; return the binding to use and whether it is new.
 
     An equal binding already registered under the name is reused. A different
-    one under an explicit name is an error; under a default name (taken from
+    one under an explicit name is an error unless `replace` is set, in which case
+    it takes the name over (programs compiled earlier then call the new one);
+    under a default name (taken from
     the callable's qualified name, e.g. a closure made in a loop) the new one
     gets the next free suffix "#2", "#3", ...
     """
@@ -120,10 +123,14 @@ def register(binding: Binding, *, explicit_name: bool) -> tuple[Binding, bool]:
                 return binding, True
             if existing.callables() == binding.callables():
                 return existing, False
+            if explicit_name and replace:
+                _registry[binding.name] = binding
+                return binding, True
             if explicit_name:
                 raise ValueError(
                     f"jaxbind: the name '{base}' is already used by another binding with "
-                    "different callables; choose another name= for this one")
+                    "different callables; choose another name=, or pass replace=True to "
+                    "replace that binding")
             suffix += 1
             binding.name = f"{base}#{suffix}"
 

@@ -21,7 +21,7 @@ from jax.interpreters import ad, batching, mlir  # jax 0.7 - 0.12
 __all__ = [
     "NEWEST_TESTED_JAX", "Primitive", "ShapedArray", "ad", "apply_primitive",
     "batching", "ffi", "instantiate_zeros", "is_undefined_primal", "mlir",
-    "not_mapped", "unregister_rules", "zero_tangent", "check_jax_version",
+    "for_export", "not_mapped", "unregister_rules", "zero_tangent", "check_jax_version",
 ]
 
 NEWEST_TESTED_JAX = "0.12.0.1"
@@ -50,6 +50,12 @@ def unregister_rules(prim) -> None:
     _mlir_src._lowerings.pop(prim, None)
     for table in _mlir_src._platform_specific_lowerings.values():
         table.pop(prim, None)
+
+
+def for_export(ctx) -> bool:
+    """Whether this lowering is for jax.export (LoweringParameters.for_export: jax 0.7 - 0.12)."""
+    params = getattr(ctx.module_context, "lowering_parameters", None)
+    return bool(getattr(params, "for_export", False))
 
 
 def zero_tangent(primal) -> ad.Zero:

@@ -9,7 +9,10 @@ jit cache and the program's attributes see) and decoded back into a
 
 from __future__ import annotations
 
+import base64
 import functools
+import hashlib
+import json
 import pickle
 from collections.abc import Mapping
 from typing import Any
@@ -19,8 +22,17 @@ import numpy as np
 
 __all__ = ["KwargsDump", "encode_kwargs", "load_kwargs"]
 
-# First byte of an encoded blob: how the rest is encoded.
-_PICKLE_TAG = b"P"
+# First byte of an encoded blob says how the rest is encoded:
+#   J  data-only JSON (see _to_data); safe to decode from any program or artifact.
+#   H  a digest naming keyword arguments held in this process only (they could
+#      not be encoded as data); never decoded from bytes, so never exportable.
+_DATA_TAG = b"J"
+_LOCAL_TAG = b"H"
+_local: dict[bytes, "KwargsDump"] = {}  # digest blob -> kwargs that are not data
+
+
+class NotData(TypeError):
+    """A value that the data-only encoding cannot represent."""
 
 
 class KwargsDump:
@@ -91,27 +103,124 @@ def _check_static(name: str, value, where: str):
             _check_static(name, item, where)
 
 
+def _to_data(value, path):
+    """A JSON-able, type-tagged form of `value` built only from data types."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int) and not isinstance(value, np.integer):
+        return value
+    if isinstance(value, float):
+        return {"f": repr(value)}  # exact, including inf and nan
+    if isinstance(value, complex):
+        return {"c": [repr(value.real), repr(value.imag)]}
+    if isinstance(value, (np.ndarray, np.generic)):
+        arr = np.asarray(value)
+        if arr.dtype.kind not in "biufc" and arr.dtype.name != "bfloat16":
+            raise NotData(f"{path}: NumPy dtype {arr.dtype} is not plain data")
+        payload = [arr.dtype.str if arr.dtype.kind != "V" else arr.dtype.name, list(arr.shape),
+                   base64.b64encode(np.ascontiguousarray(arr).tobytes()).decode()]
+        return {"s" if isinstance(value, np.generic) else "a": payload}
+    if isinstance(value, tuple):
+        return {"t": [_to_data(v, f"{path}[{i}]") for i, v in enumerate(value)]}
+    if isinstance(value, list):
+        return [_to_data(v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise NotData(f"{path}: dict keys must be strings")
+        return {"d": [[k, _to_data(v, f"{path}[{k!r}]")] for k, v in sorted(value.items())]}
+    raise NotData(f"{path}: {type(value).__name__} is not plain data")
+
+
+def _dtype_of(name: str) -> np.dtype:
+    if name == "bfloat16":
+        import ml_dtypes
+        return np.dtype(ml_dtypes.bfloat16)
+    dtype = np.dtype(name)
+    if dtype.kind not in "biufc":
+        raise ValueError(f"jaxbind: keyword arguments hold an array of dtype {name!r}, "
+                         "which is not plain data")
+    return dtype
+
+
+def _from_data(obj):
+    if isinstance(obj, list):
+        return [_from_data(v) for v in obj]
+    if not isinstance(obj, dict):
+        return obj
+    ((tag, payload),) = obj.items()
+    if tag == "f":
+        return float(payload)
+    if tag == "c":
+        return complex(float(payload[0]), float(payload[1]))
+    if tag == "t":
+        return tuple(_from_data(v) for v in payload)
+    if tag == "d":
+        return {k: _from_data(v) for k, v in payload}
+    if tag in ("a", "s"):
+        dtype, shape, data = payload
+        arr = np.frombuffer(base64.b64decode(data), dtype=_dtype_of(dtype)).reshape(shape)
+        return arr[()] if tag == "s" else arr.copy()
+    raise ValueError(f"jaxbind: unknown tag {tag!r} in encoded keyword arguments")
+
+
 def encode_kwargs(kwargs: Mapping[str, Any], where: str = "jaxbind op") -> KwargsDump:
-    """Encode keyword arguments into a KwargsDump (sorted by name, so order is irrelevant)."""
+    """Encode keyword arguments into a KwargsDump (sorted by name, so order is irrelevant).
+
+    Plain data (numbers, strings, bools, None, tuples, lists, str-keyed dicts,
+    NumPy arrays) is encoded as data, which compiled programs and exported
+    artifacts can carry. Other picklable values stay in this process, named by
+    a digest: such calls work under jit but cannot be exported.
+    """
     items = sorted(kwargs.items())
     for name, value in items:
         _check_static(name, value, where)
     try:
-        blob = _PICKLE_TAG + pickle.dumps(items, protocol=4)
+        data = {"d": [[name, _to_data(value, name)] for name, value in items]}
+        return decode_kwargs(_DATA_TAG + json.dumps(data, separators=(",", ":")).encode())
+    except NotData:
+        pass
+    try:
+        pickled = pickle.dumps(items, protocol=4)
     except Exception as exc:
         raise TypeError(
-            f"jaxbind: {where}: keyword arguments must be picklable; "
+            f"jaxbind: {where}: keyword arguments must be plain data or picklable; "
             f"{type(exc).__name__}: {exc}") from exc
-    return decode_kwargs(blob)
+    blob = _LOCAL_TAG + hashlib.blake2b(pickled, digest_size=16).digest()
+    if blob not in _local:
+        _local[blob] = KwargsDump(blob, {name: _freeze(value) for name, value in items})
+    return _local[blob]
+
+
+def not_data_reason(dump: KwargsDump) -> str | None:
+    """Why `dump` cannot be exported, or None if it is plain data."""
+    if dump.blob[:1] == _DATA_TAG:
+        return None
+    for name, value in dump._values.items():
+        try:
+            _to_data(value, name)
+        except NotData as exc:
+            return str(exc)
+    return "not plain data"
 
 
 @functools.lru_cache(maxsize=4096)
 def decode_kwargs(blob: bytes) -> KwargsDump:
-    """Decode a blob made by encode_kwargs (cached: once per distinct blob)."""
-    if blob[:1] != _PICKLE_TAG:
-        raise ValueError(f"jaxbind: unknown keyword-argument encoding {blob[:1]!r}")
-    items = pickle.loads(blob[1:])
-    return KwargsDump(blob, {name: _freeze(value) for name, value in items})
+    """Decode a blob made by encode_kwargs (cached: once per distinct blob).
+
+    Only data is ever decoded: nothing in a blob can make this run code.
+    """
+    tag = blob[:1]
+    if tag == _LOCAL_TAG:
+        dump = _local.get(blob)
+        if dump is None:
+            raise LookupError(
+                "the keyword arguments of this call were not plain data, so they exist only "
+                "in the process that traced it; the program cannot run elsewhere")
+        return dump
+    if tag != _DATA_TAG:
+        raise ValueError(f"jaxbind: unknown keyword-argument encoding {tag!r}")
+    values = _from_data(json.loads(blob[1:].decode()))
+    return KwargsDump(blob, {name: _freeze(value) for name, value in values.items()})
 
 
 def load_kwargs(kwargs_dump) -> dict[str, Any]:

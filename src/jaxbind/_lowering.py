@@ -6,9 +6,10 @@ import numpy as np
 
 from . import _ext
 from ._binding import resolve_site, site_digest
-from ._compat import ffi, mlir
+from ._compat import ffi, for_export, mlir
 from ._dtypes import XLA_ELEMENT_TYPES
 from ._errors import format_callback_error
+from ._kwargs import not_data_reason
 from ._spec import CallSpec
 
 __all__ = ["CPU_TARGET", "lower_cpu", "register_targets"]
@@ -20,10 +21,21 @@ _lower_ffi_cpu = ffi.ffi_lowering(CPU_TARGET)
 
 def lower_cpu(ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
     binding = spec.binding
-    blob = spec.call_kwargs().blob
+    kwargs = spec.call_kwargs()
+    exporting = for_export(ctx)
+    if exporting:
+        reason = not_data_reason(kwargs)
+        if reason is not None:
+            raise TypeError(
+                f"jaxbind: cannot export '{binding.name}': its keyword arguments must be plain "
+                f"data (numbers, strings, bools, None, tuples, lists, dicts, NumPy arrays) to be "
+                f"stored in the artifact, but {reason}")
+    blob = kwargs.blob
     # The program names the binding by string; this keeps the binding (and so
-    # its callables) alive for as long as the compiled program exists.
-    ctx.module_context.add_keepalive(binding)
+    # its callables) alive for as long as the compiled program exists. Exported
+    # programs can have no keep-alives: the loading process keeps its bindings.
+    if not exporting:
+        ctx.module_context.add_keepalive(binding)
     return _lower_ffi_cpu(
         ctx, *args,
         jaxbind_format=np.int32(_ext.call_format),

@@ -1,0 +1,43 @@
+"""Saving and loading programs that contain jaxbind ops (jax.export)."""
+
+from __future__ import annotations
+
+import jax
+import jax.export  # a submodule: not loaded by "import jax"
+
+from ._lowering import CPU_TARGET
+
+__all__ = ["export", "export_safety_checks"]
+
+
+def export_safety_checks() -> list:
+    """The `disabled_checks` that jax.export needs for programs with jaxbind ops.
+
+    JAX refuses to export custom calls that are not on its allow-list; jaxbind's
+    target keeps a versioned call format (see the README), so it can be allowed.
+    """
+    return [jax.export.DisabledSafetyCheck.custom_call(CPU_TARGET)]
+
+
+def export(fun, *, disabled_checks=(), **kwargs):
+    """`jax.export.export` for functions that use jaxbind ops.
+
+    Args:
+      fun: the function to export; wrapped in `jax.jit` if it is not jitted yet.
+      disabled_checks: further checks to disable; jaxbind's own are added.
+      kwargs: passed to `jax.export.export` (e.g. ``platforms``).
+
+    Returns:
+      The function that `jax.export.export` returns: call it with example
+      arguments (or ShapeDtypeStructs) to get a `jax.export.Exported`, whose
+      ``.serialize()`` bytes load with ``jax.export.deserialize`` in any process
+      that has created the same bindings (same names).
+
+    Example:
+      >>> exp = jaxbind.export(lambda x: op(x)[0])(jnp.ones(3))  # doctest: +SKIP
+      >>> blob = exp.serialize()  # doctest: +SKIP
+    """
+    if not hasattr(fun, "lower"):
+        fun = jax.jit(fun)
+    return jax.export.export(fun, disabled_checks=[*export_safety_checks(), *disabled_checks],
+                             **kwargs)
