@@ -5,7 +5,9 @@ Public API (drop-in compatible with JAXbind 1.3):
 - :func:`get_linear_call`: a linear or multilinear op from ``f`` and its transpose(s);
 - :func:`get_nonlinear_call`: a nonlinear op from ``f``, its JVP and its VJP;
 - :func:`load_kwargs`: the keyword arguments of a call, inside a callable;
-- :func:`export`: ``jax.export.export`` with jaxbind's custom call allowed.
+- :func:`export`: ``jax.export.export`` with jaxbind's custom call allowed;
+- :func:`jaxbind.testing.check`: check an op's abstract function, derivatives,
+  transposes and batching on example inputs.
 """
 
 from ._compat import check_jax_version as _check_jax_version
@@ -22,6 +24,8 @@ from ._export import export, export_safety_checks  # noqa: E402
 from ._kwargs import load_kwargs  # noqa: E402
 
 _lowering.register_targets()
+
+from . import testing  # noqa: E402  (jaxbind.testing.check)
 
 __version__ = "2.0.0.dev0"
 
