@@ -14,6 +14,7 @@
 // Unknown names and Python exceptions become ffi::Error values, never crashes.
 
 #include <array>
+#include <type_traits>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -99,6 +100,44 @@ nb::object wrap(ffi::DataType type, void *data, ffi::Span<const int64_t> dims,
   return nb::steal(array);
 }
 
+// A tuple of NumPy views over all of XLA's argument or result buffers.
+template <typename Remaining>
+nb::object wrap_all(const Remaining &buffers, bool writeable, const char *what) {
+  PyObject *tuple = PyTuple_New(static_cast<Py_ssize_t>(buffers.size()));
+  if (tuple == nullptr) throw nb::python_error();
+  nb::object owner = nb::steal(tuple);
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    auto buf = buffers.template get<ffi::AnyBuffer>(i);
+    if (!buf.has_value()) throw std::runtime_error(std::string("cannot decode ") + what);
+    ffi::AnyBuffer b = [&]() -> ffi::AnyBuffer {
+      if constexpr (std::is_same_v<Remaining, ffi::RemainingRets>) return **buf;
+      else return *buf;
+    }();
+    PyTuple_SET_ITEM(tuple, i,
+                     wrap(b.element_type(), b.untyped_data(), b.dimensions(), writeable, what, i)
+                         .release().ptr());
+  }
+  return owner;
+}
+
+// After the call, the views point at memory XLA will reuse. Make the output
+// views read-only, so that a reference the callable kept cannot write into
+// later results, and warn when the callable kept one. Returns false if the
+// warning was turned into an exception.
+bool release_views(const nb::object &outs, const nb::object &ins, const Site &site) {
+  bool kept = Py_REFCNT(outs.ptr()) > 1 || Py_REFCNT(ins.ptr()) > 1;
+  for (nb::handle view : nb::borrow<nb::tuple>(outs)) {
+    PyArray_CLEARFLAGS(reinterpret_cast<PyArrayObject *>(view.ptr()), NPY_ARRAY_WRITEABLE);
+    kept |= Py_REFCNT(view.ptr()) > 1;
+  }
+  for (nb::handle view : nb::borrow<nb::tuple>(ins)) kept |= Py_REFCNT(view.ptr()) > 1;
+  if (!kept) return true;
+  std::string text = "jaxbind: the callable of " + nb::cast<std::string>(nb::str(site.label)) +
+                     " kept a reference to its input or output arrays after returning; they "
+                     "are views of XLA buffers, valid only during the call (copy what you need)";
+  return PyErr_WarnEx(PyExc_RuntimeWarning, text.c_str(), 1) == 0;
+}
+
 // Find the call site named by the attributes, asking the resolver on a miss.
 const Site &resolve(int64_t digest, std::string_view binding, std::string_view role,
                     ffi::Span<const uint8_t> kwargs) {
@@ -148,32 +187,13 @@ ffi::Error Call(ffi::RemainingArgs args, ffi::RemainingRets rets, ffi::Dictionar
     label = site.label;
     nb::object callable = site.callable, kwargs_dump = site.kwargs_dump;
 
-    PyObject *outs = PyTuple_New(static_cast<Py_ssize_t>(rets.size()));
-    if (outs == nullptr) throw nb::python_error();
-    nb::object outs_owner = nb::steal(outs);
-    for (size_t i = 0; i < rets.size(); ++i) {
-      auto buf = rets.get<ffi::AnyBuffer>(i);
-      if (!buf.has_value()) throw std::runtime_error("cannot decode output buffer");
-      ffi::AnyBuffer b = **buf;
-      PyTuple_SET_ITEM(outs, i,
-                       wrap(b.element_type(), b.untyped_data(), b.dimensions(), true, "output", i)
-                           .release().ptr());
-    }
-    PyObject *ins = PyTuple_New(static_cast<Py_ssize_t>(args.size()));
-    if (ins == nullptr) throw nb::python_error();
-    nb::object ins_owner = nb::steal(ins);
-    for (size_t i = 0; i < args.size(); ++i) {
-      auto buf = args.get<ffi::AnyBuffer>(i);
-      if (!buf.has_value()) throw std::runtime_error("cannot decode input buffer");
-      PyTuple_SET_ITEM(ins, i,
-                       wrap(buf->element_type(), buf->untyped_data(), buf->dimensions(), false,
-                            "input", i)
-                           .release().ptr());
-    }
-    PyObject *argv[3] = {outs, ins, kwargs_dump.ptr()};
+    nb::object outs = wrap_all(rets, true, "output");
+    nb::object ins = wrap_all(args, false, "input");
+    PyObject *argv[3] = {outs.ptr(), ins.ptr(), kwargs_dump.ptr()};
     PyObject *result = PyObject_Vectorcall(callable.ptr(), argv, 3, nullptr);
     if (result == nullptr) throw nb::python_error();
     Py_DECREF(result);
+    if (!release_views(outs, ins, site)) throw nb::python_error();
     return ffi::Error::Success();
   } catch (nb::python_error &e) {
     std::string message;

@@ -274,3 +274,17 @@ def test_bad_inputs_name_the_op():
         jaxducc0.get_healpix_sht(4, 6, 6, 0)(jnp.ones((1, 3)))
     with pytest.raises(ValueError, match="nufft_type must be 1 or 2"):
         jaxducc0.get_nufft(np.zeros((3, 1)), (4,), nufft_type=3)
+
+
+def test_jaxbind_testing_check_passes_for_every_op():
+    from jaxbind.testing import check
+    x = _rand((4, 6), np.float64, 20, complex_=True)
+    check(jaxducc0.c2c, x, forward=False, inorm=1, verbose=False)
+    check(jaxducc0.genuine_fht, np.real(x), verbose=False)
+    check(jaxducc0._r2c_op, np.real(x), n=6, verbose=False)
+    check(jaxducc0.get_healpix_sht(4, 6, 6, 0), _realalm(1, 6, 6, np.float64, 21), verbose=False)
+    uvw, freq, image, kw = _vis_setup(np.float64)
+    check(jaxducc0.get_wgridder(**kw), uvw, freq, image, batch_size=2, verbose=False)
+    coord = np.random.default_rng(22).uniform(-np.pi, np.pi, (30, 1))
+    check(jaxducc0.get_nufft(coord, (8,), nufft_type=2, epsilon=1e-11),
+          _rand((8,), np.float64, 23, complex_=True), verbose=False)
