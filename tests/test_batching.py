@@ -160,3 +160,23 @@ def test_single_input_native_batching_matches_jax():
     np.testing.assert_allclose(
         t, jax.linear_transpose(jax.vmap(flip2_ref, in_axes=1), x)(
             random((5, 4, 6), np.float32, 8))[0], rtol=1e-6)
+
+
+def test_vmap_without_batch_rule_is_one_custom_call_without_a_loop():
+    x, y = random((64, 1000), np.float32, 1), random((1000,), np.float32, 2)
+    fn = jax.jit(jax.vmap(lambda x, y: flipsum_loop(x, y)[0], in_axes=(0, None)))
+    hlo = fn.lower(x, y).as_text()
+    assert hlo.count("jaxbind_cpu") == 1 and "while" not in hlo
+    np.testing.assert_allclose(fn(x, y), jax.vmap(flipsum_ref, in_axes=(0, None))(x, y),
+                               rtol=1e-6)
+    calls = []
+
+    def f(out, args, kwargs_dump):
+        calls.append((args[0].shape, args[0].flags.c_contiguous, out[0].flags.c_contiguous,
+                      jaxbind.load_kwargs(kwargs_dump)))
+        out[0][...] = args[0]
+
+    op = jaxbind.get_linear_call(f, None, lambda x, **k: ((x.shape, x.dtype),), None,
+                                 name="tests.looped_calls")
+    jax.vmap(jax.vmap(lambda x: op(x, k=1)[0]), in_axes=2)(np.ones((3, 4, 2, 5), np.float32))
+    assert calls == [((4, 5), True, True, {"k": 1})] * 6  # 2 x 3 elements, one custom call

@@ -84,5 +84,11 @@ def abstract_eval(*avals, spec: CallSpec):
         if not isinstance(aval, ShapedArray):
             raise TypeError(f"{where}: argument {i} is {aval}, not an array")
         check_supported(aval.dtype, f"{where}: argument {i}")
+    if spec.batch_axes is not None and not spec.binding.can_batch:
+        # batched by jaxbind's loop: batch axes lead every batched input and output
+        levels = next(a.shape[:len(ax)] for a, ax in zip(avals, spec.batch_axes) if ax)
+        core = [ShapedArray(a.shape[len(ax):], a.dtype) for a, ax in zip(avals, spec.batch_axes)]
+        outs = call_abstract(spec, core)
+        return tuple(ShapedArray(levels + shape, dtype) for shape, dtype, _ in outs)
     outs = call_abstract(spec, avals, spec.batch_axes)
     return tuple(ShapedArray(shape, dtype) for shape, dtype, _ in outs)

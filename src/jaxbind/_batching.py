@@ -3,8 +3,9 @@
 With func_can_batch=True, the JAXbind 1.3 protocol: each input's batch axes
 are passed to the callables and abstract functions as `batch_axes` (a tuple
 per input, outermost vmap last), and the abstract function reports each
-output's new batch axis as a third entry. Otherwise the op is mapped over the
-batch with lax.map, one call per batch element.
+output's new batch axis as a third entry. Otherwise jaxbind batches the op
+itself: one custom call receives the whole batch and calls the callable once
+per batch element (see _loop). Inputs are aligned first in both cases (_align).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 import jax
-from jax import lax
 
 from ._abstract import call_abstract
 from ._compat import ShapedArray, not_mapped
@@ -29,7 +29,7 @@ def _shift(axes: tuple[int, ...], new: int) -> tuple[int, ...]:
 def batch_rule(args, dims, *, spec: CallSpec):
     if spec.binding.can_batch:
         return _batch_native(args, dims, spec)
-    return _batch_by_map(args, dims, spec)
+    return _batch_looped(args, dims, spec)
 
 
 def _batch_native(args, dims, spec: CallSpec):
@@ -77,16 +77,21 @@ def _align(args, dims, spec: CallSpec):
     return args, tuple(new_axes)
 
 
-def _batch_by_map(args, dims, spec: CallSpec):
-    prim = spec.binding.primitive
-    mapped = [i for i, d in enumerate(dims) if d is not not_mapped]
-    xs = tuple(jax.numpy.moveaxis(args[i], dims[i], 0) for i in mapped)
+def _batch_looped(args, dims, spec: CallSpec):
+    """Fallback: one custom call for the whole batch, which loops over it (see _loop).
 
-    def one(slices):
-        full = list(args)
-        for i, x in zip(mapped, slices):
-            full[i] = x
-        return tuple(prim.bind(*full, spec=spec))
-
-    outs = lax.map(one, xs)
-    return list(outs), [0] * len(outs)
+    Batch axes go to the front, outermost level first, so that every slice the
+    user's callable sees is C-contiguous; outputs get their batch axes there too.
+    """
+    args, axes = _align(list(args), dims, spec)
+    front = []
+    for i, (x, ax) in enumerate(zip(args, axes)):
+        if ax:
+            args[i] = jax.numpy.moveaxis(x, list(reversed(ax)), list(range(len(ax))))
+        front.append(tuple(reversed(range(len(ax)))))
+    levels = max(len(ax) for ax in front)
+    core = [ShapedArray(a.shape[len(ax):], a.dtype) for a, ax in zip(args, front)]
+    n_out = len(call_abstract(replace(spec, batch_axes=None), core))
+    out_axes = (tuple(reversed(range(levels))),) * n_out
+    new_spec = replace(spec, batch_axes=tuple(front), out_batch_axes=out_axes)
+    return spec.binding.primitive.bind(*args, spec=new_spec), [0] * n_out

@@ -22,7 +22,8 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ._kwargs import decode_kwargs
+from ._kwargs import decode_kwargs, encode_kwargs
+from ._loop import looped
 
 __all__ = ["Kind", "Binding", "register", "lookup", "resolve_site", "site_digest"]
 
@@ -163,4 +164,11 @@ def resolve_site(name: str, role: str, blob: bytes, digest: int):
     if site_digest(name, role, blob) != digest:
         raise ValueError(f"the call attributes of '{name}' are inconsistent (digest mismatch); "
                          "the program was modified or corrupted")
-    return binding.callable_for(role), decode_kwargs(blob), f"'{name}' ({describe_role(role)})"
+    fn, dump = binding.callable_for(role), decode_kwargs(blob)
+    label = f"'{name}' ({describe_role(role)})"
+    if not binding.can_batch and "batch_axes" in dump._values:  # batched by jaxbind's loop
+        values = dump.to_dict()
+        batch_axes = values.pop("batch_axes")
+        dump = encode_kwargs(values)
+        fn, label = looped(fn, batch_axes, dump), label + ", batched"
+    return fn, dump, label

@@ -50,6 +50,8 @@ class CallSpec:
 
     def call_kwargs(self) -> KwargsDump:
         """Keyword arguments as the callables and abstract functions see them."""
-        if not self.binding.can_batch:
+        if not self.binding.can_batch and self.batch_axes is None:
             return self.kwargs
+        # native batching passes batch_axes to the callables; jaxbind's own loop
+        # (see _loop) reads it and hands the callables the plain kwargs
         return self.kwargs.with_extra(batch_axes=self.batch_axes)
