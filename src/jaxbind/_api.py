@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Sequence
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -67,10 +68,23 @@ class Op:
         if binding.can_batch and "batch_axes" in kwargs:
             raise TypeError(f"jaxbind: '{binding.name}': the keyword argument 'batch_axes' is "
                             "reserved for jaxbind's batching protocol")
-        dump = encode_kwargs(kwargs, where=f"'{binding.name}'")
+        dump = encode_kwargs(kwargs, where=f"'{binding.name}'") if kwargs else _NO_KWARGS
         args = [a if isinstance(a, jax.Array) else jnp.asarray(a) for a in args]
         spec = CallSpec(binding, "f", binding.first_n_args_fixed, dump)
-        return binding.primitive.bind(*args, spec=spec)
+        if any(isinstance(a, jax.core.Tracer) for a in args):
+            return binding.primitive.bind(*args, spec=spec)
+        # Eager call: a jitted bind per call site, so repeated eager calls take
+        # JAX's fast C++ dispatch path instead of re-dispatching the primitive.
+        cache = binding.eager_calls
+        fn = cache.get(spec)
+        if fn is None:
+            if len(cache) >= 64:
+                cache.clear()
+            fn = cache[spec] = jax.jit(partial(binding.primitive.bind, spec=spec))
+        return fn(*args)
+
+
+_NO_KWARGS = encode_kwargs({})
 
 
 def _release(name: str, prim) -> None:

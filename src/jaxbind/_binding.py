@@ -48,6 +48,7 @@ class Binding:
     first_n_args_fixed: int
     can_batch: bool
     primitive: object = field(default=None, repr=False)
+    eager_calls: dict = field(default_factory=dict, repr=False, compare=False)  # see Op.__call__
     __weakref__: object = field(default=None, init=False, repr=False, compare=False)
 
     def callables(self) -> tuple:

@@ -14,10 +14,16 @@ def looped(fn, batch_axes, kwargs_dump):
     rule arranges); outputs carry every level at the front. `fn` sees each
     element's C-contiguous views and the call's own keyword arguments.
     """
+    batched = [bool(ax) for ax in batch_axes]
+
     def call(out, args, _):
         levels = next(a.shape[:len(ax)] for a, ax in zip(args, batch_axes) if ax)
-        for idx in np.ndindex(*levels):
-            fn(tuple(o[idx] for o in out),
-               tuple(a[idx[len(idx) - len(ax):]] if ax else a for a, ax in zip(args, batch_axes)),
+        n = int(np.prod(levels))
+        # Every batched array carries all levels in front: flatten them to one
+        # axis (a free reshape of C-contiguous views) and loop over it.
+        outs = [o.reshape((n,) + o.shape[len(levels):]) for o in out]
+        ins = [a.reshape((n,) + a.shape[len(levels):]) if b else a for a, b in zip(args, batched)]
+        for k in range(n):
+            fn(tuple(o[k] for o in outs), tuple(a[k] if b else a for a, b in zip(ins, batched)),
                kwargs_dump)
     return call

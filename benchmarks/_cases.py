@@ -1,0 +1,189 @@
+"""Benchmark cases, run inside a worker process (one per Python environment).
+
+`python _cases.py --serve` reads JSON requests on stdin, one per line:
+    {"impl": "jaxbind", "case": "double", "size": 1000, "reps": 200}
+and answers each with {"t": seconds per call, "inside": seconds per call spent
+inside the callable (or null)}. The "jaxbind" implementation uses only the
+JAXbind 1.3 API, so the same code times this project and JAXbind 1.3.1 (run in
+its own virtual environment).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+_inside = [0.0]
+
+
+def _double(out, args, kwargs_dump):
+    t = time.perf_counter()
+    np.multiply(args[0], 2, out=out[0])
+    _inside[0] += time.perf_counter() - t
+
+
+def _empty(out, args, kwargs_dump):
+    pass
+
+
+def _double4(out, args, kwargs_dump):
+    for o, a in zip(out, args):
+        np.multiply(a, 2, out=o)
+
+
+def _double_batched(out, args, kwargs_dump):
+    np.multiply(args[0], 2, out=out[0])
+
+
+def _abstract(*args, **kwargs):
+    return tuple((a.shape, a.dtype) for a in args)
+
+
+def _abstract_batched(x, **kwargs):
+    ba = kwargs.get("batch_axes")
+    return ((x.shape, x.dtype, ba[0][-1] if ba else ()),)
+
+
+def _jaxbind_ops():
+    import jaxbind
+    return dict(
+        double=jaxbind.get_linear_call(_double, _double, _abstract, _abstract),
+        empty=jaxbind.get_linear_call(_empty, _empty, _abstract, _abstract),
+        double4=jaxbind.get_linear_call(_double4, _double4, _abstract, _abstract),
+        native=jaxbind.get_linear_call(_double_batched, _double_batched, _abstract_batched,
+                                       _abstract_batched, func_can_batch=True),
+    )
+
+
+def _pure_callback(x):
+    return jax.pure_callback(lambda a: 2 * a, jax.ShapeDtypeStruct(x.shape, x.dtype), x,
+                             vmap_method="sequential")
+
+
+@jax.custom_vjp
+def _pure_callback_ad(x):
+    return _pure_callback(x)
+
+
+_pure_callback_ad.defvjp(lambda x: (_pure_callback(x), None),
+                         lambda _, ct: (_pure_callback(ct),))
+
+
+def _buffer_callback(n_in=1):
+    from jax.experimental.buffer_callback import buffer_callback
+
+    def cb(ctx, out, *args):
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        for o, a in zip(outs, args):
+            np.multiply(np.asarray(a), 2, out=np.asarray(o))
+
+    def call(*xs):
+        shapes = tuple(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in xs)
+        return buffer_callback(cb, shapes if n_in > 1 else shapes[0])(*xs)
+    return call
+
+
+def build(impl: str, case: str, size: int):
+    """-> (function to time, its argument) for one implementation and case."""
+    n = int(size)
+    x = jnp.ones(n, jnp.float32)
+    if case in ("double", "eager", "first_call"):
+        f = {"jnp": lambda x: 2 * x,
+             "pure_callback": _pure_callback,
+             "buffer_callback": _buffer_callback() if impl == "buffer_callback" else None,
+             "jaxbind": (lambda op: (lambda x: op(x)[0]))(_jaxbind_ops()["double"])
+             if impl == "jaxbind" else None}[impl]
+        if case == "eager":
+            return f, x
+        if case == "first_call":
+            return (lambda x: jax.jit(lambda y: f(y))(x)), x  # a new function each call
+        return jax.jit(f), x
+    if case == "empty":
+        f = {"jaxbind": lambda x: _jaxbind_ops()["empty"](x)[0], "jnp": lambda x: x}[impl]
+        return jax.jit(f), x
+    if case == "io4":
+        xs = tuple(jnp.ones(n, jnp.float32) + k for k in range(4))
+        if impl == "jaxbind":
+            op = _jaxbind_ops()["double4"]
+            f = lambda *xs: op(*xs)  # noqa: E731
+        elif impl == "jnp":
+            f = lambda *xs: [2 * a for a in xs]  # noqa: E731
+        elif impl == "buffer_callback":
+            f = _buffer_callback(4)
+        else:
+            f = lambda *xs: [_pure_callback(a) for a in xs]  # noqa: E731
+        g = jax.jit(f)
+        return (lambda xs: g(*xs)), xs
+    if case == "grad":
+        f = {"jnp": lambda x: 2 * x, "pure_callback": _pure_callback_ad,
+             "jaxbind": (lambda op: (lambda x: op(x)[0]))(_jaxbind_ops()["double"])
+             if impl == "jaxbind" else None}[impl]
+        return jax.jit(jax.grad(lambda x: jnp.sum(f(x)))), x
+    if case in ("vmap", "vmap_native"):
+        xb = jnp.ones((64, n), jnp.float32)
+        if impl == "jaxbind":
+            op = _jaxbind_ops()["native" if case == "vmap_native" else "double"]
+            f = lambda x: op(x)[0]  # noqa: E731
+        elif impl == "jnp":
+            f = lambda x: 2 * x  # noqa: E731
+        elif impl == "pure_callback":
+            vm = "sequential" if case == "vmap" else "expand_dims"
+            f = lambda x: jax.pure_callback(lambda a: 2 * a,  # noqa: E731
+                                            jax.ShapeDtypeStruct(x.shape, x.dtype), x,
+                                            vmap_method=vm)
+        else:
+            raise KeyError(impl)
+        return jax.jit(jax.vmap(f)), xb
+    raise KeyError(case)
+
+
+def time_it(fn, arg, reps: int):
+    _inside[0] = 0.0
+    start = time.perf_counter()
+    for _ in range(reps):
+        y = fn(arg)
+    jax.block_until_ready(y)
+    total = (time.perf_counter() - start) / reps
+    return total, _inside[0] / reps
+
+
+def import_time(impl: str) -> float:
+    module = {"jaxbind": "jaxbind", "jnp": "jax"}.get(impl, "jax")
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", f"import {module}"], check=True)
+    return time.perf_counter() - start
+
+
+def serve():
+    cache = {}
+    for line in sys.stdin:
+        req = json.loads(line)
+        try:
+            if req["case"] == "import":
+                reply = {"t": import_time(req["impl"]), "inside": None}
+            else:
+                key = (req["impl"], req["case"], req["size"])
+                if key not in cache:
+                    fn, arg = build(*key)
+                    jax.block_until_ready(fn(arg))  # compile once
+                    cache[key] = (fn, arg)
+                t, inside = time_it(*cache[key], req["reps"])
+                reply = {"t": t, "inside": inside if req["impl"] == "jaxbind" else None}
+        except Exception as exc:  # an implementation that lacks this case
+            reply = {"error": f"{type(exc).__name__}: {exc}"}
+        print(json.dumps(reply), flush=True)
+
+
+if __name__ == "__main__":
+    if "--versions" in sys.argv:
+        import importlib.metadata as md
+        print(json.dumps({"python": sys.version.split()[0], "jax": jax.__version__,
+                          "jaxbind": md.version("jaxbind"), "numpy": np.__version__}))
+    else:
+        serve()

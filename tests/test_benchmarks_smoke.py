@@ -1,0 +1,21 @@
+"""The benchmark runner keeps working: run it on the smallest sizes (no timing asserted)."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).parent.parent
+
+
+def test_runner_quick(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "--quick",
+                           "--no-jaxbind13", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads((tmp_path / "quick.json").read_text())
+    impls = {(r["case"], r["impl"]) for r in data["results"]}
+    assert {("double", "jaxbind"), ("double", "jnp"), ("grad", "jaxbind"), ("vmap", "jaxbind"),
+            ("eager", "jaxbind")} <= impls
+    assert all(r["median_s"] > 0 for r in data["results"])
+    assert "| double | 1 |" in (tmp_path / "quick.md").read_text()
