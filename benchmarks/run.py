@@ -19,6 +19,7 @@ import json
 import os
 import pathlib
 import platform
+import random
 import subprocess
 import sys
 
@@ -69,7 +70,7 @@ def _reps(case, size, quick):
         per_call *= 64
     if case == "eager":
         per_call = 2e-4
-    return max(3, int(budget / per_call))
+    return max(10, int(budget / per_call))
 
 
 def main():
@@ -102,8 +103,16 @@ def main():
     samples = {key: [] for key in plan}
     inside = {key: [] for key in plan}
     errors = {}
+    rng = random.Random(0)
     for r in range(rounds):
-        for case, size, impl in plan:
+        # Within each case and size, a new order every round: what ran just before
+        # (e.g. the allocator state a large case leaves) must not favour anyone.
+        order = []
+        for key in dict.fromkeys((c, s) for c, s, _ in plan):
+            group = [p for p in plan if p[:2] == key]
+            rng.shuffle(group)
+            order += group
+        for case, size, impl in order:
             worker = workers["jaxbind13" if impl == "jaxbind13" else "ours"]
             reply = worker.ask(impl="jaxbind" if impl == "jaxbind13" else impl, case=case,
                                size=size, reps=_reps(case, size, args.quick))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 __all__ = ["looped"]
@@ -21,9 +23,11 @@ def looped(fn, batch_axes, kwargs_dump):
         n = int(np.prod(levels))
         # Every batched array carries all levels in front: flatten them to one
         # axis (a free reshape of C-contiguous views) and loop over it.
-        outs = [o.reshape((n,) + o.shape[len(levels):]) for o in out]
-        ins = [a.reshape((n,) + a.shape[len(levels):]) if b else a for a, b in zip(args, batched)]
-        for k in range(n):
-            fn(tuple(o[k] for o in outs), tuple(a[k] if b else a for a, b in zip(ins, batched)),
-               kwargs_dump)
+        # Iterating an array yields its sub-array views at C speed.
+        iters = [iter(o.reshape((n,) + o.shape[len(levels):])) for o in out]
+        iters += [iter(a.reshape((n,) + a.shape[len(levels):])) if b else itertools.repeat(a, n)
+                  for a, b in zip(args, batched)]
+        n_out = len(out)
+        for views in zip(*iters):
+            fn(views[:n_out], views[n_out:], kwargs_dump)
     return call
