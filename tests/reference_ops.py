@@ -206,7 +206,6 @@ def _flipsum_abstract(x, y, batch_axes=None, **kwargs):
 def _flipsum_abstract_T(ct, batch_axes=None, **kwargs):
     if not batch_axes:
         return ((ct.shape, ct.dtype, None),) * 2
-    axes = batch_axes[0]
     # cotangents of x and y, batched like the output: levels at the front
     return ((ct.shape, ct.dtype, 0),) * 2
 

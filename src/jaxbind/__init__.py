@@ -25,7 +25,7 @@ from ._kwargs import load_kwargs  # noqa: E402
 
 _lowering.register_targets()
 
-from . import testing  # noqa: E402  (jaxbind.testing.check)
+from . import testing  # noqa: E402, F401  (jaxbind.testing.check)
 
 __version__ = "2.0.0.dev0"
 
