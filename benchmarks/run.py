@@ -3,6 +3,7 @@
     python benchmarks/run.py            # full run (a few minutes), writes benchmarks/results/
     python benchmarks/run.py --quick    # smallest sizes, few rounds (the CI smoke test)
     python benchmarks/run.py --no-jaxbind13
+    python benchmarks/run.py --cases double,vmap   # a subset, written as results/subset.*
 
 Every implementation runs in a worker process (benchmarks/_cases.py): this
 project's jaxbind, jnp, pure_callback and buffer_callback in this Python, and
@@ -80,6 +81,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--no-jaxbind13", action="store_true")
     parser.add_argument("--out", default=str(HERE / "results"))
+    parser.add_argument("--cases", default="", help="comma-separated subset of the cases")
     args = parser.parse_args()
     rounds = 3 if args.quick else args.rounds
 
@@ -91,7 +93,10 @@ def main():
         workers["jaxbind13"] = Worker(py13, env)
 
     plan = []
+    wanted = set(filter(None, args.cases.split(",")))
     for case, sizes, impls in FULL:
+        if wanted and case not in wanted:
+            continue
         if args.quick:
             sizes = sizes[:1]
         for size in sizes:
@@ -145,7 +150,7 @@ def main():
     print(table)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = "quick" if args.quick else "latest"
+    stem = "quick" if args.quick else "latest" if not wanted else "subset"
     (out / f"{stem}.json").write_text(json.dumps(dict(meta=meta, results=results), indent=1))
     (out / f"{stem}.md").write_text(_header(meta) + "\n" + table + "\n")
     _plot(results, out / f"{stem}.png", meta)
