@@ -145,6 +145,7 @@ def main():
                 machine=f"{platform.node()} {platform.machine()} {os.cpu_count()} cores "
                         f"{platform.processor() or ''}".strip(),
                 versions={k: w.versions for k, w in workers.items()}, rounds=rounds,
+                malloc_env={k: v for k, v in os.environ.items() if k.startswith("MALLOC_")},
                 quick=args.quick, errors={"/".join(map(str, k)): v for k, v in errors.items()})
     table = _table(results)
     print(table)
@@ -185,7 +186,8 @@ def _table(results):
 
 def _header(meta):
     v = meta["versions"]
-    lines = [f"Run {meta['date']} on {meta['machine']}, {meta['rounds']} rounds, medians.",
+    lines = [f"Run {meta['date']} on {meta['machine']}, {meta['rounds']} rounds, medians."
+             + (f" Environment: {meta['malloc_env']}." if meta.get("malloc_env") else ""),
              "Versions: " + "; ".join(f"{k}: " + ", ".join(f"{a} {b}" for a, b in d.items())
                                        for k, d in v.items())]
     return "\n\n".join(lines) + "\n"
