@@ -19,6 +19,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
@@ -48,12 +49,17 @@ struct Site {
   nb::object kwargs_dump;  // decoded keyword arguments, passed through
   nb::object label;        // str naming the binding and role, for errors
   std::string binding;     // binding name, to purge sites of dropped bindings
+  // jaxbind's own batching (see _batching): the leading `levels` axes of every
+  // output and of each input marked in `batched` are a batch; the callable is
+  // called once per batch element. levels == 0: one plain call.
+  int levels = 0;
+  std::vector<bool> batched;
 };
 
 struct State {
   std::unordered_map<int64_t, Site> sites;
   std::array<PyArray_Descr*, kNumDtypes> dtypes{};  // owned references
-  nb::object resolver;   // (binding, role, kwargs: bytes, digest) -> (callable, kwargs_dump, label)
+  nb::object resolver;   // (binding, role, kwargs, digest) -> (callable, kwargs_dump, label, loop)
   nb::object formatter;  // (label, type, value, traceback) -> str
 };
 
@@ -100,9 +106,12 @@ nb::object wrap(ffi::DataType type, void *data, ffi::Span<const int64_t> dims,
   return nb::steal(array);
 }
 
-// A tuple of NumPy views over all of XLA's argument or result buffers.
+// A tuple of NumPy views over all of XLA's argument or result buffers. With
+// levels > 0, the views are of batch element `element` (the leading `levels`
+// axes dropped) of the buffers marked in `batched` (all of them if empty).
 template <typename Remaining>
-nb::object wrap_all(const Remaining &buffers, bool writeable, const char *what) {
+nb::object wrap_all(const Remaining &buffers, bool writeable, const char *what, int levels = 0,
+                    int64_t element = 0, const std::vector<bool> &batched = {}) {
   PyObject *tuple = PyTuple_New(static_cast<Py_ssize_t>(buffers.size()));
   if (tuple == nullptr) throw nb::python_error();
   nb::object owner = nb::steal(tuple);
@@ -113,11 +122,28 @@ nb::object wrap_all(const Remaining &buffers, bool writeable, const char *what) 
       if constexpr (std::is_same_v<Remaining, ffi::RemainingRets>) return **buf;
       else return *buf;
     }();
+    auto dims = b.dimensions();
+    char *data = static_cast<char *>(b.untyped_data());
+    if (levels > 0 && (batched.empty() || batched[i])) {
+      int64_t elem_bytes = static_cast<int64_t>(ffi::ByteWidth(b.element_type()));
+      for (size_t d = levels; d < dims.size(); ++d) elem_bytes *= dims[d];
+      data += element * elem_bytes;
+      dims = ffi::Span<const int64_t>(dims.begin() + levels, dims.size() - levels);
+    }
     PyTuple_SET_ITEM(tuple, i,
-                     wrap(b.element_type(), b.untyped_data(), b.dimensions(), writeable, what, i)
-                         .release().ptr());
+                     wrap(b.element_type(), data, dims, writeable, what, i).release().ptr());
   }
   return owner;
+}
+
+// Number of batch elements: the product of the leading `levels` axes of output 0.
+int64_t batch_size(const ffi::RemainingRets &rets, int levels) {
+  auto buf = rets.get<ffi::AnyBuffer>(0);
+  if (!buf.has_value()) throw std::runtime_error("cannot decode output");
+  auto dims = (**buf).dimensions();
+  int64_t n = 1;
+  for (int d = 0; d < levels; ++d) n *= dims[d];
+  return n;
 }
 
 // After the call, the views point at memory XLA will reuse. Make the output
@@ -148,6 +174,11 @@ const Site &resolve(int64_t digest, std::string_view binding, std::string_view r
       nb::bytes(reinterpret_cast<const char *>(kwargs.begin()), kwargs.size()), digest);
   auto parts = nb::cast<nb::tuple>(found);
   Site site{parts[0], parts[1], parts[2], std::string(binding)};
+  if (!parts[3].is_none()) {
+    auto loop = nb::cast<nb::tuple>(parts[3]);
+    site.levels = nb::cast<int>(loop[0]);
+    for (nb::handle b : nb::cast<nb::tuple>(loop[1])) site.batched.push_back(nb::cast<bool>(b));
+  }
   return state->sites.emplace(digest, std::move(site)).first->second;
 }
 
@@ -187,13 +218,16 @@ ffi::Error Call(ffi::RemainingArgs args, ffi::RemainingRets rets, ffi::Dictionar
     label = site.label;
     nb::object callable = site.callable, kwargs_dump = site.kwargs_dump;
 
-    nb::object outs = wrap_all(rets, true, "output");
-    nb::object ins = wrap_all(args, false, "input");
-    PyObject *argv[3] = {outs.ptr(), ins.ptr(), kwargs_dump.ptr()};
-    PyObject *result = PyObject_Vectorcall(callable.ptr(), argv, 3, nullptr);
-    if (result == nullptr) throw nb::python_error();
-    Py_DECREF(result);
-    if (!release_views(outs, ins, site)) throw nb::python_error();
+    int64_t n = site.levels > 0 ? batch_size(rets, site.levels) : 1;
+    for (int64_t k = 0; k < n; ++k) {
+      nb::object outs = wrap_all(rets, true, "output", site.levels, k);
+      nb::object ins = wrap_all(args, false, "input", site.levels, k, site.batched);
+      PyObject *argv[3] = {outs.ptr(), ins.ptr(), kwargs_dump.ptr()};
+      PyObject *result = PyObject_Vectorcall(callable.ptr(), argv, 3, nullptr);
+      if (result == nullptr) throw nb::python_error();
+      Py_DECREF(result);
+      if (!release_views(outs, ins, site)) throw nb::python_error();
+    }
     return ffi::Error::Success();
   } catch (nb::python_error &e) {
     std::string message;

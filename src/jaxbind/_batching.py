@@ -5,7 +5,8 @@ are passed to the callables and abstract functions as `batch_axes` (a tuple
 per input, outermost vmap last), and the abstract function reports each
 output's new batch axis as a third entry. Otherwise jaxbind batches the op
 itself: one custom call receives the whole batch and calls the callable once
-per batch element (see _loop). Inputs are aligned first in both cases (_align).
+per batch element (the trampoline loops; see resolve_site). Inputs are aligned
+first in both cases (_align).
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def _align(args, dims, spec: CallSpec):
 
 
 def _batch_looped(args, dims, spec: CallSpec):
-    """Fallback: one custom call for the whole batch, which loops over it (see _loop).
+    """Fallback: one custom call for the whole batch; the trampoline loops over it.
 
     Batch axes go to the front, outermost level first, so that every slice the
     user's callable sees is C-contiguous; outputs get their batch axes there too.

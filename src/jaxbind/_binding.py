@@ -23,7 +23,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ._kwargs import decode_kwargs, encode_kwargs
-from ._loop import looped
 
 __all__ = ["Kind", "Binding", "register", "lookup", "resolve_site", "site_digest"]
 
@@ -155,7 +154,13 @@ def site_digest(name: str, role: str, blob: bytes) -> int:
 
 
 def resolve_site(name: str, role: str, blob: bytes, digest: int):
-    """Called by the trampoline on the first call of a site: -> (callable, kwargs_dump, label)."""
+    """Called by the trampoline on the first call of a site.
+
+    Returns (callable, kwargs_dump, label, loop). `loop` is None, or, for a call
+    batched by jaxbind itself, (levels, batched): the trampoline then calls the
+    callable once per batch element, on the views with the leading `levels` axes
+    dropped, of every output and of each input marked in `batched`.
+    """
     binding = lookup(name)
     if binding is None:
         raise LookupError(
@@ -166,10 +171,11 @@ def resolve_site(name: str, role: str, blob: bytes, digest: int):
         raise ValueError(f"the call attributes of '{name}' are inconsistent (digest mismatch); "
                          "the program was modified or corrupted")
     fn, dump = binding.callable_for(role), decode_kwargs(blob)
-    label = f"'{name}' ({describe_role(role)})"
-    if not binding.can_batch and "batch_axes" in dump._values:  # batched by jaxbind's loop
+    label, loop = f"'{name}' ({describe_role(role)})", None
+    if not binding.can_batch and "batch_axes" in dump._values:  # batched by jaxbind
         values = dump.to_dict()
-        batch_axes = values.pop("batch_axes")
+        batch_axes = values.pop("batch_axes")  # all leading (see _batching._batch_looped)
         dump = encode_kwargs(values)
-        fn, label = looped(fn, batch_axes, dump), label + ", batched"
-    return fn, dump, label
+        loop = (max(len(ax) for ax in batch_axes), tuple(bool(ax) for ax in batch_axes))
+        label += ", batched"
+    return fn, dump, label, loop

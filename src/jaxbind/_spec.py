@@ -53,5 +53,5 @@ class CallSpec:
         if not self.binding.can_batch and self.batch_axes is None:
             return self.kwargs
         # native batching passes batch_axes to the callables; jaxbind's own loop
-        # (see _loop) reads it and hands the callables the plain kwargs
+        # (the trampoline's loop, see resolve_site) hands the callables the plain kwargs
         return self.kwargs.with_extra(batch_axes=self.batch_axes)
