@@ -242,8 +242,7 @@ def check(op, *args, rtol=None, eps=None, batch_size=3, seed=0, verbose=True,
             _, vjp = jax.vjp(f_i, jnp.asarray(x))
             (ct,) = vjp([jnp.asarray(c) for c in u])
             rhs = _pair(ct, v)
-            if has_fwd:
-                _, tan = jax.jvp(f_i, (jnp.asarray(x),), (jnp.asarray(v),))
+            if has_fwd:  # `tan` is the JVP along v computed above
                 lhs = sum(_pair(c, t) for c, t in zip(u, tan))
                 scale = max(abs(lhs), np.linalg.norm(np.asarray(ct)) * np.linalg.norm(v), 1e-30)
                 report.append(CheckResult("vjp vs jvp (dot product)", target, dt,
