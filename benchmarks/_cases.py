@@ -41,6 +41,27 @@ def _double_batched(out, args, kwargs_dump):
     np.multiply(args[0], 2, out=out[0])
 
 
+_private = {}
+
+
+def _traffic(out, args, kwargs_dump):
+    """The memory traffic of `double` at size n, on private NumPy arrays (see "traffic")."""
+    n = int(jaxbind_load_kwargs(kwargs_dump)["n"])
+    if n not in _private:
+        _private.clear()
+        _private[n] = (np.ones(n, np.float32), np.empty(n, np.float32))
+    src, dst = _private[n]
+    t = time.perf_counter()
+    np.multiply(src, 2, out=dst)
+    out[0][...] = args[0]
+    _inside[0] += time.perf_counter() - t
+
+
+def jaxbind_load_kwargs(kwargs_dump):
+    import jaxbind
+    return jaxbind.load_kwargs(kwargs_dump)
+
+
 def _abstract(*args, **kwargs):
     return tuple((a.shape, a.dtype) for a in args)
 
@@ -56,6 +77,7 @@ def _jaxbind_ops():
         double=jaxbind.get_linear_call(_double, _double, _abstract, _abstract),
         empty=jaxbind.get_linear_call(_empty, _empty, _abstract, _abstract),
         double4=jaxbind.get_linear_call(_double4, _double4, _abstract, _abstract),
+        traffic=jaxbind.get_linear_call(_traffic, _traffic, _abstract, _abstract),
         native=jaxbind.get_linear_call(_double_batched, _double_batched, _abstract_batched,
                                        _abstract_batched, func_can_batch=True),
     )
@@ -104,6 +126,9 @@ def build(impl: str, case: str, size: int):
         if case == "first_call":
             return (lambda x: jax.jit(lambda y: f(y))(x)), x  # a new function each call
         return jax.jit(f), x
+    if case == "traffic":  # a 1-element op whose callable moves as many bytes as `double`
+        op = _jaxbind_ops()["traffic"]
+        return jax.jit(lambda x: op(x, n=n)[0]), jnp.ones(1, jnp.float32)
     if case == "empty":
         f = {"jaxbind": lambda x: _jaxbind_ops()["empty"](x)[0], "jnp": lambda x: x}[impl]
         return jax.jit(f), x

@@ -30,6 +30,7 @@ HERE = pathlib.Path(__file__).parent
 FULL = [
     ("double", [1, 1_000, 1_000_000, 16_000_000],
      ["jnp", "jaxbind", "jaxbind13", "pure_callback", "buffer_callback"]),
+    ("traffic", [1_000_000, 16_000_000], ["jaxbind"]),
     ("empty", [1, 1_000], ["jaxbind", "jaxbind13"]),
     ("io4", [1_000], ["jnp", "jaxbind", "jaxbind13", "pure_callback", "buffer_callback"]),
     ("grad", [1_000], ["jnp", "jaxbind", "jaxbind13", "pure_callback"]),
@@ -71,6 +72,8 @@ def _reps(case, size, quick):
         per_call *= 64
     if case == "eager":
         per_call = 2e-4
+    if case == "traffic":
+        per_call = {1_000_000: 4e-4, 16_000_000: 2e-2}.get(size, 1e-4)
     return max(10, int(budget / per_call))
 
 
@@ -167,8 +170,9 @@ def _fmt(t):
 def _table(results):
     by = {(r["case"], r["size"], r["impl"]): r for r in results}
     impls = ["jnp", "jaxbind", "jaxbind13", "buffer_callback", "pure_callback"]
-    rows = ["| case | size | " + " | ".join(impls) + " | jaxbind/jaxbind13 | jaxbind inside callable |",
-            "|---|---|" + "---|" * (len(impls) + 2)]
+    rows = ["| case | size | " + " | ".join(impls) + " | jaxbind/jaxbind13 | jaxbind inside callable "
+            "| jaxbind outside callable |",
+            "|---|---|" + "---|" * (len(impls) + 3)]
     for case, sizes, _ in FULL:
         for size in sizes:
             cells = [by.get((case, size, i)) for i in impls]
@@ -176,11 +180,13 @@ def _table(results):
                 continue
             ours, old = by.get((case, size, "jaxbind")), by.get((case, size, "jaxbind13"))
             ratio = f"{ours['median_s'] / old['median_s']:.2f}" if ours and old else "-"
-            share = "-"
+            share = outside = "-"
             if ours and ours["inside_s"]:
                 share = f"{100 * ours['inside_s'] / ours['median_s']:.0f}%"
+                outside = _fmt(ours["median_s"] - ours["inside_s"])
             rows.append(f"| {case} | {size} | " + " | ".join(
-                _fmt(c["median_s"]) if c else "-" for c in cells) + f" | {ratio} | {share} |")
+                _fmt(c["median_s"]) if c else "-" for c in cells)
+                + f" | {ratio} | {share} | {outside} |")
     return "\n".join(rows)
 
 

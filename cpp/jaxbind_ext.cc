@@ -14,6 +14,7 @@
 // Unknown names and Python exceptions become ffi::Error values, never crashes.
 
 #include <array>
+#include <memory>
 #include <type_traits>
 #include <cstdint>
 #include <string>
@@ -54,10 +55,13 @@ struct Site {
   // called once per batch element. levels == 0: one plain call.
   int levels = 0;
   std::vector<bool> batched;
+  // The views of the site's last call, when the callable kept no reference to
+  // them: the next call points them at its buffers instead of building new ones.
+  nb::object out_views, in_views;
 };
 
 struct State {
-  std::unordered_map<int64_t, Site> sites;
+  std::unordered_map<int64_t, std::shared_ptr<Site>> sites;  // shared: a call in flight keeps its site
   std::array<PyArray_Descr*, kNumDtypes> dtypes{};  // owned references
   nb::object resolver;   // (binding, role, kwargs, digest) -> (callable, kwargs_dump, label, loop)
   nb::object formatter;  // (label, type, value, traceback) -> str
@@ -80,60 +84,98 @@ ffi::Error error(ffi::ErrorCode code, std::string message) {
   return ffi::Error(code, "jaxbind: " + std::move(message));
 }
 
-// Wrap one XLA buffer as a C-contiguous NumPy array over the same memory.
-nb::object wrap(ffi::DataType type, void *data, ffi::Span<const int64_t> dims,
-                bool writeable, const char *what, size_t index) {
-  auto code = static_cast<size_t>(type);
+// One buffer as the callable sees it: with levels > 0 and `batched`, batch
+// element `element` (the leading `levels` axes dropped) of the buffer.
+struct View {
+  ffi::DataType type;
+  char *data;
+  ffi::Span<const int64_t> dims;
+};
+
+template <typename Remaining>
+View view_of(const Remaining &buffers, size_t i, const char *what, int levels, int64_t element,
+             bool batched) {
+  auto buf = buffers.template get<ffi::AnyBuffer>(i);
+  if (!buf.has_value()) throw std::runtime_error(std::string("cannot decode ") + what);
+  ffi::AnyBuffer b = [&]() -> ffi::AnyBuffer {
+    if constexpr (std::is_same_v<Remaining, ffi::RemainingRets>) return **buf;
+    else return *buf;
+  }();
+  View v{b.element_type(), static_cast<char *>(b.untyped_data()), b.dimensions()};
+  if (levels > 0 && batched) {
+    int64_t elem_bytes = static_cast<int64_t>(ffi::ByteWidth(v.type));
+    for (size_t d = levels; d < v.dims.size(); ++d) elem_bytes *= v.dims[d];
+    v.data += element * elem_bytes;
+    v.dims = ffi::Span<const int64_t>(v.dims.begin() + levels, v.dims.size() - levels);
+  }
+  return v;
+}
+
+// A new C-contiguous NumPy array over the view's memory (zero-copy).
+PyObject *wrap(const View &v, bool writeable, const char *what, size_t index) {
+  auto code = static_cast<size_t>(v.type);
   PyArray_Descr *descr = code < kNumDtypes ? state->dtypes[code] : nullptr;
   if (descr == nullptr) {
     PyErr_Format(PyExc_TypeError, "%s %zu has XLA element type %zu, which jaxbind cannot wrap",
                  what, index, code);
     throw nb::python_error();
   }
-  if (dims.size() > NPY_MAXDIMS) {
+  if (v.dims.size() > NPY_MAXDIMS) {
     PyErr_Format(PyExc_ValueError, "%s %zu has rank %zu; NumPy allows at most %d", what, index,
-                 dims.size(), NPY_MAXDIMS);
+                 v.dims.size(), NPY_MAXDIMS);
     throw nb::python_error();
   }
   npy_intp shape[NPY_MAXDIMS];
-  for (size_t i = 0; i < dims.size(); ++i) shape[i] = static_cast<npy_intp>(dims[i]);
+  for (size_t i = 0; i < v.dims.size(); ++i) shape[i] = static_cast<npy_intp>(v.dims[i]);
   Py_INCREF(descr);  // PyArray_NewFromDescr steals it
-  PyObject *array = PyArray_NewFromDescr(&PyArray_Type, descr, static_cast<int>(dims.size()),
-                                         shape, nullptr, data,
+  PyObject *array = PyArray_NewFromDescr(&PyArray_Type, descr, static_cast<int>(v.dims.size()),
+                                         shape, nullptr, v.data,
                                          writeable ? NPY_ARRAY_CARRAY : NPY_ARRAY_CARRAY_RO,
                                          nullptr);
   if (array == nullptr) throw nb::python_error();
-  return nb::steal(array);
+  return array;
 }
 
-// A tuple of NumPy views over all of XLA's argument or result buffers. With
-// levels > 0, the views are of batch element `element` (the leading `levels`
-// axes dropped) of the buffers marked in `batched` (all of them if empty).
-template <typename Remaining>
-nb::object wrap_all(const Remaining &buffers, bool writeable, const char *what, int levels = 0,
-                    int64_t element = 0, const std::vector<bool> &batched = {}) {
-  PyObject *tuple = PyTuple_New(static_cast<Py_ssize_t>(buffers.size()));
-  if (tuple == nullptr) throw nb::python_error();
-  nb::object owner = nb::steal(tuple);
-  for (size_t i = 0; i < buffers.size(); ++i) {
-    auto buf = buffers.template get<ffi::AnyBuffer>(i);
-    if (!buf.has_value()) throw std::runtime_error(std::string("cannot decode ") + what);
-    ffi::AnyBuffer b = [&]() -> ffi::AnyBuffer {
-      if constexpr (std::is_same_v<Remaining, ffi::RemainingRets>) return **buf;
-      else return *buf;
-    }();
-    auto dims = b.dimensions();
-    char *data = static_cast<char *>(b.untyped_data());
-    if (levels > 0 && (batched.empty() || batched[i])) {
-      int64_t elem_bytes = static_cast<int64_t>(ffi::ByteWidth(b.element_type()));
-      for (size_t d = levels; d < dims.size(); ++d) elem_bytes *= dims[d];
-      data += element * elem_bytes;
-      dims = ffi::Span<const int64_t>(dims.begin() + levels, dims.size() - levels);
-    }
-    PyTuple_SET_ITEM(tuple, i,
-                     wrap(b.element_type(), data, dims, writeable, what, i).release().ptr());
+// Point a view of an earlier call at new memory, if nothing else holds it and
+// it still has the dtype, shape and strides `wrap` would give it.
+bool repoint(PyObject *obj, const View &v, bool writeable) {
+  auto *array = reinterpret_cast<PyArrayObject *>(obj);
+  auto code = static_cast<size_t>(v.type);
+  if (Py_REFCNT(obj) != 1 || code >= kNumDtypes || PyArray_DESCR(array) != state->dtypes[code] ||
+      PyArray_NDIM(array) != static_cast<int>(v.dims.size()))
+    return false;
+  npy_intp stride = PyArray_ITEMSIZE(array);
+  for (int d = static_cast<int>(v.dims.size()) - 1; d >= 0; --d) {
+    if (PyArray_DIM(array, d) != v.dims[d] || PyArray_STRIDE(array, d) != stride) return false;
+    if (v.dims[d] != 0) stride *= v.dims[d];
   }
-  return owner;
+  reinterpret_cast<PyArrayObject_fields *>(obj)->data = v.data;
+  if (writeable) PyArray_ENABLEFLAGS(array, NPY_ARRAY_WRITEABLE);
+  else PyArray_CLEARFLAGS(array, NPY_ARRAY_WRITEABLE);
+  return true;
+}
+
+// A tuple of views over all of XLA's argument or result buffers. `cache` holds
+// the tuple of the site's last call, if any; it is taken (so that a nested or
+// concurrent call of the same site builds its own) and reused where it fits.
+template <typename Remaining>
+nb::object views(nb::object &cache, const Remaining &buffers, bool writeable, const char *what,
+                 int levels = 0, int64_t element = 0, const std::vector<bool> &batched = {}) {
+  nb::object tuple = std::move(cache);
+  auto n = static_cast<Py_ssize_t>(buffers.size());
+  if (!tuple.is_valid() || Py_REFCNT(tuple.ptr()) != 1 || PyTuple_GET_SIZE(tuple.ptr()) != n) {
+    PyObject *fresh = PyTuple_New(n);
+    if (fresh == nullptr) throw nb::python_error();
+    tuple = nb::steal(fresh);
+  }
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    View v = view_of(buffers, i, what, levels, element, batched.empty() || batched[i]);
+    PyObject *old = PyTuple_GET_ITEM(tuple.ptr(), i);
+    if (old != nullptr && repoint(old, v, writeable)) continue;
+    PyTuple_SET_ITEM(tuple.ptr(), i, wrap(v, writeable, what, i));
+    Py_XDECREF(old);
+  }
+  return tuple;
 }
 
 // Number of batch elements: the product of the leading `levels` axes of output 0.
@@ -148,8 +190,8 @@ int64_t batch_size(const ffi::RemainingRets &rets, int levels) {
 
 // After the call, the views point at memory XLA will reuse. Make the output
 // views read-only, so that a reference the callable kept cannot write into
-// later results, and warn when the callable kept one. Returns false if the
-// warning was turned into an exception.
+// later results, and warn when the callable kept one. Returns whether it kept
+// one; throws if the warning was turned into an exception.
 bool release_views(const nb::object &outs, const nb::object &ins, const Site &site) {
   bool kept = Py_REFCNT(outs.ptr()) > 1 || Py_REFCNT(ins.ptr()) > 1;
   for (nb::handle view : nb::borrow<nb::tuple>(outs)) {
@@ -157,27 +199,32 @@ bool release_views(const nb::object &outs, const nb::object &ins, const Site &si
     kept |= Py_REFCNT(view.ptr()) > 1;
   }
   for (nb::handle view : nb::borrow<nb::tuple>(ins)) kept |= Py_REFCNT(view.ptr()) > 1;
-  if (!kept) return true;
+  if (!kept) return false;
   std::string text = "jaxbind: the callable of " + nb::cast<std::string>(nb::str(site.label)) +
                      " kept a reference to its input or output arrays after returning; they "
                      "are views of XLA buffers, valid only during the call (copy what you need)";
-  return PyErr_WarnEx(PyExc_RuntimeWarning, text.c_str(), 1) == 0;
+  if (PyErr_WarnEx(PyExc_RuntimeWarning, text.c_str(), 1) != 0) throw nb::python_error();
+  return true;
 }
 
 // Find the call site named by the attributes, asking the resolver on a miss.
-const Site &resolve(int64_t digest, std::string_view binding, std::string_view role,
-                    ffi::Span<const uint8_t> kwargs) {
+std::shared_ptr<Site> resolve(int64_t digest, std::string_view binding, std::string_view role,
+                              ffi::Span<const uint8_t> kwargs) {
   auto it = state->sites.find(digest);
   if (it != state->sites.end()) return it->second;
   nb::object found = state->resolver(
       nb::str(binding.data(), binding.size()), nb::str(role.data(), role.size()),
       nb::bytes(reinterpret_cast<const char *>(kwargs.begin()), kwargs.size()), digest);
   auto parts = nb::cast<nb::tuple>(found);
-  Site site{parts[0], parts[1], parts[2], std::string(binding)};
+  auto site = std::make_shared<Site>();
+  site->callable = parts[0];
+  site->kwargs_dump = parts[1];
+  site->label = parts[2];
+  site->binding = std::string(binding);
   if (!parts[3].is_none()) {
     auto loop = nb::cast<nb::tuple>(parts[3]);
-    site.levels = nb::cast<int>(loop[0]);
-    for (nb::handle b : nb::cast<nb::tuple>(loop[1])) site.batched.push_back(nb::cast<bool>(b));
+    site->levels = nb::cast<int>(loop[0]);
+    for (nb::handle b : nb::cast<nb::tuple>(loop[1])) site->batched.push_back(nb::cast<bool>(b));
   }
   return state->sites.emplace(digest, std::move(site)).first->second;
 }
@@ -214,19 +261,22 @@ ffi::Error Call(ffi::RemainingArgs args, ffi::RemainingRets rets, ffi::Dictionar
   nb::gil_scoped_acquire gil;
   nb::object label;
   try {
-    const Site &site = resolve(digest, binding, role, kwargs);
-    label = site.label;
-    nb::object callable = site.callable, kwargs_dump = site.kwargs_dump;
+    std::shared_ptr<Site> site = resolve(digest, binding, role, kwargs);
+    label = site->label;
+    nb::object callable = site->callable, kwargs_dump = site->kwargs_dump;
 
-    int64_t n = site.levels > 0 ? batch_size(rets, site.levels) : 1;
+    int64_t n = site->levels > 0 ? batch_size(rets, site->levels) : 1;
     for (int64_t k = 0; k < n; ++k) {
-      nb::object outs = wrap_all(rets, true, "output", site.levels, k);
-      nb::object ins = wrap_all(args, false, "input", site.levels, k, site.batched);
+      nb::object outs = views(site->out_views, rets, true, "output", site->levels, k);
+      nb::object ins = views(site->in_views, args, false, "input", site->levels, k, site->batched);
       PyObject *argv[3] = {outs.ptr(), ins.ptr(), kwargs_dump.ptr()};
       PyObject *result = PyObject_Vectorcall(callable.ptr(), argv, 3, nullptr);
       if (result == nullptr) throw nb::python_error();
       Py_DECREF(result);
-      if (!release_views(outs, ins, site)) throw nb::python_error();
+      if (!release_views(outs, ins, *site)) {  // nothing kept: reuse them next time
+        site->out_views = std::move(outs);
+        site->in_views = std::move(ins);
+      }
     }
     return ffi::Error::Success();
   } catch (nb::python_error &e) {
@@ -289,7 +339,7 @@ NB_MODULE(_ext, m) {
         if (state == nullptr) return size_t(0);
         size_t removed = 0;
         for (auto it = state->sites.begin(); it != state->sites.end();) {
-          if (it->second.binding == binding) {
+          if (it->second->binding == binding) {
             it = state->sites.erase(it);
             ++removed;
           } else {

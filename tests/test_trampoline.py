@@ -110,3 +110,52 @@ def test_extension_reports_its_build():
     assert _ext.call_format == 1
     assert isinstance(_ext.jaxlib_version, str) and _ext.jaxlib_version[0].isdigit()
     assert len(_ext.ffi_api_version) == 2
+
+
+# The trampoline reuses a site's array views from one call to the next (only the
+# data pointer changes). These check that reuse never hands a callable a stale view.
+
+def _seen_shapes_op(name):
+    seen = []
+
+    def f(out, args, kwargs_dump):
+        seen.append((args[0].shape, out[0].shape, args[0].flags.writeable,
+                     out[0].flags.writeable))
+        out[0][...] = 2 * args[0]
+    op = jaxbind.get_linear_call(f, f, lambda x: ((x.shape, x.dtype),),
+                                 lambda x: ((x.shape, x.dtype),), name=name)
+    return op, seen
+
+
+def test_reused_views_follow_new_shapes_of_the_same_site():
+    op, seen = _seen_shapes_op("tests.reuse_shapes")
+    fn = jax.jit(lambda x: op(x)[0])
+    for n in (3, 5, 3, 0, 5):  # one site (same binding, role, kwargs), changing shapes
+        x = jnp.arange(n, dtype=jnp.float32)
+        np.testing.assert_array_equal(fn(x), 2 * np.arange(n))
+    assert [s[0] for s in seen] == [(3,), (5,), (3,), (5,)]  # XLA skips the empty call
+    assert all(s[2:] == (False, True) for s in seen)  # inputs read-only, outputs writable
+
+
+@pytest.mark.filterwarnings("ignore:Setting the shape:DeprecationWarning")
+def test_view_reshaped_by_the_callable_is_not_reused():
+    def f(out, args, kwargs_dump):
+        x = args[0]
+        assert x.shape == (2, 3), x.shape
+        x.shape = (6,)  # legal on a view: changes this array object only
+        out[0].shape = (6,)
+        out[0][...] = x + 1
+    op = jaxbind.get_nonlinear_call(f, (None, None), lambda x: ((x.shape, x.dtype),), None,
+                                    name="tests.reshaping_callable")
+    fn = jax.jit(lambda x: op(x)[0])
+    x = jnp.arange(6.0).reshape(2, 3)
+    for _ in range(3):
+        np.testing.assert_array_equal(fn(x), np.arange(6.0).reshape(2, 3) + 1)
+
+
+def test_results_do_not_alias_across_calls_with_reused_views():
+    op, _ = _seen_shapes_op("tests.reuse_alias")
+    fn = jax.jit(lambda x: op(x)[0])
+    ys = [fn(jnp.full(4, float(k))) for k in range(5)]  # all results alive at once
+    for k, y in enumerate(ys):
+        np.testing.assert_array_equal(y, np.full(4, 2.0 * k))

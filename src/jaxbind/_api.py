@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -60,6 +61,15 @@ class Op:
         return f"<jaxbind {self.binding.kind.value} op '{self.binding.name}'>"
 
     def __call__(self, *args, **kwargs) -> list[jax.Array]:
+        # Fast path, the common eager call: no keyword arguments, all inputs
+        # concrete JAX arrays. It skips building a CallSpec (see _eager).
+        if not kwargs:
+            for a in args:
+                if not isinstance(a, jax.Array) or isinstance(a, jax.core.Tracer):
+                    break
+            else:
+                if len(args) > self.binding.first_n_args_fixed:
+                    return self._eager_plain(*args)
         binding = self.binding
         if len(args) <= binding.first_n_args_fixed:
             raise TypeError(
@@ -73,15 +83,24 @@ class Op:
         spec = CallSpec(binding, "f", binding.first_n_args_fixed, dump)
         if any(isinstance(a, jax.core.Tracer) for a in args):
             return binding.primitive.bind(*args, spec=spec)
-        # Eager call: a jitted bind per call site, so repeated eager calls take
-        # JAX's fast C++ dispatch path instead of re-dispatching the primitive.
-        cache = binding.eager_calls
-        fn = cache.get(spec)
-        if fn is None:
-            if len(cache) >= 64:
-                cache.clear()
-            fn = cache[spec] = jax.jit(partial(binding.primitive.bind, spec=spec))
-        return fn(*args)
+        return _eager(spec)(*args)
+
+    @functools.cached_property
+    def _eager_plain(self):
+        binding = self.binding
+        return _eager(CallSpec(binding, "f", binding.first_n_args_fixed, _NO_KWARGS))
+
+
+def _eager(spec: CallSpec):
+    """A jitted bind per call site, so repeated eager calls take JAX's fast C++
+    dispatch path instead of re-dispatching the primitive."""
+    cache = spec.binding.eager_calls
+    fn = cache.get(spec)
+    if fn is None:
+        if len(cache) >= 64:
+            cache.clear()
+        fn = cache[spec] = jax.jit(partial(spec.binding.primitive.bind, spec=spec))
+    return fn
 
 
 _NO_KWARGS = encode_kwargs({})
