@@ -8,7 +8,7 @@ import jax
 import numpy as np
 
 from ._binding import describe_role
-from ._compat import ShapedArray
+from ._compat import ShapedArray, output_aval
 from ._dtypes import check_supported
 from ._errors import add_context
 from ._spec import CallSpec
@@ -89,6 +89,6 @@ def abstract_eval(*avals, spec: CallSpec):
         levels = next(a.shape[:len(ax)] for a, ax in zip(avals, spec.batch_axes) if ax)
         core = [ShapedArray(a.shape[len(ax):], a.dtype) for a, ax in zip(avals, spec.batch_axes)]
         outs = call_abstract(spec, core)
-        return tuple(ShapedArray(levels + shape, dtype) for shape, dtype, _ in outs)
+        return tuple(output_aval(levels + shape, dtype, avals) for shape, dtype, _ in outs)
     outs = call_abstract(spec, avals, spec.batch_axes)
-    return tuple(ShapedArray(shape, dtype) for shape, dtype, _ in outs)
+    return tuple(output_aval(shape, dtype, avals) for shape, dtype, _ in outs)

@@ -17,11 +17,13 @@ from jax._src import dispatch as _dispatch  # apply_primitive: jax 0.7 - 0.12
 from jax._src.interpreters import mlir as _mlir_src  # lowering tables: jax 0.7 - 0.12
 from jax.extend.core import Primitive  # jax 0.4.36 - 0.12
 from jax.interpreters import ad, batching, mlir  # jax 0.7 - 0.12
+from jax._src.lib.mlir import ir  # jax 0.7 - 0.12
 
 __all__ = [
     "NEWEST_TESTED_JAX", "Primitive", "ShapedArray", "ad", "apply_primitive",
     "batching", "ffi", "instantiate_zeros", "is_undefined_primal", "mlir",
     "for_export", "not_mapped", "unregister_rules", "zero_tangent", "check_jax_version",
+    "ir", "output_aval", "config_use_shardy", "sdy_sharding_rule", "register_batch_partitionable",
 ]
 
 NEWEST_TESTED_JAX = "0.12.0.1"
@@ -31,6 +33,28 @@ ShapedArray = jax.core.ShapedArray
 not_mapped = None  # batching.not_mapped is None in jax 0.7 - 0.12 (not exported in 0.12)
 instantiate_zeros = ad.instantiate_zeros
 is_undefined_primal = ad.is_undefined_primal
+
+
+def output_aval(shape, dtype, inputs) -> ShapedArray:
+    """An output aval that varies over every manual mesh axis its inputs vary over.
+
+    Inside shard_map, JAX tracks the mesh axes each value varies over; a jaxbind
+    output depends on all inputs, so it varies over the axes of the input that
+    varies most. jax 0.7: `aval.vma` (a frozenset) and ShapedArray(..., vma=);
+    jax 0.12: `aval.mat` (its `.varying`) and ShapedArray(..., manual_axis_type=).
+    """
+    if not inputs:
+        return ShapedArray(shape, dtype)
+    if hasattr(inputs[0], "mat"):  # jax 0.12
+        most = max(inputs, key=lambda a: len(a.mat.varying))
+        if not most.mat.varying:
+            return ShapedArray(shape, dtype)
+        return ShapedArray(shape, dtype, sharding=_core.get_cur_mesh_sharding(),
+                           manual_axis_type=most.mat)
+    vma = frozenset().union(*(getattr(a, "vma", None) or () for a in inputs))
+    if not vma:
+        return ShapedArray(shape, dtype)
+    return ShapedArray(shape, dtype, sharding=_core.get_cur_mesh_sharding(), vma=vma)
 
 
 def apply_primitive(prim, *args, **params):
@@ -61,6 +85,30 @@ def for_export(ctx) -> bool:
 def zero_tangent(primal) -> ad.Zero:
     """A symbolic zero tangent for `primal` (Zero.from_primal_value left in 0.12)."""
     return ad.Zero(_core.get_aval(primal).to_tangent_aval())
+
+
+def config_use_shardy() -> bool:
+    """Whether JAX partitions with Shardy (jax_use_shardy_partitioner: jax 0.7 - 0.12)."""
+    return bool(jax.config.jax_use_shardy_partitioner)
+
+
+def sdy_sharding_rule(rule: str, need_replication: tuple[str, ...], operand_types,
+                      result_types):
+    """A Shardy sharding rule attribute from einsum-like notation ("b i, b -> b j").
+
+    jax._src.custom_partitioning_sharding_rule: jax 0.7 - 0.12.
+    """
+    from jax._src import custom_partitioning_sharding_rule as _rule
+    parsed = _rule.str_to_sdy_sharding_rule(rule, need_replication_factors=need_replication)
+    return _rule.sdy_sharding_rule_to_mlir(parsed, list(operand_types), list(result_types))
+
+
+def register_batch_partitionable(target: str) -> None:
+    """Let XLA's SPMD partitioner split calls of `target` along their leading batch axes.
+
+    jax.ffi.register_ffi_target_as_batch_partitionable: jax 0.7 - 0.12.
+    """
+    ffi.register_ffi_target_as_batch_partitionable(target)
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:

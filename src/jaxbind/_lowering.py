@@ -6,10 +6,11 @@ import numpy as np
 
 from . import _ext
 from ._binding import resolve_site, site_digest
-from ._compat import ffi, for_export, mlir
+from ._compat import ffi, for_export, mlir, register_batch_partitionable
 from ._dtypes import XLA_ELEMENT_TYPES
 from ._errors import format_callback_error
 from ._kwargs import not_data_reason
+from ._partitioning import mark_batch_partitionable
 from ._spec import CallSpec
 
 __all__ = ["CPU_TARGET", "lower_cpu", "register_targets"]
@@ -36,7 +37,7 @@ def lower_cpu(ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
     # programs can have no keep-alives: the loading process keeps its bindings.
     if not exporting:
         ctx.module_context.add_keepalive(binding)
-    return _lower_ffi_cpu(
+    results = _lower_ffi_cpu(
         ctx, *args,
         jaxbind_format=np.int32(_ext.call_format),
         site=np.int64(site_digest(binding.name, spec.role, blob)),
@@ -44,9 +45,14 @@ def lower_cpu(ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
         role=spec.role,
         kwargs=np.frombuffer(blob, dtype=np.uint8),
     )
+    if results:
+        mark_batch_partitionable(results[0].owner, spec, [a.ndim for a in ctx.avals_in],
+                                 [a.ndim for a in ctx.avals_out])
+    return results
 
 
 def register_targets() -> None:
     """Hand the trampoline its tables and register the FFI target with XLA (once, at import)."""
     _ext.init(XLA_ELEMENT_TYPES, resolve_site, format_callback_error)
     ffi.register_ffi_target(CPU_TARGET, _ext.cpu_handler(), platform="cpu")
+    register_batch_partitionable(CPU_TARGET)

@@ -1,0 +1,218 @@
+"""Sharding checks, run in a subprocess with 4 CPU devices (see test_sharding.py).
+
+`python sharding_cases.py` runs every case and prints one JSON line per case:
+{"case": name, "ok": bool, "detail": str}. The device-count flag is set here,
+before JAX is imported, so it never reaches the other tests.
+"""
+
+import os
+
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                           + " --xla_force_host_platform_device_count=4")
+
+import json  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+import traceback  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
+
+import jaxbind  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+
+mesh = Mesh(np.array(jax.devices()), ("b",))
+batch_sharded = NamedSharding(mesh, P("b"))
+try:
+    shard_map = jax.shard_map  # jax >= 0.7 (public)
+except AttributeError:  # pragma: no cover
+    from jax.experimental.shard_map import shard_map
+
+seen = []  # shapes the callables were called with, from every device thread
+lock = threading.Lock()
+
+
+def _record(x):
+    with lock:
+        seen.append(tuple(x.shape))
+
+
+# --- ops ---------------------------------------------------------------------
+
+def _scale_rows(out, args, kwargs_dump):  # linear: y = A ⊙ x row by row (A fixed)
+    a, x = args
+    _record(x)
+    np.multiply(a, x, out=out[0])
+
+
+scale = jaxbind.get_linear_call(
+    _scale_rows, _scale_rows, lambda a, x: ((x.shape, x.dtype),),
+    lambda a, y: ((y.shape, y.dtype),), first_n_args_fixed=1, name="sharding.scale")
+
+
+def _fft(out, args, kwargs_dump):  # complex FFT along the last axis: linear, batches natively
+    (x,) = args
+    _record(x)
+    out[0][...] = np.fft.fft(x, axis=-1)
+
+
+def _fft_abstract(x, batch_axes=None):
+    return ((x.shape, x.dtype, batch_axes[0][-1] if batch_axes else None),)
+
+
+fft_native = jaxbind.get_linear_call(_fft, _fft, _fft_abstract, _fft_abstract,
+                                     func_can_batch=True, name="sharding.fft_native")
+fft_loop = jaxbind.get_linear_call(_fft, _fft, lambda x: ((x.shape, x.dtype),),
+                                   lambda x: ((x.shape, x.dtype),), name="sharding.fft_loop")
+
+
+def _cube(out, args, kwargs_dump):
+    _record(args[0])
+    out[0][...] = args[0] ** 3
+
+
+def _cube_jvp(out, args, kwargs_dump):
+    x, dx = args
+    out[0][...] = 3 * x ** 2 * dx
+
+
+def _cube_vjp(out, args, kwargs_dump):
+    x, ct = args
+    out[0][...] = 3 * x ** 2 * ct
+
+
+cube = jaxbind.get_nonlinear_call(_cube, (_cube_jvp, _cube_vjp),
+                                  lambda x: ((x.shape, x.dtype),),
+                                  lambda x, ct: ((x.shape, x.dtype),), name="sharding.cube")
+
+
+def _calls_jax(out, args, kwargs_dump):  # a callable that itself runs JAX computations
+    _record(args[0])
+    y = jax.jit(lambda v: jnp.sin(v) + 1.0)(jnp.asarray(args[0]))
+    out[0][...] = np.asarray(y)
+
+
+calls_jax = jaxbind.get_nonlinear_call(_calls_jax, (None, None),
+                                       lambda x: ((x.shape, x.dtype),), None,
+                                       name="sharding.calls_jax")
+
+
+# --- helpers -----------------------------------------------------------------
+
+def _collectives(fn, *args):
+    """The cross-device collectives in the compiled HLO of `fn`."""
+    text = fn.lower(*args).compile().as_text()
+    kinds = ("all-gather", "all-to-all", "all-reduce", "collective-permute", "reduce-scatter")
+    return [line.strip()[:120] for line in text.splitlines()
+            if any(f" {k}(" in line or f"{k}-start(" in line for k in kinds)]
+
+
+def _close(a, b, tol=1e-10):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=tol, atol=tol)
+
+
+rng = np.random.default_rng(0)
+X = rng.standard_normal((8, 16))
+A = rng.standard_normal((8, 16))
+Z = rng.standard_normal((8, 16)) + 1j * rng.standard_normal((8, 16))
+
+
+# --- cases -------------------------------------------------------------------
+
+def case_shard_map_forward_jvp_grad_vmap():
+    def local(a, x):
+        return scale(a, cube(x)[0])[0]
+    sm = shard_map(local, mesh=mesh, in_specs=(P("b"), P("b")), out_specs=P("b"))
+    ref = lambda a, x: A * x ** 3  # noqa: E731
+    _close(jax.jit(sm)(A, X), ref(A, X))
+    t = rng.standard_normal(X.shape)
+    _close(jax.jvp(lambda x: sm(A, x), (X,), (t,))[1], 3 * A * X ** 2 * t)
+    _close(jax.grad(lambda x: jnp.sum(jnp.sin(sm(A, x))))(X),
+           jax.grad(lambda x: jnp.sum(jnp.sin(ref(A, x))))(X))
+    # vmap over a leading axis of the local blocks
+    xs = jnp.stack([X, 2 * X])
+    _close(jax.vmap(lambda x: sm(A, x))(xs), jnp.stack([ref(A, X), ref(A, 2 * X)]))
+    return "forward, jvp, grad and vmap inside shard_map match the unsharded computation"
+
+
+def _per_shard_case(op, z, expected, grad_ref):
+    f = jax.jit(jax.vmap(lambda v: op(v)[0]))
+    zs = jax.device_put(z, batch_sharded)
+    gathers = _collectives(f, zs)
+    assert not gathers, f"collectives in the compiled vmapped op: {gathers}"
+    seen.clear()
+    y = jax.block_until_ready(f(zs))
+    _close(y, expected)
+    assert y.sharding.is_equivalent_to(batch_sharded, y.ndim), y.sharding
+    forward_calls = list(seen)
+    g = jax.jit(jax.grad(lambda v: jnp.sum(jnp.abs(jax.vmap(lambda w: op(w)[0])(v)) ** 2)))
+    assert not _collectives(g, zs), "collectives in the compiled grad"
+    _close(g(zs), grad_ref)
+    return y.sharding, forward_calls
+
+
+def case_batch_sharded_vmap_native_runs_per_shard():
+    fft_ref = np.fft.fft(Z, axis=-1)
+    grad_ref = jax.grad(lambda v: jnp.sum(jnp.abs(jnp.fft.fft(v, axis=-1)) ** 2))(Z)
+    sharding, calls = _per_shard_case(fft_native, Z, fft_ref, grad_ref)
+    shapes = sorted(set(calls))
+    assert shapes == [(2, 16)], f"native callable saw {shapes}, expected the (2, 16) shards"
+    return f"output sharding {sharding.spec}; callable saw per-device batches {shapes}"
+
+
+def case_batch_sharded_vmap_fallback_runs_per_shard():
+    fft_ref = np.fft.fft(Z, axis=-1)
+    grad_ref = jax.grad(lambda v: jnp.sum(jnp.abs(jnp.fft.fft(v, axis=-1)) ** 2))(Z)
+    sharding, calls = _per_shard_case(fft_loop, Z, fft_ref, grad_ref)
+    assert len(calls) == 8 and set(calls) == {(16,)}, calls
+    return f"output sharding {sharding.spec}; 8 elements over 4 devices"
+
+
+def case_batch_sharded_grad_has_no_gather():
+    f = jax.jit(jax.grad(lambda v: jnp.sum(jnp.abs(jax.vmap(lambda w: fft_native(w)[0])(v))
+                                          ** 2)))
+    zs = jax.device_put(Z, batch_sharded)
+    found = _collectives(f, zs)
+    assert not found, found
+    return "grad of the vmapped op compiles with no collective"
+
+
+def case_unbatched_fixed_argument_is_replicated_and_correct():
+    # `A` is shared by the whole batch (not vmapped): the call is not split, but correct.
+    f = jax.jit(jax.vmap(lambda x: scale(A[0], x)[0]))
+    xs = jax.device_put(X, batch_sharded)
+    _close(f(xs), A[0] * X)
+    return "a call with an unbatched fixed argument runs replicated and is correct"
+
+
+def case_callable_calling_jax_from_four_device_threads():
+    f = jax.jit(jax.vmap(lambda x: calls_jax(x)[0]))
+    xs = jax.device_put(X, batch_sharded)
+    for _ in range(5):
+        _close(f(xs), np.sin(X) + 1.0)
+    return "a callable that runs jax.jit inside, called from 4 device threads: no deadlock"
+
+
+def case_sharded_pipeline_with_collective():
+    # A jaxbind op between JAX ops that need communication (a global sum).
+    f = jax.jit(lambda x: jnp.sum(jax.vmap(lambda w: cube(w)[0])(x), axis=0))
+    xs = jax.device_put(X, batch_sharded)
+    _close(f(xs), np.sum(X ** 3, axis=0))
+    return "global reduction of a per-shard jaxbind result"
+
+
+def main():
+    names = sys.argv[1:] or [n for n in globals() if n.startswith("case_")]
+    for name in names:
+        try:
+            detail, ok = globals()[name](), True
+        except Exception:
+            detail, ok = traceback.format_exc(limit=6), False
+        print(json.dumps({"case": name, "ok": ok, "detail": detail}, default=str), flush=True)
+
+
+if __name__ == "__main__":
+    main()

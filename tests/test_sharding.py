@@ -1,0 +1,63 @@
+"""jaxbind ops on 4 CPU devices: shard_map, batch-sharded jit, concurrency.
+
+The checks live in sharding_cases.py and run in one subprocess, which sets
+--xla_force_host_platform_device_count=4 before importing JAX, so the flag never
+leaks into the other tests.
+"""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+HERE = pathlib.Path(__file__).parent
+
+
+@pytest.fixture(scope="module")
+def results():
+    proc = subprocess.run([sys.executable, str(HERE / "sharding_cases.py")], capture_output=True,
+                          text=True, timeout=600, cwd=HERE)
+    found = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("{"):
+            entry = json.loads(line)
+            found[entry["case"]] = entry
+    if not found:
+        pytest.fail(f"sharding_cases.py ran no case (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+    return found
+
+
+def _check(results, name):
+    entry = results.get(name)
+    assert entry is not None, f"{name} did not run"
+    assert entry["ok"], entry["detail"]
+
+
+def test_shard_map_forward_jvp_grad_vmap_match_unsharded(results):
+    _check(results, "case_shard_map_forward_jvp_grad_vmap")
+
+
+def test_batch_sharded_native_batching_runs_per_shard_without_gather(results):
+    _check(results, "case_batch_sharded_vmap_native_runs_per_shard")
+
+
+def test_batch_sharded_fallback_batching_runs_per_shard_without_gather(results):
+    _check(results, "case_batch_sharded_vmap_fallback_runs_per_shard")
+
+
+def test_grad_of_batch_sharded_op_has_no_collective(results):
+    _check(results, "case_batch_sharded_grad_has_no_gather")
+
+
+def test_unbatched_fixed_argument_runs_replicated_and_correct(results):
+    _check(results, "case_unbatched_fixed_argument_is_replicated_and_correct")
+
+
+def test_callable_may_call_jax_from_device_threads(results):
+    _check(results, "case_callable_calling_jax_from_four_device_threads")
+
+
+def test_jaxbind_op_inside_sharded_pipeline_with_collective(results):
+    _check(results, "case_sharded_pipeline_with_collective")
