@@ -96,10 +96,19 @@ def sdy_sharding_rule(rule: str, need_replication: tuple[str, ...], operand_type
                       result_types):
     """A Shardy sharding rule attribute from einsum-like notation ("b i, b -> b j").
 
-    jax._src.custom_partitioning_sharding_rule: jax 0.7 - 0.12.
+    jax._src.custom_partitioning_sharding_rule: jax 0.7 - 0.12. Factors that must
+    be replicated can be declared in newer JAX (need_replication_factors; 0.12 has it,
+    0.7 does not); without it,
+    all are pass-through, and the batch partitioner replicates the non-batch axes.
     """
+    import inspect
+
     from jax._src import custom_partitioning_sharding_rule as _rule
-    parsed = _rule.str_to_sdy_sharding_rule(rule, need_replication_factors=need_replication)
+    params = inspect.signature(_rule.str_to_sdy_sharding_rule).parameters
+    if "need_replication_factors" in params:
+        parsed = _rule.str_to_sdy_sharding_rule(rule, need_replication_factors=need_replication)
+    else:
+        parsed = _rule.str_to_sdy_sharding_rule(rule)
     return _rule.sdy_sharding_rule_to_mlir(parsed, list(operand_types), list(result_types))
 
 
