@@ -22,7 +22,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include <nanobind/stl/vector.h>
+
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
 
@@ -58,13 +61,15 @@ struct Site {
   // The views of the site's last call, when the callable kept no reference to
   // them: the next call points them at its buffers instead of building new ones.
   nb::object out_views, in_views;
+  nb::object platform_mode;  // "device" or "host": how GPU calls reach the callable
 };
 
 struct State {
   std::unordered_map<int64_t, std::shared_ptr<Site>> sites;  // shared: a call in flight keeps its site
   std::array<PyArray_Descr*, kNumDtypes> dtypes{};  // owned references
-  nb::object resolver;   // (binding, role, kwargs, digest) -> (callable, kwargs_dump, label, loop)
+  nb::object resolver;   // (binding, role, kwargs, digest) -> (callable, kwargs_dump, label, loop, mode)
   nb::object formatter;  // (label, type, value, traceback) -> str
+  nb::object gpu_dispatch;  // runs a GPU call; see set_gpu_dispatch
 };
 
 // Created by init() and deliberately never destroyed: XLA threads may still
@@ -221,6 +226,7 @@ std::shared_ptr<Site> resolve(int64_t digest, std::string_view binding, std::str
   site->kwargs_dump = parts[1];
   site->label = parts[2];
   site->binding = std::string(binding);
+  site->platform_mode = parts.size() > 4 ? nb::object(parts[4]) : nb::object(nb::str("device"));
   if (!parts[3].is_none()) {
     auto loop = nb::cast<nb::tuple>(parts[3]);
     site->levels = nb::cast<int>(loop[0]);
@@ -237,7 +243,11 @@ bool get_attr(const ffi::Dictionary &attrs, std::string_view name, T &out) {
   return true;
 }
 
-ffi::Error Call(ffi::RemainingArgs args, ffi::RemainingRets rets, ffi::Dictionary attrs) {
+// What every jaxbind call does around its platform's body: check the call
+// format, decode the attributes, take the GIL, resolve the site, and turn
+// every failure into an ffi::Error that names the binding.
+template <typename Body>
+ffi::Error guarded(const ffi::Dictionary &attrs, Body &&body) {
   int32_t format = 0;
   if (!get_attr(attrs, "jaxbind_format", format))
     return error(ffi::ErrorCode::kInvalidArgument,
@@ -263,21 +273,7 @@ ffi::Error Call(ffi::RemainingArgs args, ffi::RemainingRets rets, ffi::Dictionar
   try {
     std::shared_ptr<Site> site = resolve(digest, binding, role, kwargs);
     label = site->label;
-    nb::object callable = site->callable, kwargs_dump = site->kwargs_dump;
-
-    int64_t n = site->levels > 0 ? batch_size(rets, site->levels) : 1;
-    for (int64_t k = 0; k < n; ++k) {
-      nb::object outs = views(site->out_views, rets, true, "output", site->levels, k);
-      nb::object ins = views(site->in_views, args, false, "input", site->levels, k, site->batched);
-      PyObject *argv[3] = {outs.ptr(), ins.ptr(), kwargs_dump.ptr()};
-      PyObject *result = PyObject_Vectorcall(callable.ptr(), argv, 3, nullptr);
-      if (result == nullptr) throw nb::python_error();
-      Py_DECREF(result);
-      if (!release_views(outs, ins, *site)) {  // nothing kept: reuse them next time
-        site->out_views = std::move(outs);
-        site->in_views = std::move(ins);
-      }
-    }
+    body(*site);
     return ffi::Error::Success();
   } catch (nb::python_error &e) {
     std::string message;
@@ -296,6 +292,59 @@ ffi::Error Call(ffi::RemainingArgs args, ffi::RemainingRets rets, ffi::Dictionar
   }
 }
 
+// CPU: NumPy views of the host buffers, the callable called in place.
+ffi::Error Call(ffi::RemainingArgs args, ffi::RemainingRets rets, ffi::Dictionary attrs) {
+  return guarded(attrs, [&](Site &site) {
+    int64_t n = site.levels > 0 ? batch_size(rets, site.levels) : 1;
+    for (int64_t k = 0; k < n; ++k) {
+      nb::object outs = views(site.out_views, rets, true, "output", site.levels, k);
+      nb::object ins = views(site.in_views, args, false, "input", site.levels, k, site.batched);
+      PyObject *argv[3] = {outs.ptr(), ins.ptr(), site.kwargs_dump.ptr()};
+      PyObject *result = PyObject_Vectorcall(site.callable.ptr(), argv, 3, nullptr);
+      if (result == nullptr) throw nb::python_error();
+      Py_DECREF(result);
+      if (!release_views(outs, ins, site)) {  // nothing kept: reuse them next time
+        site.out_views = std::move(outs);
+        site.in_views = std::move(ins);
+      }
+    }
+  });
+}
+
+// GPU buffers as Python sees them: a tuple of (device pointer, shape, XLA element type).
+template <typename Remaining>
+nb::object describe(const Remaining &buffers, const char *what) {
+  nb::list items;
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    View v = view_of(buffers, i, what, 0, 0, false);
+    nb::list shape;
+    for (int64_t d : v.dims) shape.append(d);
+    items.append(nb::make_tuple(reinterpret_cast<uintptr_t>(v.data), nb::tuple(shape),
+                                static_cast<int>(v.type)));
+  }
+  return nb::tuple(items);
+}
+
+// CUDA: the device buffers and XLA's stream go to the Python dispatcher (see
+// jaxbind/_gpu.py), which wraps them as zero-copy CUDA arrays, or copies them
+// to the host for a binding in host mode, and calls the callable. No CUDA
+// header or library is needed here: the stream is an opaque pointer.
+ffi::Error CallCuda(void *stream, int32_t device, ffi::RemainingArgs args,
+                    ffi::RemainingRets rets, ffi::Dictionary attrs) {
+  return guarded(attrs, [&](Site &site) {
+    if (!state->gpu_dispatch.is_valid()) throw std::runtime_error("no GPU dispatcher is set");
+    nb::tuple batched;
+    {
+      nb::list flags;
+      for (bool b : site.batched) flags.append(b);
+      batched = nb::tuple(flags);
+    }
+    state->gpu_dispatch(site.callable, site.kwargs_dump, site.label, site.platform_mode,
+                        site.levels, batched, reinterpret_cast<uintptr_t>(stream), device,
+                        describe(args, "input"), describe(rets, "output"));
+  });
+}
+
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cpu_handler, Call,
@@ -303,6 +352,14 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cpu_handler, Call,
                                   .RemainingArgs()    // inputs, any dtype and rank
                                   .RemainingRets()    // outputs, written in place
                                   .Attrs<ffi::Dictionary>());  // jaxbind_format, site, binding, role, kwargs
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cuda_handler, CallCuda,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<void *>>()  // XLA's CUDA stream
+                                  .Ctx<ffi::DeviceOrdinal>()           // the device's ordinal
+                                  .RemainingArgs()    // inputs, device memory
+                                  .RemainingRets()    // outputs, device memory, written in place
+                                  .Attrs<ffi::Dictionary>());  // as on the CPU
 
 NB_MODULE(_ext, m) {
   if (_import_array() < 0) throw nb::python_error();
@@ -313,6 +370,30 @@ NB_MODULE(_ext, m) {
 
   m.def("cpu_handler", []() { return nb::capsule(reinterpret_cast<void *>(jaxbind_cpu_handler)); },
         "PyCapsule of the CPU FFI handler, for jax.ffi.register_ffi_target.");
+  m.def("cuda_handler", []() { return nb::capsule(reinterpret_cast<void *>(jaxbind_cuda_handler)); },
+        "PyCapsule of the CUDA FFI handler (built without the CUDA toolkit).");
+  m.def(
+      "dlpack_view",
+      [](uintptr_t pointer, std::vector<size_t> shape, uint8_t code, uint8_t bits,
+         int32_t device_type, int32_t device_id, nb::handle owner) {
+        nb::dlpack::dtype dtype{code, bits, 1};
+        nb::ndarray<> view(reinterpret_cast<void *>(pointer), shape.size(), shape.data(), owner,
+                           nullptr, dtype, device_type, device_id);
+        return nb::cast(view);
+      },
+      nb::arg("pointer"), nb::arg("shape"), nb::arg("code"), nb::arg("bits"),
+      nb::arg("device_type"), nb::arg("device_id"), nb::arg("owner"),
+      "A zero-copy DLPack-capable array over memory jaxbind does not own (`owner` keeps "
+      "whatever must outlive it alive).");
+  m.def(
+      "set_gpu_dispatch", [](nb::object dispatch) {
+        if (state == nullptr) state = new State();
+        state->gpu_dispatch = dispatch;
+      },
+      nb::arg("dispatch"),
+      "Set the Python function that runs GPU calls: (callable, kwargs_dump, label, "
+      "platform_mode, levels, batched, stream, device, inputs, outputs), each buffer as "
+      "(pointer, shape, element type).");
 
   m.def(
       "init",

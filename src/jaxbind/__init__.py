@@ -21,6 +21,7 @@ _buildcheck.check_build(_ext.jaxlib_version, _ext.ffi_api_version,
                         _jaxlib_version.__version__, _buildcheck.runtime_ffi_api_version())
 from ._api import Op, get_linear_call, get_nonlinear_call  # noqa: E402
 from ._export import export, export_safety_checks  # noqa: E402
+from ._gpu import CallContext, CudaArray, current_call  # noqa: E402
 from ._kwargs import load_kwargs  # noqa: E402
 
 _lowering.register_targets()
@@ -29,5 +30,5 @@ from . import testing  # noqa: E402, F401  (jaxbind.testing.check)
 
 __version__ = "2.0.0.dev0"
 
-__all__ = ["Op", "export", "export_safety_checks", "get_linear_call", "get_nonlinear_call",
+__all__ = ["CallContext", "CudaArray", "Op", "current_call", "export", "export_safety_checks", "get_linear_call", "get_nonlinear_call",
            "load_kwargs", "__version__"]

@@ -112,8 +112,11 @@ def _release(name: str, prim) -> None:
     unregister_rules(prim)
 
 
+_PLATFORM_MODES = ("device", "host")
+
+
 def _make_op(kind: Kind, f, transposes, derivatives, abstract, abstract_T,
-             first_n_args_fixed, func_can_batch, name, replace) -> Op:
+             first_n_args_fixed, func_can_batch, name, replace, platform_mode) -> Op:
     if not callable(f):
         raise TypeError(f"jaxbind: f must be callable, got {f!r}")
     if not callable(abstract):
@@ -122,6 +125,9 @@ def _make_op(kind: Kind, f, transposes, derivatives, abstract, abstract_T,
             or first_n_args_fixed < 0:
         raise TypeError(f"jaxbind: first_n_args_fixed must be a non-negative int, "
                         f"got {first_n_args_fixed!r}")
+    if platform_mode not in _PLATFORM_MODES:
+        raise ValueError(f"jaxbind: platform_mode must be one of {_PLATFORM_MODES}, "
+                         f"got {platform_mode!r}")
     explicit = name is not None
     if explicit and (not isinstance(name, str) or not name):
         raise TypeError(f"jaxbind: name must be a non-empty string, got {name!r}")
@@ -130,7 +136,8 @@ def _make_op(kind: Kind, f, transposes, derivatives, abstract, abstract_T,
                f"{getattr(f, '__qualname__', None) or type(f).__qualname__}"
     binding = Binding(name=name, kind=kind, f=f, transposes=transposes, derivatives=derivatives,
                       abstract=abstract, abstract_T=abstract_T,
-                      first_n_args_fixed=first_n_args_fixed, can_batch=bool(func_can_batch))
+                      first_n_args_fixed=first_n_args_fixed, can_batch=bool(func_can_batch),
+                      platform_mode=platform_mode)
     binding, new = register(binding, explicit_name=explicit, replace=replace)
     if new:
         _ext.forget(binding.name)  # sites cached for a binding this one replaced
@@ -142,7 +149,8 @@ def _make_op(kind: Kind, f, transposes, derivatives, abstract, abstract_T,
 def get_linear_call(f: Callable, f_T: Callable | Sequence[Callable | None] | None, /,
                     abstract: Callable, abstract_T: Callable | Sequence | None, *,
                     first_n_args_fixed: int = 0, func_can_batch: bool = False,
-                    name: str | None = None, replace: bool = False) -> Op:
+                    name: str | None = None, replace: bool = False,
+                    platform_mode: str = "device") -> Op:
     """Make a JAX op from a linear (or multilinear) Python function and its transpose.
 
     Args:
@@ -164,6 +172,11 @@ def get_linear_call(f: Callable, f_T: Callable | Sequence[Callable | None] | Non
         binding by this name.
       replace: let this binding take over an explicit ``name`` already used by a
         different binding (otherwise that is an error).
+      platform_mode: how GPU programs call the callables. ``"device"`` (default):
+        with zero-copy CUDA arrays of the device buffers (``CudaArray``: CUDA array
+        interface and DLPack) and XLA's stream (``jaxbind.current_call()``).
+        ``"host"``: with NumPy copies on the host, for CPU-only libraries; the
+        outputs are copied back. On the CPU both modes pass NumPy views.
 
     Returns:
       An :class:`Op`. It supports ``jit``, ``jvp``, ``grad``/``vjp``,
@@ -179,13 +192,14 @@ def get_linear_call(f: Callable, f_T: Callable | Sequence[Callable | None] | Non
     elif f_T is not None and not callable(f_T):
         raise TypeError(f"jaxbind: f_T must be callable, a tuple of callables or None, got {f_T!r}")
     return _make_op(Kind.MULTILINEAR if multilinear else Kind.LINEAR, f, f_T, None, abstract,
-                    abstract_T, first_n_args_fixed, func_can_batch, name, replace)
+                    abstract_T, first_n_args_fixed, func_can_batch, name, replace, platform_mode)
 
 
 def get_nonlinear_call(f: Callable, f_derivative: Sequence[Callable | None], /,
                        abstract: Callable, abstract_reverse: Callable | None, *,
                        first_n_args_fixed: int = 0, func_can_batch: bool = False,
-                       name: str | None = None, replace: bool = False) -> Op:
+                       name: str | None = None, replace: bool = False,
+                       platform_mode: str = "device") -> Op:
     """Make a JAX op from a nonlinear Python function with its JVP and VJP.
 
     Args:
@@ -198,7 +212,8 @@ def get_nonlinear_call(f: Callable, f_derivative: Sequence[Callable | None], /,
       abstract: output shapes and dtypes of ``f`` (and so of ``f_jvp``).
       abstract_reverse: output shapes of ``f_vjp``, called with f's arguments
         followed by the cotangents.
-      first_n_args_fixed, func_can_batch, name, replace: as for :func:`get_linear_call`.
+      first_n_args_fixed, func_can_batch, name, replace, platform_mode: as for
+        :func:`get_linear_call`.
 
     Returns:
       An :class:`Op`, differentiable to first order in forward and reverse mode.
@@ -209,7 +224,7 @@ def get_nonlinear_call(f: Callable, f_derivative: Sequence[Callable | None], /,
         if fn is not None and not callable(fn):
             raise TypeError(f"jaxbind: {what} must be callable or None, got {fn!r}")
     return _make_op(Kind.NONLINEAR, f, None, tuple(f_derivative), abstract, abstract_reverse,
-                    first_n_args_fixed, func_can_batch, name, replace)
+                    first_n_args_fixed, func_can_batch, name, replace, platform_mode)
 
 
 get_linear_call.__doc__ += _CALLABLE_CONTRACT

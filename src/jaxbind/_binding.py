@@ -46,6 +46,7 @@ class Binding:
     abstract_T: Callable | tuple | None
     first_n_args_fixed: int
     can_batch: bool
+    platform_mode: str = "device"  # GPU calls: "device" (CUDA arrays) or "host" (NumPy copies)
     primitive: object = field(default=None, repr=False)
     eager_calls: dict = field(default_factory=dict, repr=False, compare=False)  # see Op.__call__
     __weakref__: object = field(default=None, init=False, repr=False, compare=False)
@@ -53,7 +54,7 @@ class Binding:
     def callables(self) -> tuple:
         """Everything user-supplied, to tell equal bindings from clashing ones."""
         return (self.kind, self.f, self.transposes, self.derivatives, self.abstract,
-                self.abstract_T, self.first_n_args_fixed, self.can_batch)
+                self.abstract_T, self.first_n_args_fixed, self.can_batch, self.platform_mode)
 
     def callable_for(self, role: str) -> Callable:
         if role == "f":
@@ -156,7 +157,7 @@ def site_digest(name: str, role: str, blob: bytes) -> int:
 def resolve_site(name: str, role: str, blob: bytes, digest: int):
     """Called by the trampoline on the first call of a site.
 
-    Returns (callable, kwargs_dump, label, loop). `loop` is None, or, for a call
+    Returns (callable, kwargs_dump, label, loop, platform_mode). `loop` is None, or, for a call
     batched by jaxbind itself, (levels, batched): the trampoline then calls the
     callable once per batch element, on the views with the leading `levels` axes
     dropped, of every output and of each input marked in `batched`.
@@ -178,4 +179,4 @@ def resolve_site(name: str, role: str, blob: bytes, digest: int):
         dump = encode_kwargs(values)
         loop = (max(len(ax) for ax in batch_axes), tuple(bool(ax) for ax in batch_axes))
         label += ", batched"
-    return fn, dump, label, loop
+    return fn, dump, label, loop, binding.platform_mode

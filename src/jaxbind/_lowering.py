@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _ext
+from . import _ext, _gpu
 from ._binding import resolve_site, site_digest
 from ._compat import ffi, for_export, mlir, register_batch_partitionable
 from ._dtypes import XLA_ELEMENT_TYPES
@@ -13,14 +13,23 @@ from ._kwargs import not_data_reason
 from ._partitioning import mark_batch_partitionable
 from ._spec import CallSpec
 
-__all__ = ["CPU_TARGET", "lower_cpu", "register_targets"]
+__all__ = ["CPU_TARGET", "CUDA_TARGET", "lower_cpu", "lower_cuda", "register_targets"]
 
 CPU_TARGET = "jaxbind_cpu"
+CUDA_TARGET = "jaxbind_cuda"
 
-_lower_ffi_cpu = ffi.ffi_lowering(CPU_TARGET)
+_lower_ffi = {CPU_TARGET: ffi.ffi_lowering(CPU_TARGET), CUDA_TARGET: ffi.ffi_lowering(CUDA_TARGET)}
 
 
 def lower_cpu(ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
+    return _lower(CPU_TARGET, ctx, *args, spec=spec)
+
+
+def lower_cuda(ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
+    return _lower(CUDA_TARGET, ctx, *args, spec=spec)
+
+
+def _lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
     binding = spec.binding
     kwargs = spec.call_kwargs()
     exporting = for_export(ctx)
@@ -37,7 +46,7 @@ def lower_cpu(ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
     # programs can have no keep-alives: the loading process keeps its bindings.
     if not exporting:
         ctx.module_context.add_keepalive(binding)
-    results = _lower_ffi_cpu(
+    results = _lower_ffi[target](
         ctx, *args,
         jaxbind_format=np.int32(_ext.call_format),
         site=np.int64(site_digest(binding.name, spec.role, blob)),
@@ -54,5 +63,10 @@ def lower_cpu(ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
 def register_targets() -> None:
     """Hand the trampoline its tables and register the FFI target with XLA (once, at import)."""
     _ext.init(XLA_ELEMENT_TYPES, resolve_site, format_callback_error)
+    _ext.set_gpu_dispatch(_gpu.dispatch)
     ffi.register_ffi_target(CPU_TARGET, _ext.cpu_handler(), platform="cpu")
     register_batch_partitionable(CPU_TARGET)
+    # JAX keeps registrations for a platform whose plugin is not loaded (no GPU)
+    # and applies them when the CUDA plugin appears.
+    ffi.register_ffi_target(CUDA_TARGET, _ext.cuda_handler(), platform="CUDA")
+    register_batch_partitionable(CUDA_TARGET)
