@@ -1,7 +1,10 @@
-// jaxbind's trampoline: one XLA FFI handler that calls a Python callable.
+// jaxbind's trampoline: the XLA FFI handlers that call a Python callable.
 //
-// When XLA runs a compiled program and reaches a jaxbind custom call, `Call`
-// below takes the GIL, wraps every input buffer as a read-only NumPy array and
+// Files: state.h (the call-site cache and tables), views.h (NumPy views of host
+// buffers), and this file (the CPU and CUDA handlers and the module).
+//
+// When XLA runs a compiled program and reaches a jaxbind custom call on the
+// CPU, `Call` below takes the GIL, wraps every input buffer as a read-only NumPy array and
 // every output buffer as a writable NumPy array (both zero-copy), and calls
 //
 //     callable(out: tuple, args: tuple, kwargs_dump)
@@ -12,205 +15,13 @@
 // cache of resolved call sites; on a miss, a Python resolver (set by `init`)
 // validates the attributes and returns the callable, which the cache keeps alive.
 // Unknown names and Python exceptions become ffi::Error values, never crashes.
+// On CUDA, `CallCuda` hands the device pointers and XLA's stream to Python
+// (jaxbind/_gpu.py); it needs no CUDA header or library.
 
-#include <array>
-#include <memory>
-#include <type_traits>
-#include <cstdint>
-#include <string>
-#include <string_view>
-#include <unordered_map>
-#include <vector>
+#include "state.h"
+#include "views.h"
 
-#include <nanobind/stl/vector.h>
-
-#include <nanobind/nanobind.h>
-#include <nanobind/ndarray.h>
-#include <nanobind/stl/string.h>
-#include <nanobind/stl/string_view.h>
-
-#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
-#include <numpy/arrayobject.h>
-
-#include "xla/ffi/api/ffi.h"
-
-namespace nb = nanobind;
-namespace ffi = xla::ffi;
-
-#ifndef JAXBIND_JAXLIB_VERSION
-#define JAXBIND_JAXLIB_VERSION "unknown"
-#endif
-
-namespace {
-
-// Version of the attribute set a jaxbind custom call carries. Bump it when the
-// attributes change, and keep accepting every older value.
-constexpr int32_t kCallFormat = 1;
-constexpr size_t kNumDtypes = 64;  // upper bound on XLA_FFI_DataType values
-
-struct Site {
-  nb::object callable;     // the user's Python callable
-  nb::object kwargs_dump;  // decoded keyword arguments, passed through
-  nb::object label;        // str naming the binding and role, for errors
-  std::string binding;     // binding name, to purge sites of dropped bindings
-  // jaxbind's own batching (see _batching): the leading `levels` axes of every
-  // output and of each input marked in `batched` are a batch; the callable is
-  // called once per batch element. levels == 0: one plain call.
-  int levels = 0;
-  std::vector<bool> batched;
-  // The views of the site's last call, when the callable kept no reference to
-  // them: the next call points them at its buffers instead of building new ones.
-  nb::object out_views, in_views;
-  nb::object platform_mode;  // "device" or "host": how GPU calls reach the callable
-};
-
-struct State {
-  std::unordered_map<int64_t, std::shared_ptr<Site>> sites;  // shared: a call in flight keeps its site
-  std::array<PyArray_Descr*, kNumDtypes> dtypes{};  // owned references
-  nb::object resolver;   // (binding, role, kwargs, digest) -> (callable, kwargs_dump, label, loop, mode)
-  nb::object formatter;  // (label, type, value, traceback) -> str
-  nb::object gpu_dispatch;  // runs a GPU call; see set_gpu_dispatch
-};
-
-// Created by init() and deliberately never destroyed: XLA threads may still
-// call in while the interpreter shuts down, and the objects held here must not
-// be released after Python is gone.
-State *state = nullptr;
-
-bool python_is_finalizing() {
-#if PY_VERSION_HEX >= 0x030D0000
-  return Py_IsFinalizing();
-#else
-  return _Py_IsFinalizing();
-#endif
-}
-
-ffi::Error error(ffi::ErrorCode code, std::string message) {
-  return ffi::Error(code, "jaxbind: " + std::move(message));
-}
-
-// One buffer as the callable sees it: with levels > 0 and `batched`, batch
-// element `element` (the leading `levels` axes dropped) of the buffer.
-struct View {
-  ffi::DataType type;
-  char *data;
-  ffi::Span<const int64_t> dims;
-};
-
-template <typename Remaining>
-View view_of(const Remaining &buffers, size_t i, const char *what, int levels, int64_t element,
-             bool batched) {
-  auto buf = buffers.template get<ffi::AnyBuffer>(i);
-  if (!buf.has_value()) throw std::runtime_error(std::string("cannot decode ") + what);
-  ffi::AnyBuffer b = [&]() -> ffi::AnyBuffer {
-    if constexpr (std::is_same_v<Remaining, ffi::RemainingRets>) return **buf;
-    else return *buf;
-  }();
-  View v{b.element_type(), static_cast<char *>(b.untyped_data()), b.dimensions()};
-  if (levels > 0 && batched) {
-    int64_t elem_bytes = static_cast<int64_t>(ffi::ByteWidth(v.type));
-    for (size_t d = levels; d < v.dims.size(); ++d) elem_bytes *= v.dims[d];
-    v.data += element * elem_bytes;
-    v.dims = ffi::Span<const int64_t>(v.dims.begin() + levels, v.dims.size() - levels);
-  }
-  return v;
-}
-
-// A new C-contiguous NumPy array over the view's memory (zero-copy).
-PyObject *wrap(const View &v, bool writeable, const char *what, size_t index) {
-  auto code = static_cast<size_t>(v.type);
-  PyArray_Descr *descr = code < kNumDtypes ? state->dtypes[code] : nullptr;
-  if (descr == nullptr) {
-    PyErr_Format(PyExc_TypeError, "%s %zu has XLA element type %zu, which jaxbind cannot wrap",
-                 what, index, code);
-    throw nb::python_error();
-  }
-  if (v.dims.size() > NPY_MAXDIMS) {
-    PyErr_Format(PyExc_ValueError, "%s %zu has rank %zu; NumPy allows at most %d", what, index,
-                 v.dims.size(), NPY_MAXDIMS);
-    throw nb::python_error();
-  }
-  npy_intp shape[NPY_MAXDIMS];
-  for (size_t i = 0; i < v.dims.size(); ++i) shape[i] = static_cast<npy_intp>(v.dims[i]);
-  Py_INCREF(descr);  // PyArray_NewFromDescr steals it
-  PyObject *array = PyArray_NewFromDescr(&PyArray_Type, descr, static_cast<int>(v.dims.size()),
-                                         shape, nullptr, v.data,
-                                         writeable ? NPY_ARRAY_CARRAY : NPY_ARRAY_CARRAY_RO,
-                                         nullptr);
-  if (array == nullptr) throw nb::python_error();
-  return array;
-}
-
-// Point a view of an earlier call at new memory, if nothing else holds it and
-// it still has the dtype, shape and strides `wrap` would give it.
-bool repoint(PyObject *obj, const View &v, bool writeable) {
-  auto *array = reinterpret_cast<PyArrayObject *>(obj);
-  auto code = static_cast<size_t>(v.type);
-  if (Py_REFCNT(obj) != 1 || code >= kNumDtypes || PyArray_DESCR(array) != state->dtypes[code] ||
-      PyArray_NDIM(array) != static_cast<int>(v.dims.size()))
-    return false;
-  npy_intp stride = PyArray_ITEMSIZE(array);
-  for (int d = static_cast<int>(v.dims.size()) - 1; d >= 0; --d) {
-    if (PyArray_DIM(array, d) != v.dims[d] || PyArray_STRIDE(array, d) != stride) return false;
-    if (v.dims[d] != 0) stride *= v.dims[d];
-  }
-  reinterpret_cast<PyArrayObject_fields *>(obj)->data = v.data;
-  if (writeable) PyArray_ENABLEFLAGS(array, NPY_ARRAY_WRITEABLE);
-  else PyArray_CLEARFLAGS(array, NPY_ARRAY_WRITEABLE);
-  return true;
-}
-
-// A tuple of views over all of XLA's argument or result buffers. `cache` holds
-// the tuple of the site's last call, if any; it is taken (so that a nested or
-// concurrent call of the same site builds its own) and reused where it fits.
-template <typename Remaining>
-nb::object views(nb::object &cache, const Remaining &buffers, bool writeable, const char *what,
-                 int levels = 0, int64_t element = 0, const std::vector<bool> &batched = {}) {
-  nb::object tuple = std::move(cache);
-  auto n = static_cast<Py_ssize_t>(buffers.size());
-  if (!tuple.is_valid() || Py_REFCNT(tuple.ptr()) != 1 || PyTuple_GET_SIZE(tuple.ptr()) != n) {
-    PyObject *fresh = PyTuple_New(n);
-    if (fresh == nullptr) throw nb::python_error();
-    tuple = nb::steal(fresh);
-  }
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    View v = view_of(buffers, i, what, levels, element, batched.empty() || batched[i]);
-    PyObject *old = PyTuple_GET_ITEM(tuple.ptr(), i);
-    if (old != nullptr && repoint(old, v, writeable)) continue;
-    PyTuple_SET_ITEM(tuple.ptr(), i, wrap(v, writeable, what, i));
-    Py_XDECREF(old);
-  }
-  return tuple;
-}
-
-// Number of batch elements: the product of the leading `levels` axes of output 0.
-int64_t batch_size(const ffi::RemainingRets &rets, int levels) {
-  auto buf = rets.get<ffi::AnyBuffer>(0);
-  if (!buf.has_value()) throw std::runtime_error("cannot decode output");
-  auto dims = (**buf).dimensions();
-  int64_t n = 1;
-  for (int d = 0; d < levels; ++d) n *= dims[d];
-  return n;
-}
-
-// After the call, the views point at memory XLA will reuse. Make the output
-// views read-only, so that a reference the callable kept cannot write into
-// later results, and warn when the callable kept one. Returns whether it kept
-// one; throws if the warning was turned into an exception.
-bool release_views(const nb::object &outs, const nb::object &ins, const Site &site) {
-  bool kept = Py_REFCNT(outs.ptr()) > 1 || Py_REFCNT(ins.ptr()) > 1;
-  for (nb::handle view : nb::borrow<nb::tuple>(outs)) {
-    PyArray_CLEARFLAGS(reinterpret_cast<PyArrayObject *>(view.ptr()), NPY_ARRAY_WRITEABLE);
-    kept |= Py_REFCNT(view.ptr()) > 1;
-  }
-  for (nb::handle view : nb::borrow<nb::tuple>(ins)) kept |= Py_REFCNT(view.ptr()) > 1;
-  if (!kept) return false;
-  std::string text = "jaxbind: the callable of " + nb::cast<std::string>(nb::str(site.label)) +
-                     " kept a reference to its input or output arrays after returning; they "
-                     "are views of XLA buffers, valid only during the call (copy what you need)";
-  if (PyErr_WarnEx(PyExc_RuntimeWarning, text.c_str(), 1) != 0) throw nb::python_error();
-  return true;
-}
+namespace jaxbind {
 
 // Find the call site named by the attributes, asking the resolver on a miss.
 std::shared_ptr<Site> resolve(int64_t digest, std::string_view binding, std::string_view role,
@@ -345,7 +156,9 @@ ffi::Error CallCuda(void *stream, int32_t device, ffi::RemainingArgs args,
   });
 }
 
-}  // namespace
+}  // namespace jaxbind
+
+using namespace jaxbind;
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cpu_handler, Call,
                               ffi::Ffi::Bind()

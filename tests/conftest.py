@@ -38,3 +38,21 @@ def random(shape, dtype, seed=0):
 
 def tol(dtype):
     return 2e-5 if np.dtype(dtype) in (np.float32, np.complex64) else 1e-12
+
+
+# --- GPU tests (tests/gpu/): only where JAX has a CUDA backend --------------------
+
+def _has_cuda() -> bool:
+    try:
+        import jax
+        return bool(jax.devices("cuda"))
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu_items = [item for item in items if "/gpu/" in str(item.fspath).replace("\\", "/")]
+    if gpu_items and not _has_cuda():
+        skip = pytest.mark.skip(reason="no CUDA backend in JAX (GPU tests need an NVIDIA GPU)")
+        for item in gpu_items:
+            item.add_marker(skip)

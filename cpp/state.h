@@ -1,0 +1,81 @@
+// jaxbind's trampoline: the state shared by its handlers (see jaxbind_ext.cc).
+#pragma once
+
+#include <array>
+#include <memory>
+#include <type_traits>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <nanobind/stl/vector.h>
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace nb = nanobind;
+namespace ffi = xla::ffi;
+
+#ifndef JAXBIND_JAXLIB_VERSION
+#define JAXBIND_JAXLIB_VERSION "unknown"
+#endif
+
+namespace jaxbind {
+
+
+// Version of the attribute set a jaxbind custom call carries. Bump it when the
+// attributes change, and keep accepting every older value.
+constexpr int32_t kCallFormat = 1;
+constexpr size_t kNumDtypes = 64;  // upper bound on XLA_FFI_DataType values
+
+struct Site {
+  nb::object callable;     // the user's Python callable
+  nb::object kwargs_dump;  // decoded keyword arguments, passed through
+  nb::object label;        // str naming the binding and role, for errors
+  std::string binding;     // binding name, to purge sites of dropped bindings
+  // jaxbind's own batching (see _batching): the leading `levels` axes of every
+  // output and of each input marked in `batched` are a batch; the callable is
+  // called once per batch element. levels == 0: one plain call.
+  int levels = 0;
+  std::vector<bool> batched;
+  // The views of the site's last call, when the callable kept no reference to
+  // them: the next call points them at its buffers instead of building new ones.
+  nb::object out_views, in_views;
+  nb::object platform_mode;  // "device" or "host": how GPU calls reach the callable
+};
+
+struct State {
+  std::unordered_map<int64_t, std::shared_ptr<Site>> sites;  // shared: a call in flight keeps its site
+  std::array<PyArray_Descr*, kNumDtypes> dtypes{};  // owned references
+  nb::object resolver;   // (binding, role, kwargs, digest) -> (callable, kwargs_dump, label, loop, mode)
+  nb::object formatter;  // (label, type, value, traceback) -> str
+  nb::object gpu_dispatch;  // runs a GPU call; see set_gpu_dispatch
+};
+
+// Created by init() and deliberately never destroyed: XLA threads may still
+// call in while the interpreter shuts down, and the objects held here must not
+// be released after Python is gone.
+inline State *state = nullptr;
+
+inline bool python_is_finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
+inline ffi::Error error(ffi::ErrorCode code, std::string message) {
+  return ffi::Error(code, "jaxbind: " + std::move(message));
+}
+
+}  // namespace jaxbind
