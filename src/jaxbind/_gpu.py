@@ -69,10 +69,7 @@ def _dlpack_dtype(dtype: np.dtype) -> tuple[int, int]:
     if dtype.name == "bfloat16":
         return 4, 16
     codes = {"b": 6, "i": 0, "u": 1, "f": 2, "c": 5}
-    if dtype.kind not in codes or (dtype.kind == "V"):
-        raise TypeError(f"jaxbind: DLPack has no type for {dtype.name}; use "
-                        "__cuda_array_interface__ or the raw pointer")
-    if dtype.kind == "f" and dtype.itemsize == 1:
+    if dtype.kind not in codes or (dtype.kind == "f" and dtype.itemsize == 1):  # float8
         raise TypeError(f"jaxbind: DLPack has no type for {dtype.name}; use "
                         "__cuda_array_interface__ or the raw pointer")
     return codes[dtype.kind], dtype.itemsize * 8
