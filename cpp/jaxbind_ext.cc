@@ -150,7 +150,7 @@ ffi::Error CallCuda(void *stream, int32_t device, ffi::RemainingArgs args,
       for (bool b : site.batched) flags.append(b);
       batched = nb::tuple(flags);
     }
-    state->gpu_dispatch(site.callable, site.kwargs_dump, site.label, site.platform_mode,
+    state->gpu_dispatch(site.callable, site.kwargs_dump, site.platform_mode,
                         site.levels, batched, reinterpret_cast<uintptr_t>(stream), device,
                         describe(args, "input"), describe(rets, "output"));
   });
@@ -204,7 +204,7 @@ NB_MODULE(_ext, m) {
         state->gpu_dispatch = dispatch;
       },
       nb::arg("dispatch"),
-      "Set the Python function that runs GPU calls: (callable, kwargs_dump, label, "
+      "Set the Python function that runs GPU calls: (callable, kwargs_dump, "
       "platform_mode, levels, batched, stream, device, inputs, outputs), each buffer as "
       "(pointer, shape, element type).");
 

@@ -106,7 +106,7 @@ def test_dispatch_walks_batch_elements_by_pointer():
     f32 = 11  # XLA element type of float32
     ins = ((fixed.ctypes.data, (2,), f32), (x.ctypes.data, (3, 4), f32))
     outs = ((y.ctypes.data, (3, 4), f32),)
-    _gpu.dispatch(callable_, None, "'t'", "device", 1, (False, True), 99, 0, ins, outs)
+    _gpu.dispatch(callable_, None, "device", 1, (False, True), 99, 0, ins, outs)
     np.testing.assert_array_equal(y, 2 * x + 1)  # 3 elements, the fixed input unbatched
     assert len(calls) == 3
     assert all(c[0] == jaxbind.CallContext("cuda", 99, 0, "device") for c in calls)
@@ -116,4 +116,4 @@ def test_dispatch_walks_batch_elements_by_pointer():
 
 def test_dispatch_rejects_unknown_element_types():
     with pytest.raises(TypeError, match="element type 99"):
-        _gpu.dispatch(lambda *a: None, None, "'t'", "device", 0, (), 0, 0, ((0, (1,), 99),), ())
+        _gpu.dispatch(lambda *a: None, None, "device", 0, (), 0, 0, ((0, (1,), 99),), ())

@@ -30,5 +30,5 @@ from . import testing  # noqa: E402, F401  (jaxbind.testing.check)
 
 __version__ = "2.0.0.dev0"
 
-__all__ = ["CallContext", "CudaArray", "Op", "current_call", "export", "export_safety_checks", "get_linear_call", "get_nonlinear_call",
-           "load_kwargs", "__version__"]
+__all__ = ["CallContext", "CudaArray", "Op", "current_call", "export", "export_safety_checks",
+           "get_linear_call", "get_nonlinear_call", "load_kwargs", "__version__"]

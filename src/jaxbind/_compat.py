@@ -7,6 +7,7 @@ when JAX moves one, the shim goes here and nowhere else.
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 
@@ -101,15 +102,21 @@ def sdy_sharding_rule(rule: str, need_replication: tuple[str, ...], operand_type
     0.7 does not); without it,
     all are pass-through, and the batch partitioner replicates the non-batch axes.
     """
-    import inspect
-
     from jax._src import custom_partitioning_sharding_rule as _rule
-    params = inspect.signature(_rule.str_to_sdy_sharding_rule).parameters
-    if "need_replication_factors" in params:
+    if _rule_takes_need_replication():
         parsed = _rule.str_to_sdy_sharding_rule(rule, need_replication_factors=need_replication)
     else:
         parsed = _rule.str_to_sdy_sharding_rule(rule)
     return _rule.sdy_sharding_rule_to_mlir(parsed, list(operand_types), list(result_types))
+
+
+@functools.cache
+def _rule_takes_need_replication() -> bool:
+    import inspect
+
+    from jax._src import custom_partitioning_sharding_rule as _rule
+    return "need_replication_factors" in inspect.signature(
+        _rule.str_to_sdy_sharding_rule).parameters
 
 
 def register_batch_partitionable(target: str) -> None:

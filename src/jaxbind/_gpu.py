@@ -210,7 +210,12 @@ def _element(buffers, levels, k, batched):
     return out
 
 
-def dispatch(callable_, kwargs_dump, label, mode, levels, batched, stream, device, ins, outs):
+def _batch_count(outs, levels) -> int:
+    """Number of batch elements of jaxbind's loop: the leading `levels` axes of output 0."""
+    return int(np.prod(outs[0][1][:levels], dtype=np.int64)) if levels and outs else 1
+
+
+def dispatch(callable_, kwargs_dump, mode, levels, batched, stream, device, ins, outs):
     """Run one GPU call (called by the CUDA FFI handler, with the GIL held)."""
     for ptr, shape, code in (*ins, *outs):
         if code not in XLA_ELEMENT_TYPES:
@@ -227,9 +232,8 @@ def dispatch(callable_, kwargs_dump, label, mode, levels, batched, stream, devic
 
 
 def _run_on_device(callable_, kwargs_dump, levels, batched, stream, device, ins, outs):
-    n = int(np.prod(outs[0][1][:levels], dtype=np.int64)) if levels and outs else 1
     with _frameworks_on(stream, device):
-        for k in range(n):
+        for k in range(_batch_count(outs, levels)):
             args = tuple(CudaArray(p, s, d, True, stream, device)
                          for p, s, d in _element(ins, levels, k, batched))
             out = tuple(CudaArray(p, s, d, False, stream, device)
@@ -248,8 +252,7 @@ def _run_on_host(callable_, kwargs_dump, levels, batched, stream, ins, outs):
     driver.synchronize(stream)  # the inputs have arrived
     for a in host_in:
         a.flags.writeable = False
-    n = int(np.prod(outs[0][1][:levels], dtype=np.int64)) if levels and outs else 1
-    for k in range(n):
+    for k in range(_batch_count(outs, levels)):
         if levels:
             args = tuple(a[np.unravel_index(k, a.shape[:levels])] if (not batched or batched[i])
                          else a for i, a in enumerate(host_in))
@@ -258,4 +261,4 @@ def _run_on_host(callable_, kwargs_dump, levels, batched, stream, ins, outs):
             args, out = tuple(host_in), tuple(host_out)
         callable_(out, args, kwargs_dump)
     for (ptr, _, _), o in zip(outs, host_out):
-        driver.to_device(ptr, np.ascontiguousarray(o), stream)
+        driver.to_device(ptr, o, stream)  # host_out arrays are C-contiguous
