@@ -11,6 +11,7 @@ its own virtual environment).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -111,6 +112,53 @@ def _buffer_callback(n_in=1):
     return call
 
 
+_floor_lib = None
+
+
+def _floor_op(callable_, outs, args, kwargs_dump=b""):
+    """A custom call that runs `callable_(outs, args, kwargs_dump)` through _floor.cc."""
+    global _floor_lib
+    import ctypes
+    import pathlib
+    import sysconfig
+    if _floor_lib is None:
+        here = pathlib.Path(__file__).parent
+        tag = f"py{sys.version_info[0]}{sys.version_info[1]}-jax{jax.__version__}"
+        so = here / ".build" / f"libfloor-{tag}.so"
+        if not so.exists():
+            so.parent.mkdir(exist_ok=True)
+            tmp = so.with_name(f"{so.name}.{os.getpid()}.tmp")  # renamed when complete
+            subprocess.run(["c++", "-O2", "-std=c++17", "-shared", "-fPIC", "-w",
+                            f"-I{jax.ffi.include_dir()}", f"-I{sysconfig.get_paths()['include']}",
+                            str(here / "_floor.cc"), "-o", str(tmp)], check=True)
+            os.replace(tmp, so)
+        _floor_lib = ctypes.PyDLL(str(so))
+        _floor_lib.floor_set.argtypes = [ctypes.c_int64, ctypes.py_object]
+        jax.ffi.register_ffi_target("jaxbind_bench_floor",
+                                    jax.ffi.pycapsule(_floor_lib.floor_handler), platform="cpu")
+    slot = _floor_slots[0]
+    _floor_slots[0] += 1
+    if _floor_lib.floor_set(slot, (callable_, outs, args, kwargs_dump)) != 0:
+        raise RuntimeError("floor_set failed")
+    return lambda *xs: jax.ffi.ffi_call(
+        "jaxbind_bench_floor", tuple(jax.ShapeDtypeStruct(o.shape, o.dtype) for o in outs))(
+            *xs, slot=np.int64(slot))
+
+
+_floor_slots = [0]
+
+
+def _floor_double(n, callable_=None):
+    """The floor of `double` at size n: the same callable, on private arrays."""
+    op = _floor_op(callable_ or _double, (np.empty(n, np.float32),), (np.ones(n, np.float32),))
+
+    @jax.custom_vjp
+    def f(x):
+        return op(x)[0]
+    f.defvjp(lambda x: (f(x), None), lambda _, ct: (f(ct),))
+    return f
+
+
 def build(impl: str, case: str, size: int):
     """-> (function to time, its argument) for one implementation and case."""
     n = int(size)
@@ -119,6 +167,7 @@ def build(impl: str, case: str, size: int):
         f = {"jnp": lambda x: 2 * x,
              "pure_callback": _pure_callback,
              "buffer_callback": _buffer_callback() if impl == "buffer_callback" else None,
+             "floor": _floor_double(n) if impl == "floor" else None,
              "jaxbind": (lambda op: (lambda x: op(x)[0]))(_jaxbind_ops()["double"])
              if impl == "jaxbind" else None}[impl]
         if case == "eager":
@@ -130,7 +179,8 @@ def build(impl: str, case: str, size: int):
         op = _jaxbind_ops()["traffic"]
         return jax.jit(lambda x: op(x, n=n)[0]), jnp.ones(1, jnp.float32)
     if case == "empty":
-        f = {"jaxbind": lambda x: _jaxbind_ops()["empty"](x)[0], "jnp": lambda x: x}[impl]
+        f = {"jaxbind": lambda x: _jaxbind_ops()["empty"](x)[0], "jnp": lambda x: x,
+             "floor": _floor_double(n, _empty) if impl == "floor" else None}[impl]
         return jax.jit(f), x
     if case == "io4":
         xs = tuple(jnp.ones(n, jnp.float32) + k for k in range(4))
@@ -147,6 +197,7 @@ def build(impl: str, case: str, size: int):
         return (lambda xs: g(*xs)), xs
     if case == "grad":
         f = {"jnp": lambda x: 2 * x, "pure_callback": _pure_callback_ad,
+             "floor": _floor_double(n) if impl == "floor" else None,
              "jaxbind": (lambda op: (lambda x: op(x)[0]))(_jaxbind_ops()["double"])
              if impl == "jaxbind" else None}[impl]
         return jax.jit(jax.grad(lambda x: jnp.sum(f(x)))), x
@@ -200,7 +251,7 @@ def serve():
                     jax.block_until_ready(fn(arg))  # compile once
                     cache[key] = (fn, arg)
                 t, inside = time_it(*cache[key], req["reps"])
-                reply = {"t": t, "inside": inside if req["impl"] == "jaxbind" else None}
+                reply = {"t": t, "inside": inside if req["impl"] in ("jaxbind", "floor") else None}
         except Exception as exc:  # an implementation that lacks this case
             reply = {"error": f"{type(exc).__name__}: {exc}"}
         print(json.dumps(reply), flush=True)

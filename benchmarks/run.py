@@ -26,14 +26,16 @@ import sys
 
 HERE = pathlib.Path(__file__).parent
 
-# (case, sizes, implementations); "jaxbind13" is JAXbind 1.3.1's worker.
+# (case, sizes, implementations); "jaxbind13" is JAXbind 1.3.1's worker. "floor" is
+# a custom call that only takes the GIL and calls the same callable on private
+# NumPy arrays (_floor.cc): what any Python-calling custom call costs at least.
 FULL = [
     ("double", [1, 1_000, 1_000_000, 16_000_000],
-     ["jnp", "jaxbind", "jaxbind13", "pure_callback", "buffer_callback"]),
+     ["jnp", "floor", "jaxbind", "jaxbind13", "pure_callback", "buffer_callback"]),
     ("traffic", [1_000_000, 16_000_000], ["jaxbind"]),
-    ("empty", [1, 1_000], ["jaxbind", "jaxbind13"]),
+    ("empty", [1, 1_000], ["floor", "jaxbind", "jaxbind13"]),
     ("io4", [1_000], ["jnp", "jaxbind", "jaxbind13", "pure_callback", "buffer_callback"]),
-    ("grad", [1_000], ["jnp", "jaxbind", "jaxbind13", "pure_callback"]),
+    ("grad", [1_000], ["jnp", "floor", "jaxbind", "jaxbind13", "pure_callback"]),
     ("vmap", [1_000], ["jnp", "jaxbind", "jaxbind13", "pure_callback"]),
     ("vmap_native", [1_000], ["jnp", "jaxbind", "jaxbind13", "pure_callback"]),
     ("eager", [1_000], ["jnp", "jaxbind", "jaxbind13", "pure_callback"]),
@@ -169,10 +171,10 @@ def _fmt(t):
 
 def _table(results):
     by = {(r["case"], r["size"], r["impl"]): r for r in results}
-    impls = ["jnp", "jaxbind", "jaxbind13", "buffer_callback", "pure_callback"]
-    rows = ["| case | size | " + " | ".join(impls) + " | jaxbind/jaxbind13 | jaxbind inside callable "
-            "| jaxbind outside callable |",
-            "|---|---|" + "---|" * (len(impls) + 3)]
+    impls = ["jnp", "floor", "jaxbind", "jaxbind13", "buffer_callback", "pure_callback"]
+    rows = ["| case | size | " + " | ".join(impls) + " | jaxbind/jaxbind13 | floor/jaxbind13 "
+            "| jaxbind inside callable | jaxbind outside callable |",
+            "|---|---|" + "---|" * (len(impls) + 4)]
     for case, sizes, _ in FULL:
         for size in sizes:
             cells = [by.get((case, size, i)) for i in impls]
@@ -180,13 +182,15 @@ def _table(results):
                 continue
             ours, old = by.get((case, size, "jaxbind")), by.get((case, size, "jaxbind13"))
             ratio = f"{ours['median_s'] / old['median_s']:.2f}" if ours and old else "-"
+            floor = by.get((case, size, "floor"))
+            floor_ratio = f"{floor['median_s'] / old['median_s']:.2f}" if floor and old else "-"
             share = outside = "-"
             if ours and ours["inside_s"]:
                 share = f"{100 * ours['inside_s'] / ours['median_s']:.0f}%"
                 outside = _fmt(ours["median_s"] - ours["inside_s"])
             rows.append(f"| {case} | {size} | " + " | ".join(
                 _fmt(c["median_s"]) if c else "-" for c in cells)
-                + f" | {ratio} | {share} | {outside} |")
+                + f" | {ratio} | {floor_ratio} | {share} | {outside} |")
     return "\n".join(rows)
 
 
