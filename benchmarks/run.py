@@ -173,8 +173,8 @@ def _table(results):
     by = {(r["case"], r["size"], r["impl"]): r for r in results}
     impls = ["jnp", "floor", "jaxbind", "jaxbind13", "buffer_callback", "pure_callback"]
     rows = ["| case | size | " + " | ".join(impls) + " | jaxbind/jaxbind13 | floor/jaxbind13 "
-            "| jaxbind inside callable | jaxbind outside callable |",
-            "|---|---|" + "---|" * (len(impls) + 4)]
+            "| jaxbind inside callable | jaxbind outside callable | floor outside callable |",
+            "|---|---|" + "---|" * (len(impls) + 5)]
     for case, sizes, _ in FULL:
         for size in sizes:
             cells = [by.get((case, size, i)) for i in impls]
@@ -188,9 +188,22 @@ def _table(results):
             if ours and ours["inside_s"]:
                 share = f"{100 * ours['inside_s'] / ours['median_s']:.0f}%"
                 outside = _fmt(ours["median_s"] - ours["inside_s"])
+            floor_outside = "-"
+            if floor and floor["inside_s"]:
+                floor_outside = _fmt(floor["median_s"] - floor["inside_s"])
             rows.append(f"| {case} | {size} | " + " | ".join(
                 _fmt(c["median_s"]) if c else "-" for c in cells)
-                + f" | {ratio} | {floor_ratio} | {share} | {outside} |")
+                + f" | {ratio} | {floor_ratio} | {share} | {outside} | {floor_outside} |")
+    rows += ["", "Ratios to pure JAX (jnp), per implementation:", "",
+             "| case | size | " + " | ".join(impls[1:]) + " |", "|---|---|" + "---|" * (len(impls) - 1)]
+    for case, sizes, _ in FULL:
+        for size in sizes:
+            base = by.get((case, size, "jnp"))
+            if not base:
+                continue
+            cells = [by.get((case, size, i)) for i in impls[1:]]
+            rows.append(f"| {case} | {size} | " + " | ".join(
+                f"{c['median_s'] / base['median_s']:.2f}" if c else "-" for c in cells) + " |")
     return "\n".join(rows)
 
 
@@ -211,8 +224,10 @@ def _plot(results, path, meta):
     except ImportError:
         print("matplotlib not installed: no plot", file=sys.stderr)
         return
+    if not any(r["case"] == "double" for r in results):
+        return  # the plot shows `double` only
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for impl in ["jnp", "jaxbind", "jaxbind13", "buffer_callback", "pure_callback"]:
+    for impl in ["jnp", "floor", "jaxbind", "jaxbind13", "buffer_callback", "pure_callback"]:
         pts = sorted((r["size"], r["median_s"]) for r in results
                      if r["case"] == "double" and r["impl"] == impl)
         if pts:

@@ -23,11 +23,26 @@
 
 namespace jaxbind {
 
-// Find the call site named by the attributes, asking the resolver on a miss.
-std::shared_ptr<Site> resolve(int64_t digest, std::string_view binding, std::string_view role,
-                              ffi::Span<const uint8_t> kwargs) {
+template <typename T>
+bool get_attr(const ffi::Dictionary &attrs, std::string_view name, T &out) {
+  auto value = attrs.get<T>(name);
+  if (!value.has_value()) return false;
+  out = *value;
+  return true;
+}
+
+// Find the call site named by the attributes. A cached site needs only the
+// digest; on a miss the resolver gets the binding, role and keyword arguments.
+std::shared_ptr<Site> resolve(int64_t digest, const ffi::Dictionary &attrs) {
   auto it = state->sites.find(digest);
   if (it != state->sites.end()) return it->second;
+  std::string_view binding, role;
+  ffi::Span<const uint8_t> kwargs;
+  if (!get_attr(attrs, "binding", binding) || !get_attr(attrs, "role", role) ||
+      !get_attr(attrs, "kwargs", kwargs))
+    throw std::invalid_argument(
+        "custom call lacks one of the attributes 'site', 'binding', 'role', 'kwargs' that "
+        "call format 1 requires");
   nb::object found = state->resolver(
       nb::str(binding.data(), binding.size()), nb::str(role.data(), role.size()),
       nb::bytes(reinterpret_cast<const char *>(kwargs.begin()), kwargs.size()), digest);
@@ -46,14 +61,6 @@ std::shared_ptr<Site> resolve(int64_t digest, std::string_view binding, std::str
   return state->sites.emplace(digest, std::move(site)).first->second;
 }
 
-template <typename T>
-bool get_attr(const ffi::Dictionary &attrs, std::string_view name, T &out) {
-  auto value = attrs.get<T>(name);
-  if (!value.has_value()) return false;
-  out = *value;
-  return true;
-}
-
 // What every jaxbind call does around its platform's body: check the call
 // format, decode the attributes, take the GIL, resolve the site, and turn
 // every failure into an ffi::Error that names the binding.
@@ -69,10 +76,7 @@ ffi::Error guarded(const ffi::Dictionary &attrs, Body &&body) {
                      ", but this jaxbind reads formats 1 to " + std::to_string(kCallFormat) +
                      "; upgrade jaxbind to run it");
   int64_t digest = 0;  // signed: jax 0.7 cannot lower uint64 attributes above 2**63
-  std::string_view binding, role;
-  ffi::Span<const uint8_t> kwargs;
-  if (!get_attr(attrs, "site", digest) || !get_attr(attrs, "binding", binding) ||
-      !get_attr(attrs, "role", role) || !get_attr(attrs, "kwargs", kwargs))
+  if (!get_attr(attrs, "site", digest))
     return error(ffi::ErrorCode::kInvalidArgument,
                  "custom call lacks one of the attributes 'site', 'binding', 'role', 'kwargs' "
                  "that call format 1 requires");
@@ -80,26 +84,34 @@ ffi::Error guarded(const ffi::Dictionary &attrs, Body &&body) {
     return error(ffi::ErrorCode::kUnavailable, "the Python interpreter is not running");
 
   nb::gil_scoped_acquire gil;
-  nb::object label;
+  std::shared_ptr<Site> site;
+  // For messages: the binding's name, from the site or (before one is found) the attributes.
+  auto name = [&]() -> std::string {
+    if (site) return site->binding;
+    std::string_view binding = "?";
+    get_attr(attrs, "binding", binding);
+    return std::string(binding);
+  };
   try {
-    std::shared_ptr<Site> site = resolve(digest, binding, role, kwargs);
-    label = site->label;
+    site = resolve(digest, attrs);
     body(*site);
     return ffi::Error::Success();
   } catch (nb::python_error &e) {
     std::string message;
     try {
-      nb::object where = label.is_valid() ? label : nb::str(binding.data(), binding.size());
+      nb::object where = site ? site->label : nb::object(nb::str(name().c_str()));
       message = nb::cast<std::string>(
           state->formatter(where, e.type(), e.value(), e.traceback()));
     } catch (...) {
-      message = std::string("jaxbind: callable of '") + std::string(binding) + "' failed: " + e.what();
+      message = "jaxbind: callable of '" + name() + "' failed: " + e.what();
     }
     return ffi::Error(ffi::ErrorCode::kInternal, message);
+  } catch (std::invalid_argument &e) {
+    return error(ffi::ErrorCode::kInvalidArgument, e.what());
   } catch (std::exception &e) {
-    return error(ffi::ErrorCode::kInternal, "'" + std::string(binding) + "': " + e.what());
+    return error(ffi::ErrorCode::kInternal, "'" + name() + "': " + e.what());
   } catch (...) {
-    return error(ffi::ErrorCode::kInternal, "'" + std::string(binding) + "': unknown C++ exception");
+    return error(ffi::ErrorCode::kInternal, "'" + name() + "': unknown C++ exception");
   }
 }
 
