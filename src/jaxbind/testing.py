@@ -67,8 +67,12 @@ def _rel(a, b) -> float:
     a, b = np.asarray(a, np.complex128), np.asarray(b, np.complex128)
     if a.shape != b.shape:
         return np.inf
-    scale = max(np.max(np.abs(a), initial=0.0), np.max(np.abs(b), initial=0.0), 1e-30)
-    return float(np.max(np.abs(a - b), initial=0.0) / scale)
+    if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
+        return np.inf  # e.g. an output the callable never wrote
+    with np.errstate(over="ignore", invalid="ignore"):
+        scale = max(np.max(np.abs(a), initial=0.0), np.max(np.abs(b), initial=0.0), 1e-30)
+        error = float(np.max(np.abs(a - b), initial=0.0) / scale)
+    return error if np.isfinite(error) else np.inf
 
 
 def _pair(a, b) -> float:
@@ -232,8 +236,9 @@ def check(op, *args, rtol=None, eps=None, batch_size=3, seed=0, verbose=True,
             h = (eps if eps is not None else tol("eps", x.dtype)) * max(1.0, float(np.max(np.abs(x), initial=0.0)))
             hi = np.asarray(x + h * v, dtype=x.dtype)
             lo = np.asarray(x - h * v, dtype=x.dtype)
-            fd = [(np.asarray(a, np.complex128) - np.asarray(b, np.complex128)) / (2 * h)
-                  for a, b in zip(f_i(hi), f_i(lo))]
+            with np.errstate(over="ignore", invalid="ignore"):
+                fd = [(np.asarray(a, np.complex128) - np.asarray(b, np.complex128)) / (2 * h)
+                      for a, b in zip(f_i(hi), f_i(lo))]
             for name, t, d in zip(out_names, tan, fd):
                 report.append(CheckResult("jvp vs finite differences", f"{target} -> {name}", dt,
                                           _rel(t, d), tol("fd", x.dtype)))
