@@ -112,7 +112,8 @@ def _buffer_callback(n_in=1):
     return call
 
 
-_floor_lib = None
+_floor_lib = None  # the compiled _floor.cc, loaded on first use
+_floor_slots = [0]  # the next free slot of its callable table
 
 
 def _floor_op(callable_, outs, args, kwargs_dump=b""):
@@ -143,9 +144,6 @@ def _floor_op(callable_, outs, args, kwargs_dump=b""):
     return lambda *xs: jax.ffi.ffi_call(
         "jaxbind_bench_floor", tuple(jax.ShapeDtypeStruct(o.shape, o.dtype) for o in outs))(
             *xs, slot=np.int64(slot))
-
-
-_floor_slots = [0]
 
 
 def _floor_double(n, callable_=None):

@@ -23,6 +23,10 @@
 
 namespace jaxbind {
 
+constexpr const char *kMissingAttributes =
+    "custom call lacks one of the attributes 'site', 'binding', 'role', 'kwargs' that call "
+    "format 1 requires";
+
 template <typename T>
 bool get_attr(const ffi::Dictionary &attrs, std::string_view name, T &out) {
   auto value = attrs.get<T>(name);
@@ -40,9 +44,7 @@ std::shared_ptr<Site> resolve(int64_t digest, const ffi::Dictionary &attrs) {
   ffi::Span<const uint8_t> kwargs;
   if (!get_attr(attrs, "binding", binding) || !get_attr(attrs, "role", role) ||
       !get_attr(attrs, "kwargs", kwargs))
-    throw std::invalid_argument(
-        "custom call lacks one of the attributes 'site', 'binding', 'role', 'kwargs' that "
-        "call format 1 requires");
+    throw std::invalid_argument(kMissingAttributes);
   nb::object found = state->resolver(
       nb::str(binding.data(), binding.size()), nb::str(role.data(), role.size()),
       nb::bytes(reinterpret_cast<const char *>(kwargs.begin()), kwargs.size()), digest);
@@ -77,9 +79,7 @@ ffi::Error guarded(const ffi::Dictionary &attrs, Body &&body) {
                      "; upgrade jaxbind to run it");
   int64_t digest = 0;  // signed: jax 0.7 cannot lower uint64 attributes above 2**63
   if (!get_attr(attrs, "site", digest))
-    return error(ffi::ErrorCode::kInvalidArgument,
-                 "custom call lacks one of the attributes 'site', 'binding', 'role', 'kwargs' "
-                 "that call format 1 requires");
+    return error(ffi::ErrorCode::kInvalidArgument, kMissingAttributes);
   if (state == nullptr || !Py_IsInitialized() || python_is_finalizing())
     return error(ffi::ErrorCode::kUnavailable, "the Python interpreter is not running");
 
