@@ -17,12 +17,7 @@ from jaxbind.contrib import jaxducc0  # noqa: E402
 DTYPES = [np.float32, np.float64]
 
 
-@pytest.fixture(autouse=True)
-def _x64():
-    old = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", old)
+pytestmark = pytest.mark.usefixtures("enable_x64")  # from tests/conftest.py
 
 
 def _rand(shape, dtype, seed=0, complex_=False):

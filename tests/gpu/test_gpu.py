@@ -15,12 +15,7 @@ DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32"
           "float16", "bfloat16", "float32", "float64", "complex64", "complex128"]
 
 
-@pytest.fixture(autouse=True)
-def _x64():
-    previous = jax.config.jax_enable_x64
-    jax.config.update("jax_enable_x64", True)
-    yield
-    jax.config.update("jax_enable_x64", previous)
+pytestmark = pytest.mark.usefixtures("enable_x64")  # from tests/conftest.py
 
 
 def _same(x, **kwargs):
