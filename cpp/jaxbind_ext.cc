@@ -55,10 +55,12 @@ std::shared_ptr<Site> resolve(int64_t digest, const ffi::Dictionary &attrs) {
   site->label = parts[2];
   site->binding = std::string(binding);
   site->platform_mode = parts.size() > 4 ? nb::object(parts[4]) : nb::object(nb::str("device"));
+  site->batched_flags = nb::steal<nb::tuple>(PyTuple_New(0));
   if (!parts[3].is_none()) {
     auto loop = nb::cast<nb::tuple>(parts[3]);
     site->levels = nb::cast<int>(loop[0]);
-    for (nb::handle b : nb::cast<nb::tuple>(loop[1])) site->batched.push_back(nb::cast<bool>(b));
+    site->batched_flags = nb::cast<nb::tuple>(loop[1]);
+    for (nb::handle b : site->batched_flags) site->batched.push_back(nb::cast<bool>(b));
   }
   return state->sites.emplace(digest, std::move(site)).first->second;
 }
@@ -156,14 +158,8 @@ ffi::Error CallCuda(void *stream, int32_t device, ffi::RemainingArgs args,
                     ffi::RemainingRets rets, ffi::Dictionary attrs) {
   return guarded(attrs, [&](Site &site) {
     if (!state->gpu_dispatch.is_valid()) throw std::runtime_error("no GPU dispatcher is set");
-    nb::tuple batched;
-    {
-      nb::list flags;
-      for (bool b : site.batched) flags.append(b);
-      batched = nb::tuple(flags);
-    }
     state->gpu_dispatch(site.callable, site.kwargs_dump, site.platform_mode,
-                        site.levels, batched, reinterpret_cast<uintptr_t>(stream), device,
+                        site.levels, site.batched_flags, reinterpret_cast<uintptr_t>(stream), device,
                         describe(args, "input"), describe(rets, "output"));
   });
 }

@@ -47,6 +47,7 @@ struct Site {
   // called once per batch element. levels == 0: one plain call.
   int levels = 0;
   std::vector<bool> batched;
+  nb::tuple batched_flags;  // the same flags as a Python tuple, for the GPU dispatcher
   // The views of the site's last call, when the callable kept no reference to
   // them: the next call points them at its buffers instead of building new ones.
   nb::object out_views, in_views;
