@@ -82,7 +82,7 @@ ffi::Error guarded(const ffi::Dictionary &attrs, Body &&body) {
   int64_t digest = 0;  // signed: jax 0.7 cannot lower uint64 attributes above 2**63
   if (!get_attr(attrs, "site", digest))
     return error(ffi::ErrorCode::kInvalidArgument, kMissingAttributes);
-  if (state == nullptr || !Py_IsInitialized() || python_is_finalizing())
+  if (state == nullptr || python_is_finalizing())
     return error(ffi::ErrorCode::kUnavailable, "the Python interpreter is not running");
 
   nb::gil_scoped_acquire gil;
@@ -225,7 +225,7 @@ NB_MODULE(_ext, m) {
           if (code >= kNumDtypes) throw nb::value_error("XLA element type out of range");
           PyArray_Descr *descr = nullptr;
           if (!PyArray_DescrConverter(value.ptr(), &descr)) throw nb::python_error();
-          Py_XDECREF(state->dtypes[code]);
+          Py_XDECREF(reinterpret_cast<PyObject *>(state->dtypes[code]));
           state->dtypes[code] = descr;
         }
         state->resolver = resolver;
@@ -251,6 +251,11 @@ NB_MODULE(_ext, m) {
         return removed;
       },
       nb::arg("binding"), "Drop the cached call sites of a binding; returns how many.");
+
+  m.def(
+      "shutdown", []() { shutting_down.store(true); },
+      "Called at interpreter exit: from then on handlers return an error instead of "
+      "calling Python.");
 
   m.def(
       "site_count", []() { return state == nullptr ? size_t(0) : state->sites.size(); },

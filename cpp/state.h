@@ -2,6 +2,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <memory>
 #include <type_traits>
 #include <cstdint>
@@ -67,8 +68,16 @@ struct State {
 // be released after Python is gone.
 inline State *state = nullptr;
 
+// Set by jaxbind's atexit hook (see `shutdown` in jaxbind_ext.cc): from then on
+// the interpreter is going away and no handler may touch Python. The limited
+// C API of Python 3.12 has no Py_IsFinalizing, so the flag stands in for it.
+inline std::atomic<bool> shutting_down{false};
+
 inline bool python_is_finalizing() {
-#if PY_VERSION_HEX >= 0x030D0000
+  if (shutting_down.load() || !Py_IsInitialized()) return true;
+#if defined(Py_LIMITED_API)
+  return false;
+#elif PY_VERSION_HEX >= 0x030D0000
   return Py_IsFinalizing();
 #else
   return _Py_IsFinalizing();

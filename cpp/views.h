@@ -48,7 +48,7 @@ inline PyObject *wrap(const View &v, bool writeable, const char *what, size_t in
   }
   npy_intp shape[NPY_MAXDIMS];
   for (size_t i = 0; i < v.dims.size(); ++i) shape[i] = static_cast<npy_intp>(v.dims[i]);
-  Py_INCREF(descr);  // PyArray_NewFromDescr steals it
+  Py_INCREF(reinterpret_cast<PyObject *>(descr));  // PyArray_NewFromDescr steals it
   PyObject *array = PyArray_NewFromDescr(&PyArray_Type, descr, static_cast<int>(v.dims.size()),
                                          shape, nullptr, v.data,
                                          writeable ? NPY_ARRAY_CARRAY : NPY_ARRAY_CARRAY_RO,
@@ -84,17 +84,19 @@ nb::object views(nb::object &cache, const Remaining &buffers, bool writeable, co
                  int levels = 0, int64_t element = 0, const std::vector<bool> &batched = {}) {
   nb::object tuple = std::move(cache);
   auto n = static_cast<Py_ssize_t>(buffers.size());
-  if (!tuple.is_valid() || Py_REFCNT(tuple.ptr()) != 1 || PyTuple_GET_SIZE(tuple.ptr()) != n) {
+  if (!tuple.is_valid() || Py_REFCNT(tuple.ptr()) != 1 || PyTuple_Size(tuple.ptr()) != n) {
     PyObject *fresh = PyTuple_New(n);
     if (fresh == nullptr) throw nb::python_error();
     tuple = nb::steal(fresh);
   }
   for (Py_ssize_t i = 0; i < n; ++i) {
     View v = view_of(buffers, i, what, levels, element, batched.empty() || batched[i]);
-    PyObject *old = PyTuple_GET_ITEM(tuple.ptr(), i);
+    // Functions, not the PyTuple_*_ITEM macros: the limited C API has only these.
+    // A fresh tuple's items are NULL, and PyTuple_GetItem reads them as such.
+    PyObject *old = PyTuple_GetItem(tuple.ptr(), i);
     if (old != nullptr && repoint(old, v, writeable)) continue;
-    PyTuple_SET_ITEM(tuple.ptr(), i, wrap(v, writeable, what, i));
-    Py_XDECREF(old);
+    if (PyTuple_SetItem(tuple.ptr(), i, wrap(v, writeable, what, i)) != 0)  // drops `old`
+      throw nb::python_error();
   }
   return tuple;
 }

@@ -1,7 +1,9 @@
 """jax.export of programs with jaxbind ops: across processes, safely, and versioned."""
 
+import datetime
 import json
 import pathlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -13,6 +15,7 @@ import numpy as np
 import pytest
 
 import jaxbind
+from jaxbind import _buildcheck
 from export_cases import CASES
 from reference_ops import axpy
 
@@ -157,15 +160,93 @@ def test_explicit_name_replacement():
     assert op2.name == op1.name == "tests.replaceable"
 
 
+RELEASES = {v: datetime.date.fromisoformat(d) for v, d in
+            json.loads((DATA / "jax_releases.json").read_text())["dates"].items()}
+
+
+def _six_months_after(day: datetime.date) -> datetime.date:
+    month = day.month + 6
+    year, month = day.year + (month - 1) // 12, (month - 1) % 12 + 1
+    return datetime.date(year, month, min(day.day, 28 if month == 2 else 30))
+
+
+def jax_promises_to_read(writer: str, reader: str, releases=RELEASES,
+                         today: datetime.date | None = None) -> tuple[bool, str]:
+    """Does JAX `reader` promise to read an artifact that JAX `writer` serialized?
+
+    JAX's promise (its export docs): an artifact loads in the JAX that wrote it
+    and in newer ones released within 6 months of it; one written by a newer
+    JAX than the reader is not promised. Decided from the two versions and
+    their release dates, before anything is loaded. A reader newer than every
+    version in the table was released between the newest known release and
+    today: promised only if that whole span is within the window.
+    """
+    if V(writer) > V(reader):
+        return False, f"written by jax {writer}, newer than this jax {reader}"
+    if V(writer) == V(reader):
+        return True, "same version"
+    written = releases[writer]
+    if reader in releases:
+        earliest = latest = releases[reader]
+    else:
+        earliest, latest = max(releases.values()), today or datetime.date.today()
+    deadline = _six_months_after(written)
+    if latest <= deadline:
+        return True, f"jax {reader} is within 6 months of jax {writer} ({written})"
+    if earliest > deadline:
+        return False, (f"jax {writer} ({written}) is more than 6 months older than this jax "
+                       f"{reader}")
+    return False, (f"jax {reader} is not in tests/data/jax_releases.json, so whether it is "
+                   f"within 6 months of jax {writer} ({written}) is unknown; add its date")
+
+
+V = _buildcheck.version_tuple
+
+
 @pytest.mark.parametrize("golden", sorted(DATA.glob("*.bin")), ids=lambda p: p.name)
 def test_golden_artifacts_still_load_and_run(golden):
-    meta = json.loads(golden.with_name(golden.name[:-len(".bin")] + ".json").read_text())
-    try:
-        exp = jax.export.deserialize(golden.read_bytes())
-    except Exception as exc:  # pragma: no cover - depends on the installed JAX
-        pytest.skip(f"this JAX cannot deserialize an artifact written by jax "
-                    f"{meta['jax']}: {exc}")
+    """Every golden artifact that this JAX promises to read loads and gives the recorded results."""
+    meta = json.loads(golden.with_suffix(".json").read_text())
+    promised, why = jax_promises_to_read(meta["jax"], jax.__version__)
+    if not promised:
+        pytest.skip(f"JAX does not promise to read this artifact: {why}")
+    exp = jax.export.deserialize(bytearray(golden.read_bytes()))
     args = [np.asarray(a, dtype=np.float32) for a in meta["args"]]
     got = [np.asarray(r) for r in jax.tree.leaves(exp.call(*args))]
+    assert len(got) == len(meta["expected"])
     for g, w in zip(got, meta["expected"]):
         np.testing.assert_allclose(g, np.asarray(w, dtype=g.dtype), rtol=1e-6, atol=1e-6)
+
+
+def test_goldens_carry_no_paths_or_locations():
+    """Artifacts are files people send each other: no path of the machine that wrote them."""
+    for golden in DATA.glob("*.bin"):
+        assert not re.findall(rb"[\w./\\-]*\.py\b", golden.read_bytes()), golden.name
+
+
+def test_every_golden_writer_is_in_the_release_table():
+    for meta in DATA.glob("*.json"):
+        if meta.name != "jax_releases.json":
+            assert json.loads(meta.read_text())["jax"] in RELEASES, meta.name
+
+
+@pytest.mark.parametrize("writer, reader, promised", [
+    ("0.12.0.1", "0.12.0.1", True),     # same version
+    ("0.12.0.1", "0.10.2", False),      # newer writer: never promised
+    ("0.10.2", "0.12.0.1", True),       # June 2026 -> October 2026
+    ("0.7.0", "0.8.1", True),           # July 2025 -> November 2025
+    ("0.7.0", "0.8.3", False),          # July 2025 -> January 2026
+    ("0.7.0", "0.12.0.1", False),
+])
+def test_compatibility_window_from_the_version_pair(writer, reader, promised):
+    assert jax_promises_to_read(writer, reader)[0] is promised
+
+
+def test_unknown_newer_reader_is_decided_by_the_span_it_could_be_released_in():
+    newest = max(RELEASES, key=V)
+    later = ".".join(str(p) for p in (V(newest)[0], V(newest)[1] + 5, 0))
+    soon = RELEASES[newest] + datetime.timedelta(days=10)
+    assert jax_promises_to_read(newest, later, today=soon)[0]
+    assert not jax_promises_to_read("0.7.0", later, today=soon)[0]
+    undecided, why = jax_promises_to_read(newest, later, today=soon + datetime.timedelta(days=400))
+    assert not undecided and "not in tests/data/jax_releases.json" in why

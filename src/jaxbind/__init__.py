@@ -10,15 +10,20 @@ Public API (drop-in compatible with JAXbind 1.3):
   transposes and batching on example inputs.
 """
 
-from ._compat import check_jax_version as _check_jax_version
+# Before anything imports JAX's internals: is the installed jaxlib new enough
+# for the compiled extension? (jaxlib.version loads no XLA code.)
+import jaxlib.version as _jaxlib_version
+
+from . import _buildcheck, _ext
+from ._versions import OLDEST_SUPPORTED_JAX as _OLDEST
+
+_buildcheck.check_build(_ext.jaxlib_version, _jaxlib_version.__version__, _OLDEST)
+
+from ._compat import check_jax_version as _check_jax_version  # noqa: E402
 
 _check_jax_version()
 
-from . import _buildcheck, _ext, _lowering  # noqa: E402
-import jaxlib.version as _jaxlib_version  # noqa: E402
-
-_buildcheck.check_build(_ext.jaxlib_version, _ext.ffi_api_version,
-                        _jaxlib_version.__version__, _buildcheck.runtime_ffi_api_version())
+from . import _lowering  # noqa: E402
 from ._api import Op, get_linear_call, get_nonlinear_call  # noqa: E402
 from ._export import export, export_safety_checks  # noqa: E402
 from ._gpu import CallContext, CudaArray, current_call  # noqa: E402

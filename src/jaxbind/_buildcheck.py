@@ -1,47 +1,57 @@
-"""Is the compiled extension compatible with the jaxlib installed now?
+"""Can the compiled extension run with the installed jaxlib?
 
-The extension records the jaxlib version and the XLA FFI API version (major,
-minor) of the headers it was compiled against. A handler built against a newer
-FFI minor version may use what an older XLA lacks, and a different major
-version is a different ABI; a newer jaxlib with the same major version is fine.
+The extension is compiled against the XLA FFI headers of one jaxlib: for the
+wheels and for ``pip install .``, the oldest supported one, which
+pyproject.toml pins as a build requirement. XLA keeps running FFI handlers
+built against an older FFI API version (the handler reports its version and
+XLA adapts to it), so the extension runs with that jaxlib and every newer one.
+It cannot run with an older one, which may lack what the headers declare.
+
+Importing jaxlib's ``version`` module is cheap and loads no XLA code, so this
+check runs before anything else of jaxbind touches JAX.
 """
 
 from __future__ import annotations
 
-import os
-import re
-
-__all__ = ["check_build", "runtime_ffi_api_version"]
-
-_REBUILD = ("Rebuild jaxbind against the installed jaxlib: pip install --force-reinstall "
-            "--no-binary jaxbind --no-cache-dir jaxbind (or, from a checkout, pip install "
-            "--force-reinstall .)")
+__all__ = ["check_build", "version_tuple"]
 
 
-def runtime_ffi_api_version() -> tuple[int, int] | None:
-    """(major, minor) of the XLA FFI API of the installed jaxlib, from its headers."""
-    try:
-        import jax.ffi
-        path = os.path.join(jax.ffi.include_dir(), "xla", "ffi", "api", "c_api.h")
-        with open(path) as f:
-            text = f.read()
-    except (OSError, ImportError):
-        return None
-    major = re.search(r"#define XLA_FFI_API_MAJOR (\d+)", text)
-    minor = re.search(r"#define XLA_FFI_API_MINOR (\d+)", text)
-    if not (major and minor):
-        return None
-    return int(major.group(1)), int(minor.group(1))
+def version_tuple(version: str) -> tuple[int, ...]:
+    """A version as a comparable tuple: four release numbers, then 0, or -1 for a pre-release.
+
+    '0.12.0.1' -> (0, 12, 0, 1, 0); '0.7.0' -> (0, 7, 0, 0, 0); a pre-release
+    sorts below its release: '0.7.0rc1' and '0.8.0.dev20250101' -> (0, 7, 0, 0, -1)
+    and (0, 8, 0, 0, -1); a local label is ignored: '0.10.2+cuda13' -> (0, 10, 2, 0, 0).
+    """
+    release: list[int] = []
+    pre = 0
+    for piece in version.split("+")[0].split("."):
+        digits = ""
+        for ch in piece:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if digits:
+            release.append(int(digits))
+        if len(digits) < len(piece):  # 'rc1', 'a1', 'b2', 'dev3' follow: a pre-release
+            pre = -1
+            break
+    return (*(release + [0] * 4)[:4], pre)
 
 
-def check_build(built_jaxlib: str, built_api: tuple[int, int], runtime_jaxlib: str,
-                runtime_api: tuple[int, int] | None) -> None:
-    """Raise ImportError if the extension cannot run with the installed jaxlib."""
-    if runtime_api is None:
-        return  # this jaxlib ships no headers to compare with; trust it
-    built_api, runtime_api = tuple(built_api), tuple(runtime_api)
-    if built_api[0] != runtime_api[0] or built_api[1] > runtime_api[1]:
-        raise ImportError(
-            f"jaxbind's extension was built against jaxlib {built_jaxlib} (XLA FFI API "
-            f"{built_api[0]}.{built_api[1]}), but the installed jaxlib {runtime_jaxlib} has "
-            f"XLA FFI API {runtime_api[0]}.{runtime_api[1]}, which cannot run it. {_REBUILD}")
+def check_build(built_against: str, installed: str, oldest_supported: str) -> None:
+    """Raise ImportError unless the installed jaxlib can run the extension.
+
+    Args:
+      built_against: the jaxlib whose FFI headers the extension was compiled with.
+      installed: the installed jaxlib's version.
+      oldest_supported: the oldest jaxlib jaxbind supports.
+    """
+    needed = max(built_against, oldest_supported, key=version_tuple)
+    if version_tuple(installed) >= version_tuple(needed):
+        return
+    raise ImportError(
+        f"jaxbind needs jaxlib>={needed}, but jaxlib {installed} is installed. jaxbind's "
+        f"extension was compiled against the XLA FFI headers of jaxlib {built_against} and "
+        f"runs with that jaxlib and every newer one, not with an older one. Upgrade: "
+        f"pip install -U 'jax>={needed}' 'jaxlib>={needed}'")

@@ -27,8 +27,7 @@ __all__ = [
     "ir", "output_aval", "config_use_shardy", "sdy_sharding_rule", "register_batch_partitionable",
 ]
 
-NEWEST_TESTED_JAX = "0.12.0.1"
-OLDEST_SUPPORTED_JAX = "0.7.0"
+from ._versions import NEWEST_TESTED_JAX, OLDEST_SUPPORTED_JAX  # noqa: E402
 
 ShapedArray = jax.core.ShapedArray
 not_mapped = None  # batching.not_mapped is None in jax 0.7 - 0.12 (not exported in 0.12)
@@ -127,14 +126,7 @@ def register_batch_partitionable(target: str) -> None:
     ffi.register_ffi_target_as_batch_partitionable(target)
 
 
-def _version_tuple(version: str) -> tuple[int, ...]:
-    parts = []
-    for piece in version.split("."):
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts)
+from ._buildcheck import version_tuple as _version_tuple  # noqa: E402
 
 
 def check_jax_version(installed: str = jax.__version__) -> str | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+
 import numpy as np
 
 from . import _ext, _gpu
@@ -63,6 +65,7 @@ def _lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
 def register_targets() -> None:
     """Hand the trampoline its tables and register the FFI target with XLA (once, at import)."""
     _ext.init(XLA_ELEMENT_TYPES, resolve_site, format_callback_error)
+    atexit.register(_ext.shutdown)  # handlers stop calling Python once the interpreter exits
     _ext.set_gpu_dispatch(_gpu.dispatch)
     ffi.register_ffi_target(CPU_TARGET, _ext.cpu_handler(), platform="cpu")
     register_batch_partitionable(CPU_TARGET)
