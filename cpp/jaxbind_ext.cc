@@ -126,7 +126,11 @@ ffi::Error Call(ffi::RemainingArgs args, ffi::RemainingRets rets, ffi::Dictionar
       nb::object ins = views(site.in_views, args, false, "input", site.levels, k, site.batched);
       PyObject *argv[3] = {outs.ptr(), ins.ptr(), site.kwargs_dump.ptr()};
       PyObject *result = PyObject_Vectorcall(site.callable.ptr(), argv, 3, nullptr);
-      if (result == nullptr) throw nb::python_error();
+      if (result == nullptr) {
+        nb::python_error raised;  // takes the exception; the views can then be released
+        make_read_only(outs);     // a view the callable kept must not write into XLA's memory
+        throw raised;
+      }
       Py_DECREF(result);
       if (!release_views(outs, ins, site)) {  // nothing kept: reuse them next time
         site.out_views = std::move(outs);

@@ -115,12 +115,18 @@ inline int64_t batch_size(const ffi::RemainingRets &rets, int levels) {
 // views read-only, so that a reference the callable kept cannot write into
 // later results, and warn when the callable kept one. Returns whether it kept
 // one; throws if the warning was turned into an exception.
-inline bool release_views(const nb::object &outs, const nb::object &ins, const Site &site) {
-  bool kept = Py_REFCNT(outs.ptr()) > 1 || Py_REFCNT(ins.ptr()) > 1;
+inline bool make_read_only(const nb::object &outs) {  // returns whether one is still referenced
+  bool kept = false;
   for (nb::handle view : nb::borrow<nb::tuple>(outs)) {
     PyArray_CLEARFLAGS(reinterpret_cast<PyArrayObject *>(view.ptr()), NPY_ARRAY_WRITEABLE);
     kept |= Py_REFCNT(view.ptr()) > 1;
   }
+  return kept;
+}
+
+inline bool release_views(const nb::object &outs, const nb::object &ins, const Site &site) {
+  bool kept = Py_REFCNT(outs.ptr()) > 1 || Py_REFCNT(ins.ptr()) > 1;
+  kept |= make_read_only(outs);
   for (nb::handle view : nb::borrow<nb::tuple>(ins)) kept |= Py_REFCNT(view.ptr()) > 1;
   if (!kept) return false;
   std::string text = "jaxbind: the callable of " + nb::cast<std::string>(nb::str(site.label)) +

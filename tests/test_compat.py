@@ -36,3 +36,14 @@ def test_tested_versions_do_not_warn():
 def test_too_old_jax_is_an_import_error():
     with pytest.raises(ImportError, match=r"needs jax>=0.7.0, found jax 0.6.2"):
         _compat.check_jax_version("0.6.2")
+
+
+def test_import_with_docstrings_stripped():
+    """python -OO removes docstrings; importing jaxbind and its DUCC module must still work."""
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-OO", "-c",
+                           "import jaxbind, jaxbind.testing; print(jaxbind.get_linear_call.__doc__)"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "None"

@@ -250,3 +250,17 @@ def test_unknown_newer_reader_is_decided_by_the_span_it_could_be_released_in():
     assert not jax_promises_to_read("0.7.0", later, today=soon)[0]
     undecided, why = jax_promises_to_read(newest, later, today=soon + datetime.timedelta(days=400))
     assert not undecided and "not in tests/data/jax_releases.json" in why
+
+
+@pytest.mark.parametrize("platforms", [("cuda",), ("cpu", "cuda")])
+def test_export_for_cuda_and_for_several_platforms(platforms):
+    """Lowering for CUDA needs no GPU: the artifact names jaxbind's CUDA target."""
+    fn, args = CASES["kwargs"]
+    exp = jaxbind.export(fn, platforms=platforms)(*args)
+    assert exp.platforms == platforms
+    text = exp.mlir_module()
+    assert "jaxbind_cuda" in text
+    assert ("jaxbind_cpu" in text) == ("cpu" in platforms)
+    if "cpu" in platforms:  # runs here, on the CPU
+        rexp = jax.export.deserialize(exp.serialize())
+        np.testing.assert_allclose(rexp.call(*args), jax.jit(fn)(*args), rtol=1e-6)

@@ -84,3 +84,48 @@ def test_closures_with_the_same_qualified_name_get_distinct_names():
     x = jnp.ones(2)
     f = jax.jit(lambda x: op1(x)[0] + op2(x)[0])
     np.testing.assert_allclose(f(x), 3 * x)
+
+
+class _Opaque:
+    """A keyword-argument value that is not plain data (kept in this process only)."""
+
+    def __init__(self, k):
+        self.k = k
+
+    def __eq__(self, other):
+        return isinstance(other, _Opaque) and other.k == self.k
+
+    def __hash__(self):
+        return hash(self.k)
+
+
+def test_kwargs_never_freeze_the_callers_arrays():
+    from reference_ops import axpy
+    weights = np.arange(3.0)
+    x = jnp.ones(3)
+    # with an opaque value beside it, the kwargs are kept in-process, not encoded as data
+    jax.block_until_ready(jax.jit(lambda x: axpy(x, x, scale=2.0, w=weights, o=_Opaque(1))[0])(x))
+    jax.block_until_ready(axpy(x, x, w=weights, o=_Opaque(2))[0])
+    assert weights.flags.writeable
+    weights[0] = 5.0  # still the caller's own array
+
+
+def test_process_local_kwargs_live_only_as_long_as_their_call_sites():
+    from jaxbind import _kwargs
+
+    def _scaled(out, args, kd):
+        out[0][...] = jaxbind.load_kwargs(kd)["o"].k * args[0]
+
+    op = jaxbind.get_linear_call(_scaled, None, lambda x, **kw: ((x.shape, x.dtype),), None,
+                                 name="tests.local_kwargs_lifetime")
+    x = jnp.ones(2)
+    gc.collect()
+    before = len(_kwargs._local)
+    for k in range(50):
+        np.testing.assert_allclose(jax.jit(lambda x, k=k: op(x, o=_Opaque(k))[0])(x), k * x)
+        np.testing.assert_allclose(op(x, o=_Opaque(k))[0], k * x)  # eager
+    assert len(_kwargs._local) >= before + 50
+    del op
+    jax.clear_caches()
+    gc.collect()
+    assert len(_kwargs._local) == before

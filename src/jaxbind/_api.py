@@ -227,5 +227,6 @@ def get_nonlinear_call(f: Callable, f_derivative: Sequence[Callable | None], /,
                     first_n_args_fixed, func_can_batch, name, replace, platform_mode)
 
 
-get_linear_call.__doc__ += _CALLABLE_CONTRACT
-get_nonlinear_call.__doc__ += _CALLABLE_CONTRACT
+for _fn in (get_linear_call, get_nonlinear_call):
+    if _fn.__doc__ is not None:  # None under python -OO, which strips docstrings
+        _fn.__doc__ += _CALLABLE_CONTRACT

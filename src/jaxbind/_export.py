@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import jax.export  # a submodule: not loaded by "import jax"
 
-from ._lowering import CPU_TARGET
+from ._lowering import CPU_TARGET, CUDA_TARGET
 
 __all__ = ["export", "export_safety_checks"]
 
@@ -14,9 +14,11 @@ def export_safety_checks() -> list:
     """The `disabled_checks` that jax.export needs for programs with jaxbind ops.
 
     JAX refuses to export custom calls that are not on its allow-list; jaxbind's
-    target keeps a versioned call format (see the README), so it can be allowed.
+    targets (CPU and CUDA) keep a versioned call format (see the README), so
+    they can be allowed.
     """
-    return [jax.export.DisabledSafetyCheck.custom_call(CPU_TARGET)]
+    return [jax.export.DisabledSafetyCheck.custom_call(target)
+            for target in (CPU_TARGET, CUDA_TARGET)]
 
 
 def export(fun, *, disabled_checks=(), **kwargs):

@@ -14,6 +14,7 @@ import functools
 import hashlib
 import json
 import pickle
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,7 +29,10 @@ __all__ = ["KwargsDump", "encode_kwargs", "load_kwargs"]
 #      not be encoded as data); never decoded from bytes, so never exportable.
 _DATA_TAG = b"J"
 _LOCAL_TAG = b"H"
-_local: dict[bytes, "KwargsDump"] = {}  # digest blob -> kwargs that are not data
+# digest blob -> kwargs that are not data. Weakly held: an entry lives as long
+# as something uses it (a CallSpec in a jaxpr or cache, a compiled program,
+# which keeps it through the lowering's keepalives, or a resolved call site).
+_local: "weakref.WeakValueDictionary[bytes, KwargsDump]" = weakref.WeakValueDictionary()
 
 
 class NotData(TypeError):
@@ -76,8 +80,25 @@ def _short(value) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def _frozen_copy(value):
+    """`value` with every NumPy array in it (through tuples, lists, dicts) replaced by a
+    read-only copy: every call site shares decoded kwargs, and the caller's own
+    arrays are never touched. Other objects are kept as they are."""
+    if isinstance(value, np.ndarray):
+        value = value.copy()
+        value.setflags(write=False)
+        return value
+    if isinstance(value, tuple):
+        return tuple(_frozen_copy(item) for item in value)
+    if isinstance(value, list):
+        return [_frozen_copy(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _frozen_copy(item) for key, item in value.items()}
+    return value
+
+
 def _freeze(value):
-    """Make arrays inside decoded kwargs read-only: every call site shares them."""
+    """Make arrays that jaxbind itself decoded read-only (they are its own copies)."""
     if isinstance(value, np.ndarray):
         value.setflags(write=False)
     elif isinstance(value, (list, tuple)):
@@ -186,9 +207,16 @@ def encode_kwargs(kwargs: Mapping[str, Any], where: str = "jaxbind op") -> Kwarg
             f"jaxbind: {where}: keyword arguments must be plain data or picklable; "
             f"{type(exc).__name__}: {exc}") from exc
     blob = _LOCAL_TAG + hashlib.blake2b(pickled, digest_size=16).digest()
-    if blob not in _local:
-        _local[blob] = KwargsDump(blob, {name: _freeze(value) for name, value in items})
-    return _local[blob]
+    dump = _local.get(blob)
+    if dump is None:
+        dump = KwargsDump(blob, {name: _frozen_copy(value) for name, value in items})
+        _local[blob] = dump
+    return dump
+
+
+def is_local(dump: KwargsDump) -> bool:
+    """Whether `dump` holds keyword arguments that exist only in this process."""
+    return dump.blob[:1] == _LOCAL_TAG
 
 
 def not_data_reason(dump: KwargsDump) -> str | None:
@@ -203,20 +231,24 @@ def not_data_reason(dump: KwargsDump) -> str | None:
     return "not plain data"
 
 
-@functools.lru_cache(maxsize=4096)
 def decode_kwargs(blob: bytes) -> KwargsDump:
-    """Decode a blob made by encode_kwargs (cached: once per distinct blob).
+    """Decode a blob made by encode_kwargs (data blobs are decoded once per distinct blob).
 
     Only data is ever decoded: nothing in a blob can make this run code.
     """
-    tag = blob[:1]
-    if tag == _LOCAL_TAG:
+    if blob[:1] == _LOCAL_TAG:
         dump = _local.get(blob)
         if dump is None:
             raise LookupError(
                 "the keyword arguments of this call were not plain data, so they exist only "
                 "in the process that traced it; the program cannot run elsewhere")
         return dump
+    return _decode_data(blob)
+
+
+@functools.lru_cache(maxsize=4096)
+def _decode_data(blob: bytes) -> KwargsDump:
+    tag = blob[:1]
     if tag != _DATA_TAG:
         raise ValueError(f"jaxbind: unknown keyword-argument encoding {tag!r}")
     values = _from_data(json.loads(blob[1:].decode()))

@@ -11,7 +11,7 @@ from ._binding import resolve_site, site_digest
 from ._compat import ffi, for_export, mlir, register_batch_partitionable
 from ._dtypes import XLA_ELEMENT_TYPES
 from ._errors import format_callback_error
-from ._kwargs import not_data_reason
+from ._kwargs import is_local, not_data_reason
 from ._partitioning import mark_batch_partitionable
 from ._spec import CallSpec
 
@@ -48,6 +48,8 @@ def _lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
     # programs can have no keep-alives: the loading process keeps its bindings.
     if not exporting:
         ctx.module_context.add_keepalive(binding)
+        if is_local(kwargs):  # process-local kwargs live as long as the program
+            ctx.module_context.add_keepalive(kwargs)
     results = _lower_ffi[target](
         ctx, *args,
         jaxbind_format=np.int32(_ext.call_format),

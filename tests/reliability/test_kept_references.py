@@ -50,3 +50,21 @@ def test_warning_as_error_fails_the_call_cleanly():
         warnings.simplefilter("error")
         with pytest.raises(Exception, match="kept a reference"):
             jax.block_until_ready(jax.jit(lambda x: op(x)[0] * 3)(jnp.zeros(2)))
+
+
+def _keeps_then_raises(out, args, kd):
+    kept.append(out[0])
+    raise KeyError("after keeping its output view")
+
+
+raising = jaxbind.get_linear_call(_keeps_then_raises, None, lambda x: ((x.shape, x.dtype),),
+                                  None, name="reliability.keeps_then_raises")
+
+
+def test_views_kept_by_a_raising_callable_are_read_only_too():
+    with pytest.raises(Exception, match="after keeping its output view"):
+        jax.block_until_ready(jax.jit(lambda x: raising(x)[0])(jnp.zeros(3)))
+    view = kept.pop()
+    assert not view.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        view[0] = 1.0
