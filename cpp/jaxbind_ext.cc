@@ -59,6 +59,8 @@ std::shared_ptr<Site> resolve(int64_t digest, const ffi::Dictionary &attrs) {
   if (!parts[3].is_none()) {
     auto loop = nb::cast<nb::tuple>(parts[3]);
     site->levels = nb::cast<int>(loop[0]);
+    if (site->levels < 0 || site->levels > 64)
+      throw std::invalid_argument("the call's batch levels are out of range");
     site->batched_flags = nb::cast<nb::tuple>(loop[1]);
     for (nb::handle b : site->batched_flags) site->batched.push_back(nb::cast<bool>(b));
   }
@@ -109,7 +111,7 @@ ffi::Error guarded(const ffi::Dictionary &attrs, Body &&body) {
     }
     return ffi::Error(ffi::ErrorCode::kInternal, message);
   } catch (std::invalid_argument &e) {
-    return error(ffi::ErrorCode::kInvalidArgument, e.what());
+    return error(ffi::ErrorCode::kInvalidArgument, "'" + name() + "': " + e.what());
   } catch (std::exception &e) {
     return error(ffi::ErrorCode::kInternal, "'" + name() + "': " + e.what());
   } catch (...) {
@@ -120,7 +122,7 @@ ffi::Error guarded(const ffi::Dictionary &attrs, Body &&body) {
 // CPU: NumPy views of the host buffers, the callable called in place.
 ffi::Error Call(ffi::RemainingArgs args, ffi::RemainingRets rets, ffi::Dictionary attrs) {
   return guarded(attrs, [&](Site &site) {
-    int64_t n = site.levels > 0 ? batch_size(rets, site.levels) : 1;
+    int64_t n = site.levels > 0 ? batch_size(site, args, rets) : 1;
     for (int64_t k = 0; k < n; ++k) {
       nb::object outs = views(site.out_views, rets, true, "output", site.levels, k);
       nb::object ins = views(site.in_views, args, false, "input", site.levels, k, site.batched);
@@ -162,6 +164,7 @@ ffi::Error CallCuda(void *stream, int32_t device, ffi::RemainingArgs args,
                     ffi::RemainingRets rets, ffi::Dictionary attrs) {
   return guarded(attrs, [&](Site &site) {
     if (!state->gpu_dispatch.is_valid()) throw std::runtime_error("no GPU dispatcher is set");
+    if (site.levels > 0) batch_size(site, args, rets);  // the same checks as on the CPU
     state->gpu_dispatch(site.callable, site.kwargs_dump, site.platform_mode,
                         site.levels, site.batched_flags, reinterpret_cast<uintptr_t>(stream), device,
                         describe(args, "input"), describe(rets, "output"));

@@ -101,13 +101,44 @@ nb::object views(nb::object &cache, const Remaining &buffers, bool writeable, co
   return tuple;
 }
 
-// Number of batch elements: the product of the leading `levels` axes of output 0.
-inline int64_t batch_size(const ffi::RemainingRets &rets, int levels) {
-  auto buf = rets.get<ffi::AnyBuffer>(0);
-  if (!buf.has_value()) throw std::runtime_error("cannot decode output");
-  auto dims = (**buf).dimensions();
+// The leading `levels` axes of a buffer, or an error if it has fewer axes.
+template <typename Remaining>
+std::vector<int64_t> leading_axes(const Remaining &buffers, size_t i, int levels, const char *what) {
+  auto buf = buffers.template get<ffi::AnyBuffer>(i);
+  if (!buf.has_value()) throw std::invalid_argument(std::string("cannot decode ") + what);
+  ffi::Span<const int64_t> dims = [&]() {
+    if constexpr (std::is_same_v<Remaining, ffi::RemainingRets>) return (**buf).dimensions();
+    else return (*buf).dimensions();
+  }();
+  if (dims.size() < static_cast<size_t>(levels))
+    throw std::invalid_argument(std::string(what) + " " + std::to_string(i) + " has rank " +
+                                std::to_string(dims.size()) + ", fewer than the call's " +
+                                std::to_string(levels) + " batch levels");
+  return std::vector<int64_t>(dims.begin(), dims.begin() + levels);
+}
+
+// Number of batch elements of a call that jaxbind batches itself, after
+// checking the loop against the buffers XLA hands over: one flag per input,
+// and every output and every flagged input leads with the same `levels` batch
+// axes. Nothing in a program may make the loop step outside a buffer.
+inline int64_t batch_size(const Site &site, const ffi::RemainingArgs &args,
+                          const ffi::RemainingRets &rets) {
+  if (site.batched.size() != args.size())
+    throw std::invalid_argument("the call's batch flags name " +
+                                std::to_string(site.batched.size()) + " inputs, but it has " +
+                                std::to_string(args.size()));
+  if (rets.size() == 0) throw std::invalid_argument("a batched call needs an output");
+  std::vector<int64_t> batch = leading_axes(rets, 0, site.levels, "output");
+  auto same = [&](std::vector<int64_t> axes, const char *what, size_t i) {
+    if (axes != batch)
+      throw std::invalid_argument(std::string(what) + " " + std::to_string(i) +
+                                  " does not lead with the batch axes of output 0");
+  };
+  for (size_t i = 1; i < rets.size(); ++i) same(leading_axes(rets, i, site.levels, "output"), "output", i);
+  for (size_t i = 0; i < args.size(); ++i)
+    if (site.batched[i]) same(leading_axes(args, i, site.levels, "input"), "input", i);
   int64_t n = 1;
-  for (int d = 0; d < levels; ++d) n *= dims[d];
+  for (int64_t d : batch) n *= d;
   return n;
 }
 

@@ -1,0 +1,93 @@
+"""Programs with random and adversarial jaxbind call attributes: no crash, no garbage.
+
+A jax.export artifact is a file that people send each other, so everything in
+a jaxbind custom call may have been crafted: the role, the keyword arguments
+(including the batch loop they imply), the buffer ranks, counts and dtypes.
+Every program here carries a *valid* site digest (the worst case: the digest
+is an unkeyed hash and guards against accidents only). Each call must either
+raise a clean error or write every element of every output; the marker
+binding below writes 7 everywhere it is called, so an element that is not 7
+after a successful call is memory the trampoline never handed to it.
+"""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import jaxbind
+from jaxbind import _binding
+from jaxbind._lowering import CPU_TARGET
+
+calls = []
+
+
+def _marker(out, args, kd):
+    jaxbind.load_kwargs(kd)
+    calls.append(len(args))
+    for o in out:
+        o[...] = 7
+
+
+marker = jaxbind.get_linear_call(_marker, _marker, lambda *a, **k: (((1,), np.float32),),
+                                 lambda *a, **k: (((1,), np.float32),),
+                                 name="fuzz.marker")
+
+DTYPES = [np.float32, np.float64, np.int32, np.uint8, np.complex64, np.bool_, np.float16]
+dims = st.lists(st.integers(0, 3), min_size=0, max_size=4).map(tuple)
+levels_axes = st.lists(st.integers(-2, 5), min_size=0, max_size=4).map(tuple)
+
+
+@st.composite
+def programs(draw):
+    n_in = draw(st.integers(0, 3))
+    n_out = draw(st.integers(1, 3))
+    inputs = [(draw(dims), draw(st.sampled_from(DTYPES))) for _ in range(n_in)]
+    outputs = [(draw(dims), draw(st.sampled_from([np.float32, np.float64, np.int32])))
+               for _ in range(n_out)]
+    role = draw(st.sampled_from(["f", "T", "jvp", "vjp", "T0", "T99", "", "f\x00", "ü"]))
+    kwargs = {}
+    if draw(st.booleans()):  # the batch loop comes from kwargs: make it adversarial
+        n_flags = draw(st.integers(0, 5))
+        kwargs["batch_axes"] = {"t": [{"t": list(draw(levels_axes))} for _ in range(n_flags)]}
+    if draw(st.booleans()):
+        kwargs["scale"] = draw(st.integers(-3, 3))
+    blob = b"J" + json.dumps({"d": sorted([k, v] for k, v in kwargs.items())},
+                             separators=(",", ":")).encode()
+    if draw(st.integers(0, 9)) == 0:  # sometimes not even valid JSON or tag
+        blob = draw(st.binary(min_size=0, max_size=12))
+    name = draw(st.sampled_from(["fuzz.marker", "fuzz.marker", "no.such.binding"]))
+    fmt = draw(st.sampled_from([1, 1, 1, 0, 2, -5, 2**31 - 1]))
+    return inputs, outputs, role, blob, name, fmt
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
+@given(program=programs())
+def test_crafted_calls_raise_cleanly_or_write_every_output(program):
+    inputs, outputs, role, blob, name, fmt = program
+    args = [np.zeros(shape, dtype) for shape, dtype in inputs]
+    attrs = dict(jaxbind_format=np.int32(fmt), binding=name, role=role,
+                 site=np.int64(_binding.site_digest(name, role, blob)),
+                 kwargs=np.frombuffer(blob, np.uint8) if blob else np.zeros(0, np.uint8))
+    call = jax.ffi.ffi_call(CPU_TARGET, [jax.ShapeDtypeStruct(s, d) for s, d in outputs])
+    try:  # JAX may refuse to build some of these programs at all: nothing ran, fine
+        compiled = jax.jit(lambda *a: call(*a, **attrs)).lower(*args).compile()
+    except Exception:
+        return
+    try:
+        results = jax.block_until_ready(compiled(*args))
+    except Exception as exc:  # a clean error that says it is jaxbind's
+        assert "jaxbind" in str(exc), str(exc)[:500]
+        return
+    if all(np.prod(shape) == 0 for shape, _ in outputs):
+        return  # XLA skips a call whose outputs are all empty
+    assert name == "fuzz.marker" and fmt == 1, "a call that should have failed succeeded"
+    for r in results:
+        assert np.all(np.asarray(r) == 7), "an output element was never written"
+
+
+def test_the_marker_runs_after_all_that():
+    np.testing.assert_array_equal(jax.jit(lambda x: marker(x)[0])(jnp.zeros(3)), [7.0])
