@@ -15,12 +15,17 @@ import json
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import jaxbind
 from jaxbind import _binding
 from jaxbind._lowering import CPU_TARGET
+
+# Hypothesis' tracing can hold the callable's frame (and so its views) a moment
+# longer; the kept-reference warning is tested in test_kept_references.py.
+pytestmark = pytest.mark.filterwarnings("ignore:jaxbind.*kept a reference:RuntimeWarning")
 
 calls = []
 
