@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import weakref
 from collections.abc import Callable, Sequence
-from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -48,6 +47,11 @@ class Op:
 
     def __init__(self, binding: Binding):
         self.binding = binding
+        # Jitted binds for eager calls, per call site. Held by the op, not the
+        # binding: their executables keep the binding alive, so a cache on the
+        # binding would be a cycle through XLA that the garbage collector cannot
+        # see, and dropped bindings would keep their executables.
+        self._eager_calls: dict = {}
 
     @property
     def name(self) -> str:
@@ -83,24 +87,35 @@ class Op:
         spec = CallSpec(binding, "f", binding.first_n_args_fixed, dump)
         if any(isinstance(a, jax.core.Tracer) for a in args):
             return binding.primitive.bind(*args, spec=spec)
-        return _eager(spec)(*args)
+        return _eager(self._eager_calls, spec)(*args)
 
     @functools.cached_property
     def _eager_plain(self):
         binding = self.binding
-        return _eager(CallSpec(binding, "f", binding.first_n_args_fixed, _NO_KWARGS))
+        return _eager(self._eager_calls, CallSpec(binding, "f", binding.first_n_args_fixed,
+                                                  _NO_KWARGS))
 
 
-def _eager(spec: CallSpec):
+def _eager(cache: dict, spec: CallSpec):
     """A jitted bind per call site, so repeated eager calls take JAX's fast C++
     dispatch path instead of re-dispatching the primitive."""
-    cache = spec.binding.eager_calls
     fn = cache.get(spec)
     if fn is None:
         if len(cache) >= 64:
             cache.clear()
-        fn = cache[spec] = jax.jit(partial(spec.binding.primitive.bind, spec=spec))
+        fn = cache[spec] = jax.jit(_binder(spec))
     return fn
+
+
+def _binder(spec: CallSpec):
+    # A closure named after the binding, so eager programs say which op they run.
+    prim = spec.binding.primitive
+
+    def bind(*args):
+        return prim.bind(*args, spec=spec)
+
+    bind.__name__ = bind.__qualname__ = spec.binding.name
+    return bind
 
 
 _NO_KWARGS = encode_kwargs({})

@@ -48,7 +48,6 @@ class Binding:
     can_batch: bool
     platform_mode: str = "device"  # GPU calls: "device" (CUDA arrays) or "host" (NumPy copies)
     primitive: object = field(default=None, repr=False)
-    eager_calls: dict = field(default_factory=dict, repr=False, compare=False)  # see Op.__call__
     __weakref__: object = field(default=None, init=False, repr=False, compare=False)
 
     def callables(self) -> tuple:

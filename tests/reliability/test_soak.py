@@ -51,6 +51,7 @@ def _make(k):
 
 
 def test_1000_bindings_created_and_dropped_leave_no_trace():
+    """Each binding is called eagerly and under jit, with keyword arguments, then dropped."""
     jax.clear_caches()
     gc.collect()
     names, sites = len(_binding.registered_names()), _ext.site_count()
@@ -62,7 +63,9 @@ def test_1000_bindings_created_and_dropped_leave_no_trace():
     before = _rss_mb()
     for k in range(1000):
         op = _make(k)
-        assert float(jax.jit(lambda x: op(x)[0])(x)[0]) == k
+        assert float(jax.jit(lambda x: op(x, tag=k)[0])(x)[0]) == k
+        assert float(op(x, tag=k)[0][0]) == k  # eager, with keyword arguments
+        assert float(op(x)[0][0]) == k         # eager, the fast path
         del op
         if k % 100 == 99:
             jax.clear_caches()
