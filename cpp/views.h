@@ -13,15 +13,19 @@ struct View {
   ffi::Span<const int64_t> dims;
 };
 
+// Buffer i of XLA's arguments or results (results come wrapped once more).
+template <typename Remaining>
+ffi::AnyBuffer buffer_at(const Remaining &buffers, size_t i, const char *what) {
+  auto buf = buffers.template get<ffi::AnyBuffer>(i);
+  if (!buf.has_value()) throw std::invalid_argument(std::string("cannot decode ") + what);
+  if constexpr (std::is_same_v<Remaining, ffi::RemainingRets>) return **buf;
+  else return *buf;
+}
+
 template <typename Remaining>
 View view_of(const Remaining &buffers, size_t i, const char *what, int levels, int64_t element,
              bool batched) {
-  auto buf = buffers.template get<ffi::AnyBuffer>(i);
-  if (!buf.has_value()) throw std::runtime_error(std::string("cannot decode ") + what);
-  ffi::AnyBuffer b = [&]() -> ffi::AnyBuffer {
-    if constexpr (std::is_same_v<Remaining, ffi::RemainingRets>) return **buf;
-    else return *buf;
-  }();
+  ffi::AnyBuffer b = buffer_at(buffers, i, what);
   View v{b.element_type(), static_cast<char *>(b.untyped_data()), b.dimensions()};
   if (levels > 0 && batched) {
     int64_t elem_bytes = static_cast<int64_t>(ffi::ByteWidth(v.type));
@@ -104,12 +108,7 @@ nb::object views(nb::object &cache, const Remaining &buffers, bool writeable, co
 // The leading `levels` axes of a buffer, or an error if it has fewer axes.
 template <typename Remaining>
 std::vector<int64_t> leading_axes(const Remaining &buffers, size_t i, int levels, const char *what) {
-  auto buf = buffers.template get<ffi::AnyBuffer>(i);
-  if (!buf.has_value()) throw std::invalid_argument(std::string("cannot decode ") + what);
-  ffi::Span<const int64_t> dims = [&]() {
-    if constexpr (std::is_same_v<Remaining, ffi::RemainingRets>) return (**buf).dimensions();
-    else return (*buf).dimensions();
-  }();
+  ffi::Span<const int64_t> dims = buffer_at(buffers, i, what).dimensions();
   if (dims.size() < static_cast<size_t>(levels))
     throw std::invalid_argument(std::string(what) + " " + std::to_string(i) + " has rank " +
                                 std::to_string(dims.size()) + ", fewer than the call's " +
