@@ -63,7 +63,8 @@ def test_current_call_on_cpu():
         out[0][...] = args[0]
     op = jaxbind.get_nonlinear_call(f, (None, None), lambda x: ((x.shape, x.dtype),), None,
                                     name="gpu_plumbing.where")
-    jax.block_until_ready(jax.jit(lambda x: op(x)[0])(jnp.ones(2)))
+    x = jax.device_put(jnp.ones(2), jax.devices("cpu")[0])  # also where a GPU is the default
+    jax.block_until_ready(jax.jit(lambda x: op(x)[0])(x))
     assert seen == [jaxbind.CallContext("cpu")]
     assert jaxbind.current_call().platform == "cpu"  # outside any call
 
@@ -78,6 +79,16 @@ def test_cuda_array_interface_and_dlpack_metadata():
     assert jaxbind.CudaArray(0, (1,), np.float32, False, 0, 0).__cuda_array_interface__[
         "stream"] == 1  # the legacy default stream is 1, never 0
     assert _gpu._dlpack_dtype(np.dtype(np.complex64)) == (5, 64)
+
+
+def test_cuda_array_used_as_numpy_says_to_use_host_mode():
+    """A NumPy callable in device mode gets a clear error, not an object array."""
+    a = jaxbind.CudaArray(0x7000, (3,), np.float64, False, 1, 0)
+    for use in (np.asarray, lambda a: np.cumsum(a), lambda a: a[0],
+                lambda a: a.__setitem__(Ellipsis, 1.0), list):
+        with pytest.raises(TypeError, match="CUDA device buffer.*platform_mode='host'"):
+            use(a)
+    assert bool(a) and a.ndim == 1  # still an ordinary object otherwise
     assert _gpu._dlpack_dtype(np.dtype(jnp.bfloat16)) == (4, 16)
     assert _gpu._dlpack_dtype(np.dtype(np.bool_)) == (6, 8)
     with pytest.raises(TypeError, match="DLPack has no type for float8_e4m3fn"):

@@ -64,15 +64,23 @@ def current_call() -> CallContext:
 
 # --- CUDA arrays ---------------------------------------------------------------
 
+_DLPACK_KINDS = {"b": 6, "i": 0, "u": 1, "f": 2, "c": 5}
+_dlpack_types: dict = {}  # dtype -> (code, bits): dtype.name is slow, and this is per call
+
+
 def _dlpack_dtype(dtype: np.dtype) -> tuple[int, int]:
     """DLPack (type code, bits) of a NumPy dtype."""
-    if dtype.name == "bfloat16":
-        return 4, 16
-    codes = {"b": 6, "i": 0, "u": 1, "f": 2, "c": 5}
-    if dtype.kind not in codes or (dtype.kind == "f" and dtype.itemsize == 1):  # float8
-        raise TypeError(f"jaxbind: DLPack has no type for {dtype.name}; use "
-                        "__cuda_array_interface__ or the raw pointer")
-    return codes[dtype.kind], dtype.itemsize * 8
+    found = _dlpack_types.get(dtype)
+    if found is None:
+        if dtype.name == "bfloat16":
+            found = (4, 16)
+        elif dtype.kind not in _DLPACK_KINDS or (dtype.kind == "f" and dtype.itemsize == 1):
+            raise TypeError(f"jaxbind: DLPack has no type for {dtype.name}; use "  # float8
+                            "__cuda_array_interface__ or the raw pointer")
+        else:
+            found = (_DLPACK_KINDS[dtype.kind], dtype.itemsize * 8)
+        _dlpack_types[dtype] = found
+    return found
 
 
 class CudaArray:
@@ -116,6 +124,14 @@ class CudaArray:
                 # 0 is not allowed: the legacy default stream is 1
                 "stream": self.stream if self.stream else 1}
 
+    def _not_numpy(self, *args, **kwargs):
+        raise TypeError(
+            f"jaxbind: {self!r} is a CUDA device buffer, not a NumPy array: in a GPU program a "
+            "binding with platform_mode='device' receives CUDA arrays (use cupy.asarray, "
+            "torch.from_dlpack, ...). For a CPU-only library pass platform_mode='host'")
+
+    __array__ = __getitem__ = __setitem__ = __iter__ = _not_numpy
+
     def __dlpack_device__(self) -> tuple[int, int]:
         return (_KDL_CUDA, self.device)
 
@@ -125,8 +141,8 @@ class CudaArray:
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
             raise BufferError(f"jaxbind: the buffer is on cuda:{self.device}, not {dl_device}")
         if stream is not None and stream != -1 and stream != self.stream:
-            # The consumer works on another stream: make the data ready for it.
-            _driver().synchronize(self.stream)
+            # The consumer works on another stream: that stream waits for XLA's.
+            _driver().order(self.stream, stream, self.device)
         code, bits = _dlpack_dtype(self.dtype)
         return _ext.dlpack_view(self.ptr, list(self.shape), code, bits, _KDL_CUDA, self.device,
                                 self)
@@ -147,6 +163,10 @@ class _Driver:
         self._sig("cuMemcpyDtoHAsync_v2", vp, u64, sz, vp)
         self._sig("cuMemcpyHtoDAsync_v2", u64, vp, sz, vp)
         self._sig("cuStreamSynchronize", vp)
+        self._sig("cuEventCreate", ctypes.POINTER(vp), ctypes.c_uint)
+        self._sig("cuEventRecord", vp, vp)
+        self._sig("cuStreamWaitEvent", vp, vp, ctypes.c_uint)
+        self._events = threading.local()  # one event per thread and device
 
     def _sig(self, name, *argtypes):
         fn = getattr(self.lib, name)
@@ -158,6 +178,23 @@ class _Driver:
 
     def synchronize(self, stream: int) -> None:
         self._check(self.lib.cuStreamSynchronize(stream or None), "cuStreamSynchronize")
+
+    def order(self, producer: int, consumer: int, device: int) -> None:
+        """Make `consumer` wait, on the GPU, for the work enqueued so far on `producer`.
+
+        An event recorded on the producer and waited for by the consumer: the host does
+        not wait. Falls back to synchronizing the producer if the driver refuses.
+        """
+        events = self._events.__dict__
+        event = events.get(device)
+        if event is None:
+            handle = ctypes.c_void_p()
+            if self.lib.cuEventCreate(ctypes.byref(handle), 0x2) != 0:  # DISABLE_TIMING
+                return self.synchronize(producer)
+            event = events[device] = handle
+        if (self.lib.cuEventRecord(event, producer or None) != 0
+                or self.lib.cuStreamWaitEvent(consumer or None, event, 0) != 0):
+            self.synchronize(producer)
 
     def to_host(self, dst: np.ndarray, src: int, stream: int) -> None:
         if dst.nbytes:
@@ -182,19 +219,56 @@ def _driver() -> _Driver:
 
 # --- dispatch --------------------------------------------------------------------
 
-@contextlib.contextmanager
-def _frameworks_on(stream: int, device: int):
-    """Make XLA's stream the current stream of CuPy and PyTorch, where imported."""
-    with contextlib.ExitStack() as stack:
-        cupy = sys.modules.get("cupy")
+class _StreamRef:
+    """An XLA stream under the CUDA stream protocol (``__cuda_stream__``)."""
+
+    __slots__ = ("handle",)
+
+    def __init__(self, handle: int):
+        self.handle = handle
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (0, self.handle)
+
+
+def cupy_stream(stream: int, device: int):
+    """A CuPy stream object for XLA's stream (not owned: CuPy never destroys it).
+
+    CuPy 14 deprecates ``ExternalStream`` for ``Stream.from_external``; both work.
+    """
+    import cupy
+    from_external = getattr(cupy.cuda.Stream, "from_external", None)
+    if from_external is not None:
+        return from_external(_StreamRef(stream))
+    return cupy.cuda.ExternalStream(stream, device)
+
+
+_NO_CONTEXT = contextlib.nullcontext()
+_framework_streams: dict = {}
+
+
+def _streams_for(stream: int, device: int) -> tuple:
+    """Context managers that make XLA's stream current in CuPy and in PyTorch (where imported).
+
+    Built once per stream and set of imported frameworks: XLA keeps its streams for the
+    life of the client, and the wrappers own nothing (they never destroy the stream).
+    """
+    cupy, torch = sys.modules.get("cupy"), sys.modules.get("torch")
+    key = (stream, device, cupy is not None, torch is not None)
+    found = _framework_streams.get(key)
+    if found is None:
+        cupy_on = torch_on = None
         if cupy is not None:
-            stack.enter_context(cupy.cuda.Device(device))
-            stack.enter_context(cupy.cuda.ExternalStream(stream, device))
-        torch = sys.modules.get("torch")
+            with cupy.cuda.Device(device):
+                cupy_on = cupy_stream(stream, device)
         if torch is not None and torch.cuda.is_available():
-            stack.enter_context(torch.cuda.stream(
-                torch.cuda.ExternalStream(stream, device=torch.device("cuda", device))))
-        yield
+            torch_on = torch.cuda.ExternalStream(stream, device=torch.device("cuda", device))
+        found = _framework_streams[key] = (cupy_on, torch_on)
+    cupy_on, torch_on = found
+    # A fresh Device and torch context each call (they hold the state they restore).
+    return ((_NO_CONTEXT, _NO_CONTEXT) if cupy_on is None else
+            (cupy.cuda.Device(device), cupy_on)) + (
+        (_NO_CONTEXT,) if torch_on is None else (torch.cuda.stream(torch_on),))
 
 
 def _element(buffers, levels, k, batched):
@@ -215,13 +289,19 @@ def _batch_count(outs, levels) -> int:
     return int(np.prod(outs[0][1][:levels], dtype=np.int64)) if levels and outs else 1
 
 
+_contexts: dict = {}  # CallContext by (stream, device, mode): one object per stream
+
+
 def dispatch(callable_, kwargs_dump, mode, levels, batched, stream, device, ins, outs):
     """Run one GPU call (called by the CUDA FFI handler, with the GIL held)."""
     for ptr, shape, code in (*ins, *outs):
         if code not in XLA_ELEMENT_TYPES:
             raise TypeError(f"a buffer has XLA element type {code}, which jaxbind cannot wrap")
     previous = getattr(_local, "context", None)
-    _local.context = CallContext("cuda", stream, device, mode)
+    context = _contexts.get((stream, device, mode))
+    if context is None:
+        context = _contexts[stream, device, mode] = CallContext("cuda", stream, device, mode)
+    _local.context = context
     try:
         if mode == "host":
             _run_on_host(callable_, kwargs_dump, levels, batched, stream, ins, outs)
@@ -232,7 +312,8 @@ def dispatch(callable_, kwargs_dump, mode, levels, batched, stream, device, ins,
 
 
 def _run_on_device(callable_, kwargs_dump, levels, batched, stream, device, ins, outs):
-    with _frameworks_on(stream, device):
+    cupy_device, cupy_on, torch_on = _streams_for(stream, device)
+    with cupy_device, cupy_on, torch_on:
         for k in range(_batch_count(outs, levels)):
             args = tuple(CudaArray(p, s, d, True, stream, device)
                          for p, s, d in _element(ins, levels, k, batched))

@@ -13,6 +13,9 @@ convention for transposes: no complex conjugation (the transpose of ``x -> A x``
 is ``y -> A^T y``). Keyword arguments go to the corresponding ducc0 function.
 The FFT ops batch natively: ``vmap`` becomes extra, untransformed axes of one
 DUCC call. The others map over the batch, one DUCC call per element.
+
+DUCC runs on the CPU; the ops also work inside GPU programs (``platform_mode="host"``):
+each call copies its operands to the host and its results back to the GPU.
 """
 
 from __future__ import annotations
@@ -35,6 +38,10 @@ from .. import get_linear_call, load_kwargs
 
 __all__ = ["c2c", "genuine_fht", "r2c", "c2r", "get_healpix_sht", "nalm", "get_wgridder",
            "get_nufft"]
+
+# DUCC runs on the CPU: inside GPU programs, jaxbind copies the operands to the host
+# and the results back (see "GPU buffers" in the README).
+_MODE = "host"
 
 _COMPLEX = {np.dtype(np.float32): np.dtype(np.complex64),
             np.dtype(np.float64): np.dtype(np.complex128)}
@@ -103,7 +110,8 @@ def _fht(out, args, kwargs_dump):
 
 # Both transforms have symmetric matrices, so each is its own transpose.
 c2c = get_linear_call(_c2c, _c2c, _same_shape_abstract, _same_shape_abstract,
-                      func_can_batch=True, name="jaxducc0.c2c")
+                      func_can_batch=True, name="jaxducc0.c2c",
+                      platform_mode=_MODE)
 c2c.__doc__ = """Complex FFT, ``c2c(x, *, axes=None, forward=True, inorm=0, nthreads=1)``.
 
 x: complex64 or complex128 array; returns ``[y]`` of the same shape and dtype.
@@ -113,7 +121,8 @@ go to ``ducc0.fft.c2c``. The transpose of the DFT is itself (the matrix is symme
 """
 
 genuine_fht = get_linear_call(_fht, _fht, _same_shape_abstract, _same_shape_abstract,
-                              func_can_batch=True, name="jaxducc0.genuine_fht")
+                              func_can_batch=True, name="jaxducc0.genuine_fht",
+                              platform_mode=_MODE)
 genuine_fht.__doc__ = """Hartley transform, ``genuine_fht(x, *, axes=None, inorm=0, nthreads=1)``.
 
 x: float32 or float64 array; returns ``[y]`` of the same shape and dtype. The
@@ -168,7 +177,8 @@ def _r2c_abstract_T(ct, **kwargs):
 
 
 _r2c_op = get_linear_call(_r2c, _r2c_T, _r2c_abstract, _r2c_abstract_T, func_can_batch=True,
-                          name="jaxducc0.r2c")
+                          name="jaxducc0.r2c",
+                          platform_mode=_MODE)
 
 
 def _c2r(out, args, kwargs_dump):
@@ -208,7 +218,8 @@ def _c2r_abstract_T(ct, **kwargs):
 
 
 _c2r_op = get_linear_call(_c2r, _c2r_T, _c2r_abstract, _c2r_abstract_T, func_can_batch=True,
-                          name="jaxducc0.c2r")
+                          name="jaxducc0.c2r",
+                          platform_mode=_MODE)
 
 
 def r2c(x, *, axes=None, forward=True, inorm=0, nthreads=1, **kwargs):
@@ -298,7 +309,8 @@ def _sht_abstract_T(m, **kwargs):
 
 
 _healpix_sht = get_linear_call(_sht, _sht_T, _sht_abstract, _sht_abstract_T,
-                               name="jaxducc0.healpix_sht")
+                               name="jaxducc0.healpix_sht",
+                               platform_mode=_MODE)
 
 
 def get_healpix_sht(nside, lmax, mmax, spin, nthreads=1):
@@ -358,7 +370,8 @@ def _vis2dirty_abstract(uvw, freq, vis, **kwargs):
 
 
 _wgridder = get_linear_call(_dirty2vis, _vis2dirty, _dirty2vis_abstract, _vis2dirty_abstract,
-                            first_n_args_fixed=2, name="jaxducc0.wgridder")
+                            first_n_args_fixed=2, name="jaxducc0.wgridder",
+                            platform_mode=_MODE)
 
 
 def get_wgridder(*, pixsize_x, pixsize_y, npix_x, npix_y, epsilon, do_wgridding, nthreads=1,
@@ -430,7 +443,8 @@ def _nufft_abstract_T(coord, ct, **kwargs):
 
 
 _nufft_op = get_linear_call(_nufft, _nufft_T, _nufft_abstract, _nufft_abstract_T,
-                            first_n_args_fixed=1, name="jaxducc0.nufft")
+                            first_n_args_fixed=1, name="jaxducc0.nufft",
+                            platform_mode=_MODE)
 
 
 def get_nufft(coord, grid_shape, *, nufft_type, forward=True, epsilon=1e-6, nthreads=1,
