@@ -26,6 +26,9 @@ namespace jaxbind {
 constexpr const char *kMissingAttributes =
     "custom call lacks one of the attributes 'site', 'binding', 'role', 'kwargs' that call "
     "format 1 requires";
+constexpr const char *kMissingLoop =
+    "custom call lacks one of the attributes 'loop_levels', 'loop_batched', 'n_fixed' that "
+    "call format 2 requires";
 
 template <typename T>
 bool get_attr(const ffi::Dictionary &attrs, std::string_view name, T &out) {
@@ -35,36 +38,99 @@ bool get_attr(const ffi::Dictionary &attrs, std::string_view name, T &out) {
   return true;
 }
 
+inline Site &site_of(PyObject *obj) { return *nb::inst_ptr<Site>(nb::handle(obj)); }
+
 // Find the call site named by the attributes. A cached site needs only the
-// digest; on a miss the resolver gets the binding, role and keyword arguments.
-std::shared_ptr<Site> resolve(int64_t digest, const ffi::Dictionary &attrs) {
+// digest; on a miss the resolver checks every attribute and returns a Site,
+// which its binding owns. Returns a strong reference: the call keeps its site
+// alive even if the callable drops the last other reference to the binding.
+nb::object resolve(int32_t format, int64_t digest, const ffi::Dictionary &attrs) {
   auto it = state->sites.find(digest);
-  if (it != state->sites.end()) return it->second;
+  if (it != state->sites.end()) return nb::borrow(it->second.site);
   std::string_view binding, role;
   ffi::Span<const uint8_t> kwargs;
   if (!get_attr(attrs, "binding", binding) || !get_attr(attrs, "role", role) ||
       !get_attr(attrs, "kwargs", kwargs))
     throw std::invalid_argument(kMissingAttributes);
+  int32_t levels = -1, n_fixed = -1;  // -1: format 1, the loop is inside kwargs
+  ffi::Span<const uint8_t> flags;
+  if (format >= 2 && (!get_attr(attrs, "loop_levels", levels) ||
+                      !get_attr(attrs, "loop_batched", flags) ||
+                      !get_attr(attrs, "n_fixed", n_fixed)))
+    throw std::invalid_argument(kMissingLoop);
   nb::object found = state->resolver(
-      nb::str(binding.data(), binding.size()), nb::str(role.data(), role.size()),
-      nb::bytes(reinterpret_cast<const char *>(kwargs.begin()), kwargs.size()), digest);
-  auto parts = nb::cast<nb::tuple>(found);
-  auto site = std::make_shared<Site>();
-  site->callable = parts[0];
-  site->kwargs_dump = parts[1];
-  site->label = parts[2];
-  site->binding = std::string(binding);
-  site->platform_mode = parts.size() > 4 ? nb::object(parts[4]) : nb::object(nb::str("device"));
-  site->batched_flags = nb::steal<nb::tuple>(PyTuple_New(0));
-  if (!parts[3].is_none()) {
-    auto loop = nb::cast<nb::tuple>(parts[3]);
-    site->levels = nb::cast<int>(loop[0]);
-    if (site->levels < 0 || site->levels > 64)
-      throw std::invalid_argument("the call's batch levels are out of range");
-    site->batched_flags = nb::cast<nb::tuple>(loop[1]);
-    for (nb::handle b : site->batched_flags) site->batched.push_back(nb::cast<bool>(b));
+      format, nb::str(binding.data(), binding.size()), nb::str(role.data(), role.size()),
+      nb::bytes(reinterpret_cast<const char *>(kwargs.begin()), kwargs.size()), digest, levels,
+      nb::bytes(reinterpret_cast<const char *>(flags.begin()), flags.size()), n_fixed);
+  if (!nb::isinstance<Site>(found)) throw std::runtime_error("the resolver returned no Site");
+  Site &site = site_of(found.ptr());
+  if (site.levels < 0 || site.levels > 64)
+    throw std::invalid_argument("the call's batch levels are out of range");
+  // When the site is freed (with its binding), the weak reference's callback
+  // drops the entry, unless the digest has meanwhile been given to another site.
+  nb::object forget = nb::cpp_function([digest](nb::handle ref) {
+    if (state == nullptr) return;
+    auto entry = state->sites.find(digest);
+    if (entry != state->sites.end() && entry->second.ref.ptr() == ref.ptr())
+      state->sites.erase(entry);
+  });
+  state->sites.insert_or_assign(digest, Entry{found.ptr(), nb::weakref(found, forget)});
+  return found;
+}
+
+// Buffer signature: for each input, then each output, its element type, rank and
+// dimensions. `known` holds the signatures the site's check accepted.
+template <typename Remaining>
+bool signature_part_matches(const Remaining &buffers, const std::vector<int64_t> &sig,
+                            size_t &pos) {
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    ffi::AnyBuffer b = buffer_at(buffers, i, "buffer");
+    auto dims = b.dimensions();
+    if (pos + 2 + dims.size() > sig.size() ||
+        sig[pos] != static_cast<int64_t>(b.element_type()) ||
+        sig[pos + 1] != static_cast<int64_t>(dims.size()))
+      return false;
+    pos += 2;
+    for (int64_t d : dims)
+      if (sig[pos++] != d) return false;
   }
-  return state->sites.emplace(digest, std::move(site)).first->second;
+  return true;
+}
+
+template <typename Remaining>
+void append_signature(const Remaining &buffers, std::vector<int64_t> &sig, nb::list &described,
+                      const char *what) {
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    ffi::AnyBuffer b = buffer_at(buffers, i, what);
+    auto dims = b.dimensions();
+    sig.push_back(static_cast<int64_t>(b.element_type()));
+    sig.push_back(static_cast<int64_t>(dims.size()));
+    nb::list shape;
+    for (int64_t d : dims) {
+      sig.push_back(d);
+      shape.append(d);
+    }
+    described.append(nb::make_tuple(nb::tuple(shape), static_cast<int>(b.element_type())));
+  }
+}
+
+// Check the buffers XLA hands over against what the binding's abstract function
+// declares for them (the site's `check`, once per new signature).
+void check_buffers(Site &site, const ffi::RemainingArgs &args, const ffi::RemainingRets &rets) {
+  for (auto it = site.known.rbegin(); it != site.known.rend(); ++it) {
+    size_t pos = 0;
+    if (signature_part_matches(args, *it, pos) && signature_part_matches(rets, *it, pos) &&
+        pos == it->size())
+      return;
+  }
+  std::vector<int64_t> sig;
+  nb::list ins, outs;
+  append_signature(args, sig, ins, "input");
+  append_signature(rets, sig, outs, "output");
+  nb::object problem = site.check(nb::tuple(ins), nb::tuple(outs));
+  if (!problem.is_none()) throw std::invalid_argument(nb::cast<std::string>(problem));
+  if (site.known.size() >= kKnownSignatures) site.known.erase(site.known.begin());
+  site.known.push_back(std::move(sig));
 }
 
 // What every jaxbind call does around its platform's body: check the call
@@ -88,22 +154,23 @@ ffi::Error guarded(const ffi::Dictionary &attrs, Body &&body) {
     return error(ffi::ErrorCode::kUnavailable, "the Python interpreter is not running");
 
   nb::gil_scoped_acquire gil;
-  std::shared_ptr<Site> site;
+  nb::object site;
   // For messages: the binding's name, from the site or (before one is found) the attributes.
   auto name = [&]() -> std::string {
-    if (site) return site->binding;
+    if (site.is_valid()) return site_of(site.ptr()).binding;
     std::string_view binding = "?";
     get_attr(attrs, "binding", binding);
     return std::string(binding);
   };
   try {
-    site = resolve(digest, attrs);
-    body(*site);
+    site = resolve(format, digest, attrs);
+    body(site_of(site.ptr()));
     return ffi::Error::Success();
   } catch (nb::python_error &e) {
     std::string message;
     try {
-      nb::object where = site ? site->label : nb::object(nb::str(name().c_str()));
+      nb::object where = site.is_valid() ? site_of(site.ptr()).label
+                                         : nb::object(nb::str(name().c_str()));
       message = nb::cast<std::string>(
           state->formatter(where, e.type(), e.value(), e.traceback()));
     } catch (...) {
@@ -123,6 +190,7 @@ ffi::Error guarded(const ffi::Dictionary &attrs, Body &&body) {
 ffi::Error Call(ffi::RemainingArgs args, ffi::RemainingRets rets, ffi::Dictionary attrs) {
   return guarded(attrs, [&](Site &site) {
     int64_t n = site.levels > 0 ? batch_size(site, args, rets) : 1;
+    check_buffers(site, args, rets);
     for (int64_t k = 0; k < n; ++k) {
       nb::object outs = views(site.out_views, rets, true, "output", site.levels, k);
       nb::object ins = views(site.in_views, args, false, "input", site.levels, k, site.batched);
@@ -165,10 +233,39 @@ ffi::Error CallCuda(void *stream, int32_t device, ffi::RemainingArgs args,
   return guarded(attrs, [&](Site &site) {
     if (!state->gpu_dispatch.is_valid()) throw std::runtime_error("no GPU dispatcher is set");
     if (site.levels > 0) batch_size(site, args, rets);  // the same checks as on the CPU
-    state->gpu_dispatch(site.callable, site.kwargs_dump, site.platform_mode,
-                        site.levels, site.batched_flags, reinterpret_cast<uintptr_t>(stream), device,
+    check_buffers(site, args, rets);
+    nb::list flags;
+    for (bool b : site.batched) flags.append(b);
+    state->gpu_dispatch(site.callable, site.kwargs_dump, site.platform_mode, site.levels,
+                        nb::tuple(flags), reinterpret_cast<uintptr_t>(stream), device,
                         describe(args, "input"), describe(rets, "output"));
   });
+}
+
+// The garbage collector's view of a Site: everything it holds that can lead
+// back to user objects (nanobind's recipe for cyclic garbage collection).
+int site_traverse(PyObject *self, visitproc visit, void *arg) {
+#if PY_VERSION_HEX >= 0x03090000
+  Py_VISIT(Py_TYPE(self));
+#endif
+  if (!nb::inst_ready(self)) return 0;
+  Site &s = site_of(self);
+  Py_VISIT(s.callable.ptr());
+  Py_VISIT(s.kwargs_dump.ptr());
+  Py_VISIT(s.label.ptr());
+  Py_VISIT(s.check.ptr());
+  Py_VISIT(s.platform_mode.ptr());
+  return 0;
+}
+
+int site_clear(PyObject *self) {
+  Site &s = site_of(self);
+  s.callable.reset();
+  s.kwargs_dump.reset();
+  s.check.reset();
+  s.out_views.reset();
+  s.in_views.reset();
+  return 0;
 }
 
 }  // namespace jaxbind
@@ -191,6 +288,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cuda_handler, CallCuda,
 
 NB_MODULE(_ext, m) {
   if (_import_array() < 0) throw nb::python_error();
+  // Sites of bindings that live until exit (module-level ops) are still alive when
+  // the interpreter shuts down, on purpose (see State): not leaks worth reporting.
+  nb::set_leak_warnings(false);
 
   m.attr("call_format") = kCallFormat;
   m.attr("jaxlib_version") = JAXBIND_JAXLIB_VERSION;
@@ -213,6 +313,33 @@ NB_MODULE(_ext, m) {
       nb::arg("device_type"), nb::arg("device_id"), nb::arg("owner"),
       "A zero-copy DLPack-capable array over memory jaxbind does not own (`owner` keeps "
       "whatever must outlive it alive).");
+  static PyType_Slot site_slots[] = {{Py_tp_traverse, reinterpret_cast<void *>(site_traverse)},
+                                      {Py_tp_clear, reinterpret_cast<void *>(site_clear)},
+                                      {0, nullptr}};
+  nb::class_<Site>(m, "Site", nb::type_slots(site_slots), nb::is_weak_referenceable(),
+                   "One resolved call site (made by jaxbind._runtime.resolve_site).")
+      .def(
+          "__init__",
+          [](Site *self, nb::object callable, nb::object kwargs_dump, nb::object label,
+             std::string binding, int levels, std::vector<bool> batched, nb::object platform_mode,
+             nb::object check) {
+            new (self) Site();
+            self->callable = callable;
+            self->kwargs_dump = kwargs_dump;
+            self->label = label;
+            self->binding = std::move(binding);
+            self->levels = levels;
+            self->batched = std::move(batched);
+            self->platform_mode = platform_mode;
+            self->check = check;
+          },
+          nb::arg("callable"), nb::arg("kwargs_dump"), nb::arg("label"), nb::arg("binding"),
+          nb::arg("levels"), nb::arg("batched"), nb::arg("platform_mode"), nb::arg("check"))
+      .def_prop_ro("binding", [](const Site &s) { return s.binding; })
+      .def_prop_ro("levels", [](const Site &s) { return s.levels; })
+      .def_prop_ro("batched", [](const Site &s) { return s.batched; })
+      .def_prop_ro("known_signatures", [](const Site &s) { return s.known.size(); });
+
   m.def(
       "set_gpu_dispatch", [](nb::object dispatch) {
         if (state == nullptr) state = new State();
@@ -225,7 +352,7 @@ NB_MODULE(_ext, m) {
 
   m.def(
       "init",
-      [](nb::dict dtypes, nb::object resolver, nb::object formatter) {
+      [](nb::dict dtypes, nb::object resolver, nb::object formatter, nb::object gpu_dispatch) {
         if (state == nullptr) state = new State();
         for (auto [key, value] : dtypes) {
           auto code = nb::cast<size_t>(key);
@@ -237,10 +364,11 @@ NB_MODULE(_ext, m) {
         }
         state->resolver = resolver;
         state->formatter = formatter;
+        state->gpu_dispatch = gpu_dispatch;
       },
-      nb::arg("dtypes"), nb::arg("resolver"), nb::arg("formatter"),
-      "Set the dtype table {XLA element type: numpy dtype}, the site resolver and the "
-      "error formatter.");
+      nb::arg("dtypes"), nb::arg("resolver"), nb::arg("formatter"), nb::arg("gpu_dispatch"),
+      "Set the dtype table {XLA element type: numpy dtype}, the site resolver, the error "
+      "formatter and the GPU dispatcher (see jaxbind/_runtime.py).");
 
   m.def(
       "forget",
@@ -248,7 +376,7 @@ NB_MODULE(_ext, m) {
         if (state == nullptr) return size_t(0);
         size_t removed = 0;
         for (auto it = state->sites.begin(); it != state->sites.end();) {
-          if (it->second->binding == binding) {
+          if (site_of(it->second.site).binding == binding) {
             it = state->sites.erase(it);
             ++removed;
           } else {

@@ -35,32 +35,53 @@ namespace jaxbind {
 
 // Version of the attribute set a jaxbind custom call carries. Bump it when the
 // attributes change, and keep accepting every older value.
-constexpr int32_t kCallFormat = 1;
+//   1: jaxbind_format, site, binding, role, kwargs (jaxbind's own batch loop
+//      hidden in kwargs as "batch_axes").
+//   2: format 1 plus loop_levels (int32), loop_batched (one uint8 flag per input)
+//      and n_fixed (int32); kwargs hold only what the callables receive.
+constexpr int32_t kCallFormat = 2;
 constexpr size_t kNumDtypes = 64;  // upper bound on XLA_FFI_DataType values
+constexpr size_t kKnownSignatures = 8;  // per site: buffer shapes already validated
 
+// One call site: a binding's callable for one role and set of keyword
+// arguments, resolved once. A Python object (`_ext.Site`), created by the
+// resolver (jaxbind/_runtime.py) and owned by its binding; the trampoline's
+// cache holds only a weak reference to it, and the garbage collector sees
+// everything it holds (tp_traverse below), so a cycle through the user's
+// callable and the op is collected like any other.
 struct Site {
   nb::object callable;     // the user's Python callable
   nb::object kwargs_dump;  // decoded keyword arguments, passed through
   nb::object label;        // str naming the binding and role, for errors
-  std::string binding;     // binding name, to purge sites of dropped bindings
+  nb::object check;        // (inputs, outputs) -> None or an error message; see _runtime
+  nb::object platform_mode;  // "device" or "host": how GPU calls reach the callable
+  std::string binding;     // binding name, to purge sites of a replaced binding
   // jaxbind's own batching (see _batching): the leading `levels` axes of every
   // output and of each input marked in `batched` are a batch; the callable is
   // called once per batch element. levels == 0: one plain call.
   int levels = 0;
   std::vector<bool> batched;
-  nb::tuple batched_flags;  // the same flags as a Python tuple, for the GPU dispatcher
+  // Buffer signatures (element types and dimensions of every input and output)
+  // that `check` accepted: later calls with one of them need no Python check.
+  std::vector<std::vector<int64_t>> known;
   // The views of the site's last call, when the callable kept no reference to
   // them: the next call points them at its buffers instead of building new ones.
   nb::object out_views, in_views;
-  nb::object platform_mode;  // "device" or "host": how GPU calls reach the callable
+};
+
+// The cache entry of a site: the object itself (borrowed) and a weak reference
+// whose callback removes the entry when the site is freed.
+struct Entry {
+  PyObject *site;
+  nb::weakref ref;
 };
 
 struct State {
-  std::unordered_map<int64_t, std::shared_ptr<Site>> sites;  // shared: a call in flight keeps its site
+  std::unordered_map<int64_t, Entry> sites;  // digest -> site; accessed with the GIL held
   std::array<PyArray_Descr*, kNumDtypes> dtypes{};  // owned references
-  nb::object resolver;   // (binding, role, kwargs, digest) -> (callable, kwargs_dump, label, loop, mode)
+  nb::object resolver;   // see _runtime.resolve_site; returns a Site
   nb::object formatter;  // (label, type, value, traceback) -> str
-  nb::object gpu_dispatch;  // runs a GPU call; see set_gpu_dispatch
+  nb::object gpu_dispatch;  // runs a GPU call; see _gpu.dispatch
 };
 
 // Created by init() and deliberately never destroyed: XLA threads may still

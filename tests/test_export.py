@@ -78,7 +78,7 @@ def test_artifact_names_bindings_and_carries_kwargs_as_data():
     fn, args = CASES["kwargs"]
     text = jaxbind.export(fn)(*args).mlir_module()
     assert 'binding = "reference_ops._axpy"' in text
-    assert "jaxbind_format = 1 : i32" in text
+    assert "jaxbind_format = 2 : i32" in text and "loop_levels = 0 : i32" in text
     # the kwargs attribute is data-only JSON, tag "J" (ASCII 74)
     assert "kwargs = array<i8: 74," in text or "dense<[74," in text
 
@@ -122,7 +122,7 @@ def test_tampered_kwargs_cannot_run_code(tmp_path):
     """A program whose kwargs attribute holds a pickle that would run code is refused."""
     import pickle
 
-    from jaxbind import _binding
+    from jaxbind import _callformat
     from jaxbind._lowering import CPU_TARGET
 
     marker = tmp_path / "pwned"
@@ -134,7 +134,7 @@ def test_tampered_kwargs_cannot_run_code(tmp_path):
     for tag in (b"P", b"J", b"H"):
         blob = tag + pickle.dumps([("scale", Evil())])
         attrs = dict(jaxbind_format=np.int32(1), binding="reference_ops._axpy", role="f",
-                     site=np.int64(_binding.site_digest("reference_ops._axpy", "f", blob)),
+                     site=np.int64(_callformat.site_digest("reference_ops._axpy", "f", blob)),
                      kwargs=np.frombuffer(blob, np.uint8))
         call = jax.ffi.ffi_call(CPU_TARGET, jax.ShapeDtypeStruct((3,), jnp.float32))
         with pytest.raises(Exception, match="jaxbind"):

@@ -1,4 +1,5 @@
-"""The FFI handler itself: unknown names, format versions and kwargs decoding."""
+"""The FFI handler itself: unknown names, format versions, kwargs decoding, and the check
+of every buffer against the binding's abstract function."""
 
 import jax
 import jax.numpy as jnp
@@ -6,31 +7,42 @@ import numpy as np
 import pytest
 
 import jaxbind
-from jaxbind import _binding, _ext, _kwargs
+from jaxbind import _callformat, _ext, _kwargs
 from jaxbind._lowering import CPU_TARGET
 
 
-def _raw_call(x, **attrs):
-    call = jax.ffi.ffi_call(CPU_TARGET, jax.ShapeDtypeStruct(x.shape, x.dtype))
+def _raw_call(x, out=None, **attrs):
+    out = out if out is not None else jax.ShapeDtypeStruct(x.shape, x.dtype)
+    call = jax.ffi.ffi_call(CPU_TARGET, out)
     return jax.block_until_ready(call(x, **attrs))
 
 
-def _attrs(binding="tests.nope", role="f", fmt=1, blob=None, digest=None):
+def _attrs(binding="tests.nope", role="f", fmt=2, blob=None, digest=None, levels=0, flags=b"\0",
+           n_fixed=0):
+    """Call attributes as a program of call format `fmt` carries them (valid digest)."""
     blob = blob if blob is not None else _kwargs.encode_kwargs({}).blob
-    digest = digest if digest is not None else _binding.site_digest(binding, role, blob)
-    return dict(jaxbind_format=np.int32(fmt), site=np.int64(digest), binding=binding, role=role,
-                kwargs=np.frombuffer(blob, np.uint8))
+    attrs = dict(jaxbind_format=np.int32(fmt), binding=binding, role=role,
+                 kwargs=np.frombuffer(blob, np.uint8))
+    if fmt == 1:
+        auto = _callformat.site_digest(binding, role, blob)
+    else:
+        auto = _callformat.site_digest(binding, role, blob, levels, flags, n_fixed)
+        attrs.update(loop_levels=np.int32(levels), loop_batched=np.frombuffer(flags, np.uint8),
+                     n_fixed=np.int32(n_fixed))
+    attrs["site"] = np.int64(digest if digest is not None else auto)
+    return attrs
 
 
-def test_unknown_binding_is_a_clean_error():
+@pytest.mark.parametrize("fmt", [1, 2])
+def test_unknown_binding_is_a_clean_error(fmt):
     with pytest.raises(Exception, match="no binding named 'tests.nope' is registered"):
-        _raw_call(jnp.ones(3), **_attrs())
+        _raw_call(jnp.ones(3), **_attrs(fmt=fmt))
     with pytest.raises(Exception, match="no binding named 'tests.nope' is registered"):
-        _raw_call(jnp.ones(3), **_attrs())  # still clean the second time
+        _raw_call(jnp.ones(3), **_attrs(fmt=fmt))  # still clean the second time
 
 
 def test_newer_call_format_names_both_versions():
-    with pytest.raises(Exception, match="call format 99, but this jaxbind reads formats 1 to 1; "
+    with pytest.raises(Exception, match="call format 99, but this jaxbind reads formats 1 to 2; "
                        "upgrade jaxbind"):
         _raw_call(jnp.ones(3), **_attrs(fmt=99))
 
@@ -40,6 +52,11 @@ def test_missing_attributes():
         _raw_call(jnp.ones(3))
     with pytest.raises(Exception, match="lacks one of the attributes"):
         _raw_call(jnp.ones(3), jaxbind_format=np.int32(1))
+    attrs = _attrs("tests.double")
+    del attrs["n_fixed"]
+    with pytest.raises(Exception, match="'tests.double'.*lacks one of the attributes "
+                                        "'loop_levels', 'loop_batched', 'n_fixed'"):
+        _raw_call(jnp.ones(3), **attrs)
 
 
 def _double(out, args, kwargs_dump):
@@ -50,15 +67,57 @@ double = jaxbind.get_linear_call(_double, _double, lambda x: ((x.shape, x.dtype)
                                  lambda x: ((x.shape, x.dtype),), name="tests.double")
 
 
-def test_tampered_digest_is_rejected():
-    attrs = _attrs("tests.double", digest=12345)
+@pytest.mark.parametrize("fmt", [1, 2])
+def test_tampered_digest_is_rejected(fmt):
+    attrs = _attrs("tests.double", fmt=fmt, digest=12345)
     with pytest.raises(Exception, match="digest mismatch"):
         _raw_call(jnp.ones(3), **attrs)
 
 
-def test_unknown_role_is_a_clean_error():
-    with pytest.raises(Exception, match="has no role 'T7'"):
-        _raw_call(jnp.ones(3), **_attrs("tests.double", role="T7"))
+@pytest.mark.parametrize("role", ["T7", "T01", "T\u0661", "x", ""])
+def test_unknown_role_is_a_clean_error(role):
+    with pytest.raises(Exception, match=f"has no role '{role}'"):
+        _raw_call(jnp.ones(3), **_attrs("tests.double", role=role))
+
+
+@pytest.mark.parametrize("fmt", [1, 2])
+def test_hand_made_calls_of_both_formats_run(fmt):
+    np.testing.assert_allclose(_raw_call(jnp.arange(3.0), **_attrs("tests.double", fmt=fmt)),
+                               [0, 2, 4])
+
+
+def test_outputs_that_differ_from_the_abstract_function_are_refused():
+    """A program may not hand the callable buffers its abstract function does not declare."""
+    x = jnp.arange(3.0)
+    for out, what in ((jax.ShapeDtypeStruct((5,), x.dtype), r"output 0 is float32\[5\]"),
+                      (jax.ShapeDtypeStruct((3,), jnp.int32), r"output 0 is int32\[3\]"),
+                      ((jax.ShapeDtypeStruct((3,), x.dtype),) * 2, "gives it 2 outputs")):
+        with pytest.raises(Exception, match=f"'tests.double'.*{what}.*declares"):
+            _raw_call(x, out=out, **_attrs("tests.double"))
+    np.testing.assert_allclose(_raw_call(x, **_attrs("tests.double")), [0, 2, 4])  # still fine
+
+
+def test_abstract_function_failing_on_the_buffers_is_a_clean_error():
+    def abstract(x, **kwargs):
+        if x.shape[0] > 4:
+            raise ValueError("at most 4 elements")
+        return ((x.shape, x.dtype),)
+    op = jaxbind.get_linear_call(_double, None, abstract, None, name="tests.at_most_4")  # noqa
+    with pytest.raises(Exception, match="'tests.at_most_4'.*abstract function fails.*"
+                                        "at most 4 elements"):
+        _raw_call(jnp.ones(6), **_attrs("tests.at_most_4"))
+
+
+def test_each_new_buffer_signature_is_checked_once_per_site():
+    calls = []
+
+    def abstract(x, **kwargs):
+        calls.append(x.shape)
+        return ((x.shape, x.dtype),)
+    op = jaxbind.get_linear_call(_double, None, abstract, None, name="tests.checks_once")  # noqa
+    for n in (3, 3, 4, 3, 4, 4):  # one site, two signatures
+        _raw_call(jnp.ones(n), **_attrs("tests.checks_once"))
+    assert calls == [(3,), (4,)]
 
 
 def test_kwargs_are_decoded_once_per_call_site():
@@ -91,11 +150,13 @@ def test_equal_kwargs_hit_the_jit_cache():
     op = jaxbind.get_linear_call(_double, None, abstract, None, name="tests.counts_traces")
     fn = jax.jit(lambda x, scale: op(x, scale=scale, order=(1, 2))[0], static_argnums=1)
     x = jnp.ones(3)
+    fn(x, 2)
+    seen = len(traces)  # the trace, and the run-time check of the first call's buffers
     for _ in range(3):
         fn(x, 2)
-    assert len(traces) == 1 and fn._cache_size() == 1
+    assert len(traces) == seen and fn._cache_size() == 1
     fn(x, 3)
-    assert len(traces) == 2
+    assert len(traces) > seen and fn._cache_size() == 2
 
 
 def test_load_kwargs_accepts_jaxbind13_dumps():
@@ -107,7 +168,7 @@ def test_load_kwargs_accepts_jaxbind13_dumps():
 
 
 def test_extension_reports_its_build():
-    assert _ext.call_format == 1
+    assert _ext.call_format == _callformat.FORMAT == 2
     assert isinstance(_ext.jaxlib_version, str) and _ext.jaxlib_version[0].isdigit()
     assert len(_ext.ffi_api_version) == 2
 

@@ -23,13 +23,15 @@ from ._compat import check_jax_version as _check_jax_version  # noqa: E402
 
 _check_jax_version()
 
-from . import _lowering  # noqa: E402
+from . import _lowering, _rules, _runtime  # noqa: E402
 from ._api import Op, get_linear_call, get_nonlinear_call  # noqa: E402
 from ._export import export, export_safety_checks  # noqa: E402
 from ._gpu import CallContext, CudaArray, current_call  # noqa: E402
 from ._kwargs import load_kwargs  # noqa: E402
 
-_lowering.register_targets()
+_rules.register_rules()  # trace time: the jaxbind primitive's rules
+_lowering.register_targets()  # XLA: the FFI handlers
+_runtime.install()  # run time: what the handlers call back into
 
 from . import testing  # noqa: E402, F401  (jaxbind.testing.check)
 

@@ -13,7 +13,7 @@ from ._dtypes import check_supported
 from ._errors import add_context
 from ._spec import CallSpec
 
-__all__ = ["abstract_eval", "call_abstract"]
+__all__ = ["abstract_eval", "call_abstract", "check_result"]
 
 
 def call_abstract(spec: CallSpec, avals, batch_axes=None):
@@ -33,10 +33,11 @@ def call_abstract(spec: CallSpec, avals, batch_axes=None):
     except Exception as exc:
         shapes = ", ".join(a.str_short() for a in avals)
         raise add_context(exc, f"{where} failed for arguments ({shapes})")
-    return _check_result(result, where, batched=batch_axes is not None)
+    return check_result(result, where, batched=batch_axes is not None)
 
 
-def _check_result(result, where, batched):
+def check_result(result, where, batched):
+    """[(shape, dtype, out_batch_axis | None)] from what an abstract function returned."""
     if not isinstance(result, (tuple, list)):
         raise TypeError(f"{where} returned {type(result).__name__}; it must return a tuple "
                         "with one (shape, dtype) or (shape, dtype, out_batch_axis) per output")

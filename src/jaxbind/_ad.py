@@ -11,6 +11,7 @@ from jax.numpy import moveaxis
 
 from ._binding import Kind, describe_role
 from ._compat import ad, instantiate_zeros, is_undefined_primal, zero_tangent
+from ._primitive import bind
 from ._spec import CallSpec
 
 __all__ = ["jvp_rule", "transpose_rule"]
@@ -28,7 +29,7 @@ def _front_perm(axes):
     return list(reversed(axes))
 
 
-def _bind_transposed(prim, args, spec: CallSpec):
+def _bind_transposed(args, spec: CallSpec):
     """Bind a transposed role; when batched, with every batch axis moved to the front.
 
     A transpose must return cotangents laid out like the primal inputs, but a
@@ -37,13 +38,13 @@ def _bind_transposed(prim, args, spec: CallSpec):
     0), expects its outputs the same way, and moves the axes back afterwards.
     """
     if spec.batch_axes is None:
-        return prim.bind(*args, spec=spec)
+        return bind(spec, *args)
     front = lambda axes: tuple(reversed(range(len(axes))))  # noqa: E731
     args = [moveaxis(a, _front_perm(ax), range(len(ax))) if ax else a
             for a, ax in zip(args, spec.batch_axes)]
     fspec = spec.derive(spec.role, spec.n_fixed, tuple(map(front, spec.batch_axes)),
                         tuple(map(front, spec.out_batch_axes)), spec.n_lead)
-    outs = prim.bind(*args, spec=fspec)
+    outs = bind(fspec, *args)
     return [moveaxis(o, range(len(ax)), _front_perm(ax)) if ax else o
             for o, ax in zip(outs, spec.out_batch_axes)]
 
@@ -86,26 +87,25 @@ def _fixed_error(spec: CallSpec, index: int, action: str) -> Exception:
 
 
 def jvp_rule(primals, tangents, *, spec: CallSpec):
-    prim = spec.binding.primitive
     for i in range(spec.n_fixed):
         if type(tangents[i]) is not ad.Zero:
             raise _fixed_error(spec, i, "differentiated")
-    outs = prim.bind(*primals, spec=spec)
+    outs = bind(spec, *primals)
     live = [i for i in range(spec.n_fixed, len(primals)) if type(tangents[i]) is not ad.Zero]
     if not live:
         return outs, [zero_tangent(o) for o in outs]
 
     n = spec.n_fixed
     if _is_linear_role(spec):
-        tans = prim.bind(*primals[:n], *map(instantiate_zeros, tangents[n:]), spec=spec)
+        tans = bind(spec, *primals[:n], *map(instantiate_zeros, tangents[n:]))
     elif spec.binding.kind is Kind.NONLINEAR:  # role "f"
         ba = spec.batch_axes
         jvp_spec = spec.derive("jvp", len(primals), _cat(ba, ba and ba[n:]), spec.out_batch_axes)
-        tans = prim.bind(*primals, *map(instantiate_zeros, tangents[n:]), spec=jvp_spec)
+        tans = bind(jvp_spec, *primals, *map(instantiate_zeros, tangents[n:]))
     else:  # multilinear: product rule, one term per argument with a tangent
         tans = None
         for i in live:
-            term = prim.bind(*primals[:i], tangents[i], *primals[i + 1:], spec=spec)
+            term = bind(spec, *primals[:i], tangents[i], *primals[i + 1:])
             tans = term if tans is None else [a + b for a, b in zip(tans, term)]
     return outs, list(tans)
 
@@ -121,13 +121,12 @@ def transpose_rule(cts, *args, spec: CallSpec):
     if all(type(c) is ad.Zero for c in cts):
         return [None] * len(args)
     cts = [instantiate_zeros(c) for c in cts]
-    prim = binding.primitive
     n, ba, oba = spec.n_fixed, spec.batch_axes, spec.out_batch_axes
 
     if _is_linear_role(spec):
         other = {"f": "T", "T": "f", "jvp": "vjp", "vjp": "jvp"}[spec.role]
         t_spec = spec.derive(other, n, _cat(ba and ba[:n], oba), ba and ba[n:])
-        res = _bind_transposed(prim, [*args[:n], *cts], t_spec)
+        res = _bind_transposed([*args[:n], *cts], t_spec)
         return [None] * n + _checked(spec, res, args[n:])
 
     lin = [i for i, u in enumerate(undefined) if u]
@@ -140,7 +139,7 @@ def transpose_rule(cts, *args, spec: CallSpec):
         rest = args[:i] + args[i + 1:]
         t_spec = spec.derive(f"T{i}", n, _cat(ba and (ba[:i] + ba[i + 1:]), oba),
                              ba and (ba[i],), n_lead=len(rest))
-        res = _bind_transposed(prim, [*rest, *cts], t_spec)
+        res = _bind_transposed([*rest, *cts], t_spec)
         return [None] * i + _checked(spec, res, args[i:i + 1]) + [None] * (len(args) - i - 1)
 
     # Multilinear transpose "T<i>": args = (the other arguments of f, cotangents of f).
@@ -152,7 +151,7 @@ def transpose_rule(cts, *args, spec: CallSpec):
         f_args = lead[:i] + [ct] + lead[i:]
         f_spec = spec.derive("f", n, ba and tuple(lead_ba[:i] + [oba[0]] + lead_ba[i:]),
                              ba and ba[m:])
-        res = _bind_transposed(prim, f_args, f_spec)
+        res = _bind_transposed(f_args, f_spec)
         return [None] * m + _checked(spec, res, args[m:])
     if len(lin) != 1:
         raise TypeError(
@@ -168,5 +167,5 @@ def transpose_rule(cts, *args, spec: CallSpec):
     else:
         rest_ba = out_ba = None
     t_spec = spec.derive(f"T{j}", n, rest_ba, out_ba, n_lead=len(rest))
-    res = _bind_transposed(prim, [*rest, *cot], t_spec)
+    res = _bind_transposed([*rest, *cot], t_spec)
     return [None] * k + _checked(spec, res, args[k:k + 1]) + [None] * (len(args) - k - 1)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import weakref
 from collections.abc import Callable, Sequence
 
 import jax
@@ -11,9 +10,8 @@ import jax.numpy as jnp
 
 from . import _ext
 from ._binding import Binding, Kind, register
-from ._compat import unregister_rules
 from ._kwargs import encode_kwargs
-from ._primitive import make_primitive
+from ._primitive import PRIMITIVE, bind
 from ._spec import CallSpec
 
 __all__ = ["Op", "get_linear_call", "get_nonlinear_call"]
@@ -41,8 +39,10 @@ class Op:
     """A jaxbind op: call it like a JAX function; it returns a list of arrays.
 
     Attributes:
-      name: the binding's name, also the name of its JAX primitive.
-      primitive: the ``jax.extend.core.Primitive`` it binds.
+      name: the binding's name. jaxprs show it in the parameter of the primitive
+        (``jaxbind[spec=<name>:<role>]``), HLO metadata and profiles in ``op_name``.
+      primitive: the ``jax.extend.core.Primitive`` it binds, ``jaxbind``, shared by
+        every op.
     """
 
     def __init__(self, binding: Binding):
@@ -59,7 +59,7 @@ class Op:
 
     @property
     def primitive(self):
-        return self.binding.primitive
+        return PRIMITIVE
 
     def __repr__(self):
         return f"<jaxbind {self.binding.kind.value} op '{self.binding.name}'>"
@@ -86,7 +86,7 @@ class Op:
         args = [a if isinstance(a, jax.Array) else jnp.asarray(a) for a in args]
         spec = CallSpec(binding, "f", binding.first_n_args_fixed, dump)
         if any(isinstance(a, jax.core.Tracer) for a in args):
-            return binding.primitive.bind(*args, spec=spec)
+            return bind(spec, *args)
         return _eager(self._eager_calls, spec)(*args)
 
     @functools.cached_property
@@ -109,22 +109,14 @@ def _eager(cache: dict, spec: CallSpec):
 
 def _binder(spec: CallSpec):
     # A closure named after the binding, so eager programs say which op they run.
-    prim = spec.binding.primitive
+    def binder(*args):
+        return bind(spec, *args)
 
-    def bind(*args):
-        return prim.bind(*args, spec=spec)
-
-    bind.__name__ = bind.__qualname__ = spec.binding.name
-    return bind
+    binder.__name__ = binder.__qualname__ = spec.binding.name
+    return binder
 
 
 _NO_KWARGS = encode_kwargs({})
-
-
-def _release(name: str, prim) -> None:
-    # The binding is unreachable, so no jaxpr or compiled program uses it any more.
-    _ext.forget(name)
-    unregister_rules(prim)
 
 
 _PLATFORM_MODES = ("device", "host")
@@ -154,10 +146,8 @@ def _make_op(kind: Kind, f, transposes, derivatives, abstract, abstract_T,
                       first_n_args_fixed=first_n_args_fixed, can_batch=bool(func_can_batch),
                       platform_mode=platform_mode)
     binding, new = register(binding, explicit_name=explicit, replace=replace)
-    if new:
-        _ext.forget(binding.name)  # sites cached for a binding this one replaced
-        binding.primitive = make_primitive(binding.name)
-        weakref.finalize(binding, _release, binding.name, binding.primitive)
+    if new:  # drop the trampoline's sites of a binding this one replaced, if any
+        _ext.forget(binding.name)
     return Op(binding)
 
 

@@ -17,6 +17,7 @@ import jax
 
 from ._abstract import call_abstract
 from ._compat import ShapedArray, not_mapped
+from ._primitive import bind
 from ._spec import CallSpec
 
 __all__ = ["batch_rule"]
@@ -49,7 +50,7 @@ def _batch_native(args, dims, spec: CallSpec):
     old_out = spec.out_batch_axes if spec.out_batch_axes is not None else ((),) * len(outs)
     new_out = tuple(_shift(axes, d) for axes, d in zip(old_out, out_dims))
     new_spec = replace(spec, batch_axes=new_axes, out_batch_axes=new_out)
-    return binding.primitive.bind(*args, spec=new_spec), out_dims
+    return bind(new_spec, *args), out_dims
 
 
 def _align(args, dims, spec: CallSpec):
@@ -95,4 +96,4 @@ def _batch_looped(args, dims, spec: CallSpec):
     n_out = len(call_abstract(replace(spec, batch_axes=None), core))
     out_axes = (tuple(reversed(range(levels))),) * n_out
     new_spec = replace(spec, batch_axes=tuple(front), out_batch_axes=out_axes)
-    return spec.binding.primitive.bind(*args, spec=new_spec), [0] * n_out
+    return bind(new_spec, *args), [0] * n_out

@@ -9,22 +9,23 @@ that describes its outputs:
                transpose with respect to argument i
   nonlinear    "f" (f, abstract);  "jvp" (f_jvp, abstract) <-> "vjp" (f_vjp, abstract_T)
 
+Roles travel as text (in the CallSpec and in a program's ``role`` attribute)
+and are parsed once into a :class:`Role`.
+
 Bindings are registered by name so that a compiled program, which names its
-binding by string, can find the callable again (see `resolve_site`).
+binding by string, can find the callable again (see _runtime.resolve_site).
 """
 
 from __future__ import annotations
 
 import enum
-import hashlib
+import functools
 import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ._kwargs import decode_kwargs, encode_kwargs
-
-__all__ = ["Kind", "Binding", "register", "lookup", "resolve_site", "site_digest"]
+__all__ = ["Kind", "Binding", "Role", "describe_role", "register", "lookup"]
 
 
 class Kind(enum.Enum):
@@ -47,7 +48,9 @@ class Binding:
     first_n_args_fixed: int
     can_batch: bool
     platform_mode: str = "device"  # GPU calls: "device" (CUDA arrays) or "host" (NumPy copies)
-    primitive: object = field(default=None, repr=False)
+    # Call sites resolved for programs that call this binding (digest -> _ext.Site).
+    # They live as long as the binding; the trampoline holds them weakly.
+    sites: dict = field(default_factory=dict, repr=False)
     __weakref__: object = field(default=None, init=False, repr=False, compare=False)
 
     def callables(self) -> tuple:
@@ -55,47 +58,82 @@ class Binding:
         return (self.kind, self.f, self.transposes, self.derivatives, self.abstract,
                 self.abstract_T, self.first_n_args_fixed, self.can_batch, self.platform_mode)
 
-    def callable_for(self, role: str) -> Callable:
-        if role == "f":
+    def callable_for(self, role: str | Role) -> Callable:
+        role = Role.parse(role) if isinstance(role, str) else role
+        if role.base == "f":
             return self.f
-        if self.kind is Kind.LINEAR and role == "T":
+        if self.kind is Kind.LINEAR and role.base == "T" and role.index is None:
             fn = self.transposes
-        elif self.kind is Kind.NONLINEAR and role in ("jvp", "vjp"):
-            fn = self.derivatives[0 if role == "jvp" else 1]
-        elif self.kind is Kind.MULTILINEAR and role[:1] == "T" and role[1:].isdigit():
-            index = int(role[1:])
-            fn = self.transposes[index] if index < len(self.transposes) else None
+        elif self.kind is Kind.NONLINEAR and role.base in ("jvp", "vjp"):
+            fn = self.derivatives[0 if role.base == "jvp" else 1]
+        elif self.kind is Kind.MULTILINEAR and role.index is not None:
+            fn = self.transposes[role.index] if role.index < len(self.transposes) else None
         else:
-            raise LookupError(f"jaxbind: binding '{self.name}' ({self.kind.value}) has no role {role!r}")
+            raise LookupError(f"jaxbind: binding '{self.name}' ({self.kind.value}) has no role "
+                              f"{role.text!r}")
         if fn is None:
             raise NotImplementedError(
-                f"jaxbind: '{self.name}' was given no callable for {describe_role(role)}; "
+                f"jaxbind: '{self.name}' was given no callable for {role.describe()}; "
                 "pass one to get_linear_call to transpose or differentiate this op")
         return fn
 
-    def abstract_for(self, role: str) -> Callable:
+    def abstract_for(self, role: str | Role) -> Callable:
+        role = Role.parse(role) if isinstance(role, str) else role
         self.callable_for(role)  # a role without a callable is reported as such
-        if role in ("f", "jvp"):
+        if role.base in ("f", "jvp"):
             return self.abstract
-        if role in ("T", "vjp"):
+        if role.index is None:  # "T", "vjp"
             fn = self.abstract_T
         else:  # multilinear "T<i>"
-            index = int(role[1:])
-            fn = self.abstract_T[index] if index < len(self.abstract_T) else None
+            fn = self.abstract_T[role.index] if role.index < len(self.abstract_T) else None
         if fn is None or not callable(fn):
             raise NotImplementedError(
-                f"jaxbind: '{self.name}' was given no abstract function for {describe_role(role)}")
+                f"jaxbind: '{self.name}' was given no abstract function for {role.describe()}")
         return fn
 
 
+@dataclass(frozen=True, slots=True)
+class Role:
+    """One callable of a binding: "f", "T", "jvp", "vjp", or "T<i>" (multilinear).
+
+    Attributes:
+      text: the role as programs and CallSpecs carry it.
+      base: "f", "T", "jvp" or "vjp".
+      index: i for the multilinear transpose "T<i>", else None.
+    """
+
+    text: str
+    base: str
+    index: int | None = None
+
+    @staticmethod
+    @functools.lru_cache(maxsize=1024)
+    def parse(text: str) -> Role:
+        """The role named by `text`; LookupError for anything else (it may come from a file)."""
+        if text in ("f", "T", "jvp", "vjp"):
+            return Role(text, text)
+        digits = text[1:]
+        if text[:1] == "T" and digits.isascii() and digits.isdigit() and len(digits) <= 6 \
+                and digits == str(int(digits)):
+            return Role(text, "T", int(digits))
+        raise LookupError(f"there is no role {text!r}")
+
+    def describe(self) -> str:
+        if self.base == "f":
+            return "the function"
+        if self.index is not None:
+            return f"the transpose with respect to argument {self.index}"
+        if self.base == "T":
+            return "the transpose"
+        return f"the {self.base.upper()}"
+
+
 def describe_role(role: str) -> str:
-    if role == "f":
-        return "the function"
-    if role == "T":
-        return "the transpose"
-    if role in ("jvp", "vjp"):
-        return f"the {role.upper()}"
-    return f"the transpose with respect to argument {role[1:]}"
+    """Words for a role, for messages ("the transpose", "the JVP", ...)."""
+    try:
+        return Role.parse(role).describe()
+    except LookupError:
+        return f"role {role!r}"
 
 
 # name -> Binding, weakly held: a binding lives as long as its op, any jaxpr
@@ -142,40 +180,3 @@ def lookup(name: str) -> Binding | None:
 
 def registered_names() -> list[str]:
     return sorted(_registry.keys())
-
-
-def site_digest(name: str, role: str, blob: bytes) -> int:
-    """Signed 64-bit digest naming one call site (binding, role, keyword arguments)."""
-    h = hashlib.blake2b(digest_size=8)
-    for part in (name.encode(), role.encode(), blob):
-        h.update(len(part).to_bytes(8, "little"))
-        h.update(part)
-    return int.from_bytes(h.digest(), "little", signed=True)
-
-
-def resolve_site(name: str, role: str, blob: bytes, digest: int):
-    """Called by the trampoline on the first call of a site.
-
-    Returns (callable, kwargs_dump, label, loop, platform_mode). `loop` is None, or, for a call
-    batched by jaxbind itself, (levels, batched): the trampoline then calls the
-    callable once per batch element, on the views with the leading `levels` axes
-    dropped, of every output and of each input marked in `batched`.
-    """
-    binding = lookup(name)
-    if binding is None:
-        raise LookupError(
-            f"no binding named '{name}' is registered in this process. Import or run the "
-            "code that creates it (jaxbind.get_linear_call / get_nonlinear_call) before "
-            "calling the program")
-    if site_digest(name, role, blob) != digest:
-        raise ValueError(f"the call attributes of '{name}' are inconsistent (digest mismatch); "
-                         "the program was modified or corrupted")
-    fn, dump = binding.callable_for(role), decode_kwargs(blob)
-    label, loop = f"'{name}' ({describe_role(role)})", None
-    if not binding.can_batch and "batch_axes" in dump._values:  # batched by jaxbind
-        values = dump.to_dict()
-        batch_axes = values.pop("batch_axes")  # all leading (see _batching._batch_looped)
-        dump = encode_kwargs(values)
-        loop = (max(len(ax) for ax in batch_axes), tuple(bool(ax) for ax in batch_axes))
-        label += ", batched"
-    return fn, dump, label, loop, binding.platform_mode

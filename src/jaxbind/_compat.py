@@ -15,7 +15,6 @@ import jax
 import jax.ffi as ffi  # public since jax 0.4.38
 from jax._src import core as _core  # get_aval: jax 0.7 - 0.12
 from jax._src import dispatch as _dispatch  # apply_primitive: jax 0.7 - 0.12
-from jax._src.interpreters import mlir as _mlir_src  # lowering tables: jax 0.7 - 0.12
 from jax.extend.core import Primitive  # jax 0.4.36 - 0.12
 from jax.interpreters import ad, batching, mlir  # jax 0.7 - 0.12
 from jax._src.lib.mlir import ir  # jax 0.7 - 0.12
@@ -23,7 +22,7 @@ from jax._src.lib.mlir import ir  # jax 0.7 - 0.12
 __all__ = [
     "NEWEST_TESTED_JAX", "Primitive", "ShapedArray", "ad", "apply_primitive",
     "batching", "ffi", "instantiate_zeros", "is_undefined_primal", "mlir",
-    "for_export", "not_mapped", "unregister_rules", "zero_tangent", "check_jax_version",
+    "for_export", "not_mapped", "define_primitive", "zero_tangent", "check_jax_version",
     "ir", "output_aval", "config_use_shardy", "sdy_sharding_rule", "register_batch_partitionable",
 ]
 
@@ -62,18 +61,20 @@ def apply_primitive(prim, *args, **params):
     return _dispatch.apply_primitive(prim, *args, **params)
 
 
-def unregister_rules(prim) -> None:
-    """Remove every rule registered for `prim` (its binding is gone)."""
-    ad.primitive_jvps.pop(prim, None)
-    ad.primitive_transposes.pop(prim, None)
-    # jax 0.7: primitive_batchers is a dict; jax 0.12: a proxy that writes into
-    # fancy_primitive_batchers (a dict in both).
-    for table in (batching.primitive_batchers, batching.fancy_primitive_batchers):
-        if isinstance(table, dict):
-            table.pop(prim, None)
-    _mlir_src._lowerings.pop(prim, None)
-    for table in _mlir_src._platform_specific_lowerings.values():
-        table.pop(prim, None)
+def define_primitive(prim, *, abstract_eval, lowerings, jvp, transpose, batch) -> None:
+    """Give JAX the rules of `prim` (once per process, for jaxbind's one primitive).
+
+    Eager evaluation compiles the primitive alone (dispatch.apply_primitive);
+    the rule tables are the ones JAX documents for primitives defined outside it
+    (jax.interpreters.ad / batching / mlir): jax 0.7 - 0.12.
+    """
+    prim.def_impl(functools.partial(apply_primitive, prim))
+    prim.def_abstract_eval(abstract_eval)
+    for platform, rule in lowerings.items():
+        mlir.register_lowering(prim, rule, platform=platform)
+    ad.primitive_jvps[prim] = jvp
+    ad.primitive_transposes[prim] = transpose
+    batching.primitive_batchers[prim] = batch
 
 
 def for_export(ctx) -> bool:

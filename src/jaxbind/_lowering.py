@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import atexit
-
 import numpy as np
 
-from . import _ext, _gpu
-from ._binding import resolve_site, site_digest
+from . import _ext
+from ._callformat import FORMAT, site_digest
 from ._compat import ffi, for_export, mlir, register_batch_partitionable
-from ._dtypes import XLA_ELEMENT_TYPES
-from ._errors import format_callback_error
 from ._kwargs import is_local, not_data_reason
 from ._partitioning import mark_batch_partitionable
 from ._spec import CallSpec
@@ -50,13 +46,18 @@ def _lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
         ctx.module_context.add_keepalive(binding)
         if is_local(kwargs):  # process-local kwargs live as long as the program
             ctx.module_context.add_keepalive(kwargs)
+    loop, n_fixed = spec.loop, spec.n_fixed
+    flags = loop.flags(len(args))
     results = _lower_ffi[target](
         ctx, *args,
-        jaxbind_format=np.int32(_ext.call_format),
-        site=np.int64(site_digest(binding.name, spec.role, blob)),
+        jaxbind_format=np.int32(FORMAT),
+        site=np.int64(site_digest(binding.name, spec.role, blob, loop.levels, flags, n_fixed)),
         binding=binding.name,
         role=spec.role,
         kwargs=np.frombuffer(blob, dtype=np.uint8),
+        loop_levels=np.int32(loop.levels),
+        loop_batched=np.frombuffer(flags, dtype=np.uint8),
+        n_fixed=np.int32(n_fixed),
     )
     if results:
         mark_batch_partitionable(results[0].owner, spec, [a.ndim for a in ctx.avals_in],
@@ -65,10 +66,7 @@ def _lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
 
 
 def register_targets() -> None:
-    """Hand the trampoline its tables and register the FFI target with XLA (once, at import)."""
-    _ext.init(XLA_ELEMENT_TYPES, resolve_site, format_callback_error)
-    atexit.register(_ext.shutdown)  # handlers stop calling Python once the interpreter exits
-    _ext.set_gpu_dispatch(_gpu.dispatch)
+    """Register jaxbind's FFI targets with XLA (once, at import)."""
     ffi.register_ffi_target(CPU_TARGET, _ext.cpu_handler(), platform="cpu")
     register_batch_partitionable(CPU_TARGET)
     # JAX keeps registrations for a platform whose plugin is not loaded (no GPU)

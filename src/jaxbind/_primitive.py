@@ -1,30 +1,26 @@
-"""One JAX primitive per binding, all sharing the same rules.
+"""The one JAX primitive every jaxbind op binds, and `bind`.
 
-The rules take the binding from the CallSpec parameter, so the primitive
-itself holds no reference to user code.
+All bindings share the primitive ``jaxbind``. Its one parameter, a CallSpec,
+names the binding, so a jaxpr reads ``jaxbind[spec=<name>:<role> ...]``.
+`bind` also opens a named scope with the binding's name: JAX keeps it in the
+HLO metadata (``op_name``, e.g. ``jit(f)/my.fft/jaxbind``), which profilers
+show. The primitive's rules are registered once, at import (see _rules); no
+binding adds or removes anything in JAX's tables.
 """
 
 from __future__ import annotations
 
-from functools import partial
+import jax
 
-from ._abstract import abstract_eval
-from ._ad import jvp_rule, transpose_rule
-from ._batching import batch_rule
-from ._compat import Primitive, ad, apply_primitive, batching, mlir
-from ._lowering import lower_cpu, lower_cuda
+from ._compat import Primitive
 
-__all__ = ["make_primitive"]
+__all__ = ["PRIMITIVE", "bind"]
+
+PRIMITIVE = Primitive("jaxbind")
+PRIMITIVE.multiple_results = True
 
 
-def make_primitive(name: str) -> Primitive:
-    prim = Primitive(name)
-    prim.multiple_results = True
-    prim.def_impl(partial(apply_primitive, prim))
-    prim.def_abstract_eval(abstract_eval)
-    mlir.register_lowering(prim, lower_cpu, platform="cpu")
-    mlir.register_lowering(prim, lower_cuda, platform="cuda")
-    ad.primitive_jvps[prim] = jvp_rule
-    ad.primitive_transposes[prim] = transpose_rule
-    batching.primitive_batchers[prim] = batch_rule
-    return prim
+def bind(spec, *args):
+    """Bind the jaxbind primitive for `spec` (a CallSpec) to `args`."""
+    with jax.named_scope(spec.binding.name):
+        return PRIMITIVE.bind(*args, spec=spec)

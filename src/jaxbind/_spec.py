@@ -1,9 +1,12 @@
-"""CallSpec: the one parameter every jaxbind primitive is bound with.
+"""CallSpec: the one parameter the jaxbind primitive is bound with.
 
 It is frozen and hashable, so equal calls give equal jaxpr equations and hit
 JAX's caches. It names the binding (by identity), the role being called, how
-many leading arguments are fixed, the keyword arguments and, once batched
-natively, the batch axes of every input and output.
+many leading arguments are fixed, the keyword arguments and, once batched, the
+batch axes of every input and output: the one representation of batching.
+With ``func_can_batch`` the callables receive those axes as ``batch_axes``;
+otherwise jaxbind loops over the batch itself, and `loop` derives that loop
+from the same axes (the lowering writes it as explicit call attributes).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ._binding import Binding
+from ._callformat import NO_LOOP, Loop
 from ._kwargs import KwargsDump
 
 __all__ = ["CallSpec", "BatchAxes"]
@@ -30,7 +34,7 @@ class CallSpec:
     n_lead: int = 0           # multilinear "T<i>": number of leading (non-cotangent) args
 
     def __repr__(self):
-        text = f"{self.role}"
+        text = f"{self.binding.name}:{self.role}"
         if self.kwargs._values:
             text += f" kwargs={self.kwargs!r}"
         if self.batch_axes is not None:
@@ -48,10 +52,17 @@ class CallSpec:
         return replace(self, role=role, n_fixed=n_fixed, batch_axes=batch_axes,
                        out_batch_axes=out_batch_axes, n_lead=n_lead)
 
+    @property
+    def loop(self) -> Loop:
+        """jaxbind's own batch loop for this call (none when batched natively or unbatched)."""
+        if self.batch_axes is None or self.binding.can_batch:
+            return NO_LOOP
+        # _batching._batch_looped puts every batch axis first, outermost level at axis 0
+        return Loop(max(len(ax) for ax in self.batch_axes),
+                    tuple(bool(ax) for ax in self.batch_axes))
+
     def call_kwargs(self) -> KwargsDump:
         """Keyword arguments as the callables and abstract functions see them."""
-        if not self.binding.can_batch and self.batch_axes is None:
+        if not self.binding.can_batch:
             return self.kwargs
-        # native batching passes batch_axes to the callables; jaxbind's own loop
-        # (the trampoline's loop, see resolve_site) hands the callables the plain kwargs
-        return self.kwargs.with_extra(batch_axes=self.batch_axes)
+        return self.kwargs.with_extra(batch_axes=self.batch_axes)  # JAXbind's protocol

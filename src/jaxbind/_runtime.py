@@ -1,0 +1,185 @@
+"""Run time: the Python functions the trampoline (cpp/) calls while XLA runs a program.
+
+Everything here runs inside a compiled program, called from C++ with the GIL held:
+
+- :func:`resolve_site`: on the first call of a site, check the call's attributes
+  (see _callformat) and return an ``_ext.Site`` holding the callable, its keyword
+  arguments and jaxbind's batch loop. The binding owns its sites; the trampoline
+  holds them weakly, so they go with the binding.
+- :class:`BufferCheck`: the site's check of the buffers XLA hands over against what
+  the binding's abstract function declares for them, once per new set of shapes.
+- :func:`format_callback_error`: the text of the error a failing callable becomes.
+- GPU calls go to :func:`jaxbind._gpu.dispatch`.
+
+:func:`install` hands these to the trampoline, once, at import. Trace-time code
+(the registry, the rules, the lowering) never reaches into this module.
+"""
+
+from __future__ import annotations
+
+import atexit
+import traceback
+
+import numpy as np
+
+from . import _ext, _gpu
+from ._abstract import check_result
+from ._binding import Role, lookup
+from ._callformat import FORMAT, Loop, NO_LOOP, site_digest
+from ._compat import ShapedArray
+from ._dtypes import XLA_ELEMENT_TYPES
+from ._kwargs import decode_kwargs, encode_kwargs
+
+__all__ = ["BufferCheck", "format_callback_error", "install", "resolve_site"]
+
+_MAX_LEVELS = 64
+
+
+def install() -> None:
+    """Hand the trampoline its tables and callbacks (once, at import)."""
+    assert _ext.call_format == FORMAT, "the extension and the Python package disagree"
+    _ext.init(XLA_ELEMENT_TYPES, resolve_site, format_callback_error, _gpu.dispatch)
+    atexit.register(_ext.shutdown)  # handlers stop calling Python once the interpreter exits
+
+
+def resolve_site(fmt: int, name: str, role_text: str, blob: bytes, digest: int, levels: int,
+                 flags: bytes, n_fixed: int):
+    """The ``_ext.Site`` for one call site, after checking every attribute of the call.
+
+    `levels`, `flags` and `n_fixed` are the format-2 attributes (-1, b"", -1 in format 1,
+    whose loop is inside the keyword arguments).
+    """
+    binding = lookup(name)
+    if binding is None:
+        raise LookupError(
+            f"no binding named '{name}' is registered in this process. Import or run the "
+            "code that creates it (jaxbind.get_linear_call / get_nonlinear_call) before "
+            "calling the program")
+    expected = (site_digest(name, role_text, blob) if fmt == 1
+                else site_digest(name, role_text, blob, levels, flags, n_fixed))
+    if expected != digest:
+        raise ValueError(f"the call attributes of '{name}' are inconsistent (digest mismatch); "
+                         "the program was modified or corrupted")
+    try:
+        role = Role.parse(role_text)
+    except LookupError:
+        raise LookupError(f"jaxbind: binding '{name}' ({binding.kind.value}) has no role "
+                          f"{role_text!r}") from None
+    fn, dump = binding.callable_for(role), decode_kwargs(blob)
+    if fmt == 1:
+        dump, loop = _format1_loop(binding, dump)
+        n_fixed = None
+    else:
+        loop = _loop(levels, flags)
+        if not 0 <= n_fixed <= 4096:
+            raise ValueError(f"the call's n_fixed ({n_fixed}) is out of range")
+    label = f"'{name}' ({role.describe()})" + (", batched" if loop.levels else "")
+    check = BufferCheck(binding, role, dump, loop, n_fixed)
+    site = _ext.Site(fn, dump, label, name, loop.levels, list(loop.batched),
+                     binding.platform_mode, check)
+    binding.sites[digest] = site
+    return site
+
+
+def _loop(levels: int, flags: bytes) -> Loop:
+    if not 0 <= levels <= _MAX_LEVELS:
+        raise ValueError(f"the call's batch levels ({levels}) are out of range")
+    if any(b > 1 for b in flags):
+        raise ValueError("the call's batch flags are not 0 or 1")
+    return Loop(levels, tuple(bool(b) for b in flags)) if levels else NO_LOOP
+
+
+def _format1_loop(binding, dump):
+    """Format 1 kept jaxbind's loop in the keyword arguments, as "batch_axes"."""
+    if binding.can_batch or "batch_axes" not in dump._values:
+        return dump, NO_LOOP
+    values = dump.to_dict()
+    batch_axes = values.pop("batch_axes")  # all leading (see _batching._batch_looped)
+    if not isinstance(batch_axes, tuple) or not all(
+            isinstance(ax, tuple) and all(type(a) is int for a in ax) for ax in batch_axes):
+        raise ValueError("the call's batch axes are not a tuple of tuples of integers")
+    levels = max((len(ax) for ax in batch_axes), default=0)
+    if not 0 < levels <= _MAX_LEVELS:
+        raise ValueError(f"the call's batch levels ({levels}) are out of range")
+    return encode_kwargs(values), Loop(levels, tuple(bool(ax) for ax in batch_axes))
+
+
+# 32-bit forms: with jax_enable_x64 off when the program was traced, a declared
+# 64-bit dtype became its 32-bit form in the program.
+_NARROW = {np.dtype(a): np.dtype(b) for a, b in (
+    (np.int64, np.int32), (np.uint64, np.uint32), (np.float64, np.float32),
+    (np.complex128, np.complex64))}
+
+
+class BufferCheck:
+    """Checks one site's buffers against the binding's abstract function.
+
+    Called by the trampoline with ``(inputs, outputs)``, each a tuple of
+    ``(shape, XLA element type)``, for every set of buffer shapes it has not seen at
+    this site. Returns None if the program's outputs are what the abstract function
+    declares for its inputs, else a message saying what differs. The abstract
+    function sees the inputs without jaxbind's batch axes, as at trace time.
+    """
+
+    def __init__(self, binding, role: Role, dump, loop: Loop, n_fixed: int | None):
+        self.binding, self.role, self.dump, self.loop = binding, role, dump, loop
+        self.n_fixed = n_fixed
+
+    def __call__(self, ins, outs) -> str | None:
+        try:
+            return self._problem(ins, outs)
+        except Exception as exc:  # the abstract function itself failed
+            return (f"its abstract function fails for the buffers of this call "
+                    f"({_describe(ins)}): {type(exc).__name__}: {exc}")
+
+    def _avals(self, buffers, what, batched):
+        avals = []
+        for i, (shape, code) in enumerate(buffers):
+            dtype = XLA_ELEMENT_TYPES.get(code)
+            if dtype is None:
+                raise TypeError(f"{what} {i} has XLA element type {code}, which jaxbind "
+                                "cannot pass to Python callables")
+            if self.loop.levels and (batched is None or batched[i]):
+                shape = shape[self.loop.levels:]
+            avals.append(ShapedArray(tuple(shape), dtype))
+        return avals
+
+    def _problem(self, ins, outs):
+        binding, role = self.binding, self.role
+        in_avals = self._avals(ins, "input", self.loop.batched)
+        out_avals = self._avals(outs, "output", None)
+        kwargs = self.dump.to_dict()
+        if role.base == "jvp":  # the JVP's outputs are shaped like f's, at the primals
+            n = self.n_fixed
+            if n is None:  # format 1: primals, then tangents of the non-fixed ones
+                n = (len(in_avals) + binding.first_n_args_fixed) // 2
+            in_avals = in_avals[:n]
+            if binding.can_batch and isinstance(kwargs.get("batch_axes"), tuple):
+                kwargs["batch_axes"] = kwargs["batch_axes"][:n]
+        if binding.can_batch:
+            kwargs.setdefault("batch_axes", None)
+        declared = check_result(binding.abstract_for(role)(*in_avals, **kwargs),
+                                "the abstract function", kwargs.get("batch_axes") is not None)
+        if len(declared) != len(out_avals):
+            return (f"the program gives it {len(out_avals)} outputs, but its abstract function "
+                    f"declares {len(declared)} for inputs ({_describe(ins)})")
+        for k, ((shape, dtype, _), got) in enumerate(zip(declared, out_avals)):
+            dtype = np.dtype(dtype)
+            if tuple(shape) != got.shape or got.dtype not in (dtype, _NARROW.get(dtype, dtype)):
+                return (f"output {k} is {got.dtype.name}{list(got.shape)} in the program, but "
+                        f"the abstract function declares {dtype.name}{list(shape)} for inputs "
+                        f"({_describe(ins)})")
+        return None
+
+
+def _describe(buffers) -> str:
+    return ", ".join(f"{XLA_ELEMENT_TYPES[c].name if c in XLA_ELEMENT_TYPES else c}"
+                     f"{list(s)}" for s, c in buffers)
+
+
+def format_callback_error(label, etype, value, tb) -> str:
+    """Text of the error XLA raises when a callable fails."""
+    name = getattr(etype, "__name__", str(etype))
+    lines = traceback.format_exception(etype, value, tb)
+    return (f"jaxbind: {label} raised {name}: {value}\n"
+            "Traceback of the callable (most recent call last):\n" + "".join(lines[1:]))
