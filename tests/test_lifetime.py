@@ -77,6 +77,39 @@ def test_dropped_bindings_leave_no_sites_or_names():
     assert _ext.site_count() == sites
 
 
+class _Model:
+    """A user object that holds its op, whose callable is a method of the object: a cycle."""
+
+    def __init__(self, k):
+        self.k = k
+        self.op = jaxbind.get_nonlinear_call(self.apply, (None, None),
+                                             lambda x, **kw: ((x.shape, x.dtype),), None)
+
+    def apply(self, out, args, kwargs_dump):
+        out[0][...] = self.k * args[0]
+
+
+def test_binding_in_a_cycle_through_its_op_is_freed():
+    """The trampoline holds call sites weakly, and the garbage collector sees what they hold."""
+    jax.clear_caches()
+    gc.collect()
+    names, sites = len(_binding.registered_names()), _ext.site_count()
+    x = jnp.ones(3)
+    refs = []
+    for k in range(5):
+        model = _Model(float(k))
+        np.testing.assert_allclose(jax.jit(lambda x: model.op(x)[0])(x), k)
+        np.testing.assert_allclose(model.op(x, scale=2)[0], k)  # eager, with kwargs
+        assert _ext.site_count() > sites
+        refs.append(weakref.ref(model))
+        del model
+    jax.clear_caches()
+    gc.collect()
+    assert all(r() is None for r in refs)
+    assert len(_binding.registered_names()) == names
+    assert _ext.site_count() == sites
+
+
 def test_closures_with_the_same_qualified_name_get_distinct_names():
     op1, _ = _make_local_op(1.0)
     op2, _ = _make_local_op(2.0)
