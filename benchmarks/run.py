@@ -4,6 +4,11 @@
     python benchmarks/run.py --quick    # smallest sizes, few rounds (the CI smoke test)
     python benchmarks/run.py --no-jaxbind13
     python benchmarks/run.py --cases double,vmap   # a subset, written as results/subset.*
+    python benchmarks/run.py --baseline /path/to/venv/bin/python   # old build against new
+
+With --baseline, a second worker runs jaxbind from another Python (for example a
+virtual environment holding an earlier build of this project), interleaved with
+this one, and its column "baseline" sits beside "jaxbind" (results/subset.*).
 
 Every implementation runs in a worker process (benchmarks/_cases.py): this
 project's jaxbind, jnp, pure_callback and buffer_callback in this Python, and
@@ -87,6 +92,8 @@ def main():
     parser.add_argument("--no-jaxbind13", action="store_true")
     parser.add_argument("--out", default=str(HERE / "results"))
     parser.add_argument("--cases", default="", help="comma-separated subset of the cases")
+    parser.add_argument("--baseline", default="",
+                        help="a Python whose jaxbind (an earlier build) runs beside this one")
     args = parser.parse_args()
     rounds = 3 if args.quick else args.rounds
 
@@ -96,6 +103,8 @@ def main():
         py13 = subprocess.run(["bash", str(HERE / "compare_jaxbind13.sh"), sys.executable],
                               capture_output=True, text=True, check=True).stdout.strip()
         workers["jaxbind13"] = Worker(py13, env)
+    if args.baseline:
+        workers["baseline"] = Worker(args.baseline, env)
 
     plan = []
     wanted = set(filter(None, args.cases.split(",")))
@@ -109,6 +118,8 @@ def main():
                 if impl == "jaxbind13" and "jaxbind13" not in workers:
                     continue
                 plan.append((case, size, impl))
+                if impl == "jaxbind" and "baseline" in workers:
+                    plan.append((case, size, "baseline"))
 
     samples = {key: [] for key in plan}
     inside = {key: [] for key in plan}
@@ -123,8 +134,9 @@ def main():
             rng.shuffle(group)
             order += group
         for case, size, impl in order:
-            worker = workers["jaxbind13" if impl == "jaxbind13" else "ours"]
-            reply = worker.ask(impl="jaxbind" if impl == "jaxbind13" else impl, case=case,
+            worker = workers[impl if impl in ("jaxbind13", "baseline") else "ours"]
+            reply = worker.ask(impl="jaxbind" if impl in ("jaxbind13", "baseline") else impl,
+                               case=case,
                                size=size, reps=_reps(case, size, args.quick))
             if "error" in reply:
                 errors[(case, size, impl)] = reply["error"]
@@ -156,7 +168,7 @@ def main():
     print(table)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = "quick" if args.quick else "latest" if not wanted else "subset"
+    stem = "quick" if args.quick else "latest" if not (wanted or args.baseline) else "subset"
     (out / f"{stem}.json").write_text(json.dumps(dict(meta=meta, results=results), indent=1))
     (out / f"{stem}.md").write_text(_header(meta) + "\n" + table + "\n")
     _plot(results, out / f"{stem}.png", meta)
@@ -171,7 +183,8 @@ def _fmt(t):
 
 def _table(results):
     by = {(r["case"], r["size"], r["impl"]): r for r in results}
-    impls = ["jnp", "floor", "jaxbind", "jaxbind13", "buffer_callback", "pure_callback"]
+    impls = ["jnp", "floor", "jaxbind", "baseline", "jaxbind13", "buffer_callback",
+             "pure_callback"]
     rows = ["| case | size | " + " | ".join(impls) + " | jaxbind/jaxbind13 | floor/jaxbind13 "
             "| jaxbind inside callable | jaxbind outside callable | floor outside callable |",
             "|---|---|" + "---|" * (len(impls) + 5)]

@@ -1,6 +1,6 @@
 // jaxbind's trampoline: the XLA FFI handlers that call a Python callable.
 //
-// Files: state.h (the call-site cache and tables), views.h (NumPy views of host
+// Files: state.h (call sites, their cache and tables), views.h (NumPy views of host
 // buffers), and this file (the CPU and CUDA handlers and the module).
 //
 // When XLA runs a compiled program and reaches a jaxbind custom call on the
@@ -9,12 +9,16 @@
 //
 //     callable(out: tuple, args: tuple, kwargs_dump)
 //
-// The program does not name the callable by address. Its attributes carry the
-// binding's stable name, the role (which of the binding's callables), the
-// encoded keyword arguments and a 64-bit digest of the three. The digest keys a
-// cache of resolved call sites; on a miss, a Python resolver (set by `init`)
-// validates the attributes and returns the callable, which the cache keeps alive.
-// Unknown names and Python exceptions become ffi::Error values, never crashes.
+// The program does not name the callable by address. Its attributes (call
+// format 2, see jaxbind/_callformat.py) carry the binding's stable name, the
+// role, the encoded keyword arguments, jaxbind's batch loop and a 64-bit digest
+// of them all. The digest keys a cache of resolved call sites; on a miss, the
+// Python resolver (jaxbind/_runtime.py, set by `init`) checks the attributes and
+// returns a Site, which its binding owns and the cache holds weakly. Before the
+// callable runs, the buffers are checked against the loop and, once per new
+// set of shapes, against the binding's abstract function (`check_buffers`).
+// Unknown names, bad programs and Python exceptions become ffi::Error values,
+// never crashes.
 // On CUDA, `CallCuda` hands the device pointers and XLA's stream to Python
 // (jaxbind/_gpu.py); it needs no CUDA header or library.
 
@@ -369,23 +373,6 @@ NB_MODULE(_ext, m) {
       nb::arg("dtypes"), nb::arg("resolver"), nb::arg("formatter"), nb::arg("gpu_dispatch"),
       "Set the dtype table {XLA element type: numpy dtype}, the site resolver, the error "
       "formatter and the GPU dispatcher (see jaxbind/_runtime.py).");
-
-  m.def(
-      "forget",
-      [](std::string_view binding) {
-        if (state == nullptr) return size_t(0);
-        size_t removed = 0;
-        for (auto it = state->sites.begin(); it != state->sites.end();) {
-          if (site_of(it->second.site).binding == binding) {
-            it = state->sites.erase(it);
-            ++removed;
-          } else {
-            ++it;
-          }
-        }
-        return removed;
-      },
-      nb::arg("binding"), "Drop the cached call sites of a binding; returns how many.");
 
   m.def(
       "shutdown", []() { shutting_down.store(true); },

@@ -55,7 +55,7 @@ struct Site {
   nb::object label;        // str naming the binding and role, for errors
   nb::object check;        // (inputs, outputs) -> None or an error message; see _runtime
   nb::object platform_mode;  // "device" or "host": how GPU calls reach the callable
-  std::string binding;     // binding name, to purge sites of a replaced binding
+  std::string binding;     // binding name, for error messages
   // jaxbind's own batching (see _batching): the leading `levels` axes of every
   // output and of each input marked in `batched` are a batch; the callable is
   // called once per batch element. levels == 0: one plain call.

@@ -76,7 +76,7 @@ def check_result(result, where, batched):
 
 
 def abstract_eval(*avals, spec: CallSpec):
-    """def_abstract_eval rule of every jaxbind primitive."""
+    """def_abstract_eval rule of the jaxbind primitive."""
     where = f"jaxbind: '{spec.name}' ({describe_role(spec.role)})"
     if len(avals) <= spec.n_fixed and spec.role == "f":
         raise TypeError(f"{where} got {len(avals)} arguments, but first_n_args_fixed="

@@ -1,6 +1,6 @@
-"""Differentiation rules shared by every jaxbind primitive.
+"""Differentiation rules of the jaxbind primitive.
 
-Derivatives rebind the same primitive in another role (see _binding), so the
+Derivatives bind the primitive again in another role (see _binding), so the
 rules apply again to what they produce: linear ops differentiate to any order,
 multilinear ops as far as their transposes allow, nonlinear ops to first order.
 """

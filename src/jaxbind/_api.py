@@ -8,7 +8,6 @@ from collections.abc import Callable, Sequence
 import jax
 import jax.numpy as jnp
 
-from . import _ext
 from ._binding import Binding, Kind, register
 from ._kwargs import encode_kwargs
 from ._primitive import PRIMITIVE, bind
@@ -145,9 +144,7 @@ def _make_op(kind: Kind, f, transposes, derivatives, abstract, abstract_T,
                       abstract=abstract, abstract_T=abstract_T,
                       first_n_args_fixed=first_n_args_fixed, can_batch=bool(func_can_batch),
                       platform_mode=platform_mode)
-    binding, new = register(binding, explicit_name=explicit, replace=replace)
-    if new:  # drop the trampoline's sites of a binding this one replaced, if any
-        _ext.forget(binding.name)
+    binding, _ = register(binding, explicit_name=explicit, replace=replace)
     return Op(binding)
 
 

@@ -1,11 +1,11 @@
-"""vmap rule shared by every jaxbind primitive.
+"""vmap rule of the jaxbind primitive.
 
 With func_can_batch=True, the JAXbind 1.3 protocol: each input's batch axes
 are passed to the callables and abstract functions as `batch_axes` (a tuple
 per input, outermost vmap last), and the abstract function reports each
 output's new batch axis as a third entry. Otherwise jaxbind batches the op
 itself: one custom call receives the whole batch and calls the callable once
-per batch element (the trampoline loops; see resolve_site). Inputs are aligned
+per batch element (the trampoline loops; CallSpec.loop describes the loop). Inputs are aligned
 first in both cases (_align).
 """
 

@@ -36,7 +36,7 @@ class Kind(enum.Enum):
 
 @dataclass(eq=False)
 class Binding:
-    """The callables and settings of one jaxbind op (one JAX primitive)."""
+    """The callables and settings of one jaxbind op."""
 
     name: str
     kind: Kind
@@ -163,6 +163,9 @@ def register(binding: Binding, *, explicit_name: bool, replace: bool = False
             if existing.callables() == binding.callables():
                 return existing, False
             if explicit_name and replace:
+                # Its call sites go (the trampoline's cache holds them weakly), so
+                # programs compiled for it resolve the name again, to this binding.
+                existing.sites.clear()
                 _registry[binding.name] = binding
                 return binding, True
             if explicit_name:

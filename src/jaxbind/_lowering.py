@@ -1,4 +1,8 @@
-"""Lowering of every jaxbind primitive to the trampoline's FFI custom call."""
+"""Lowering of the jaxbind primitive to the trampoline's FFI custom call.
+
+Each call carries the attributes of call format 2 (see _callformat); the CPU and
+CUDA targets are registered with XLA at import.
+"""
 
 from __future__ import annotations
 
