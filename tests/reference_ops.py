@@ -232,3 +232,59 @@ flipsum_loop = jaxbind.get_linear_call(
 
 def flipsum_ref(x, y):
     return jnp.flip(x) + 2 * jnp.flip(y)
+
+
+# --- linear, output twice as long: y = [x, 3 x] along axis 0 (shape 2 n) ---------
+def _stack3(out, args, kwargs_dump):
+    (x,) = args
+    n = x.shape[0]
+    out[0][:n] = x
+    out[0][n:] = 3 * x
+
+
+def _stack3_T(out, args, kwargs_dump):
+    (ct,) = args
+    n = ct.shape[0] // 2
+    out[0][...] = ct[:n] + 3 * ct[n:]
+
+
+def _stack3_abstract(x, **kwargs):
+    return (((2 * x.shape[0],) + x.shape[1:], x.dtype),)
+
+
+def _stack3_abstract_T(ct, **kwargs):
+    return (((ct.shape[0] // 2,) + ct.shape[1:], ct.dtype),)
+
+
+stack3 = jaxbind.get_linear_call(_stack3, _stack3_T, _stack3_abstract, _stack3_abstract_T)
+
+
+def stack3_ref(x):
+    return jnp.concatenate([x, 3 * x], axis=0)
+
+
+# --- linear, drops the first `k` entries along axis 0 (shape n - k) --------------
+def _trim(out, args, kwargs_dump):
+    k = jaxbind.load_kwargs(kwargs_dump)["k"]
+    out[0][...] = args[0][k:]
+
+
+def _trim_T(out, args, kwargs_dump):
+    k = jaxbind.load_kwargs(kwargs_dump)["k"]
+    out[0][:k] = 0
+    out[0][k:] = args[0]
+
+
+def _trim_abstract(x, *, k, **kwargs):
+    return (((x.shape[0] - k,) + x.shape[1:], x.dtype),)
+
+
+def _trim_abstract_T(ct, *, k, **kwargs):
+    return (((ct.shape[0] + k,) + ct.shape[1:], ct.dtype),)
+
+
+trim = jaxbind.get_linear_call(_trim, _trim_T, _trim_abstract, _trim_abstract_T)
+
+
+def trim_ref(x, k):
+    return x[k:]

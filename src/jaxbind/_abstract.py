@@ -5,13 +5,16 @@ from __future__ import annotations
 import operator
 
 import jax
+import jax.export  # a submodule: not loaded by "import jax"
 import numpy as np
 
 from ._binding import describe_role
-from ._compat import ShapedArray, output_aval
+from ._compat import InconclusiveDimensionOperation, ShapedArray, output_aval
 from ._dtypes import check_supported
 from ._errors import add_context
 from ._spec import CallSpec
+
+is_symbolic_dim = jax.export.is_symbolic_dim  # public since jax 0.4.30
 
 __all__ = ["abstract_eval", "call_abstract", "check_result"]
 
@@ -30,6 +33,13 @@ def call_abstract(spec: CallSpec, avals, batch_axes=None):
     where = f"jaxbind: abstract function of '{binding.name}' ({describe_role(role)})"
     try:
         result = fn(*avals, **kwargs)
+    except InconclusiveDimensionOperation as exc:
+        shapes = ", ".join(a.str_short() for a in avals)
+        raise add_context(exc, f"{where} failed for arguments ({shapes}): it got symbolic "
+                               "dimensions (jax.export shape polymorphism) and needed their "
+                               "values. Compute output shapes with them as with integers "
+                               "(2 * n, n // 2 + 1, n - k), without int() or comparisons that "
+                               "depend on their values")
     except Exception as exc:
         shapes = ", ".join(a.str_short() for a in avals)
         raise add_context(exc, f"{where} failed for arguments ({shapes})")
@@ -46,14 +56,7 @@ def check_result(result, where, batched):
         if not isinstance(entry, (tuple, list)) or len(entry) not in (2, 3):
             raise TypeError(f"{where}: output {i} is {entry!r}; expected (shape, dtype) or "
                             "(shape, dtype, out_batch_axis)")
-        shape, dtype = entry[0], entry[1]
-        try:
-            shape = tuple(operator.index(d) for d in shape)
-        except TypeError:
-            raise TypeError(f"{where}: output {i} has shape {shape!r}, which is not a tuple "
-                            "of integers") from None
-        if any(d < 0 for d in shape):
-            raise ValueError(f"{where}: output {i} has negative dimensions {shape}")
+        shape, dtype = _shape(entry[0], f"{where}: output {i}"), entry[1]
         try:
             dtype = np.dtype(dtype)
         except TypeError:
@@ -73,6 +76,31 @@ def check_result(result, where, batched):
             axis %= max(len(shape), 1)
         outs.append((shape, jax.dtypes.canonicalize_dtype(dtype), axis))
     return outs
+
+
+def _shape(shape, where):
+    """A declared shape as a tuple of ints and JAX symbolic dimensions (jax.export).
+
+    Symbolic dimensions (``b``, ``2 * b``, ``n // 2 + 1``) come from abstract
+    functions that compute with the shapes of symbolic inputs; XLA evaluates them
+    for the concrete shapes when the program runs.
+    """
+    try:
+        dims = tuple(d if is_symbolic_dim(d) else operator.index(d) for d in shape)
+    except TypeError:
+        raise TypeError(f"{where} has shape {shape!r}, which is not a tuple of integers "
+                        "(or of symbolic dimensions, under jax.export)") from None
+    for d in dims:
+        try:
+            negative = d < 0
+        except InconclusiveDimensionOperation:  # e.g. b - 2: negative for b < 2
+            raise ValueError(
+                f"{where} has the dimension {d}, which is negative for some values of its "
+                f"symbols; state the bound when exporting, e.g. jax.export.symbolic_shape(..., "
+                f"constraints=(\"{d} >= 0\",))") from None
+        if negative:
+            raise ValueError(f"{where} has negative dimensions {shape}")
+    return dims
 
 
 def abstract_eval(*avals, spec: CallSpec):

@@ -23,12 +23,14 @@ __all__ = [
     "NEWEST_TESTED_JAX", "Primitive", "ShapedArray", "ad", "apply_primitive",
     "batching", "ffi", "instantiate_zeros", "is_undefined_primal", "mlir",
     "for_export", "not_mapped", "define_primitive", "zero_tangent", "check_jax_version",
-    "ir", "output_aval", "config_use_shardy", "sdy_sharding_rule", "register_batch_partitionable",
+    "ir", "output_aval", "InconclusiveDimensionOperation", "config_use_shardy", "sdy_sharding_rule", "register_batch_partitionable",
 ]
 
 from ._versions import NEWEST_TESTED_JAX, OLDEST_SUPPORTED_JAX  # noqa: E402
 
 ShapedArray = jax.core.ShapedArray
+# jax.errors since jax 0.8; the same class in jax._src.core from 0.7 to 0.12
+InconclusiveDimensionOperation = _core.InconclusiveDimensionOperation
 not_mapped = None  # batching.not_mapped is None in jax 0.7 - 0.12 (not exported in 0.12)
 instantiate_zeros = ad.instantiate_zeros
 is_undefined_primal = ad.is_undefined_primal

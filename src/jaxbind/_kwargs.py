@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import jax
+import jax.export  # a submodule: not loaded by "import jax"
 import numpy as np
 
 __all__ = ["KwargsDump", "encode_kwargs", "load_kwargs"]
@@ -116,6 +117,13 @@ def _check_static(name: str, value, where: str):
             f"jaxbind: {where}: keyword argument '{name}' is a JAX array or tracer; "
             "keyword arguments are static (Python values or NumPy arrays) and become part "
             "of the compiled program. Pass traced values as positional arguments.")
+    if jax.export.is_symbolic_dim(value):
+        raise TypeError(
+            f"jaxbind: {where}: keyword argument '{name}' is the symbolic dimension {value} "
+            "(jax.export shape polymorphism); keyword arguments are static, fixed when the "
+            "program is traced, so they cannot depend on a symbolic shape. Keep that "
+            "dimension concrete, or let the abstract function and the callable read it "
+            "from the arrays' shapes.")
     if isinstance(value, (list, tuple)):
         for item in value:
             _check_static(name, item, where)

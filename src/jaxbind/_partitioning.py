@@ -15,7 +15,8 @@ lowering marks such calls for both of JAX's partitioners:
 Calls that do not qualify (an input that is not batched, such as a fixed
 argument shared by the whole batch, or native batch axes that are not leading)
 are not marked: XLA gathers their inputs and runs them replicated, which is
-correct but not parallel.
+correct but not parallel. Nor, under Shardy, are calls whose result shapes are
+symbolic (jax.export shape polymorphism).
 """
 
 from __future__ import annotations
@@ -45,7 +46,10 @@ def mark_batch_partitionable(op: ir.Operation, spec: CallSpec, in_ranks, out_ran
         return
     attrs = {"num_batch_dims": ir.StringAttr.get(str(n))}
     op.attributes["mhlo.frontend_attributes"] = ir.DictAttr.get(attrs)
-    if config_use_shardy():
+    # Symbolic result shapes (jax.export) add shape operands, which JAX's shape
+    # refinement removes again before compiling: no Shardy rule can name both forms,
+    # so such calls carry none (correct, but replicated under Shardy).
+    if config_use_shardy() and len(op.operands) == len(in_ranks):
         batch = [f"b{k}" for k in range(n)]
         rest, mappings = [], []
         for which, ranks in (("i", in_ranks), ("o", out_ranks)):

@@ -1,6 +1,7 @@
 """Write the golden artifacts in tests/data/ (run from tests/: python data/make_golden.py).
 
-Each case of export_cases.py becomes <case>-format<N>-jax<V>.bin (the
+Each case of export_cases.py (and each case of symbolic_cases.GOLDEN, exported
+with symbolic shapes and recorded at two or more sizes under "runs") becomes <case>-format<N>-jax<V>.bin (the
 serialized jax.export artifact) and a .json beside it (JAX version, jaxbind
 call format, arguments and expected results). test_export.py checks that every
 golden artifact that the running JAX promises to read loads and gives the
@@ -41,6 +42,7 @@ HERE = pathlib.Path(__file__).parent
 sys.path.insert(0, str(HERE.parent))
 import jaxbind  # noqa: E402
 from export_cases import CASES  # noqa: E402
+from symbolic_cases import CASES as SYMBOLIC_CASES, GOLDEN as SYMBOLIC_GOLDEN  # noqa: E402
 from jaxbind import _ext  # noqa: E402
 
 source_info_util.register_exclusion("/")  # no frame is a user frame: no file locations
@@ -105,4 +107,25 @@ for name, (fn, args) in CASES.items():
     (HERE / f"{stem}.json").write_text(json.dumps(
         {"jax": jax.__version__, "jaxbind": jaxbind.__version__, "call_format": _ext.call_format,
          "args": [np.asarray(a).tolist() for a in args], "expected": expected}))
+    print("wrote", f"{stem}.bin")
+
+# Symbolic shapes: one artifact, recorded with its expected results at several sizes.
+for name in SYMBOLIC_GOLDEN:
+    case = SYMBOLIC_CASES[name]
+    stem = f"{name}-format{_ext.call_format}-jax{jax.__version__}"
+    exp = jaxbind.export(case.fn)(*case.arg_specs())
+    blob = exp.serialize()
+    if leaked_paths(blob):
+        sys.exit(f"{stem}: the artifact still names source files: {leaked_paths(blob)}")
+    if check:
+        continue
+    runs = []
+    for k, size in enumerate(case.sizes):
+        args = case.args(size, seed=k)
+        runs.append({"args": [a.tolist() for a in args],
+                     "expected": [np.asarray(r).tolist() for r in jax.tree.leaves(case.ref(*args))]})
+    (HERE / f"{stem}.bin").write_bytes(blob)
+    (HERE / f"{stem}.json").write_text(json.dumps(
+        {"jax": jax.__version__, "jaxbind": jaxbind.__version__, "call_format": _ext.call_format,
+         "symbolic": [s for s, _ in case.specs], "runs": runs}))
     print("wrote", f"{stem}.bin")

@@ -33,6 +33,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without ducc0
         "pip install 'jaxbind[ducc]'") from exc
 
 import jax.numpy as jnp
+from jax.export import is_symbolic_dim
 
 from .. import get_linear_call, load_kwargs
 
@@ -231,6 +232,10 @@ def r2c(x, *, axes=None, forward=True, inorm=0, nthreads=1, **kwargs):
     *not* the inverse: it is c2r with the non-self-conjugate modes halved.
     """
     n = x.shape[_fft_axes(np.ndim(x), {"axes": axes})[-1]]
+    if is_symbolic_dim(n):
+        raise TypeError(f"jaxducc0.r2c: the last transformed axis has the symbolic length {n}; "
+                        "its length is a parameter of the transform, so under jax.export "
+                        "only the other (batch) axes may be symbolic")
     return _r2c_op(x, axes=axes, forward=forward, inorm=inorm, nthreads=nthreads, n=n, **kwargs)
 
 
@@ -241,6 +246,10 @@ def c2r(x, *, lastsize, axes=None, forward=True, inorm=0, nthreads=1, **kwargs):
     of ``axes``; returns ``[y]`` (float32 or float64) with ``lastsize`` there.
     ``c2r(r2c(x)[0], lastsize=n, forward=False, inorm=2)`` inverts ``r2c``.
     """
+    if is_symbolic_dim(lastsize):
+        raise TypeError(f"jaxducc0.c2r: lastsize is the symbolic dimension {lastsize}; it is a "
+                        "parameter of the transform, so under jax.export only the batch axes "
+                        "may be symbolic")
     return _c2r_op(x, axes=axes, forward=forward, inorm=inorm, nthreads=nthreads, n=lastsize,
                    **kwargs)
 
