@@ -1,0 +1,90 @@
+"""jaxbind's cost per call above the floor, measured in pairs (robust on a noisy machine).
+
+    python benchmarks/overhead.py              # writes benchmarks/results/overhead.{json,md}
+    python benchmarks/overhead.py --blocks 20  # quicker
+
+The floor (_floor.cc) is a custom call that only takes the GIL and calls the same
+callable on private NumPy arrays: what any Python-calling custom call costs at
+least. For each case, the floor and jaxbind run in alternating short blocks in
+one process (A B B A ...), so both see the same machine state; the result is the
+median over blocks of (jaxbind block - floor block), with its interquartile
+range, beside each one's median. The target (README, Performance) is a median
+difference within 0.3 µs on `empty`, `double` and `grad`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import platform
+import statistics
+import sys
+
+HERE = pathlib.Path(__file__).parent
+sys.path.insert(0, str(HERE))
+
+import jax  # noqa: E402
+
+import _cases  # noqa: E402
+
+CASES = [("empty", 1), ("empty", 1_000), ("double", 1), ("double", 1_000), ("grad", 1_000)]
+
+
+def _block(fn, arg, reps):
+    return _cases.time_it(fn, arg, reps)[0]
+
+
+def measure(case, size, blocks, reps):
+    built = {impl: _cases.build(impl, case, size) for impl in ("floor", "jaxbind")}
+    for fn, arg in built.values():
+        jax.block_until_ready(fn(arg))
+    times = {"floor": [], "jaxbind": []}
+    diffs = []
+    for b in range(blocks):
+        order = ("floor", "jaxbind") if b % 2 == 0 else ("jaxbind", "floor")
+        got = {impl: _block(*built[impl], reps) for impl in order}
+        for impl, t in got.items():
+            times[impl].append(t)
+        diffs.append(got["jaxbind"] - got["floor"])
+    q = statistics.quantiles(diffs, n=4)
+    return dict(case=case, size=size, floor_s=statistics.median(times["floor"]),
+                jaxbind_s=statistics.median(times["jaxbind"]), diff_s=statistics.median(diffs),
+                diff_q1_s=q[0], diff_q3_s=q[2], blocks=blocks, reps=reps)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--blocks", type=int, default=60)
+    parser.add_argument("--reps", type=int, default=400, help="calls per block")
+    parser.add_argument("--out", default=str(HERE / "results"))
+    args = parser.parse_args()
+    rows = [measure(c, s, args.blocks, args.reps) for c, s in CASES]
+    import importlib.metadata as md
+    import numpy as np
+    meta = dict(date=datetime.datetime.now().isoformat(timespec="seconds"),
+                machine=f"{platform.machine()} {os.cpu_count()} cores",
+                python=sys.version.split()[0], jax=jax.__version__, numpy=np.__version__,
+                jaxbind=md.version("jaxbind"))
+    lines = [f"Run {meta['date']} on {meta['machine']}: Python {meta['python']}, jax "
+             f"{meta['jax']}, numpy {meta['numpy']}. {args.blocks} alternating blocks of "
+             f"{args.reps} calls per case; medians over blocks.", "",
+             "| case | size | floor | jaxbind | jaxbind - floor (median) | IQR of the difference |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['case']} | {r['size']} | {r['floor_s'] * 1e6:.2f} µs | "
+                     f"{r['jaxbind_s'] * 1e6:.2f} µs | {r['diff_s'] * 1e6:+.2f} µs | "
+                     f"{r['diff_q1_s'] * 1e6:+.2f} to {r['diff_q3_s'] * 1e6:+.2f} µs |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "overhead.json").write_text(json.dumps(dict(meta=meta, results=rows), indent=1))
+    (out / "overhead.md").write_text(text)
+
+
+if __name__ == "__main__":
+    main()
