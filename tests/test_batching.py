@@ -180,3 +180,12 @@ def test_vmap_without_batch_rule_is_one_custom_call_without_a_loop():
                                  name="tests.looped_calls")
     jax.vmap(jax.vmap(lambda x: op(x, k=1)[0]), in_axes=2)(np.ones((3, 4, 2, 5), np.float32))
     assert calls == [((4, 5), True, True, {"k": 1})] * 6  # 2 x 3 elements, one custom call
+
+
+def test_nested_vmap_where_a_fixed_input_is_batched_only_by_the_outer_level():
+    """The outer level's new axis lies before the inner level's axes of another input."""
+    a = random((2, 4, 3), np.float32, 7)        # outer batch 2, fixed argument of matvec
+    x = random((2, 5, 3), np.float32, 8)        # outer batch 2, inner batch 5
+    inner = jax.vmap(lambda a, x: matvec(a, x)[0], in_axes=(None, 0))
+    got = jax.vmap(inner, in_axes=(0, 0))(a, x)
+    np.testing.assert_allclose(got, np.einsum("bij,bkj->bki", a, x), rtol=1e-5)

@@ -4,6 +4,8 @@ Public API (drop-in compatible with JAXbind 1.3):
 
 - :func:`get_linear_call`: a linear or multilinear op from ``f`` and its transpose(s);
 - :func:`get_nonlinear_call`: a nonlinear op from ``f``, its JVP and its VJP;
+- :func:`jax_function`: mark a JAX function as a nonlinear op's JVP or VJP
+  (differentiable again: Hessians);
 - :func:`load_kwargs`: the keyword arguments of a call, inside a callable;
 - :func:`export`: ``jax.export.export`` with jaxbind's custom call allowed;
 - :func:`jaxbind.testing.check`: check an op's abstract function, derivatives,
@@ -25,6 +27,7 @@ _check_jax_version()
 
 from . import _lowering, _rules, _runtime  # noqa: E402
 from ._api import Op, get_linear_call, get_nonlinear_call  # noqa: E402
+from ._binding import jax_function  # noqa: E402
 from ._export import export, export_safety_checks  # noqa: E402
 from ._gpu import CallContext, CudaArray, current_call  # noqa: E402
 from ._kwargs import load_kwargs  # noqa: E402
@@ -38,4 +41,4 @@ from . import testing  # noqa: E402, F401  (jaxbind.testing.check)
 __version__ = "2.0.0.dev0"
 
 __all__ = ["CallContext", "CudaArray", "Op", "current_call", "export", "export_safety_checks",
-           "get_linear_call", "get_nonlinear_call", "load_kwargs", "__version__"]
+           "get_linear_call", "get_nonlinear_call", "jax_function", "load_kwargs", "__version__"]

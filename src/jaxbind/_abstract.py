@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import operator
+from dataclasses import replace
 
 import jax
 import jax.export  # a submodule: not loaded by "import jax"
@@ -12,6 +13,7 @@ from ._binding import describe_role
 from ._compat import InconclusiveDimensionOperation, ShapedArray, output_aval
 from ._dtypes import check_supported
 from ._errors import add_context
+from ._jaxfn import eval_shapes
 from ._spec import CallSpec
 
 is_symbolic_dim = jax.export.is_symbolic_dim  # public since jax 0.4.30
@@ -22,6 +24,10 @@ __all__ = ["abstract_eval", "call_abstract", "check_result"]
 def call_abstract(spec: CallSpec, avals, batch_axes=None):
     """Run the abstract function of `spec`'s role; return [(shape, dtype, out_batch_axis|None)]."""
     binding, role = spec.binding, spec.role
+    if binding.jax_function_for(role) is not None:  # batched by jaxbind's loop, never natively
+        assert batch_axes is None
+        unbatched = replace(spec, batch_axes=None, out_batch_axes=None)
+        return [(o.shape, o.dtype, None) for o in eval_shapes(unbatched, avals)]
     fn = binding.abstract_for(role)
     if role == "jvp":  # the JVP's outputs are shaped like the function's, at the primals
         avals = avals[: spec.n_fixed]
@@ -113,6 +119,9 @@ def abstract_eval(*avals, spec: CallSpec):
         if not isinstance(aval, ShapedArray):
             raise TypeError(f"{where}: argument {i} is {aval}, not an array")
         check_supported(aval.dtype, f"{where}: argument {i}")
+    if spec.binding.jax_function_for(spec.role) is not None:  # a JVP or VJP in JAX code
+        outs = eval_shapes(spec, avals)
+        return tuple(output_aval(o.shape, o.dtype, avals) for o in outs)
     if spec.batch_axes is not None and not spec.binding.can_batch:
         # batched by jaxbind's loop: batch axes lead every batched input and output
         levels = next(a.shape[:len(ax)] for a, ax in zip(avals, spec.batch_axes) if ax)

@@ -2,15 +2,20 @@
 
 Derivatives bind the primitive again in another role (see _binding), so the
 rules apply again to what they produce: linear ops differentiate to any order,
-multilinear ops as far as their transposes allow, nonlinear ops to first order.
+multilinear ops as far as their transposes allow. Nonlinear ops differentiate to
+first order with callables as derivatives, and further when their JVP and VJP
+are JAX functions (_jaxfn): the derivative of such a role with respect to its
+primal arguments is the JAX function's own JVP.
 """
 
 from __future__ import annotations
 
+import jax
 from jax.numpy import moveaxis
 
 from ._binding import Kind, describe_role
 from ._compat import ad, instantiate_zeros, is_undefined_primal, zero_tangent
+from ._jaxfn import batched_function
 from ._primitive import bind
 from ._spec import CallSpec
 
@@ -74,39 +79,78 @@ def _is_linear_role(spec: CallSpec) -> bool:
 
 def _fixed_error(spec: CallSpec, index: int, action: str) -> Exception:
     binding = spec.binding
-    if binding.kind is Kind.NONLINEAR and spec.role != "f":
+    if binding.kind is Kind.NONLINEAR and spec.role != "f" and \
+            index >= binding.first_n_args_fixed:
+        if action == "transposed":
+            return TypeError(
+                f"jaxbind: {describe_role(spec.role)} of '{binding.name}' is linear in its "
+                f"tangents or cotangents only; it cannot be transposed with respect to the "
+                f"primal input {index}")
+        order = binding.order()
         return NotImplementedError(
-            f"jaxbind: '{binding.name}' is a nonlinear op and differentiates to first order "
-            f"only: its {describe_role(spec.role)} cannot be {action} with respect to the "
-            f"primal input {index}. For higher derivatives, bind the JVP itself as an op "
-            "with get_nonlinear_call, or write the function in JAX")
+            f"jaxbind: '{binding.name}' is a nonlinear op differentiable to order {order} "
+            f"only; a derivative of order {order + 1} needs {describe_role(spec.role)} of "
+            f"'{binding.name}' differentiated with respect to its primal input {index}. Give "
+            "get_nonlinear_call JAX functions (jaxbind ops, or functions marked with "
+            "jaxbind.jax_function) as f_jvp and f_vjp to differentiate further, or write "
+            "the function in JAX")
     return TypeError(
         f"jaxbind: '{binding.name}' argument {index} is fixed (first_n_args_fixed="
         f"{binding.first_n_args_fixed}) and cannot be {action}; move it after the fixed "
         "arguments or use jax.custom_jvp")
 
 
+def _differentiable_primal(spec: CallSpec, index: int) -> bool:
+    """Whether a primal argument of a JVP or VJP role can be differentiated (second order)."""
+    binding = spec.binding
+    return (index >= binding.first_n_args_fixed
+            and binding.jax_function_for(spec.role) is not None)
+
+
+def _jvp_in_primals(spec: CallSpec, primals, tangents, which):
+    """Derivative of a JVP/VJP role given as a JAX function along the primals' tangents."""
+    fn = batched_function(spec)
+
+    def along(*values):
+        args = list(primals)
+        for i, v in zip(which, values):
+            args[i] = v
+        return fn(*args)
+
+    _, tans = jax.jvp(along, tuple(primals[i] for i in which),
+                      tuple(instantiate_zeros(tangents[i]) for i in which))
+    return list(tans)
+
+
 def jvp_rule(primals, tangents, *, spec: CallSpec):
-    for i in range(spec.n_fixed):
+    n = spec.n_fixed
+    in_primals = []  # second order: tangents of a JVP's or VJP's primal arguments
+    for i in range(n):
         if type(tangents[i]) is not ad.Zero:
-            raise _fixed_error(spec, i, "differentiated")
+            if not _differentiable_primal(spec, i):
+                raise _fixed_error(spec, i, "differentiated")
+            in_primals.append(i)
     outs = bind(spec, *primals)
-    live = [i for i in range(spec.n_fixed, len(primals)) if type(tangents[i]) is not ad.Zero]
-    if not live:
+    live = [i for i in range(n, len(primals)) if type(tangents[i]) is not ad.Zero]
+    if not live and not in_primals:
         return outs, [zero_tangent(o) for o in outs]
 
-    n = spec.n_fixed
-    if _is_linear_role(spec):
+    tans = None
+    if not live:
+        pass
+    elif _is_linear_role(spec):
         tans = bind(spec, *primals[:n], *map(instantiate_zeros, tangents[n:]))
     elif spec.binding.kind is Kind.NONLINEAR:  # role "f"
         ba = spec.batch_axes
         jvp_spec = spec.derive("jvp", len(primals), _cat(ba, ba and ba[n:]), spec.out_batch_axes)
         tans = bind(jvp_spec, *primals, *map(instantiate_zeros, tangents[n:]))
     else:  # multilinear: product rule, one term per argument with a tangent
-        tans = None
         for i in live:
             term = bind(spec, *primals[:i], tangents[i], *primals[i + 1:])
             tans = term if tans is None else [a + b for a, b in zip(tans, term)]
+    if in_primals:
+        more = _jvp_in_primals(spec, primals, tangents, in_primals)
+        tans = more if tans is None else [a + b for a, b in zip(tans, more)]
     return outs, list(tans)
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 import jax
 import jax.numpy as jnp
 
-from ._binding import Binding, Kind, register
+from ._binding import Binding, Kind, OpBase, is_jax_function, register
 from ._kwargs import encode_kwargs
 from ._primitive import PRIMITIVE, bind
 from ._spec import CallSpec
@@ -34,7 +34,7 @@ _CALLABLE_CONTRACT = """
 """
 
 
-class Op:
+class Op(OpBase):
     """A jaxbind op: call it like a JAX function; it returns a list of arrays.
 
     Attributes:
@@ -211,6 +211,11 @@ def get_nonlinear_call(f: Callable, f_derivative: Sequence[Callable | None], /,
         tangents of f's outputs. ``f_vjp`` is called with all arguments of f
         followed by the cotangents of f's outputs and writes the cotangents of
         the non-fixed arguments. Either may be ``None`` (no forward / reverse mode).
+        Either may also be a JAX function instead of a callable: a jaxbind op, or
+        a function marked with :func:`jaxbind.jax_function`, called with the same
+        arguments as JAX arrays (and the keyword arguments) and returning the list
+        of results. Such derivatives are differentiable in turn, so the op has
+        second (and higher) derivatives, as far as the JAX functions do.
       abstract: output shapes and dtypes of ``f`` (and so of ``f_jvp``).
       abstract_reverse: output shapes of ``f_vjp``, called with f's arguments
         followed by the cotangents.
@@ -218,7 +223,8 @@ def get_nonlinear_call(f: Callable, f_derivative: Sequence[Callable | None], /,
         :func:`get_linear_call`.
 
     Returns:
-      An :class:`Op`, differentiable to first order in forward and reverse mode.
+      An :class:`Op`, differentiable in forward and reverse mode: to first order
+      with callables as derivatives, further with JAX functions.
     """
     if not isinstance(f_derivative, (tuple, list)) or len(f_derivative) != 2:
         raise TypeError("jaxbind: f_derivative must be a pair (f_jvp, f_vjp)")

@@ -29,7 +29,8 @@ def _shift(axes: tuple[int, ...], new: int) -> tuple[int, ...]:
 
 
 def batch_rule(args, dims, *, spec: CallSpec):
-    if spec.binding.can_batch:
+    # A role computed by a JAX function (_jaxfn) is vmapped by jaxbind, like the loop.
+    if spec.binding.can_batch and spec.binding.jax_function_for(spec.role) is None:
         return _batch_native(args, dims, spec)
     return _batch_looped(args, dims, spec)
 
@@ -63,7 +64,9 @@ def _align(args, dims, spec: CallSpec):
     of them a cotangent per batch element.
     """
     old = spec.batch_axes if spec.batch_axes is not None else ((),) * len(args)
-    levels = next((tuple(a.shape[ax] for ax in axes) for a, axes in zip(args, old) if axes), ())
+    # sizes of the earlier levels; `axes` count positions without the new axis at `d`
+    levels = next((tuple(a.shape[ax + (d is not not_mapped and ax >= d)] for ax in axes)
+                   for a, axes, d in zip(args, old, dims) if axes), ())
     size = next(a.shape[d] for a, d in zip(args, dims) if d is not not_mapped)
     new_axes = []
     for i, (x, axes, d) in enumerate(zip(args, old, dims)):

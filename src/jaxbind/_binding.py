@@ -25,13 +25,67 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["Kind", "Binding", "Role", "describe_role", "register", "lookup"]
+__all__ = ["Kind", "Binding", "JaxFunction", "OpBase", "Role", "describe_role", "is_jax_function",
+           "jax_function", "register", "lookup"]
+
+
+class OpBase:
+    """What every jaxbind op is (the Op class of _api derives from it)."""
+
+    __slots__ = ()
+    binding: "Binding"
+
+
+def is_jax_function(fn) -> bool:
+    """A derivative that is traced into the program: a jax_function or a jaxbind op."""
+    return isinstance(fn, (JaxFunction, OpBase))
 
 
 class Kind(enum.Enum):
     LINEAR = "linear"
     MULTILINEAR = "multilinear"
     NONLINEAR = "nonlinear"
+
+
+class JaxFunction:
+    """A derivative given as a JAX function rather than a callable (see jax_function).
+
+    It is called with JAX arrays, ``fn(*primals, *tangents_or_cotangents, **kwargs)``,
+    returns a sequence of arrays, and is traced into the program, so JAX can
+    differentiate, batch and lower it like any JAX code.
+    """
+
+    __slots__ = ("fn", "__weakref__")
+
+    def __init__(self, fn: Callable):
+        if not callable(fn):
+            raise TypeError(f"jaxbind.jax_function: expected a callable, got {fn!r}")
+        self.fn = fn
+
+    def __call__(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
+
+    def __eq__(self, other):
+        return isinstance(other, JaxFunction) and other.fn == self.fn
+
+    def __hash__(self):
+        return hash(self.fn)
+
+    def __repr__(self):
+        return f"jax_function({self.fn!r})"
+
+
+def jax_function(fn: Callable) -> JaxFunction:
+    """Mark `fn` as a JAX function, for use as ``f_jvp`` or ``f_vjp`` of a nonlinear op.
+
+    ``fn(*primals, *tangents, **kwargs)`` (JVP) or ``fn(*primals, *cotangents,
+    **kwargs)`` (VJP) takes JAX arrays and returns a sequence of arrays instead
+    of writing into ``out``. jaxbind traces it into the program, so its own
+    derivatives come from JAX: built from jax.numpy or from other jaxbind ops, it
+    makes the nonlinear op differentiable to second order (Hessians) and beyond,
+    as far as the ops inside it are. A jaxbind op can be passed directly.
+    """
+    return fn if isinstance(fn, JaxFunction) else JaxFunction(fn)
 
 
 @dataclass(eq=False)
@@ -76,6 +130,39 @@ class Binding:
                 f"jaxbind: '{self.name}' was given no callable for {role.describe()}; "
                 "pass one to get_linear_call to transpose or differentiate this op")
         return fn
+
+    def runtime_callable_for(self, role: str | Role) -> Callable:
+        """The callable the trampoline calls for `role` (not a JAX function)."""
+        role = Role.parse(role) if isinstance(role, str) else role
+        fn = self.callable_for(role)
+        if is_jax_function(fn):
+            raise LookupError(f"jaxbind: {role.describe()} of '{self.name}' is a JAX function, "
+                              "which programs contain inlined; no call of it goes through the "
+                              "trampoline")
+        return fn
+
+    def jax_function_for(self, role: str | Role) -> Callable | None:
+        """The JAX function that computes `role` (a nonlinear op's JVP or VJP), if any."""
+        if self.kind is not Kind.NONLINEAR:
+            return None
+        role = Role.parse(role) if isinstance(role, str) else role
+        if role.base not in ("jvp", "vjp"):
+            return None
+        fn = self.derivatives[0 if role.base == "jvp" else 1]
+        return fn if is_jax_function(fn) else None
+
+    def order(self) -> float:
+        """How often the op can be differentiated (inf: any number of times)."""
+        if self.kind is not Kind.NONLINEAR:
+            return float("inf")
+        inner = []
+        for fn in self.derivatives:
+            if fn is None:
+                continue
+            if not is_jax_function(fn):
+                return 1
+            inner.append(fn.binding.order() if isinstance(fn, OpBase) else float("inf"))
+        return 1 + min(inner, default=0)
 
     def abstract_for(self, role: str | Role) -> Callable:
         role = Role.parse(role) if isinstance(role, str) else role

@@ -11,6 +11,7 @@ import numpy as np
 from . import _ext
 from ._callformat import FORMAT, site_digest
 from ._compat import ffi, for_export, mlir, register_batch_partitionable
+from ._jaxfn import batched_function
 from ._kwargs import is_local, not_data_reason
 from ._partitioning import mark_batch_partitionable
 from ._spec import CallSpec
@@ -33,6 +34,8 @@ def lower_cuda(ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
 
 def _lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
     binding = spec.binding
+    if binding.jax_function_for(spec.role) is not None:  # JAX code: inlined, no custom call
+        return mlir.lower_fun(batched_function(spec), multiple_results=True)(ctx, *args)
     kwargs = spec.call_kwargs()
     exporting = for_export(ctx)
     if exporting:

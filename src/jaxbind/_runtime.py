@@ -65,7 +65,7 @@ def resolve_site(fmt: int, name: str, role_text: str, blob: bytes, digest: int, 
     except LookupError:
         raise LookupError(f"jaxbind: binding '{name}' ({binding.kind.value}) has no role "
                           f"{role_text!r}") from None
-    fn, dump = binding.callable_for(role), decode_kwargs(blob)
+    fn, dump = binding.runtime_callable_for(role), decode_kwargs(blob)
     if fmt == 1:
         dump, loop = _format1_loop(binding, dump)
         n_fixed = None

@@ -158,7 +158,10 @@ def check(op, *args, rtol=None, eps=None, batch_size=3, seed=0, verbose=True,
       ``Re sum(a*b)``, so a missing or extra conjugate is caught;
     - **transpose adjointness** for linear and multilinear ops, through
       ``jax.linear_transpose``;
-    - **vmap vs loop**, with each input batched alone and all batched together.
+    - **vmap vs loop**, with each input batched alone and all batched together;
+    - for nonlinear ops with second derivatives (JVP and VJP given as JAX
+      functions): **hessian symmetry** and **hessian-vector product vs finite
+      differences** of the gradient, over the real differentiable arguments.
 
     Args:
       op: a jaxbind op, or a ``functools.partial`` of one.
@@ -266,6 +269,10 @@ def check(op, *args, rtol=None, eps=None, batch_size=3, seed=0, verbose=True,
                 report.append(CheckResult("transpose adjointness", target, dt,
                                           abs(lhs - rhs) / scale, tol("dot", x.dtype)))
 
+    if binding.order() >= 2 and has_fwd and has_rev and binding.kind is Kind.NONLINEAR:
+        _second_order(report, call, args, [i for i in diff if not np.iscomplexobj(args[i])],
+                      out_avals, rng, tol, eps)
+
     # vmap vs loop: each input batched alone, then all together
     batched = [np.stack([args[i] if not _inexact(args[i]) or b == 0
                          else args[i] + (0.1 * b) * _random_like(args[i], rng).real.astype(args[i].dtype)
@@ -283,6 +290,46 @@ def check(op, *args, rtol=None, eps=None, batch_size=3, seed=0, verbose=True,
             report.append(CheckResult("vmap vs loop", target, str(av.dtype), _rel(vm[k], loop),
                                       tol("exact", av.dtype) * 10))
     return _finish(report, binding, verbose)
+
+
+def _second_order(report, call, args, diff, out_avals, rng, tol, eps):
+    """Hessian checks of phi(x) = Re <u, op(x)> over the real differentiable arguments jointly.
+
+    - **hessian symmetry**: ``<w, H v> == <v, H w>`` for random v, w;
+    - **hessian-vector product vs finite differences**: ``H v`` (the JVP of the
+      gradient) against central differences of the gradient along v.
+    """
+    if not diff:
+        return
+    u = [jnp.asarray(_random_like(np.zeros(av.shape, av.dtype), rng)) for av in out_avals]
+
+    def phi(*xs):
+        full = list(args)
+        for i, x in zip(diff, xs):
+            full[i] = x
+        return sum(jnp.real(jnp.sum(c * y)) for c, y in zip(u, call(*full)))
+
+    grad = jax.grad(phi, argnums=tuple(range(len(diff))))
+    xs = tuple(jnp.asarray(args[i]) for i in diff)
+    v = tuple(jnp.asarray(_random_like(x, rng)) for x in xs)
+    w = tuple(jnp.asarray(_random_like(x, rng)) for x in xs)
+    hv = jax.jvp(grad, xs, v)[1]
+    hw = jax.jvp(grad, xs, w)[1]
+    dt = str(xs[0].dtype)
+    lhs, rhs = sum(map(_pair, w, hv)), sum(map(_pair, v, hw))
+    norm = lambda t: float(np.sqrt(sum(np.sum(np.abs(np.asarray(a)) ** 2) for a in t)))  # noqa: E731
+    scale = max(abs(lhs), norm(hv) * norm(w), 1e-30)
+    target = "arguments " + ", ".join(map(str, diff))
+    report.append(CheckResult("hessian symmetry", target, dt, abs(lhs - rhs) / scale,
+                              tol("dot", xs[0].dtype)))
+    h = (eps if eps is not None else tol("eps", xs[0].dtype)) * max(
+        1.0, max(float(np.max(np.abs(np.asarray(x)), initial=0.0)) for x in xs))
+    hi = grad(*(x + h * d for x, d in zip(xs, v)))
+    lo = grad(*(x - h * d for x, d in zip(xs, v)))
+    fd = [(np.asarray(a, np.float64) - np.asarray(b, np.float64)) / (2 * h) for a, b in zip(hi, lo)]
+    error = max(_rel(a, b) for a, b in zip(hv, fd))
+    report.append(CheckResult("hessian-vector product vs finite differences", target, dt, error,
+                              tol("fd", xs[0].dtype)))
 
 
 def _finish(report: CheckReport, binding, verbose: bool) -> CheckReport:
