@@ -120,7 +120,7 @@ void append_signature(const Remaining &buffers, std::vector<int64_t> &sig, nb::l
 
 // Check the buffers XLA hands over against what the binding's abstract function
 // declares for them (the site's `check`, once per new signature).
-void check_buffers(Site &site, const ffi::RemainingArgs &args, const ffi::RemainingRets &rets) {
+void check_buffers(Site &site, const Args &args, const Rets &rets) {
   for (auto it = site.known.rbegin(); it != site.known.rend(); ++it) {
     size_t pos = 0;
     if (signature_part_matches(args, *it, pos) && signature_part_matches(rets, *it, pos) &&
@@ -191,8 +191,10 @@ ffi::Error guarded(const ffi::Dictionary &attrs, Body &&body) {
 }
 
 // CPU: NumPy views of the host buffers, the callable called in place.
-ffi::Error Call(ffi::RemainingArgs args, ffi::RemainingRets rets, ffi::Dictionary attrs) {
+ffi::Error Call(ffi::RemainingArgs all_args, ffi::RemainingRets all_rets, ffi::Dictionary attrs) {
   return guarded(attrs, [&](Site &site) {
+    Args args(all_args);
+    Rets rets(all_rets);
     int64_t n = site.levels > 0 ? batch_size(site, args, rets) : 1;
     check_buffers(site, args, rets);
     for (int64_t k = 0; k < n; ++k) {
@@ -232,9 +234,11 @@ nb::object describe(const Remaining &buffers, const char *what) {
 // jaxbind/_gpu.py), which wraps them as zero-copy CUDA arrays, or copies them
 // to the host for a binding in host mode, and calls the callable. No CUDA
 // header or library is needed here: the stream is an opaque pointer.
-ffi::Error CallCuda(void *stream, int32_t device, ffi::RemainingArgs args,
-                    ffi::RemainingRets rets, ffi::Dictionary attrs) {
+ffi::Error CallCuda(void *stream, int32_t device, ffi::RemainingArgs all_args,
+                    ffi::RemainingRets all_rets, ffi::Dictionary attrs) {
   return guarded(attrs, [&](Site &site) {
+    Args args(all_args);
+    Rets rets(all_rets);
     if (!state->gpu_dispatch.is_valid()) throw std::runtime_error("no GPU dispatcher is set");
     if (site.levels > 0) batch_size(site, args, rets);  // the same checks as on the CPU
     check_buffers(site, args, rets);

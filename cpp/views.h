@@ -13,12 +13,42 @@ struct View {
   ffi::Span<const int64_t> dims;
 };
 
+// XLA's argument (ffi::RemainingArgs) or result (ffi::RemainingRets) buffers, without
+// an ordered call's token: a TOKEN buffer in first place, which carries no data.
+template <typename Remaining>
+class Buffers {
+ public:
+  static constexpr bool kResults = std::is_same_v<Remaining, ffi::RemainingRets>;
+
+  explicit Buffers(const Remaining &all) : all_(all) {
+    if (all_.size() > 0) {
+      auto first = all_.template get<ffi::AnyBuffer>(0);
+      if (first.has_value() && element_type(*first) == ffi::DataType::TOKEN) skip_ = 1;
+    }
+  }
+  size_t size() const { return all_.size() - skip_; }
+  template <typename T>
+  auto get(size_t i) const { return all_.template get<T>(i + skip_); }
+
+ private:
+  template <typename B>
+  static ffi::DataType element_type(B b) {
+    if constexpr (kResults) return (*b).element_type();
+    else return b.element_type();
+  }
+  const Remaining &all_;
+  size_t skip_ = 0;
+};
+
+using Args = Buffers<ffi::RemainingArgs>;
+using Rets = Buffers<ffi::RemainingRets>;
+
 // Buffer i of XLA's arguments or results (results come wrapped once more).
 template <typename Remaining>
-ffi::AnyBuffer buffer_at(const Remaining &buffers, size_t i, const char *what) {
+ffi::AnyBuffer buffer_at(const Buffers<Remaining> &buffers, size_t i, const char *what) {
   auto buf = buffers.template get<ffi::AnyBuffer>(i);
   if (!buf.has_value()) throw std::invalid_argument(std::string("cannot decode ") + what);
-  if constexpr (std::is_same_v<Remaining, ffi::RemainingRets>) return **buf;
+  if constexpr (Buffers<Remaining>::kResults) return **buf;
   else return *buf;
 }
 
@@ -120,8 +150,7 @@ std::vector<int64_t> leading_axes(const Remaining &buffers, size_t i, int levels
 // checking the loop against the buffers XLA hands over: one flag per input,
 // and every output and every flagged input leads with the same `levels` batch
 // axes. Nothing in a program may make the loop step outside a buffer.
-inline int64_t batch_size(const Site &site, const ffi::RemainingArgs &args,
-                          const ffi::RemainingRets &rets) {
+inline int64_t batch_size(const Site &site, const Args &args, const Rets &rets) {
   if (site.batched.size() != args.size())
     throw std::invalid_argument("the call's batch flags name " +
                                 std::to_string(site.batched.size()) + " inputs, but it has " +

@@ -23,3 +23,18 @@ def test_runner_quick(tmp_path):
         assert {("double", "floor"), ("grad", "floor"), ("empty", "floor")} <= impls, \
             data["meta"]["errors"]
     assert "| double | 1 |" in (tmp_path / "quick.md").read_text()
+
+
+def test_overhead_and_inplace_quick(tmp_path):
+    if shutil.which("c++"):  # the floor custom call is compiled on first use
+        proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "overhead.py"),
+                               "--blocks", "4", "--reps", "20", "--out", str(tmp_path)],
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        rows = json.loads((tmp_path / "overhead.json").read_text())["results"]
+        assert {(r["case"], r["size"]) for r in rows} >= {("empty", 1), ("double", 1),
+                                                          ("grad", 1000)}
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "inplace.py"), "--quick",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]  # includes: donated input not copied
+    assert json.loads((tmp_path / "inplace.json").read_text())["same_memory"] is True

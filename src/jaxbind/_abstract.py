@@ -13,6 +13,7 @@ from ._binding import describe_role
 from ._compat import InconclusiveDimensionOperation, ShapedArray, output_aval
 from ._dtypes import check_supported
 from ._errors import add_context
+from ._effects import effects_of
 from ._jaxfn import eval_shapes
 from ._spec import CallSpec
 
@@ -110,7 +111,29 @@ def _shape(shape, where):
 
 
 def abstract_eval(*avals, spec: CallSpec):
-    """def_abstract_eval rule of the jaxbind primitive."""
+    """Effectful abstract evaluation of the jaxbind primitive: (output avals, effects)."""
+    outs = _output_avals(avals, spec)
+    if spec.binding.aliases and spec.role == "f":
+        _check_aliases(spec, avals, outs)
+    return outs, effects_of(spec)
+
+
+def _check_aliases(spec: CallSpec, avals, outs):
+    where = f"jaxbind: '{spec.name}' input_output_aliases"
+    for i, k in spec.binding.aliases:
+        if i >= len(avals) or k >= len(outs):
+            raise ValueError(f"{where}: the call has {len(avals)} inputs and {len(outs)} "
+                             f"outputs, so input {i} cannot share memory with output {k}")
+        a, o = avals[i], outs[k]
+        if a.shape != o.shape or a.dtype != o.dtype:
+            raise TypeError(f"{where}: input {i} ({a.str_short()}) and output {k} "
+                            f"({o.str_short()}) must have the same shape and dtype to share "
+                            "memory" + (" (when batched natively, the abstract function must "
+                                        "put the output's batch axes where the input has them)"
+                                        if spec.batch_axes is not None else ""))
+
+
+def _output_avals(avals, spec: CallSpec):
     where = f"jaxbind: '{spec.name}' ({describe_role(spec.role)})"
     if len(avals) <= spec.n_fixed and spec.role == "f":
         raise TypeError(f"{where} got {len(avals)} arguments, but first_n_args_fixed="

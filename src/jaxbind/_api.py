@@ -121,8 +121,35 @@ _NO_KWARGS = encode_kwargs({})
 _PLATFORM_MODES = ("device", "host")
 
 
+def _aliases(value, n_fixed) -> tuple:
+    if value is None:
+        return ()
+    if not isinstance(value, dict) or not all(
+            type(k) is int and type(v) is int and k >= 0 and v >= 0 for k, v in value.items()):
+        raise TypeError("jaxbind: input_output_aliases must be a dict {input index: output "
+                        f"index}} of non-negative ints, got {value!r}")
+    if len(set(value.values())) != len(value):
+        raise ValueError(f"jaxbind: input_output_aliases {value!r} aliases one output with "
+                         "several inputs")
+    fixed = [k for k in value if k < n_fixed]
+    if fixed:
+        raise ValueError(f"jaxbind: input_output_aliases: input {fixed[0]} is fixed "
+                         f"(first_n_args_fixed={n_fixed}); only inputs after the fixed ones can "
+                         "share memory with an output")
+    return tuple(sorted(value.items()))
+
+
+def _effect(has_side_effect, ordered) -> str | None:
+    if not isinstance(has_side_effect, bool) or not isinstance(ordered, bool):
+        raise TypeError("jaxbind: has_side_effect and ordered must be bools")
+    if ordered:
+        return "ordered"
+    return "unordered" if has_side_effect else None
+
+
 def _make_op(kind: Kind, f, transposes, derivatives, abstract, abstract_T,
-             first_n_args_fixed, func_can_batch, name, replace, platform_mode) -> Op:
+             first_n_args_fixed, func_can_batch, name, replace, platform_mode,
+             input_output_aliases=None, has_side_effect=False, ordered=False) -> Op:
     if not callable(f):
         raise TypeError(f"jaxbind: f must be callable, got {f!r}")
     if not callable(abstract):
@@ -143,7 +170,9 @@ def _make_op(kind: Kind, f, transposes, derivatives, abstract, abstract_T,
     binding = Binding(name=name, kind=kind, f=f, transposes=transposes, derivatives=derivatives,
                       abstract=abstract, abstract_T=abstract_T,
                       first_n_args_fixed=first_n_args_fixed, can_batch=bool(func_can_batch),
-                      platform_mode=platform_mode)
+                      platform_mode=platform_mode,
+                      aliases=_aliases(input_output_aliases, first_n_args_fixed),
+                      effect=_effect(has_side_effect, ordered))
     binding, _ = register(binding, explicit_name=explicit, replace=replace)
     return Op(binding)
 
@@ -152,7 +181,8 @@ def get_linear_call(f: Callable, f_T: Callable | Sequence[Callable | None] | Non
                     abstract: Callable, abstract_T: Callable | Sequence | None, *,
                     first_n_args_fixed: int = 0, func_can_batch: bool = False,
                     name: str | None = None, replace: bool = False,
-                    platform_mode: str = "device") -> Op:
+                    platform_mode: str = "device", input_output_aliases: dict | None = None,
+                    has_side_effect: bool = False, ordered: bool = False) -> Op:
     """Make a JAX op from a linear (or multilinear) Python function and its transpose.
 
     Args:
@@ -179,6 +209,18 @@ def get_linear_call(f: Callable, f_T: Callable | Sequence[Callable | None] | Non
         interface and DLPack) and XLA's stream (``jaxbind.current_call()``).
         ``"host"``: with NumPy copies on the host, for CPU-only libraries; the
         outputs are copied back. On the CPU both modes pass NumPy views.
+      input_output_aliases: ``{input index: output index}``: the output shares the
+        input's memory (as ``ffi_call``'s argument), so the callable updates it in
+        place: ``out[k]`` holds the input's values when the callable starts. With
+        the input donated (``jax.jit(..., donate_argnums=...)``) nothing is copied;
+        otherwise XLA copies the input first. Shapes and dtypes must match. Applies
+        to ``f``; derivatives and transposes get fresh outputs.
+      has_side_effect: the callables do something besides writing their outputs;
+        calls are never removed as dead code nor merged with identical calls
+        (see "Side effects" in the README).
+      ordered: also keep program order among ordered jaxbind calls (and
+        ``io_callback(ordered=True)``), through ``jit``, ``scan``, ``while_loop``
+        and ``cond``; implies ``has_side_effect``.
 
     Returns:
       An :class:`Op`. It supports ``jit``, ``jvp``, ``grad``/``vjp``,
@@ -194,14 +236,16 @@ def get_linear_call(f: Callable, f_T: Callable | Sequence[Callable | None] | Non
     elif f_T is not None and not callable(f_T):
         raise TypeError(f"jaxbind: f_T must be callable, a tuple of callables or None, got {f_T!r}")
     return _make_op(Kind.MULTILINEAR if multilinear else Kind.LINEAR, f, f_T, None, abstract,
-                    abstract_T, first_n_args_fixed, func_can_batch, name, replace, platform_mode)
+                    abstract_T, first_n_args_fixed, func_can_batch, name, replace, platform_mode,
+                    input_output_aliases, has_side_effect, ordered)
 
 
 def get_nonlinear_call(f: Callable, f_derivative: Sequence[Callable | None], /,
                        abstract: Callable, abstract_reverse: Callable | None, *,
                        first_n_args_fixed: int = 0, func_can_batch: bool = False,
                        name: str | None = None, replace: bool = False,
-                       platform_mode: str = "device") -> Op:
+                       platform_mode: str = "device", input_output_aliases: dict | None = None,
+                       has_side_effect: bool = False, ordered: bool = False) -> Op:
     """Make a JAX op from a nonlinear Python function with its JVP and VJP.
 
     Args:
@@ -219,8 +263,8 @@ def get_nonlinear_call(f: Callable, f_derivative: Sequence[Callable | None], /,
       abstract: output shapes and dtypes of ``f`` (and so of ``f_jvp``).
       abstract_reverse: output shapes of ``f_vjp``, called with f's arguments
         followed by the cotangents.
-      first_n_args_fixed, func_can_batch, name, replace, platform_mode: as for
-        :func:`get_linear_call`.
+      first_n_args_fixed, func_can_batch, name, replace, platform_mode,
+        input_output_aliases, has_side_effect, ordered: as for :func:`get_linear_call`.
 
     Returns:
       An :class:`Op`, differentiable in forward and reverse mode: to first order
@@ -232,7 +276,8 @@ def get_nonlinear_call(f: Callable, f_derivative: Sequence[Callable | None], /,
         if fn is not None and not callable(fn):
             raise TypeError(f"jaxbind: {what} must be callable or None, got {fn!r}")
     return _make_op(Kind.NONLINEAR, f, None, tuple(f_derivative), abstract, abstract_reverse,
-                    first_n_args_fixed, func_can_batch, name, replace, platform_mode)
+                    first_n_args_fixed, func_can_batch, name, replace, platform_mode,
+                    input_output_aliases, has_side_effect, ordered)
 
 
 for _fn in (get_linear_call, get_nonlinear_call):

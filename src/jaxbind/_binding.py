@@ -102,6 +102,10 @@ class Binding:
     first_n_args_fixed: int
     can_batch: bool
     platform_mode: str = "device"  # GPU calls: "device" (CUDA arrays) or "host" (NumPy copies)
+    # input_output_aliases of the function (role "f"): ((input, output), ...)
+    aliases: tuple = ()
+    # side effects of every callable: None, "unordered" or "ordered" (see _effects)
+    effect: str | None = None
     # Call sites resolved for programs that call this binding (digest -> _ext.Site).
     # They live as long as the binding; the trampoline holds them weakly.
     sites: dict = field(default_factory=dict, repr=False)
@@ -110,7 +114,8 @@ class Binding:
     def callables(self) -> tuple:
         """Everything user-supplied, to tell equal bindings from clashing ones."""
         return (self.kind, self.f, self.transposes, self.derivatives, self.abstract,
-                self.abstract_T, self.first_n_args_fixed, self.can_batch, self.platform_mode)
+                self.abstract_T, self.first_n_args_fixed, self.can_batch, self.platform_mode,
+                self.aliases, self.effect)
 
     def callable_for(self, role: str | Role) -> Callable:
         role = Role.parse(role) if isinstance(role, str) else role

@@ -23,7 +23,8 @@ __all__ = [
     "NEWEST_TESTED_JAX", "Primitive", "ShapedArray", "ad", "apply_primitive",
     "batching", "ffi", "instantiate_zeros", "is_undefined_primal", "mlir",
     "for_export", "not_mapped", "define_primitive", "zero_tangent", "check_jax_version",
-    "ir", "output_aval", "InconclusiveDimensionOperation", "config_use_shardy", "sdy_sharding_rule", "register_batch_partitionable",
+    "ir", "output_aval", "InconclusiveDimensionOperation", "no_effects", "abstract_token",
+    "FFI_SIDE_EFFECT", "ORDERED_IO_EFFECT", "config_use_shardy", "sdy_sharding_rule", "register_batch_partitionable",
 ]
 
 from ._versions import NEWEST_TESTED_JAX, OLDEST_SUPPORTED_JAX  # noqa: E402
@@ -31,6 +32,13 @@ from ._versions import NEWEST_TESTED_JAX, OLDEST_SUPPORTED_JAX  # noqa: E402
 ShapedArray = jax.core.ShapedArray
 # jax.errors since jax 0.8; the same class in jax._src.core from 0.7 to 0.12
 InconclusiveDimensionOperation = _core.InconclusiveDimensionOperation
+no_effects = _core.no_effects  # jax 0.7 - 0.12
+abstract_token = _core.abstract_token  # jax 0.7 - 0.12
+
+# JAX's own effects (jax 0.7 - 0.12), which jaxbind's calls share (see _effects):
+# ffi_call's side effect and io_callback's ordered one.
+from jax._src.ffi import _FfiEffect as FFI_SIDE_EFFECT  # noqa: E402
+from jax._src.callback import _OrderedIOEffect as ORDERED_IO_EFFECT  # noqa: E402
 not_mapped = None  # batching.not_mapped is None in jax 0.7 - 0.12 (not exported in 0.12)
 instantiate_zeros = ad.instantiate_zeros
 is_undefined_primal = ad.is_undefined_primal
@@ -71,7 +79,7 @@ def define_primitive(prim, *, abstract_eval, lowerings, jvp, transpose, batch) -
     (jax.interpreters.ad / batching / mlir): jax 0.7 - 0.12.
     """
     prim.def_impl(functools.partial(apply_primitive, prim))
-    prim.def_abstract_eval(abstract_eval)
+    prim.def_effectful_abstract_eval(abstract_eval)  # -> (output avals, effects)
     for platform, rule in lowerings.items():
         mlir.register_lowering(prim, rule, platform=platform)
     ad.primitive_jvps[prim] = jvp

@@ -331,6 +331,10 @@ def _run_on_host(callable_, kwargs_dump, levels, batched, stream, ins, outs):
         host_in.append(a)
     host_out = [np.empty(shape, XLA_ELEMENT_TYPES[code]) for _, shape, code in outs]
     driver.synchronize(stream)  # the inputs have arrived
+    by_address = {ptr: a for (ptr, _, _), a in zip(ins, host_in)}
+    for (ptr, _, _), o in zip(outs, host_out):  # input_output_aliases: same device memory
+        if ptr in by_address and by_address[ptr].shape == o.shape:
+            o[...] = by_address[ptr]  # the output starts as the input, as on the device
     for a in host_in:
         a.flags.writeable = False
     for k in range(_batch_count(outs, levels)):

@@ -1,16 +1,23 @@
 """Lowering of the jaxbind primitive to the trampoline's FFI custom call.
 
 Each call carries the attributes of call format 2 (see _callformat); the CPU and
-CUDA targets are registered with XLA at import.
+CUDA targets are registered with XLA at import. Calls of bindings with
+input_output_aliases alias those operands and results; calls with side effects
+(_effects) are marked has_side_effect, and ordered ones pass JAX's token through
+as their first operand and result. Roles computed by JAX functions (_jaxfn) are
+inlined instead of becoming a custom call.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
 from . import _ext
 from ._callformat import FORMAT, site_digest
-from ._compat import ffi, for_export, mlir, register_batch_partitionable
+from ._compat import abstract_token, ffi, for_export, mlir, register_batch_partitionable
+from ._effects import ORDERED
 from ._jaxfn import batched_function
 from ._kwargs import is_local, not_data_reason
 from ._partitioning import mark_batch_partitionable
@@ -53,9 +60,29 @@ def _lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
         ctx.module_context.add_keepalive(binding)
         if is_local(kwargs):  # process-local kwargs live as long as the program
             ctx.module_context.add_keepalive(kwargs)
+    effect = binding.effect
+    if exporting and effect is not None:
+        raise TypeError(
+            f"jaxbind: cannot export '{binding.name}': it has side effects "
+            f"({'ordered' if effect == 'ordered' else 'has_side_effect=True'}), and jax.export "
+            "cannot load programs with effects that are not JAX's own. Export a variant "
+            "without has_side_effect/ordered")
+    aliases = dict(binding.aliases) if spec.role == "f" else {}
+    token = ctx.tokens_in.get(ORDERED) if effect == "ordered" else None
+    outer = ctx
+    if token is not None:  # the token goes through the call as its first operand and result
+        ctx = dataclasses.replace(ctx, avals_in=[abstract_token, *ctx.avals_in],
+                                  avals_out=[abstract_token, *ctx.avals_out])
+        args = (token, *args)
+        aliases = {i + 1: k + 1 for i, k in aliases.items()}
+    if aliases or effect is not None:
+        lower = ffi.ffi_lowering(target, operand_output_aliases=aliases or None,
+                                 has_side_effect=effect is not None)
+    else:
+        lower = _lower_ffi[target]
     loop, n_fixed = spec.loop, spec.n_fixed
-    flags = loop.flags(len(args))
-    results = _lower_ffi[target](
+    flags = loop.flags(len(args) - (token is not None))
+    results = lower(
         ctx, *args,
         jaxbind_format=np.int32(FORMAT),
         site=np.int64(site_digest(binding.name, spec.role, blob, loop.levels, flags, n_fixed)),
@@ -66,7 +93,10 @@ def _lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
         loop_batched=np.frombuffer(flags, dtype=np.uint8),
         n_fixed=np.int32(n_fixed),
     )
-    if results:
+    if token is not None:
+        token_out, *results = results
+        outer.set_tokens_out(outer.tokens_in.update_tokens(mlir.TokenSet({ORDERED: token_out})))
+    elif results:
         mark_batch_partitionable(results[0].owner, spec, [a.ndim for a in ctx.avals_in],
                                  [a.ndim for a in ctx.avals_out])
     return results
