@@ -127,7 +127,7 @@ def ducc_cases():
 
     C64, C128, F64 = np.complex64, np.complex128, np.float64
     sht = jd.get_healpix_sht(nside=2, lmax=3, mmax=3, spin=0)
-    nalm_real = 2 * jd.nalm(3, 3) - 3 - 1
+    nalm_real = jd.realalm_size(3, 3)
     gridder = jd.get_wgridder(pixsize_x=2e-5, pixsize_y=2e-5, npix_x=32, npix_y=32,
                               epsilon=1e-6, do_wgridding=False)
     freq = np.array([1e9, 1.2e9])
@@ -145,7 +145,7 @@ def ducc_cases():
     def sht_direct(alm):  # ducc0 itself, one batch element at a time
         import ducc0
         geometry = jd._healpix_geometry(2)
-        return np.stack([ducc0.sht.synthesis(alm=jd._realalm_to_alm(np.asarray(a), 3), spin=0,
+        return np.stack([ducc0.sht.synthesis(alm=jd.realalm_to_alm(np.asarray(a), 3), spin=0,
                                              lmax=3, mmax=3, **geometry) for a in alm])
 
     return {

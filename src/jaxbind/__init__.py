@@ -1,6 +1,11 @@
 """jaxbind: Python-callable functions as first-class JAX primitives.
 
-Public API (drop-in compatible with JAXbind 1.3):
+Two ways to define the same ops. The JAX-native one:
+
+- :func:`linear_op`, :func:`multilinear_op`, :func:`nonlinear_op`: decorators, with
+  ``def_transpose`` / ``def_jvp`` / ``def_vjp``, pytrees and ``jax.ShapeDtypeStruct``.
+
+The JAXbind 1.3 one (drop-in compatible):
 
 - :func:`get_linear_call`: a linear or multilinear op from ``f`` and its transpose(s);
 - :func:`get_nonlinear_call`: a nonlinear op from ``f``, its JVP and its VJP;
@@ -28,6 +33,7 @@ _check_jax_version()
 from . import _lowering, _rules, _runtime  # noqa: E402
 from ._api import Op, get_linear_call, get_nonlinear_call  # noqa: E402
 from ._binding import jax_function  # noqa: E402
+from ._native import NativeOp, linear_op, multilinear_op, nonlinear_op  # noqa: E402
 from ._export import export, export_safety_checks  # noqa: E402
 from ._gpu import CallContext, CudaArray, current_call  # noqa: E402
 from ._kwargs import load_kwargs  # noqa: E402
@@ -40,5 +46,6 @@ from . import testing  # noqa: E402, F401  (jaxbind.testing.check)
 
 __version__ = "2.0.0.dev0"
 
-__all__ = ["CallContext", "CudaArray", "Op", "current_call", "export", "export_safety_checks",
-           "get_linear_call", "get_nonlinear_call", "jax_function", "load_kwargs", "__version__"]
+__all__ = ["CallContext", "CudaArray", "NativeOp", "Op", "current_call", "export",
+           "export_safety_checks", "get_linear_call", "get_nonlinear_call", "jax_function",
+           "linear_op", "load_kwargs", "multilinear_op", "nonlinear_op", "__version__"]

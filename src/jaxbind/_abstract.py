@@ -29,6 +29,8 @@ def call_abstract(spec: CallSpec, avals, batch_axes=None):
         assert batch_axes is None
         unbatched = replace(spec, batch_axes=None, out_batch_axes=None)
         return [(o.shape, o.dtype, None) for o in eval_shapes(unbatched, avals)]
+    if spec.out_hint is not None and not binding.has_abstract(role):
+        return _from_hint(spec, avals, batch_axes)
     fn = binding.abstract_for(role)
     if role == "jvp":  # the JVP's outputs are shaped like the function's, at the primals
         avals = avals[: spec.n_fixed]
@@ -51,6 +53,19 @@ def call_abstract(spec: CallSpec, avals, batch_axes=None):
         shapes = ", ".join(a.str_short() for a in avals)
         raise add_context(exc, f"{where} failed for arguments ({shapes})")
     return check_result(result, where, batched=batch_axes is not None)
+
+
+def _from_hint(spec: CallSpec, avals, batch_axes):
+    """Outputs of a transpose from the shapes jaxbind knows (CallSpec.out_hint).
+
+    Batched natively, every batch level goes in front of each output, outermost
+    first, as the JAX-native API's callables write them (see _native).
+    """
+    if batch_axes is None:
+        return [(shape, dtype, None) for shape, dtype in spec.out_hint]
+    levels = next(tuple(a.shape[k] for k in reversed(ax)) for a, ax in zip(avals, batch_axes)
+                  if ax)
+    return [(levels + tuple(shape), dtype, 0) for shape, dtype in spec.out_hint]
 
 
 def check_result(result, where, batched):

@@ -10,6 +10,8 @@ primal arguments is the JAX function's own JVP.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import jax
 from jax.numpy import moveaxis
 
@@ -47,11 +49,27 @@ def _bind_transposed(args, spec: CallSpec):
     front = lambda axes: tuple(reversed(range(len(axes))))  # noqa: E731
     args = [moveaxis(a, _front_perm(ax), range(len(ax))) if ax else a
             for a, ax in zip(args, spec.batch_axes)]
-    fspec = spec.derive(spec.role, spec.n_fixed, tuple(map(front, spec.batch_axes)),
-                        tuple(map(front, spec.out_batch_axes)), spec.n_lead)
+    fspec = replace(spec.derive(spec.role, spec.n_fixed, tuple(map(front, spec.batch_axes)),
+                                tuple(map(front, spec.out_batch_axes)), spec.n_lead),
+                    out_hint=spec.out_hint)
     outs = bind(fspec, *args)
     return [moveaxis(o, range(len(ax)), _front_perm(ax)) if ax else o
             for o, ax in zip(outs, spec.out_batch_axes)]
+
+
+def _core_shape(aval, axes):
+    """An aval's shape without its batch axes."""
+    return tuple(d for k, d in enumerate(aval.shape) if k not in set(axes or ()))
+
+
+def _hinted(t_spec: CallSpec, targets, target_axes) -> CallSpec:
+    """`t_spec` with the core shapes of the cotangents it produces, if its binding lacks an
+    abstract function for that role (the JAX-native API leaves them to jaxbind)."""
+    if t_spec.binding.has_abstract(t_spec.role):
+        return t_spec
+    axes = target_axes if target_axes is not None else (None,) * len(targets)
+    hint = tuple((_core_shape(a.aval, ax), a.aval.dtype) for a, ax in zip(targets, axes))
+    return replace(t_spec, out_hint=hint)
 
 
 def _checked(spec: CallSpec, results, args):
@@ -170,6 +188,7 @@ def transpose_rule(cts, *args, spec: CallSpec):
     if _is_linear_role(spec):
         other = {"f": "T", "T": "f", "jvp": "vjp", "vjp": "jvp"}[spec.role]
         t_spec = spec.derive(other, n, _cat(ba and ba[:n], oba), ba and ba[n:])
+        t_spec = _hinted(t_spec, args[n:], ba and ba[n:])
         res = _bind_transposed([*args[:n], *cts], t_spec)
         return [None] * n + _checked(spec, res, args[n:])
 
@@ -183,6 +202,7 @@ def transpose_rule(cts, *args, spec: CallSpec):
         rest = args[:i] + args[i + 1:]
         t_spec = spec.derive(f"T{i}", n, _cat(ba and (ba[:i] + ba[i + 1:]), oba),
                              ba and (ba[i],), n_lead=len(rest))
+        t_spec = _hinted(t_spec, args[i:i + 1], ba and (ba[i],))
         res = _bind_transposed([*rest, *cts], t_spec)
         return [None] * i + _checked(spec, res, args[i:i + 1]) + [None] * (len(args) - i - 1)
 
@@ -211,5 +231,6 @@ def transpose_rule(cts, *args, spec: CallSpec):
     else:
         rest_ba = out_ba = None
     t_spec = spec.derive(f"T{j}", n, rest_ba, out_ba, n_lead=len(rest))
+    t_spec = _hinted(t_spec, args[k:k + 1], out_ba)
     res = _bind_transposed([*rest, *cot], t_spec)
     return [None] * k + _checked(spec, res, args[k:k + 1]) + [None] * (len(args) - k - 1)

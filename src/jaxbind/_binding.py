@@ -169,6 +169,16 @@ class Binding:
             inner.append(fn.binding.order() if isinstance(fn, OpBase) else float("inf"))
         return 1 + min(inner, default=0)
 
+    def has_abstract(self, role: str | Role) -> bool:
+        """Whether the binding has an abstract function for `role` (transposes may lack one)."""
+        role = Role.parse(role) if isinstance(role, str) else role
+        if role.base in ("f", "jvp"):
+            return True
+        fn = self.abstract_T if role.index is None else (
+            self.abstract_T[role.index] if isinstance(self.abstract_T, tuple)
+            and role.index < len(self.abstract_T) else None)
+        return callable(fn)
+
     def abstract_for(self, role: str | Role) -> Callable:
         role = Role.parse(role) if isinstance(role, str) else role
         self.callable_for(role)  # a role without a callable is reported as such

@@ -32,6 +32,9 @@ class CallSpec:
     batch_axes: BatchAxes | None = None      # per input, when batched natively
     out_batch_axes: BatchAxes | None = None  # per output, when batched natively
     n_lead: int = 0           # multilinear "T<i>": number of leading (non-cotangent) args
+    # Output (shape, dtype)s without batch axes, for a transpose or VJP whose binding
+    # has no abstract function for it: the transpose rule knows them (the primals').
+    out_hint: tuple | None = None
 
     def __repr__(self):
         text = f"{self.binding.name}:{self.role}"
@@ -50,7 +53,7 @@ class CallSpec:
         if self.batch_axes is None:
             batch_axes = out_batch_axes = None
         return replace(self, role=role, n_fixed=n_fixed, batch_axes=batch_axes,
-                       out_batch_axes=out_batch_axes, n_lead=n_lead)
+                       out_batch_axes=out_batch_axes, n_lead=n_lead, out_hint=None)
 
     @property
     def loop(self) -> Loop:

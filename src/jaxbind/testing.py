@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._api import Op
+from ._native import NativeOp
 from ._binding import Kind
 from ._kwargs import encode_kwargs
 
@@ -94,11 +95,14 @@ def _inexact(x) -> bool:
 
 
 def _unwrap(op, args, kwargs):
-    """Accept an Op or a functools.partial of one (as returned by factories)."""
+    """Accept an Op, a NativeOp, or a functools.partial of one (as returned by factories)."""
     while isinstance(op, functools.partial):
         args = op.args + tuple(args)
         kwargs = {**op.keywords, **kwargs}
         op = op.func
+    if isinstance(op, NativeOp):  # checked through its JAXbind-protocol op, on array leaves
+        args, kwargs = op.protocol_call(*args, **kwargs)
+        op = op.op
     if not isinstance(op, Op):
         raise TypeError(f"jaxbind.testing.check expects a jaxbind op, got {op!r}")
     return op, tuple(args), kwargs

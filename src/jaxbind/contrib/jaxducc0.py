@@ -4,7 +4,9 @@ Drop-in compatible with JAXbind 1.3's ``jaxbind.contrib.jaxducc0``:
 
 - :data:`c2c`, :data:`genuine_fht`: complex FFT and Hartley transform (ops).
 - :data:`r2c`, :data:`c2r`: the real FFT pair (ops).
-- :func:`get_healpix_sht`, :func:`nalm`: spherical-harmonic synthesis on HEALPix.
+- :func:`get_healpix_sht`, :func:`nalm`: spherical-harmonic synthesis on HEALPix;
+  :func:`realalm_to_alm`, :func:`alm_to_realalm`, :func:`realalm_size`,
+  :func:`realalm_ell`: its real coefficient layout (NumPy and JAX).
 - :func:`get_wgridder`: the radio-interferometric (w-)gridder, image to visibilities.
 - :func:`get_nufft`: type-1 and type-2 non-uniform FFTs with fixed points.
 
@@ -32,13 +34,14 @@ except ImportError as exc:  # pragma: no cover - exercised only without ducc0
         "jaxbind.contrib.jaxducc0 needs the ducc0 package; install it with "
         "pip install 'jaxbind[ducc]'") from exc
 
+import jax
 import jax.numpy as jnp
 from jax.export import is_symbolic_dim
 
 from .. import get_linear_call, load_kwargs
 
-__all__ = ["c2c", "genuine_fht", "r2c", "c2r", "get_healpix_sht", "nalm", "get_wgridder",
-           "get_nufft"]
+__all__ = ["c2c", "genuine_fht", "r2c", "c2r", "get_healpix_sht", "nalm", "realalm_size",
+           "realalm_ell", "realalm_to_alm", "alm_to_realalm", "get_wgridder", "get_nufft"]
 
 # DUCC runs on the CPU: inside GPU programs, jaxbind copies the operands to the host
 # and the results back (see "GPU buffers" in the README).
@@ -259,6 +262,52 @@ def c2r(x, *, lastsize, axes=None, forward=True, inorm=0, nthreads=1, **kwargs):
 def nalm(lmax, mmax):
     """Number of complex a_lm coefficients for maximum moments ``lmax``, ``mmax``."""
     return ((mmax + 1) * (mmax + 2)) // 2 + (mmax + 1) * (lmax - mmax)
+
+
+def realalm_size(lmax, mmax):
+    """Length of the real alm layout that :func:`get_healpix_sht` takes: ``2 nalm - lmax - 1``."""
+    return 2 * nalm(lmax, mmax) - lmax - 1
+
+
+def realalm_ell(lmax, mmax):
+    """The degree l of every entry of the real alm layout (a NumPy int array).
+
+    Useful for power spectra: ``S = C_ell[realalm_ell(lmax, mmax)]``.
+    """
+    return np.concatenate([np.arange(lmax + 1)] +
+                          [np.repeat(np.arange(m, lmax + 1), 2) for m in range(1, mmax + 1)])
+
+
+def _xp(x):
+    return jnp if isinstance(x, jax.Array) else np
+
+
+def realalm_to_alm(x, lmax):
+    """Real alm layout -> complex alm in DUCC's order (m-major), along the last axis.
+
+    The inverse of :func:`alm_to_realalm`. Works on NumPy arrays (returns NumPy) and
+    on JAX arrays, also under ``jit``, ``grad`` and ``vmap`` (returns JAX).
+    ``x[..., :lmax + 1]`` are the m = 0 coefficients; then come the real and
+    imaginary parts of each m > 0 coefficient, times sqrt(2).
+    """
+    xp = _xp(x)
+    x = xp.asarray(x)
+    m0 = x[..., :lmax + 1]
+    rest = (x[..., lmax + 1::2] + 1j * x[..., lmax + 2::2]) / np.sqrt(2.0)
+    return xp.concatenate([m0.astype(rest.dtype), rest], axis=-1)
+
+
+def alm_to_realalm(alm, lmax):
+    """Complex alm (DUCC's order, last axis) -> the real layout of :func:`get_healpix_sht`.
+
+    The m = 0 coefficients keep their real part (their imaginary part must be 0 for
+    a real map). Works on NumPy and JAX arrays (traceable), like :func:`realalm_to_alm`.
+    """
+    xp = _xp(alm)
+    alm = xp.asarray(alm)
+    rest = alm[..., lmax + 1:] * np.sqrt(2.0)
+    pairs = xp.stack([rest.real, rest.imag], axis=-1).reshape(*rest.shape[:-1], -1)
+    return xp.concatenate([alm[..., :lmax + 1].real, pairs], axis=-1)
 
 
 @functools.lru_cache(maxsize=32)

@@ -1,0 +1,374 @@
+"""The JAX-native API: ops defined as ``jax.custom_vjp`` and ``torch.library.custom_op`` are.
+
+::
+
+    @jaxbind.linear_op(shape=lambda x, *, axes=None: jax.ShapeDtypeStruct(x.shape, x.dtype))
+    def fft(x, *, axes=None):                    # NumPy in, NumPy back (or write into out=)
+        return scipy.fft.fftn(x, axes=axes)
+
+    @fft.def_transpose
+    def fft_T(ct, *, axes=None):
+        return scipy.fft.fftn(ct, axes=axes)
+
+    y = fft(x, axes=(0,))                        # one output: an array
+
+Ops made this way are bindings of the same machinery as ``get_linear_call`` and
+``get_nonlinear_call`` (one `jaxbind` primitive, names, export, batching,
+sharding, GPU, ``jaxbind.testing.check``). This module only translates:
+
+- arguments and results are pytrees of arrays; the structures travel to the
+  callables as two reserved keyword arguments (``jaxbind_in``, ``jaxbind_out``:
+  the pytrees with 0 for every array), so programs stay exportable when the
+  structures are made of tuples, lists, dicts and None;
+- shapes are ``jax.ShapeDtypeStruct`` pytrees returned by ``shape``; those of
+  transposes and VJPs come from the primals (see CallSpec.out_hint);
+- a callable either returns its results, which jaxbind copies into XLA's
+  buffers, or, if it takes an ``out=`` keyword argument, writes into them;
+- ``vectorized=True``: the callables get every batched array with its batch axes
+  in front (outermost vmap first) and return results laid out the same way.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._api import Op, get_linear_call, get_nonlinear_call
+from ._binding import JaxFunction, is_jax_function, jax_function
+from ._errors import add_context
+from ._kwargs import load_kwargs
+
+__all__ = ["NativeOp", "linear_op", "multilinear_op", "nonlinear_op"]
+
+IN, OUT = "jaxbind_in", "jaxbind_out"  # reserved keyword arguments: pytree skeletons
+
+ShapeFn = Callable[..., Any]
+
+
+def _skeleton(tree) -> Any:
+    return jax.tree.unflatten(tree, [0] * tree.num_leaves)
+
+
+@functools.lru_cache(maxsize=4096)
+def _structure_of(key) -> Any:
+    return jax.tree.structure(key[1])
+
+
+def _structure(skeleton) -> Any:
+    try:
+        return _structure_of((repr(skeleton), skeleton))
+    except TypeError:  # an unhashable skeleton (lists, dicts): no cache
+        return jax.tree.structure(skeleton)
+
+
+def _takes_out(fn: Callable) -> bool:
+    try:
+        return "out" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _front(a, axes):
+    """An array with its batch axes (innermost first) moved to the front, outermost first."""
+    return np.moveaxis(a, list(reversed(axes)), list(range(len(axes)))) if axes else a
+
+
+def _split(leaves, trees):
+    """Unflatten consecutive runs of `leaves` into the pytrees `trees`."""
+    out, pos = [], 0
+    for tree in trees:
+        out.append(jax.tree.unflatten(tree, leaves[pos:pos + tree.num_leaves]))
+        pos += tree.num_leaves
+    return out
+
+
+class _Callable:
+    """One callable of a native op, in JAXbind's (out, args, kwargs_dump) protocol."""
+
+    def __init__(self, native: NativeOp, fn: Callable, layout: Callable, what: str):
+        self.native, self.fn, self.layout, self.what = native, fn, layout, what
+        self.takes_out = _takes_out(fn)
+        functools.update_wrapper(self, fn, updated=())
+
+    def __call__(self, out, args, kwargs_dump):
+        kwargs = load_kwargs(kwargs_dump)
+        ins, outs = _structure(kwargs.pop(IN)), _structure(kwargs.pop(OUT))
+        batch = kwargs.pop("batch_axes", None)
+        leaves = [_front(a, ax) for a, ax in zip(args, batch)] if batch else list(args)
+        arg_trees, out_tree = self.layout(ins, outs)
+        user_args = _split(leaves, arg_trees)
+        if self.takes_out:
+            self.fn(*user_args, out=jax.tree.unflatten(out_tree, list(out)), **kwargs)
+            return
+        result = self.fn(*user_args, **kwargs)
+        try:
+            results = out_tree.flatten_up_to(result)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"jaxbind: '{self.native.name}' ({self.what}) returned a result whose "
+                            f"structure is not {out_tree}: {exc}") from None
+        for k, (o, r) in enumerate(zip(out, results)):
+            r = np.asarray(r)
+            if r.shape != o.shape:
+                raise ValueError(f"jaxbind: '{self.native.name}' ({self.what}) returned output {k} "
+                                 f"with shape {r.shape}; its shape says {o.shape}")
+            np.copyto(o, r, casting="same_kind")
+
+
+class _JaxDerivative:
+    """A derivative given as a JAX function, for a native op (pytrees in and out)."""
+
+    def __init__(self, native: NativeOp, fn: Callable, layout: Callable):
+        self.native, self.fn, self.layout = native, fn, layout
+
+    def __call__(self, *leaves, **kwargs):
+        ins, outs = _structure(kwargs.pop(IN)), _structure(kwargs.pop(OUT))
+        arg_trees, out_tree = self.layout(ins, outs)
+        return out_tree.flatten_up_to(self.fn(*_split(list(leaves), arg_trees), **kwargs))
+
+
+class NativeOp:
+    """An op of the JAX-native API (made by :func:`linear_op`, :func:`multilinear_op` or
+    :func:`nonlinear_op`). Call it with pytrees of arrays and static keyword arguments;
+    it returns the pytree its ``shape`` function describes (one array for one output).
+
+    Attributes:
+      name: the binding's name, as jaxprs, HLO and exported programs show it.
+      op: the underlying :class:`jaxbind.Op` (built at the first call).
+    """
+
+    def __init__(self, kind: str, fn: Callable, shape: ShapeFn, *, name: str | None,
+                 fixed: int, vectorized: bool, options: dict):
+        if not callable(fn) or not callable(shape):
+            raise TypeError("jaxbind: the function and its shape must be callables")
+        if isinstance(fixed, bool) or not isinstance(fixed, int) or fixed < 0:
+            raise TypeError(f"jaxbind: fixed must be a non-negative int, got {fixed!r}")
+        self.kind, self.fn, self.shape = kind, fn, shape
+        self.fixed, self.vectorized, self.options = fixed, bool(vectorized), options
+        self.name = name if name is not None else \
+            f"{getattr(fn, '__module__', 'unknown')}.{getattr(fn, '__qualname__', 'op')}"
+        self._transposes: dict[int | None, Callable] = {}
+        self._jvp: Callable | None = None
+        self._vjp: Callable | None = None
+        self._op: Op | None = None
+        functools.update_wrapper(self, fn, updated=())
+
+    def __repr__(self):
+        return f"<jaxbind native {self.kind} op '{self.name}'>"
+
+    # --- derivatives -------------------------------------------------------------------
+    def _define(self, what: str):
+        if self._op is not None:
+            raise RuntimeError(f"jaxbind: '{self.name}' was already called; define its {what} "
+                               "before the first call")
+
+    def def_transpose(self, fn: Callable | None = None, *, argnum: int | None = None):
+        """Define the transpose (decorator). Linear ops: ``fn(*fixed, ct, **kwargs)``
+        returns the cotangent of the linear argument (a tuple of them if there are
+        several). Multilinear ops, once per argument: ``argnum=i``, and
+        ``fn(*other_args, ct, **kwargs)`` returns the cotangent of argument i."""
+        if fn is None:
+            return functools.partial(self.def_transpose, argnum=argnum)
+        self._define("transpose")
+        if self.kind == "nonlinear":
+            raise TypeError(f"jaxbind: '{self.name}' is nonlinear: use def_jvp and def_vjp")
+        if (self.kind == "multilinear") != (argnum is not None):
+            raise TypeError(f"jaxbind: '{self.name}': def_transpose takes argnum= for "
+                            "multilinear ops, and only for them")
+        self._transposes[argnum] = fn
+        return fn
+
+    def def_jvp(self, fn: Callable) -> Callable:
+        """Define the JVP of a nonlinear op (decorator): ``fn(primals, tangents, **kwargs)``
+        with the tuple of all arguments and the tuple of the tangents of the non-fixed
+        ones; returns the output tangents. Wrap it in ``jaxbind.jax_function`` to make
+        it a JAX function (then it is differentiable again: Hessians)."""
+        self._check_nonlinear("def_jvp")
+        self._define("JVP")
+        self._jvp = fn
+        return fn
+
+    def def_vjp(self, fn: Callable) -> Callable:
+        """Define the VJP of a nonlinear op (decorator): ``fn(primals, cotangents, **kwargs)``
+        returns a tuple with the cotangent of each non-fixed argument."""
+        self._check_nonlinear("def_vjp")
+        self._define("VJP")
+        self._vjp = fn
+        return fn
+
+    def _check_nonlinear(self, what):
+        if self.kind != "nonlinear":
+            raise TypeError(f"jaxbind: '{self.name}' is {self.kind}: use def_transpose, "
+                            f"not {what}")
+
+    # --- the binding -------------------------------------------------------------------
+    def _layout_f(self, ins, outs):
+        return ins.children(), outs
+
+    def _layout_T(self, ins, outs):
+        args = ins.children()
+        lin = args[self.fixed:]
+        out = lin[0] if len(lin) == 1 else jax.tree.structure(tuple(_skeleton(t) for t in lin))
+        return args[:self.fixed] + [outs], out
+
+    def _layout_Ti(self, i):
+        def layout(ins, outs):
+            args = ins.children()
+            return args[:i] + args[i + 1:] + [outs], args[i]
+        return layout
+
+    def _primals_tangents(self, ins):
+        args = ins.children()
+        return ins, jax.tree.structure(tuple(_skeleton(t) for t in args[self.fixed:]))
+
+    def _layout_jvp(self, ins, outs):
+        primals, tangents = self._primals_tangents(ins)
+        return [primals, tangents], outs
+
+    def _layout_vjp(self, ins, outs):
+        primals, tangents = self._primals_tangents(ins)
+        return [primals, outs], tangents
+
+    def _abstract(self, *avals, batch_axes=None, **kwargs):
+        ins, outs = _structure(kwargs.pop(IN)), _structure(kwargs.pop(OUT))
+        levels = ()
+        if batch_axes:  # vectorized: the shape function sees the arrays without batch axes
+            levels = next(tuple(a.shape[k] for k in reversed(ax))
+                          for a, ax in zip(avals, batch_axes) if ax)
+            avals = [jax.ShapeDtypeStruct(tuple(d for k, d in enumerate(a.shape) if k not in ax),
+                                          a.dtype) for a, ax in zip(avals, batch_axes)]
+        declared = outs.flatten_up_to(self.shape(*_split(list(avals), ins.children()), **kwargs))
+        if not batch_axes:
+            return tuple((d.shape, d.dtype) for d in declared)
+        return tuple((levels + tuple(d.shape), d.dtype, 0) for d in declared)
+
+    def _build(self) -> Op:
+        if self._op is not None:
+            return self._op
+        common = dict(first_n_args_fixed=self.fixed, func_can_batch=self.vectorized,
+                      name=self.name, **self.options)
+        f = _Callable(self, self.fn, self._layout_f, "the function")
+        if self.kind == "linear":
+            t = self._transposes.get(None)
+            t = _Callable(self, t, self._layout_T, "the transpose") if t is not None else None
+            op = get_linear_call(f, t, self._abstract, None, **common)
+        elif self.kind == "multilinear":
+            n = max(self._transposes, default=-1) + 1
+            ts = tuple(_Callable(self, self._transposes[i], self._layout_Ti(i),
+                                 f"the transpose with respect to argument {i}")
+                       if i in self._transposes else None for i in range(n))
+            op = get_linear_call(f, ts, self._abstract, (None,) * n, **common)
+        else:
+            derivatives = []
+            for fn, layout, what in ((self._jvp, self._layout_jvp, "the JVP"),
+                                     (self._vjp, self._layout_vjp, "the VJP")):
+                if fn is None:
+                    derivatives.append(None)
+                elif is_jax_function(fn):
+                    inner = fn.fn if isinstance(fn, JaxFunction) else fn
+                    derivatives.append(jax_function(_JaxDerivative(self, inner, layout)))
+                else:
+                    derivatives.append(_Callable(self, fn, layout, what))
+            op = get_nonlinear_call(f, tuple(derivatives), self._abstract, None, **common)
+        self._op = op
+        return op
+
+    @property
+    def op(self) -> Op:
+        return self._build()
+
+    @property
+    def binding(self):
+        return self._build().binding
+
+    def protocol_call(self, *args, **kwargs) -> tuple[list, dict]:
+        """The array arguments and keyword arguments of the underlying JAXbind-protocol op
+        for this call (used by jaxbind.testing.check)."""
+        for key in (IN, OUT):
+            if key in kwargs:
+                raise TypeError(f"jaxbind: '{self.name}': the keyword argument '{key}' is "
+                                "reserved")
+        for i in range(min(self.fixed, len(args))):
+            if jax.tree.structure(args[i]).num_leaves != 1 or \
+                    not jax.tree_util.treedef_is_leaf(jax.tree.structure(args[i])):
+                raise TypeError(f"jaxbind: '{self.name}': fixed argument {i} must be one array, "
+                                "not a pytree")
+        leaves, in_tree = jax.tree.flatten(args)
+        leaves = [x if isinstance(x, jax.Array) else jnp.asarray(x) for x in leaves]
+        specs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves]
+        try:
+            declared = self.shape(*jax.tree.unflatten(in_tree, specs), **kwargs)
+        except Exception as exc:
+            raise add_context(exc, f"jaxbind: the shape function of '{self.name}' failed") from None
+        out_tree = jax.tree.structure(declared)
+        return leaves, {**kwargs, IN: _skeleton(in_tree), OUT: _skeleton(out_tree)}
+
+    def __call__(self, *args, **kwargs):
+        op = self._build()
+        leaves, call_kwargs = self.protocol_call(*args, **kwargs)
+        results = op(*leaves, **call_kwargs)
+        return jax.tree.unflatten(_structure(call_kwargs[OUT]), results)
+
+
+def _decorator(kind: str, shape: ShapeFn, name, fixed, vectorized, options):
+    def make(fn: Callable) -> NativeOp:
+        return NativeOp(kind, fn, shape, name=name, fixed=fixed, vectorized=vectorized,
+                        options=options)
+    return make
+
+
+def linear_op(*, shape: ShapeFn, name: str | None = None, fixed: int = 0,
+              vectorized: bool = False, platform_mode: str = "device",
+              input_output_aliases: dict[int, int] | None = None, has_side_effect: bool = False,
+              ordered: bool = False) -> Callable[[Callable], NativeOp]:
+    """Decorator: a linear op (linear in every argument after the first `fixed`).
+
+    Args:
+      shape: ``shape(*args, **kwargs)`` with ``jax.ShapeDtypeStruct``-like arguments,
+        returning the output's ``jax.ShapeDtypeStruct`` (or a pytree of them).
+      name: the binding's name (default: module and qualified name of the function).
+      fixed: leading arguments that are parameters (single arrays), not linear inputs.
+      vectorized: the callables handle batches themselves: batched arrays arrive
+        with their batch axes in front, and results go back the same way.
+      platform_mode, input_output_aliases, has_side_effect, ordered: as for
+        :func:`jaxbind.get_linear_call` (leaf indices for the aliases).
+
+    The decorated function gets NumPy arrays (pytrees as given) and the keyword
+    arguments, and returns its result, or writes into ``out=`` if it takes that
+    argument. Define the transpose with ``@op.def_transpose``.
+    """
+    return _decorator("linear", shape, name, fixed, vectorized,
+                      dict(platform_mode=platform_mode, input_output_aliases=input_output_aliases,
+                           has_side_effect=has_side_effect, ordered=ordered))
+
+
+def multilinear_op(*, shape: ShapeFn, name: str | None = None, fixed: int = 0,
+                   vectorized: bool = False, platform_mode: str = "device",
+                   has_side_effect: bool = False,
+                   ordered: bool = False) -> Callable[[Callable], NativeOp]:
+    """Decorator: an op linear in each argument separately (e.g. a product).
+
+    As :func:`linear_op`; define one transpose per argument with
+    ``@op.def_transpose(argnum=i)``.
+    """
+    return _decorator("multilinear", shape, name, fixed, vectorized,
+                      dict(platform_mode=platform_mode, has_side_effect=has_side_effect,
+                           ordered=ordered))
+
+
+def nonlinear_op(*, shape: ShapeFn, name: str | None = None, fixed: int = 0,
+                 vectorized: bool = False, platform_mode: str = "device",
+                 input_output_aliases: dict[int, int] | None = None,
+                 has_side_effect: bool = False,
+                 ordered: bool = False) -> Callable[[Callable], NativeOp]:
+    """Decorator: a nonlinear op. As :func:`linear_op`; define its derivatives with
+    ``@op.def_jvp`` and ``@op.def_vjp`` (callables, or ``jaxbind.jax_function``\\ s for
+    second derivatives)."""
+    return _decorator("nonlinear", shape, name, fixed, vectorized,
+                      dict(platform_mode=platform_mode, input_output_aliases=input_output_aliases,
+                           has_side_effect=has_side_effect, ordered=ordered))

@@ -1,0 +1,220 @@
+"""The JAX-native API (linear_op, multilinear_op, nonlinear_op) against the JAXbind one."""
+
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxbind
+from jaxbind.testing import check
+
+pytestmark = pytest.mark.usefixtures("enable_x64")
+
+
+def _primitives(fn, *args):
+    return {str(e.primitive) for e in jax.make_jaxpr(fn)(*args).eqns}
+
+
+# --- the README's examples, in both forms (kept in sync with README.md) ---------------------
+
+def _scale_protocol(out, args, kwargs_dump):
+    out[0][...] = jaxbind.load_kwargs(kwargs_dump)["factor"] * args[0]
+
+
+def _scale_abstract(x, **kwargs):
+    return ((x.shape, x.dtype),)
+
+
+scale_protocol = jaxbind.get_linear_call(_scale_protocol, _scale_protocol, _scale_abstract,
+                                         _scale_abstract, name="readme.scale")
+
+
+@jaxbind.linear_op(shape=lambda x, *, factor: jax.ShapeDtypeStruct(x.shape, x.dtype),
+                   name="readme.scale_native")
+def scale_native(x, *, factor):
+    return factor * x
+
+
+scale_native.def_transpose(scale_native.fn)  # symmetric
+
+
+def test_readme_example_in_both_forms():
+    x = np.arange(4.0)
+    a = jax.jit(lambda x: scale_protocol(x, factor=3.0)[0])(x)
+    b = jax.jit(lambda x: scale_native(x, factor=3.0))(x)
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(jax.grad(lambda x: jnp.sum(scale_protocol(x, factor=3.0)[0]))(x),
+                                  jax.grad(lambda x: jnp.sum(scale_native(x, factor=3.0)))(x))
+    assert _primitives(lambda x: (scale_protocol(x, factor=2.0), scale_native(x, factor=2.0)),
+                       x) == {"jaxbind"}
+    assert scale_native.name == "readme.scale_native"
+    assert "readme.scale_native:f" in str(jax.make_jaxpr(lambda x: scale_native(x, factor=1.0))(x))
+
+
+# --- pytrees, ShapeDtypeStruct, returning or writing ---------------------------------------
+
+@jaxbind.nonlinear_op(shape=lambda d: {"p": jax.ShapeDtypeStruct(d["a"].shape, d["a"].dtype),
+                                       "s": jax.ShapeDtypeStruct((), d["a"].dtype)},
+                      name="tests.native_prodsum")
+def prodsum(d, *, out):  # writes in place: out is the pytree of output arrays
+    out["p"][...] = d["a"] * d["b"]
+    out["s"][...] = np.sum(d["a"])
+
+
+@prodsum.def_jvp
+def _(primals, tangents):
+    (d,), (t,) = primals, tangents
+    return {"p": d["a"] * t["b"] + t["a"] * d["b"], "s": np.sum(t["a"])}
+
+
+@prodsum.def_vjp
+def _(primals, ct):
+    (d,) = primals
+    return ({"a": ct["p"] * d["b"] + ct["s"], "b": ct["p"] * d["a"]},)
+
+
+def _prodsum_ref(d):
+    return {"p": d["a"] * d["b"], "s": jnp.sum(d["a"])}
+
+
+D = {"a": jnp.arange(1.0, 4.0), "b": jnp.full(3, 2.0)}
+
+
+def test_pytrees_in_and_out_with_every_transformation():
+    got = jax.jit(prodsum)(D)
+    assert set(got) == {"p", "s"} and got["s"].shape == ()
+    np.testing.assert_array_equal(got["p"], [2.0, 4.0, 6.0])
+    loss = lambda f: lambda d: jnp.sum(f(d)["p"] ** 2) + f(d)["s"]  # noqa: E731
+    for a, b in zip(jax.tree.leaves(jax.grad(loss(prodsum))(D)),
+                    jax.tree.leaves(jax.grad(loss(_prodsum_ref))(D))):
+        np.testing.assert_allclose(a, b)
+    for a, b in zip(jax.tree.leaves(jax.jvp(prodsum, (D,), (D,))),
+                    jax.tree.leaves(jax.jvp(_prodsum_ref, (D,), (D,)))):
+        np.testing.assert_allclose(a, b)
+    batched = {"a": jnp.arange(6.0).reshape(2, 3), "b": jnp.ones((2, 3))}
+    for a, b in zip(jax.tree.leaves(jax.vmap(prodsum)(batched)),
+                    jax.tree.leaves(jax.vmap(_prodsum_ref)(batched))):
+        np.testing.assert_allclose(a, b)
+    check(prodsum, D, verbose=False)
+
+
+def test_returning_a_result_of_the_wrong_shape_or_structure_is_a_clear_error():
+    @jaxbind.linear_op(shape=lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+                       name="tests.native_bad_shape")
+    def bad(x):
+        return x[:1]
+
+    with pytest.raises(Exception, match=r"tests\.native_bad_shape.*returned output 0 with shape "
+                                        r"\(1,\); its shape says \(3,\)"):
+        jax.block_until_ready(bad(jnp.ones(3)))
+
+    @jaxbind.linear_op(shape=lambda x: (jax.ShapeDtypeStruct(x.shape, x.dtype),) * 2,
+                       name="tests.native_bad_tree")
+    def bad_tree(x):
+        return x
+
+    with pytest.raises(Exception, match=r"tests\.native_bad_tree.*structure"):
+        jax.block_until_ready(bad_tree(jnp.ones(3)))
+
+
+def test_definitions_after_the_first_call_and_misuse_are_errors():
+    @jaxbind.linear_op(shape=lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+                       name="tests.native_late")
+    def late(x):
+        return 2 * x
+
+    late(jnp.ones(2))
+    with pytest.raises(RuntimeError, match="already called"):
+        late.def_transpose(late.fn)
+    with pytest.raises(TypeError, match="use def_transpose"):
+        late.def_jvp(late.fn)
+    with pytest.raises(TypeError, match="reserved"):
+        late(jnp.ones(2), jaxbind_in=0)
+
+
+def test_fixed_argument_and_multilinear_op():
+    @jaxbind.multilinear_op(shape=lambda w, a, b: jax.ShapeDtypeStruct(a.shape, a.dtype),
+                            fixed=1, name="tests.native_weighted_product")
+    def wprod(w, a, b):
+        return w * a * b
+
+    wprod.def_transpose(lambda w, b, ct: w * b * ct, argnum=1)
+    wprod.def_transpose(lambda w, a, ct: w * a * ct, argnum=2)
+    w, a, b = jnp.full(3, 2.0), jnp.arange(3.0), jnp.ones(3) * 5
+    ga, gb = jax.grad(lambda a, b: jnp.sum(wprod(w, a, b)), argnums=(0, 1))(a, b)
+    np.testing.assert_array_equal(ga, w * b)
+    np.testing.assert_array_equal(gb, w * a)
+    with pytest.raises(TypeError, match="argument 0 is fixed"):
+        jax.grad(lambda w: jnp.sum(wprod(w, a, b)))(w)
+
+
+def test_vectorized_op_sees_batch_axes_in_front_and_nests():
+    seen = []
+
+    @jaxbind.linear_op(shape=lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), vectorized=True,
+                       name="tests.native_vectorized")
+    def rev(x):
+        seen.append(x.shape)
+        return x[..., ::-1]
+
+    rev.def_transpose(rev.fn)
+    xs = jnp.arange(24.0).reshape(2, 3, 4)
+    got = jax.vmap(jax.vmap(rev, in_axes=1), in_axes=2)(xs)  # batch axes 2 and 1
+    want = jax.vmap(jax.vmap(lambda v: v[::-1], in_axes=1), in_axes=2)(xs)
+    np.testing.assert_array_equal(got, want)
+    assert seen[-1] == (4, 3, 2)  # one call: outer level first, then inner, then the core
+    np.testing.assert_array_equal(jax.grad(lambda x: jnp.sum(jax.vmap(rev)(x) * xs[0]))(xs[0]),
+                                  jax.vmap(lambda v: v[::-1])(xs[0]))
+
+
+def test_hessian_with_jax_function_derivatives():
+    @jaxbind.nonlinear_op(shape=lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+                          name="tests.native_sin")
+    def sin(x):
+        return np.sin(x)
+
+    sin.def_jvp(jaxbind.jax_function(lambda p, t: jnp.cos(p[0]) * t[0]))
+    sin.def_vjp(jaxbind.jax_function(lambda p, ct: (jnp.cos(p[0]) * ct,)))
+    x = jnp.linspace(0.1, 1.0, 4)
+    np.testing.assert_allclose(jax.hessian(lambda x: jnp.sum(sin(x) ** 2))(x),
+                               jax.hessian(lambda x: jnp.sum(jnp.sin(x) ** 2))(x), atol=1e-12)
+
+
+def test_native_op_exports_and_loads_in_a_fresh_process(tmp_path):
+    code = """
+        import jax, jax.numpy as jnp, numpy as np, jaxbind
+        jax.config.update("jax_enable_x64", True)
+
+        @jaxbind.linear_op(shape=lambda t, **kw: (jax.ShapeDtypeStruct(t[0].shape, t[0].dtype),
+                                            jax.ShapeDtypeStruct(t[1].shape, t[1].dtype)),
+                           name="tests.native_swap")
+        def swap(t, *, k):
+            return (k * t[1], k * t[0])
+        swap.def_transpose(swap.fn)
+    """
+    script = textwrap.dedent(code) + textwrap.dedent("""
+        import sys
+        path = sys.argv[1]
+        if sys.argv[2] == "export":
+            exp = jaxbind.export(lambda a, b: swap((a, b), k=2.0))(np.ones(2), np.arange(3.0))
+            open(path, "wb").write(exp.serialize())
+        else:
+            exp = jax.export.deserialize(bytearray(open(path, "rb").read()))
+            print([np.asarray(r).tolist() for r in exp.call(np.ones(2), np.arange(3.0))])
+    """)
+    (tmp_path / "s.py").write_text(script)
+    blob = str(tmp_path / "swap.bin")
+    for mode in ("export", "load"):
+        proc = subprocess.run([sys.executable, str(tmp_path / "s.py"), blob, mode],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "[[0.0, 2.0, 4.0], [2.0, 2.0]]"
+
+
+def test_package_is_typed():
+    import pathlib
+    assert (pathlib.Path(jaxbind.__file__).parent / "py.typed").exists()
