@@ -189,8 +189,8 @@ def test_native_op_exports_and_loads_in_a_fresh_process(tmp_path):
         import jax, jax.numpy as jnp, numpy as np, jaxbind
         jax.config.update("jax_enable_x64", True)
 
-        @jaxbind.linear_op(shape=lambda t, **kw: (jax.ShapeDtypeStruct(t[0].shape, t[0].dtype),
-                                            jax.ShapeDtypeStruct(t[1].shape, t[1].dtype)),
+        @jaxbind.linear_op(shape=lambda t, **kw: (jax.ShapeDtypeStruct(t[1].shape, t[1].dtype),
+                                                  jax.ShapeDtypeStruct(t[0].shape, t[0].dtype)),
                            name="tests.native_swap")
         def swap(t, *, k):
             return (k * t[1], k * t[0])

@@ -150,20 +150,23 @@ class NativeOp:
             raise TypeError(f"jaxbind: fixed must be a non-negative int, got {fixed!r}")
         self.kind, self.fn, self.shape = kind, fn, shape
         self.fixed, self.vectorized, self.options = fixed, bool(vectorized), options
-        self.name = name if name is not None else \
-            f"{getattr(fn, '__module__', 'unknown')}.{getattr(fn, '__qualname__', 'op')}"
+        self._explicit_name = name
         self._transposes: dict[int | None, Callable] = {}
         self._jvp: Callable | None = None
         self._vjp: Callable | None = None
-        self._op: Op | None = None
+        self._called = False
         functools.update_wrapper(self, fn, updated=())
+        # Registered now, so that a process that only imports the op can run exported
+        # programs that call it; def_* fill in the derivatives before the first call.
+        self._op: Op = self._make()
+        self.name = self._op.name  # the default, or "#2"... after a clash of default names
 
     def __repr__(self):
         return f"<jaxbind native {self.kind} op '{self.name}'>"
 
     # --- derivatives -------------------------------------------------------------------
     def _define(self, what: str):
-        if self._op is not None:
+        if self._called:
             raise RuntimeError(f"jaxbind: '{self.name}' was already called; define its {what} "
                                "before the first call")
 
@@ -181,6 +184,7 @@ class NativeOp:
             raise TypeError(f"jaxbind: '{self.name}': def_transpose takes argnum= for "
                             "multilinear ops, and only for them")
         self._transposes[argnum] = fn
+        self._refresh()
         return fn
 
     def def_jvp(self, fn: Callable) -> Callable:
@@ -191,6 +195,7 @@ class NativeOp:
         self._check_nonlinear("def_jvp")
         self._define("JVP")
         self._jvp = fn
+        self._refresh()
         return fn
 
     def def_vjp(self, fn: Callable) -> Callable:
@@ -199,6 +204,7 @@ class NativeOp:
         self._check_nonlinear("def_vjp")
         self._define("VJP")
         self._vjp = fn
+        self._refresh()
         return fn
 
     def _check_nonlinear(self, what):
@@ -247,44 +253,55 @@ class NativeOp:
             return tuple((d.shape, d.dtype) for d in declared)
         return tuple((levels + tuple(d.shape), d.dtype, 0) for d in declared)
 
-    def _build(self) -> Op:
-        if self._op is not None:
-            return self._op
-        common = dict(first_n_args_fixed=self.fixed, func_can_batch=self.vectorized,
-                      name=self.name, **self.options)
-        f = _Callable(self, self.fn, self._layout_f, "the function")
+    def _transposes_now(self):
         if self.kind == "linear":
             t = self._transposes.get(None)
-            t = _Callable(self, t, self._layout_T, "the transpose") if t is not None else None
-            op = get_linear_call(f, t, self._abstract, None, **common)
-        elif self.kind == "multilinear":
-            n = max(self._transposes, default=-1) + 1
-            ts = tuple(_Callable(self, self._transposes[i], self._layout_Ti(i),
-                                 f"the transpose with respect to argument {i}")
-                       if i in self._transposes else None for i in range(n))
-            op = get_linear_call(f, ts, self._abstract, (None,) * n, **common)
+            return _Callable(self, t, self._layout_T, "the transpose") if t is not None else None
+        n = max(self._transposes, default=-1) + 1
+        return tuple(_Callable(self, self._transposes[i], self._layout_Ti(i),
+                               f"the transpose with respect to argument {i}")
+                     if i in self._transposes else None for i in range(n))
+
+    def _derivatives_now(self):
+        derivatives = []
+        for fn, layout, what in ((self._jvp, self._layout_jvp, "the JVP"),
+                                 (self._vjp, self._layout_vjp, "the VJP")):
+            if fn is None:
+                derivatives.append(None)
+            elif is_jax_function(fn):
+                inner = fn.fn if isinstance(fn, JaxFunction) else fn
+                derivatives.append(jax_function(_JaxDerivative(self, inner, layout)))
+            else:
+                derivatives.append(_Callable(self, fn, layout, what))
+        return tuple(derivatives)
+
+    def _make(self) -> Op:
+        common = dict(first_n_args_fixed=self.fixed, func_can_batch=self.vectorized,
+                      name=self._explicit_name, **self.options)
+        f = _Callable(self, self.fn, self._layout_f, "the function")
+        if self.kind == "linear":
+            return get_linear_call(f, None, self._abstract, None, **common)
+        if self.kind == "multilinear":
+            return get_linear_call(f, (), self._abstract, (), **common)
+        return get_nonlinear_call(f, (None, None), self._abstract, None, **common)
+
+    def _refresh(self):
+        """Give the registered binding the derivatives defined so far (before any call)."""
+        binding = self._op.binding
+        if self.kind == "nonlinear":
+            binding.derivatives = self._derivatives_now()
         else:
-            derivatives = []
-            for fn, layout, what in ((self._jvp, self._layout_jvp, "the JVP"),
-                                     (self._vjp, self._layout_vjp, "the VJP")):
-                if fn is None:
-                    derivatives.append(None)
-                elif is_jax_function(fn):
-                    inner = fn.fn if isinstance(fn, JaxFunction) else fn
-                    derivatives.append(jax_function(_JaxDerivative(self, inner, layout)))
-                else:
-                    derivatives.append(_Callable(self, fn, layout, what))
-            op = get_nonlinear_call(f, tuple(derivatives), self._abstract, None, **common)
-        self._op = op
-        return op
+            binding.transposes = self._transposes_now()
+            if self.kind == "multilinear":
+                binding.abstract_T = (None,) * len(binding.transposes)
 
     @property
     def op(self) -> Op:
-        return self._build()
+        return self._op
 
     @property
     def binding(self):
-        return self._build().binding
+        return self._op.binding
 
     def protocol_call(self, *args, **kwargs) -> tuple[list, dict]:
         """The array arguments and keyword arguments of the underlying JAXbind-protocol op
@@ -309,7 +326,8 @@ class NativeOp:
         return leaves, {**kwargs, IN: _skeleton(in_tree), OUT: _skeleton(out_tree)}
 
     def __call__(self, *args, **kwargs):
-        op = self._build()
+        op = self._op
+        self._called = True
         leaves, call_kwargs = self.protocol_call(*args, **kwargs)
         results = op(*leaves, **call_kwargs)
         return jax.tree.unflatten(_structure(call_kwargs[OUT]), results)
