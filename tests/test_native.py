@@ -55,6 +55,23 @@ def test_readme_example_in_both_forms():
     assert "readme.scale_native:f" in str(jax.make_jaxpr(lambda x: scale_native(x, factor=1.0))(x))
 
 
+def test_readme_first_op_runs_and_both_forms_agree():
+    """The README's example, as written there: both APIs give the same results."""
+    import pathlib
+    import re
+    readme = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
+    section = readme[readme.index("## A first op, in each API"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    env: dict = {}
+    exec(compile(code, "README.md", "exec"), env)
+    x = env["x"]
+    np.testing.assert_allclose(env["y"], env["y13"], rtol=1e-6)
+    np.testing.assert_allclose(env["y"], jnp.fft.fftn(x), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(env["g"], 2 * x.size * jnp.conj(x), rtol=1e-4)
+    np.testing.assert_allclose(env["ys"][1], 2 * env["y"], rtol=1e-5, atol=1e-4)
+    assert _primitives(lambda v: (env["fft"](v), env["fft_op"](v)), x) == {"jaxbind"}
+
+
 # --- pytrees, ShapeDtypeStruct, returning or writing ---------------------------------------
 
 @jaxbind.nonlinear_op(shape=lambda d: {"p": jax.ShapeDtypeStruct(d["a"].shape, d["a"].dtype),

@@ -30,6 +30,7 @@ def call_abstract(spec: CallSpec, avals, batch_axes=None):
         unbatched = replace(spec, batch_axes=None, out_batch_axes=None)
         return [(o.shape, o.dtype, None) for o in eval_shapes(unbatched, avals)]
     if spec.out_hint is not None and not binding.has_abstract(role):
+        binding.callable_for(role)  # a role without a callable is reported as such
         return _from_hint(spec, avals, batch_axes)
     fn = binding.abstract_for(role)
     if role == "jvp":  # the JVP's outputs are shaped like the function's, at the primals

@@ -263,8 +263,14 @@ def get_nonlinear_call(f: Callable, f_derivative: Sequence[Callable | None], /,
       abstract: output shapes and dtypes of ``f`` (and so of ``f_jvp``).
       abstract_reverse: output shapes of ``f_vjp``, called with f's arguments
         followed by the cotangents.
-      first_n_args_fixed, func_can_batch, name, replace, platform_mode,
-        input_output_aliases, has_side_effect, ordered: as for :func:`get_linear_call`.
+      first_n_args_fixed: as for :func:`get_linear_call`.
+      func_can_batch: as for :func:`get_linear_call`.
+      name: as for :func:`get_linear_call`.
+      replace: as for :func:`get_linear_call`.
+      platform_mode: as for :func:`get_linear_call`.
+      input_output_aliases: as for :func:`get_linear_call`.
+      has_side_effect: as for :func:`get_linear_call`.
+      ordered: as for :func:`get_linear_call`.
 
     Returns:
       An :class:`Op`, differentiable in forward and reverse mode: to first order

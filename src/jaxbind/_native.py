@@ -353,8 +353,11 @@ def linear_op(*, shape: ShapeFn, name: str | None = None, fixed: int = 0,
       fixed: leading arguments that are parameters (single arrays), not linear inputs.
       vectorized: the callables handle batches themselves: batched arrays arrive
         with their batch axes in front, and results go back the same way.
-      platform_mode, input_output_aliases, has_side_effect, ordered: as for
-        :func:`jaxbind.get_linear_call` (leaf indices for the aliases).
+      platform_mode: as for :func:`jaxbind.get_linear_call`.
+      input_output_aliases: as for :func:`jaxbind.get_linear_call`, with indices of
+        array leaves.
+      has_side_effect: as for :func:`jaxbind.get_linear_call`.
+      ordered: as for :func:`jaxbind.get_linear_call`.
 
     The decorated function gets NumPy arrays (pytrees as given) and the keyword
     arguments, and returns its result, or writes into ``out=`` if it takes that

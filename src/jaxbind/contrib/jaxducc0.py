@@ -376,7 +376,8 @@ def get_healpix_sht(nside, lmax, mmax, spin, nthreads=1):
 
     Args:
       nside: HEALPix resolution; the map has ``12 * nside**2`` pixels.
-      lmax, mmax: maximum l and m (inclusive).
+      lmax: maximum l (inclusive).
+      mmax: maximum m (inclusive).
       spin: 0 for scalar maps (1 component), otherwise 2 components.
       nthreads: DUCC threads (0: all hardware threads).
 
@@ -437,12 +438,16 @@ def get_wgridder(*, pixsize_x, pixsize_y, npix_x, npix_y, epsilon, do_wgridding,
     """The DUCC (w-)gridder as a linear JAX op from sky image to visibilities.
 
     Args:
-      pixsize_x, pixsize_y: pixel sizes in radian.
-      npix_x, npix_y: image size (even, at least 32 each).
+      pixsize_x: pixel size along x, in radian.
+      pixsize_y: pixel size along y, in radian.
+      npix_x: image size along x (even, at least 32).
+      npix_y: image size along y (even, at least 32).
       epsilon: requested accuracy.
       do_wgridding: whether to apply the w-term correction.
-      nthreads, flip_v, verbosity, kwargs: passed to
-        ``ducc0.wgridder.experimental.dirty2vis`` / ``vis2dirty``.
+      nthreads: DUCC threads.
+      flip_v: passed to ``ducc0.wgridder.experimental.dirty2vis`` / ``vis2dirty``.
+      verbosity: passed to DUCC, as ``flip_v``.
+      **kwargs: passed to DUCC, as ``flip_v``.
 
     Returns:
       ``op(uvw, freq, image) -> [vis]``: ``uvw`` (nrows, 3) in metres and
