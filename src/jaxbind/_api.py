@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 import jax
 import jax.numpy as jnp
 
-from ._binding import Binding, Kind, OpBase, is_jax_function, register
+from ._binding import Binding, Kind, OpBase, register
 from ._kwargs import encode_kwargs
 from ._primitive import PRIMITIVE, bind
 from ._spec import CallSpec

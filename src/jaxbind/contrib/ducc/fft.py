@@ -1,0 +1,200 @@
+"""FFT-like transforms: complex FFT, Hartley, real FFT pair; batch axes become untransformed DUCC axes."""
+
+from __future__ import annotations
+
+import numpy as np
+from jax.export import is_symbolic_dim
+
+from ... import get_linear_call, load_kwargs
+from ._common import ducc0, _MODE, _REAL, _complex_of, _real_of
+
+__all__ = ["c2c", "genuine_fht", "r2c", "c2r"]
+
+# --- FFT-like transforms: batch axes become untransformed DUCC axes ------------
+
+def _fft_axes(ndim, kwargs):
+    """The array axes to transform: the caller's `axes`, counted among the non-batch axes."""
+    batch = kwargs.pop("batch_axes", None)
+    batch = batch[0] if batch else ()
+    core = [i for i in range(ndim) if i not in batch]
+    axes = kwargs.pop("axes", None)
+    if axes is None:
+        return core
+    axes = [axes] if isinstance(axes, (int, np.integer)) else list(axes)
+    try:
+        return [core[a] for a in axes]  # negative axes count from the last core axis
+    except IndexError:
+        raise ValueError(f"jaxducc0: axes {axes} out of range for an array with "
+                         f"{len(core)} dimensions") from None
+
+
+def _core_axes(shape, kwargs):
+    """(transformed axes, batch axes of the input) for abstract evaluation."""
+    kwargs = dict(kwargs)
+    batch = kwargs.get("batch_axes")
+    return _fft_axes(len(shape), kwargs), (batch[0] if batch else ())
+
+
+def _same_shape_abstract(x, **kwargs):
+    batch = kwargs.get("batch_axes")
+    _core_axes(x.shape, kwargs)  # validates `axes`
+    return ((x.shape, x.dtype, batch[0][-1] if batch else None),)
+
+
+def _c2c(out, args, kwargs_dump):
+    (x,) = args
+    kwargs = load_kwargs(kwargs_dump)
+    axes = _fft_axes(x.ndim, kwargs)
+    ducc0.fft.c2c(x, axes=axes, out=out[0], **kwargs)
+
+
+def _fht(out, args, kwargs_dump):
+    (x,) = args
+    kwargs = load_kwargs(kwargs_dump)
+    axes = _fft_axes(x.ndim, kwargs)
+    ducc0.fft.genuine_fht(x, axes=axes, out=out[0], **kwargs)
+
+
+# Both transforms have symmetric matrices, so each is its own transpose.
+c2c = get_linear_call(_c2c, _c2c, _same_shape_abstract, _same_shape_abstract,
+                      func_can_batch=True, name="jaxducc0.c2c",
+                      platform_mode=_MODE)
+c2c.__doc__ = """Complex FFT, ``c2c(x, *, axes=None, forward=True, inorm=0, nthreads=1)``.
+
+x: complex64 or complex128 array; returns ``[y]`` of the same shape and dtype.
+``axes`` (default all) are the transformed axes; ``forward=True`` uses the
+exponent -1; ``inorm`` 0/1/2 divides by 1, sqrt(N), N. Other keyword arguments
+go to ``ducc0.fft.c2c``. The transpose of the DFT is itself (the matrix is symmetric).
+"""
+
+genuine_fht = get_linear_call(_fht, _fht, _same_shape_abstract, _same_shape_abstract,
+                              func_can_batch=True, name="jaxducc0.genuine_fht",
+                              platform_mode=_MODE)
+genuine_fht.__doc__ = """Hartley transform, ``genuine_fht(x, *, axes=None, inorm=0, nthreads=1)``.
+
+x: float32 or float64 array; returns ``[y]`` of the same shape and dtype. The
+transform is ``ducc0.fft.genuine_fht`` (a true multidimensional Hartley
+transform); it is symmetric and so its own transpose.
+"""
+
+
+def _hermitian_weights(n, length, axis, ndim, dtype):
+    """Weights along the half-spectrum axis: 1 at k=0 (and k=n/2 for even n), 2 elsewhere."""
+    w = np.full(length, 2.0, dtype=dtype)
+    w[0] = 1.0
+    if n % 2 == 0:
+        w[-1] = 1.0
+    shape = [1] * ndim
+    shape[axis] = length
+    return w.reshape(shape)
+
+
+def _r2c(out, args, kwargs_dump):
+    (x,) = args
+    kwargs = load_kwargs(kwargs_dump)
+    axes = _fft_axes(x.ndim, kwargs)
+    del kwargs["n"]
+    ducc0.fft.r2c(x, axes=axes, out=out[0], **kwargs)
+
+
+def _r2c_T(out, args, kwargs_dump):
+    # r2c is real-to-complex: JAX's transpose is Re(A^T ct), i.e. the sum over the
+    # half spectrum without the Hermitian doubling that c2r applies: halve the
+    # weights of the modes that c2r doubles.
+    (ct,) = args
+    kwargs = load_kwargs(kwargs_dump)
+    axes = _fft_axes(ct.ndim, kwargs)
+    n = kwargs.pop("n")
+    w = _hermitian_weights(n, ct.shape[axes[-1]], axes[-1], ct.ndim, _REAL[ct.dtype])
+    ducc0.fft.c2r(ct / w, axes=axes, lastsize=n, out=out[0], **kwargs)
+
+
+def _r2c_abstract(x, **kwargs):
+    axes, batch = _core_axes(x.shape, kwargs)
+    shape = list(x.shape)
+    shape[axes[-1]] = shape[axes[-1]] // 2 + 1
+    return ((tuple(shape), _complex_of(x.dtype, "r2c"), batch[-1] if batch else None),)
+
+
+def _r2c_abstract_T(ct, **kwargs):
+    axes, batch = _core_axes(ct.shape, kwargs)
+    shape = list(ct.shape)
+    shape[axes[-1]] = kwargs["n"]
+    return ((tuple(shape), _real_of(ct.dtype, "r2c"), batch[-1] if batch else None),)
+
+
+_r2c_op = get_linear_call(_r2c, _r2c_T, _r2c_abstract, _r2c_abstract_T, func_can_batch=True,
+                          name="jaxducc0.r2c",
+                          platform_mode=_MODE)
+
+
+def _c2r(out, args, kwargs_dump):
+    (x,) = args
+    kwargs = load_kwargs(kwargs_dump)
+    axes = _fft_axes(x.ndim, kwargs)
+    ducc0.fft.c2r(x, axes=axes, lastsize=kwargs.pop("n"), out=out[0], **kwargs)
+
+
+def _c2r_T(out, args, kwargs_dump):
+    # c2r(c) = Re(B c) with B doubling the modes 0 < k < n/2, so its transpose is
+    # B^T ct: the r2c of ct with those modes doubled.
+    (ct,) = args
+    kwargs = load_kwargs(kwargs_dump)
+    axes = _fft_axes(ct.ndim, kwargs)
+    n = kwargs.pop("n")
+    res = ducc0.fft.r2c(ct, axes=axes, out=out[0], **kwargs)
+    res *= _hermitian_weights(n, res.shape[axes[-1]], axes[-1], ct.ndim, ct.dtype)
+
+
+def _c2r_abstract(x, **kwargs):
+    axes, batch = _core_axes(x.shape, kwargs)
+    shape = list(x.shape)
+    n = kwargs["n"]
+    if n // 2 + 1 != shape[axes[-1]]:
+        raise ValueError(f"jaxducc0.c2r: lastsize={n} needs {n // 2 + 1} input elements along "
+                         f"the last transformed axis, got {shape[axes[-1]]}")
+    shape[axes[-1]] = n
+    return ((tuple(shape), _real_of(x.dtype, "c2r"), batch[-1] if batch else None),)
+
+
+def _c2r_abstract_T(ct, **kwargs):
+    axes, batch = _core_axes(ct.shape, kwargs)
+    shape = list(ct.shape)
+    shape[axes[-1]] = kwargs["n"] // 2 + 1
+    return ((tuple(shape), _complex_of(ct.dtype, "c2r"), batch[-1] if batch else None),)
+
+
+_c2r_op = get_linear_call(_c2r, _c2r_T, _c2r_abstract, _c2r_abstract_T, func_can_batch=True,
+                          name="jaxducc0.c2r",
+                          platform_mode=_MODE)
+
+
+def r2c(x, *, axes=None, forward=True, inorm=0, nthreads=1, **kwargs):
+    """Real-to-complex FFT (``ducc0.fft.r2c``).
+
+    x: float32 or float64. The last of ``axes`` (default: all axes) is
+    transformed real-to-complex and shrinks from n to n//2 + 1; the others are
+    complex FFTs. Returns ``[y]`` (complex64 or complex128). The transpose is
+    *not* the inverse: it is c2r with the non-self-conjugate modes halved.
+    """
+    n = x.shape[_fft_axes(np.ndim(x), {"axes": axes})[-1]]
+    if is_symbolic_dim(n):
+        raise TypeError(f"jaxducc0.r2c: the last transformed axis has the symbolic length {n}; "
+                        "its length is a parameter of the transform, so under jax.export "
+                        "only the other (batch) axes may be symbolic")
+    return _r2c_op(x, axes=axes, forward=forward, inorm=inorm, nthreads=nthreads, n=n, **kwargs)
+
+
+def c2r(x, *, lastsize, axes=None, forward=True, inorm=0, nthreads=1, **kwargs):
+    """Complex-to-real FFT (``ducc0.fft.c2r``) of a half spectrum.
+
+    x: complex64 or complex128 with ``lastsize // 2 + 1`` elements along the last
+    of ``axes``; returns ``[y]`` (float32 or float64) with ``lastsize`` there.
+    ``c2r(r2c(x)[0], lastsize=n, forward=False, inorm=2)`` inverts ``r2c``.
+    """
+    if is_symbolic_dim(lastsize):
+        raise TypeError(f"jaxducc0.c2r: lastsize is the symbolic dimension {lastsize}; it is a "
+                        "parameter of the transform, so under jax.export only the batch axes "
+                        "may be symbolic")
+    return _c2r_op(x, axes=axes, forward=forward, inorm=inorm, nthreads=nthreads, n=lastsize,
+                   **kwargs)
