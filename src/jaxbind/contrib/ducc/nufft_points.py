@@ -1,0 +1,257 @@
+"""Non-uniform FFTs of all three types, differentiable in the values and in the points.
+
+This is the textbook nonlinear op that is linear in some of its arguments, built
+on jaxbind's own machinery (``get_nonlinear_call`` with JAX functions as the JVP
+and VJP). Writing ``e_jk = exp(i s k·x_j)`` (``s`` the sign, ``±1``):
+
+- type 1 (points to grid): ``f[t, k] = sum_j c[t, j] e_jk``;
+- type 2 (grid to points): ``c[t, j] = sum_k f[t, k] e_jk``;
+- type 3 (points ``x`` to points ``q``): ``g[t, l] = sum_j c[t, j] exp(i s q_l·x_j)``.
+
+Each is linear in the values; the derivative with respect to a coordinate
+brings down ``i s k_a`` (the mode, or the other type-3 point), so every
+derivative is again a NUFFT of k-weighted data, computed by DUCC:
+
+==========  ==============================================================
+JVP, type 2  ``T2(df) + sum_a dx_a * T2(i s k_a f)``
+JVP, type 1  ``T1(dc) + sum_a i s k_a * T1(c dx_a)``
+VJP, type 2  ``c: T1(ct)``, ``x_a: Re sum_t ct * T2(i s k_a f)``
+VJP, type 1  ``c: T2(ct)``, ``x_a: Re sum_t c * T2(i s k_a ct)``
+==========  ==============================================================
+
+(type 3 alike, with both point sets differentiable). The derivatives call the
+same op, so they are differentiable in turn: Hessians with respect to the
+points work to any order. Stacked right-hand sides share one DUCC call (its
+``ntrans``), and JAX's transposes do not conjugate, so no conjugates appear.
+
+Shapes (``T`` transforms share the points; ``d`` in 1..3 dimensions):
+
+- values: type 1 and 3 ``(T, M)``, type 2 ``(T, *grid)``; complex64 or complex128;
+- ``xs``: ``(d, M)`` real coordinates of the same precision (periodic, 2 pi);
+- ``qs`` (type 3 only): ``(d, K)`` target coordinates.
+
+``vmap`` over any argument runs DUCC once per batch element (jaxbind's loop).
+:mod:`.finufft` builds jax-finufft's calling convention on top of this op.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ... import get_nonlinear_call, jax_function, load_kwargs
+from ._common import ducc0, _MODE, _REAL
+
+__all__ = ["nufft_points", "best_epsilon", "mode_numbers"]
+
+NAME = "jaxducc0.nufft_points"
+
+
+def mode_numbers(n: int, modeord: int) -> np.ndarray:
+    """The Fourier modes of a grid axis of length `n`, in FINUFFT's orders.
+
+    ``modeord=0``: ``-(n//2) .. (n-1)//2`` (most negative first, DUCC's
+    ``fft_order=False``); ``modeord=1``: FFT order, ``0 .. (n-1)//2`` then the
+    negative ones.
+    """
+    k = np.arange(-(n // 2), (n + 1) // 2)
+    return np.fft.ifftshift(k) if modeord else k
+
+
+@lru_cache(maxsize=None)
+def best_epsilon(ndim: int, single: bool) -> float:
+    """The finest accuracy DUCC reaches in `ndim` dimensions at this precision."""
+    return float(ducc0.nufft.bestEpsilon(ndim=ndim, singleprec=single)) * 1.001
+
+
+# --- the callable: DUCC on NumPy views ---------------------------------------------
+
+def _transform(out, values, xs, qs, kw):
+    """One call: values (T, ...) and points sharing them, into out (T, ...)."""
+    kind, forward = kw["nufft_type"], kw["sign"] < 0
+    if out.size == 0:
+        return
+    if values.size == 0 or xs.shape[-1] == 0 or (qs is not None and qs.shape[-1] == 0):
+        out[...] = 0
+        return
+    eps = max(kw["eps"], best_epsilon(xs.shape[0], values.dtype == np.complex64))
+    common = dict(forward=forward, epsilon=eps, nthreads=kw["nthreads"])
+    coord = xs.T  # (M, d), a strided view of the (d, M) buffer: no copy
+    if kind == 1:
+        ducc0.nufft.nu2u(points=values, coord=coord, out=out, fft_order=bool(kw["modeord"]),
+                         **common)
+    elif kind == 2:
+        ducc0.nufft.u2nu(grid=values, coord=coord, out=out, fft_order=bool(kw["modeord"]),
+                         **common)
+    else:
+        ducc0.nufft.experimental.nu2nu(points_in=values, coord_in=coord, coord_out=qs.T,
+                                       points_out=out, **common)
+
+
+def _call(out, args, kwargs_dump):
+    kw = load_kwargs(kwargs_dump)
+    values, xs, *rest = args
+    _transform(out[0], values, xs, rest[0] if rest else None, kw)
+
+
+# --- shapes ----------------------------------------------------------------------
+
+def _abstract(values, xs, *rest, nufft_type, grid=None, **_):
+    """Output shape of one call; every inconsistency is an error naming the op."""
+    what = f"{NAME} (type {nufft_type})"
+    real = _REAL.get(np.dtype(values.dtype))
+    if real is None:
+        raise TypeError(f"{what}: values must be complex64 or complex128, got {values.dtype}")
+    if len(xs.shape) != 2 or not 1 <= xs.shape[0] <= 3:
+        raise ValueError(f"{what}: points must be (ndim, npoints) with ndim 1-3, got "
+                         f"{tuple(xs.shape)}")
+    if np.dtype(xs.dtype) != real:
+        raise TypeError(f"{what}: points must be {real} for {values.dtype} values, got "
+                        f"{xs.dtype}")
+    d, m = xs.shape
+    if nufft_type == 2:
+        if len(values.shape) != 1 + d:
+            raise ValueError(f"{what}: values must be (ntrans, *grid) with a {d}-D grid, got "
+                             f"{tuple(values.shape)}")
+        return (((values.shape[0], m), values.dtype),)
+    if len(values.shape) != 2 or values.shape[1] != m:
+        raise ValueError(f"{what}: values must be (ntrans, {m}) for {m} points, got "
+                         f"{tuple(values.shape)}")
+    if nufft_type == 1:
+        grid = tuple(grid)
+        if len(grid) != d:
+            raise ValueError(f"{what}: a grid of {len(grid)} dimensions for {d}-D points")
+        return (((values.shape[0], *grid), values.dtype),)
+    (qs,) = rest
+    if len(qs.shape) != 2 or qs.shape[0] != d or np.dtype(qs.dtype) != real:
+        raise ValueError(f"{what}: target points must be {real} ({d}, npoints), got "
+                         f"{qs.dtype}{list(qs.shape)}")
+    return (((values.shape[0], qs.shape[1]), values.dtype),)
+
+
+# --- derivatives: NUFFTs of k-weighted data (JAX functions, so differentiable again) --
+
+def _apply(values, xs, qs, kw, kind=None, grid=None):
+    """The op itself, as called from its derivatives (possibly another type)."""
+    kind = kw["nufft_type"] if kind is None else kind
+    kw = dict(kw, nufft_type=kind)
+    kw["grid"] = None if kind != 1 else tuple(grid if grid is not None else kw["grid"])
+    args = (values, xs) if kind != 3 else (values, xs, qs)
+    return nufft_points(*args, **kw)[0]
+
+
+def _stacked(parts, xs, qs, kw, kind=None, grid=None):
+    """One call for several right-hand sides, each (T, ...): result (len(parts), T, ...)."""
+    t = parts[0].shape[0]
+    out = _apply(jnp.concatenate(parts, axis=0), xs, qs, kw, kind, grid)
+    return out.reshape((len(parts), t) + out.shape[1:])
+
+
+def _weighted(f, kw, a, d):
+    """i s k_a f for a grid f (T, *grid): the modes of axis a broadcast along it."""
+    n = f.shape[1 + a]
+    k = mode_numbers(n, kw["modeord"]).reshape([n if b == a else 1 for b in range(d)])
+    return f * jnp.asarray(1j * kw["sign"] * k, f.dtype)
+
+
+def _isx(v, x, kw):
+    """i s x v for values v (T, M) and a coordinate row x (M,)."""
+    return v * (1j * kw["sign"] * x).astype(v.dtype)[None, :]
+
+
+def _re_dot(a, b, real):
+    """Re sum_t a[t] b[t]: the cotangent of a real coordinate row."""
+    return jnp.real(jnp.sum(a * b, axis=0)).astype(real)
+
+
+@jax_function
+def _jvp(values, xs, *rest, **kw):
+    kind, d = kw["nufft_type"], xs.shape[0]
+    if kind == 3:
+        qs, dvalues, dxs, dqs = rest
+    else:
+        qs, dqs = None, None
+        dvalues, dxs = rest
+    if kind == 2:
+        r = _stacked([dvalues] + [_weighted(values, kw, a, d) for a in range(d)], xs, qs, kw)
+        out = r[0]
+        for a in range(d):
+            out = out + dxs[a].astype(out.dtype)[None, :] * r[1 + a]
+        return [out]
+    parts = [dvalues] + [values * dxs[a].astype(values.dtype)[None, :] for a in range(d)]
+    if kind == 3:
+        parts += [_isx(values, xs[a], kw) for a in range(d)]
+    r = _stacked(parts, xs, qs, kw)
+    out = r[0]
+    for a in range(d):
+        if kind == 1:
+            out = out + _weighted(r[1 + a], kw, a, d)
+        else:
+            out = out + _isx(r[1 + a], qs[a], kw) + dqs[a].astype(out.dtype)[None, :] * r[1 + d + a]
+    return [out]
+
+
+@jax_function
+def _vjp(values, xs, *rest, **kw):
+    kind, d, real = kw["nufft_type"], xs.shape[0], xs.dtype
+    qs = rest[0] if kind == 3 else None
+    ct = rest[-1]
+    if kind == 2:  # c = T2(f): f_bar = T1(ct), x_bar_a = Re sum_t ct T2(i s k_a f)
+        grid = values.shape[1:]
+        v_bar = _apply(ct, xs, None, kw, kind=1, grid=grid)
+        r = _stacked([_weighted(values, kw, a, d) for a in range(d)], xs, None, kw)
+        return [v_bar, jnp.stack([_re_dot(ct, r[a], real) for a in range(d)])]
+    if kind == 1:  # f = T1(c): c_bar = T2(ct), x_bar_a = Re sum_t c T2(i s k_a ct)
+        v_bar = _apply(ct, xs, None, kw, kind=2)
+        r = _stacked([_weighted(ct, kw, a, d) for a in range(d)], xs, None, kw, kind=2)
+        return [v_bar, jnp.stack([_re_dot(values, r[a], real) for a in range(d)])]
+    # g = T3(c; x -> q): c_bar = T3(ct; q -> x), x_bar_a = Re sum_t c T3(i s q_a ct; q -> x),
+    # q_bar_a = Re sum_t ct T3(i s x_a c; x -> q)
+    v_bar = _apply(ct, qs, xs, kw)
+    rx = _stacked([_isx(ct, qs[a], kw) for a in range(d)], qs, xs, kw)
+    rq = _stacked([_isx(values, xs[a], kw) for a in range(d)], xs, qs, kw)
+    return [v_bar, jnp.stack([_re_dot(values, rx[a], real) for a in range(d)]),
+            jnp.stack([_re_dot(ct, rq[a], real) for a in range(d)])]
+
+
+_op = get_nonlinear_call(_call, (_jvp, _vjp), _abstract, None, name=NAME, platform_mode=_MODE)
+
+
+def nufft_points(values, xs, *qs, nufft_type: int, sign: int, eps: float, modeord: int = 0,
+                 nthreads: int = 1, grid=None):
+    """A NUFFT of type 1, 2 or 3, differentiable in the values and in the points.
+
+    Args:
+      values: type 1 and 3: ``(T, M)``; type 2: ``(T, *grid)``; complex.
+      xs: ``(d, M)`` coordinates (real, the values' precision), period 2 pi.
+      *qs: type 3 only: the ``(d, K)`` target coordinates.
+      nufft_type: 1, 2 or 3.
+      sign: the sign of the exponent, +1 or -1.
+      eps: the requested accuracy; finer than DUCC can reach is clamped to the finest.
+      modeord: 0: grids run from the most negative mode; 1: FFT order.
+      nthreads: DUCC threads (0: all).
+      grid: type 1 only: the output grid's shape.
+
+    Returns:
+      ``[result]``: type 1 ``(T, *grid)``, type 2 ``(T, M)``, type 3 ``(T, K)``.
+    """
+    if nufft_type not in (1, 2, 3):
+        raise ValueError(f"{NAME}: nufft_type must be 1, 2 or 3, got {nufft_type!r}")
+    if len(qs) != (nufft_type == 3):
+        raise TypeError(f"{NAME}: type {nufft_type} takes "
+                        f"{'values, xs and qs' if nufft_type == 3 else 'values and xs'}")
+    if sign not in (1, -1):
+        raise ValueError(f"{NAME}: sign must be +1 or -1, got {sign!r}")
+    if modeord not in (0, 1):
+        raise ValueError(f"{NAME}: modeord must be 0 or 1, got {modeord!r}")
+    if nufft_type == 1:
+        if grid is None:
+            raise TypeError(f"{NAME}: type 1 needs the grid shape")
+        grid = tuple(int(n) for n in grid)
+    else:
+        grid = None
+    return _op(values, xs, *qs, nufft_type=int(nufft_type), sign=int(sign), eps=float(eps),
+               modeord=int(modeord), nthreads=int(nthreads), grid=grid)
