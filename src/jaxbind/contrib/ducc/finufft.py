@@ -1,0 +1,241 @@
+"""jax-finufft's calling convention on DUCC: ``nufft1``, ``nufft2``, ``nufft3``.
+
+Code written for jax-finufft 1.3 runs after changing its import::
+
+    from jaxbind.contrib.jaxducc0 import nufft1, nufft2, nufft3   # was: from jax_finufft import ...
+
+- ``nufft1(output_shape, c, x, y=None, z=None, *, iflag=1, eps=1e-6, opts=None)``:
+  points to grid, ``f[k] = sum_j c[j] exp(i iflag k·x_j)``;
+- ``nufft2(f, x, y=None, z=None, *, iflag=-1, eps=1e-6, opts=None)``: grid to points;
+- ``nufft3(c, x, [y, [z]], s, [t, [u]], *, iflag=-1, eps=1e-6, opts=None)``: points
+  ``(x, y, z)`` to points ``(s, t, u)``.
+
+Shapes follow jax-finufft: coordinates ``(..., M)``, broadcast together; values
+``(..., M)`` (types 1 and 3) or ``(..., *grid)`` (type 2) with the same leading
+dimensions, which broadcast against the points' ones; values with one leading
+dimension more than the points share them (several transforms, one DUCC call).
+Every leading dimension in which the points have size 1 is shared the same way.
+Single precision is complex64 with float32 points, double precision complex128
+with float64 points.
+
+``opts`` is any object with jax-finufft's option names; ``modeord`` (0: the
+grid runs from the most negative mode, 1: FFT order) and ``nthreads`` (0: all)
+are honoured, the FINUFFT tuning options are ignored. An ``eps`` finer than
+DUCC can reach is clamped to the finest it can. Everything is differentiable in
+the values and in the points (see :mod:`.nufft_points`), to any order, and
+batches under ``vmap``.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._common import _REAL
+from .nufft_points import nufft_points
+
+__all__ = ["Opts", "nufft1", "nufft2", "nufft3"]
+
+
+class Opts:
+    """Options with jax-finufft's names: ``modeord`` and ``nthreads`` are honoured.
+
+    Any other FINUFFT option may be given (so existing ``Opts(...)`` calls run);
+    it is kept as an attribute and ignored, since DUCC has no such setting.
+    """
+
+    def __init__(self, modeord: bool | int = False, nthreads: int = 0, **finufft_only: Any):
+        self.modeord = modeord
+        self.nthreads = nthreads
+        for k, v in finufft_only.items():
+            setattr(self, k, v)
+
+    def __repr__(self):
+        return f"Opts({', '.join(f'{k}={v!r}' for k, v in vars(self).items())})"
+
+
+def _settings(fn: str, opts) -> tuple[int, int]:
+    modeord = int(getattr(opts, "modeord", 0) or 0)
+    nthreads = int(getattr(opts, "nthreads", 0) or 0)
+    if modeord not in (0, 1):
+        raise ValueError(f"jaxducc0.{fn}: opts.modeord must be 0 or 1, got {modeord}")
+    if nthreads < 0:
+        raise ValueError(f"jaxducc0.{fn}: opts.nthreads must be >= 0, got {nthreads}")
+    return modeord, nthreads
+
+
+def _coords(fn: str, coords, what: str):
+    coords = [jnp.asarray(c) for c in coords]
+    for c in coords:
+        if c.ndim < 1:
+            raise ValueError(f"jaxducc0.{fn}: {what} must have shape (..., npoints), got a scalar")
+    try:
+        return jnp.broadcast_arrays(*coords)
+    except ValueError as exc:
+        raise ValueError(f"jaxducc0.{fn}: the {what} do not broadcast together: "
+                         f"{[tuple(c.shape) for c in coords]}") from exc
+
+
+def _run(fn, kind, values, points, targets, *, sign, eps, modeord, nthreads, grid):
+    """Broadcast as jax-finufft does, group shared points, call the core op, unflatten."""
+    values = jnp.asarray(values)
+    real = _REAL.get(np.dtype(values.dtype))
+    if real is None:
+        raise TypeError(f"jaxducc0.{fn}: the values must be complex64 or complex128, got "
+                        f"{values.dtype}")
+    d = len(points)
+    points = _coords(fn, points, "point coordinates")
+    pshape, m = points[0].shape[:-1], points[0].shape[-1]
+    if kind == 3:
+        targets = _coords(fn, targets, "target coordinates")
+        tshape, k = targets[0].shape[:-1], targets[0].shape[-1]
+        try:
+            pshape = tuple(np.broadcast_shapes(pshape, tshape))
+        except ValueError as exc:
+            raise ValueError(f"jaxducc0.{fn}: the leading dimensions of the points {pshape} "
+                             f"and of the targets {tshape} do not broadcast") from exc
+        points = [jnp.broadcast_to(p, pshape + (m,)) for p in points]
+        targets = [jnp.broadcast_to(q, pshape + (k,)) for q in targets]
+    for c in (*points, *targets):
+        if np.dtype(c.dtype) != real:
+            raise TypeError(f"jaxducc0.{fn}: coordinates must be {real} for {values.dtype} "
+                            f"values, got {c.dtype}")
+
+    n_core = d if kind == 2 else 1
+    nb = values.ndim - n_core
+    if nb == len(pshape) + 1:  # one more leading dimension: transforms sharing the points
+        pshape = pshape + (1,)
+        points = [p[..., None, :] for p in points]
+        targets = [q[..., None, :] for q in targets]
+    elif nb != len(pshape):
+        want = "(..., *grid)" if kind == 2 else "(..., npoints)"
+        raise ValueError(f"jaxducc0.{fn}: values of shape {tuple(values.shape)} do not match "
+                         f"{d}-D points with leading dimensions {pshape}: values must be "
+                         f"{want} with as many leading dimensions as the points, or one more")
+    core = tuple(values.shape[nb:])
+    if kind != 2 and core != (m,):
+        raise ValueError(f"jaxducc0.{fn}: values of shape {tuple(values.shape)} for {m} "
+                         "points: the last dimension must be the number of points")
+    try:
+        bshape = tuple(np.broadcast_shapes(tuple(values.shape[:nb]), pshape))
+    except ValueError as exc:
+        raise ValueError(f"jaxducc0.{fn}: the leading dimensions of the values "
+                         f"{tuple(values.shape[:nb])} and of the points {pshape} do not "
+                         "broadcast") from exc
+    values = jnp.broadcast_to(values, bshape + core)
+
+    own = [i for i in range(nb) if pshape[i] != 1]       # the points differ along these
+    shared = [i for i in range(nb) if pshape[i] == 1]    # ... and are shared along these
+    n_own = math.prod(bshape[i] for i in own)
+    n_shared = math.prod(bshape[i] for i in shared)
+    tail = list(range(nb, values.ndim))
+    v = jnp.transpose(values, own + shared + tail).reshape((n_own, n_shared) + core)
+
+    def rows(cs, n):  # coordinates (..., n) -> (n_own, d, n)
+        flat = [jnp.transpose(jnp.broadcast_to(c, tuple(bshape[i] if i in own else 1
+                                                        for i in range(nb)) + (n,)),
+                              own + shared + [nb]).reshape(n_own, n) for c in cs]
+        return jnp.stack(flat, axis=1)
+
+    xs = rows(points, m)
+    args = (v, xs) + ((rows(targets, k),) if kind == 3 else ())
+    call = partial(nufft_points, nufft_type=kind, sign=sign, eps=eps, modeord=modeord,
+                   nthreads=nthreads, grid=grid)
+    if n_own == 1:
+        out = call(*(a[0] for a in args))[0][None]
+    else:
+        out = jax.vmap(lambda *a: call(*a)[0])(*args)
+    out_core = tuple(out.shape[2:])
+    out = out.reshape(tuple(bshape[i] for i in own) + tuple(bshape[i] for i in shared)
+                      + out_core)
+    inverse = np.argsort(own + shared).tolist() + list(range(nb, nb + len(out_core)))
+    return jnp.transpose(out, inverse)
+
+
+def _sign(iflag) -> int:
+    return 1 if int(iflag) >= 0 else -1
+
+
+def _split(fn, points, n):
+    points = [p for p in points if p is not None]
+    if not n[0] <= len(points) <= n[1]:
+        raise ValueError(f"jaxducc0.{fn}: takes {n[0]}-{n[1]} coordinate arrays, got "
+                         f"{len(points)}")
+    return points
+
+
+@partial(jax.jit, static_argnames=("fn", "kind", "sign", "eps", "modeord", "nthreads",
+                                   "grid"))
+def _jitted(values, points, targets, *, fn, kind, sign, eps, modeord, nthreads, grid):
+    return _run(fn, kind, values, list(points), list(targets), sign=sign, eps=eps,
+                modeord=modeord, nthreads=nthreads, grid=grid)
+
+
+def nufft1(output_shape, source, *points, iflag: int = 1, eps: float = 1e-6, opts=None):
+    """Type 1, non-uniform points to a grid: ``f[k] = sum_j c[j] exp(i sign(iflag) k·x_j)``.
+
+    Args:
+      output_shape: the grid's shape, an int in 1-D.
+      source: complex values, ``(..., M)``.
+      *points: ``x``, ``y``, ``z``: 1-3 real arrays ``(..., M)`` (period 2 pi).
+      iflag: the sign of the exponent.
+      eps: the requested accuracy (clamped to the finest DUCC reaches).
+      opts: an object with ``modeord`` and ``nthreads`` (jax-finufft's ``Opts``).
+
+    Returns:
+      ``(..., *output_shape)``.
+    """
+    points = _split("nufft1", points, (1, 3))
+    grid = tuple(int(n) for n in np.atleast_1d(output_shape))
+    if len(grid) != len(points):
+        raise ValueError(f"jaxducc0.nufft1: output_shape {tuple(grid)} has {len(grid)} "
+                         f"dimensions, but {len(points)} coordinate arrays were given")
+    modeord, nthreads = _settings("nufft1", opts)
+    return _jitted(source, tuple(points), (), fn="nufft1", kind=1, sign=_sign(iflag),
+                   eps=float(eps), modeord=modeord, nthreads=nthreads, grid=grid)
+
+
+def nufft2(source, *points, iflag: int = -1, eps: float = 1e-6, opts=None):
+    """Type 2, a grid to non-uniform points: ``c[j] = sum_k f[k] exp(i sign(iflag) k·x_j)``.
+
+    Args:
+      source: complex grid values, ``(..., *grid)``.
+      *points: ``x``, ``y``, ``z``: 1-3 real arrays ``(..., M)``.
+      iflag, eps, opts: as for :func:`nufft1`.
+
+    Returns:
+      ``(..., M)``.
+    """
+    points = _split("nufft2", points, (1, 3))
+    modeord, nthreads = _settings("nufft2", opts)
+    return _jitted(source, tuple(points), (), fn="nufft2", kind=2, sign=_sign(iflag),
+                   eps=float(eps), modeord=modeord, nthreads=nthreads, grid=None)
+
+
+def nufft3(source, *points, iflag: int = -1, eps: float = 1e-6, opts=None):
+    """Type 3, points to points: ``g[l] = sum_j c[j] exp(i sign(iflag) s_l·x_j)``.
+
+    Args:
+      source: complex values, ``(..., M)``.
+      *points: the source coordinates, then as many target coordinates:
+        ``x, s`` (1-D), ``x, y, s, t`` (2-D) or ``x, y, z, s, t, u`` (3-D);
+        sources ``(..., M)``, targets ``(..., K)``.
+      iflag, eps, opts: as for :func:`nufft1`.
+
+    Returns:
+      ``(..., K)``.
+    """
+    points = _split("nufft3", points, (2, 6))
+    if len(points) % 2:
+        raise ValueError("jaxducc0.nufft3: takes as many target as source coordinate arrays, "
+                         f"got {len(points)} arrays in all")
+    d = len(points) // 2
+    modeord, nthreads = _settings("nufft3", opts)
+    return _jitted(source, tuple(points[:d]), tuple(points[d:]), fn="nufft3", kind=3,
+                   sign=_sign(iflag), eps=float(eps), modeord=modeord, nthreads=nthreads,
+                   grid=None)
