@@ -114,3 +114,30 @@ class _x64:
 
     def __exit__(self, *exc):
         jax.config.update("jax_enable_x64", self.old)
+
+
+def test_64_bit_program_run_on_a_thread_without_x64():
+    """`jax.enable_x64` is thread-local; XLA may run a call on a thread where it is off.
+
+    The run-time buffer check then sees the abstract function's float64 canonicalized
+    to float32; the 64-bit buffers of a program traced with x64 are still right.
+    """
+    import threading
+
+    with jax.enable_x64(True):
+        x = jnp.arange(6.0, dtype=jnp.float64)
+        compiled = jax.jit(lambda a: copy(a)[0] * 2).lower(x).compile()
+    result = {}
+
+    def run():
+        try:
+            result["y"] = np.asarray(compiled(x))
+        except Exception as exc:  # noqa: BLE001 - reported below
+            result["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    assert "error" not in result, result.get("error")
+    np.testing.assert_array_equal(result["y"], np.arange(6.0) * 2)
+    assert result["y"].dtype == np.float64

@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import traceback
 
+import jax
 import numpy as np
 
 from . import _ext, _gpu
@@ -165,9 +166,16 @@ class BufferCheck:
         if len(declared) != len(out_avals):
             return (f"the program gives it {len(out_avals)} outputs, but its abstract function "
                     f"declares {len(declared)} for inputs ({_describe(ins)})")
+        # XLA may run this check on a thread where jax_enable_x64 (thread-local under
+        # `jax.enable_x64`) is off although the program was traced with it on: then the
+        # declared dtypes were canonicalized to 32 bits here, and 64 bits are right too.
+        narrowed = jax.dtypes.canonicalize_dtype(np.float64) != np.dtype(np.float64)
         for k, ((shape, dtype, _), got) in enumerate(zip(declared, out_avals)):
             dtype = np.dtype(dtype)
-            if tuple(shape) != got.shape or got.dtype not in (dtype, _NARROW.get(dtype, dtype)):
+            allowed = {dtype, _NARROW.get(dtype, dtype)}
+            if narrowed:
+                allowed |= {wide for wide, narrow in _NARROW.items() if narrow == dtype}
+            if tuple(shape) != got.shape or got.dtype not in allowed:
                 return (f"output {k} is {got.dtype.name}{list(got.shape)} in the program, but "
                         f"the abstract function declares {dtype.name}{list(shape)} for inputs "
                         f"({_describe(ins)})")
