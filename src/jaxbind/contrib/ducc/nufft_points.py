@@ -237,6 +237,9 @@ def nufft_points(values, xs, *qs, nufft_type: int, sign: int, eps: float, modeor
 
     Returns:
       ``[result]``: type 1 ``(T, *grid)``, type 2 ``(T, M)``, type 3 ``(T, K)``.
+
+    ``nufft_points.op`` is the jaxbind op beneath, called with the same arguments
+    (``grid`` a tuple, or None for types 2 and 3); ``jaxbind.testing.check`` takes it.
     """
     if nufft_type not in (1, 2, 3):
         raise ValueError(f"{NAME}: nufft_type must be 1, 2 or 3, got {nufft_type!r}")
@@ -255,3 +258,6 @@ def nufft_points(values, xs, *qs, nufft_type: int, sign: int, eps: float, modeor
         grid = None
     return _op(values, xs, *qs, nufft_type=int(nufft_type), sign=int(sign), eps=float(eps),
                modeord=int(modeord), nthreads=int(nthreads), grid=grid)
+
+
+nufft_points.op = _op  # the jaxbind op itself, e.g. for jaxbind.testing.check
