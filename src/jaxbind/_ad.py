@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import jax
+import jax.numpy as jnp
 from jax.numpy import moveaxis
 
 from ._binding import Kind, describe_role
@@ -172,6 +173,29 @@ def jvp_rule(primals, tangents, *, spec: CallSpec):
     return outs, list(tans)
 
 
+def _transpose_nonlinear(cts, args, lin, spec: CallSpec):
+    """Transpose of a nonlinear op in arguments it is linear in (``linear_in``).
+
+    With the other arguments known, f is linear in these, and its VJP at any value
+    of them (zeros here) gives their cotangents: the transpose.
+    """
+    binding = spec.binding
+    if not lin or not set(lin) <= set(binding.linear_in) or binding.derivatives[1] is None:
+        why = (f"it is declared linear in arguments {list(binding.linear_in)}"
+               if binding.linear_in else "no arguments are declared linear (linear_in)")
+        if binding.linear_in and binding.derivatives[1] is None:
+            why += ", but it has no VJP"
+        raise TypeError(f"jaxbind: '{binding.name}' is a nonlinear op; it cannot be transposed "
+                        f"with respect to arguments {lin}: {why}")
+    n, ba, oba = spec.n_fixed, spec.batch_axes, spec.out_batch_axes
+    primals = [jnp.zeros(a.aval.shape, a.aval.dtype) if is_undefined_primal(a) else a
+               for a in args]
+    t_spec = spec.derive("vjp", len(args), _cat(ba, oba), ba and ba[n:])
+    t_spec = _hinted(t_spec, args[n:], ba and ba[n:])
+    res = _bind_transposed([*primals, *cts], t_spec)
+    return [None] * n + _checked(spec, res, args[n:])
+
+
 def transpose_rule(cts, *args, spec: CallSpec):
     binding = spec.binding
     undefined = [is_undefined_primal(a) for a in args]
@@ -193,6 +217,8 @@ def transpose_rule(cts, *args, spec: CallSpec):
         return [None] * n + _checked(spec, res, args[n:])
 
     lin = [i for i, u in enumerate(undefined) if u]
+    if binding.kind is Kind.NONLINEAR and spec.role == "f":
+        return _transpose_nonlinear(cts, args, lin, spec)
     if spec.role == "f":  # multilinear: linear in each argument separately
         if len(lin) != 1:
             raise TypeError(

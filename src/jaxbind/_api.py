@@ -147,9 +147,25 @@ def _effect(has_side_effect, ordered) -> str | None:
     return "unordered" if has_side_effect else None
 
 
+def _linear_in(linear_in, first_n_args_fixed) -> tuple:
+    try:
+        ok = all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in linear_in)
+    except TypeError:  # not iterable
+        ok = False
+    if not ok:
+        raise TypeError(f"jaxbind: linear_in must be a sequence of argument indices, got "
+                        f"{linear_in!r}")
+    args = tuple(sorted(set(linear_in)))
+    if any(i < first_n_args_fixed for i in args):
+        raise ValueError(f"jaxbind: linear_in {args} names fixed arguments (first_n_args_fixed="
+                         f"{first_n_args_fixed}); only differentiable arguments can be linear")
+    return args
+
+
 def _make_op(kind: Kind, f, transposes, derivatives, abstract, abstract_T,
              first_n_args_fixed, func_can_batch, name, replace, platform_mode,
-             input_output_aliases=None, has_side_effect=False, ordered=False) -> Op:
+             input_output_aliases=None, has_side_effect=False, ordered=False,
+             linear_in=()) -> Op:
     if not callable(f):
         raise TypeError(f"jaxbind: f must be callable, got {f!r}")
     if not callable(abstract):
@@ -172,7 +188,8 @@ def _make_op(kind: Kind, f, transposes, derivatives, abstract, abstract_T,
                       first_n_args_fixed=first_n_args_fixed, can_batch=bool(func_can_batch),
                       platform_mode=platform_mode,
                       aliases=_aliases(input_output_aliases, first_n_args_fixed),
-                      effect=_effect(has_side_effect, ordered))
+                      effect=_effect(has_side_effect, ordered),
+                      linear_in=_linear_in(linear_in, first_n_args_fixed))
     binding, _ = register(binding, explicit_name=explicit, replace=replace)
     return Op(binding)
 
@@ -245,7 +262,8 @@ def get_nonlinear_call(f: Callable, f_derivative: Sequence[Callable | None], /,
                        first_n_args_fixed: int = 0, func_can_batch: bool = False,
                        name: str | None = None, replace: bool = False,
                        platform_mode: str = "device", input_output_aliases: dict | None = None,
-                       has_side_effect: bool = False, ordered: bool = False) -> Op:
+                       has_side_effect: bool = False, ordered: bool = False,
+                       linear_in: Sequence[int] = ()) -> Op:
     """Make a JAX op from a nonlinear Python function with its JVP and VJP.
 
     Args:
@@ -271,6 +289,12 @@ def get_nonlinear_call(f: Callable, f_derivative: Sequence[Callable | None], /,
       input_output_aliases: as for :func:`get_linear_call`.
       has_side_effect: as for :func:`get_linear_call`.
       ordered: as for :func:`get_linear_call`.
+      linear_in: indices of arguments in which ``f`` is linear, jointly, when the
+        others are held fixed (a NUFFT is linear in its values, not in its points).
+        ``jax.linear_transpose`` (and a transpose inside any program) with respect
+        to these arguments, the others known, then works: jaxbind computes it with
+        the VJP at zero values, whose cotangents for these arguments are the
+        transpose.
 
     Returns:
       An :class:`Op`, differentiable in forward and reverse mode: to first order
@@ -283,7 +307,7 @@ def get_nonlinear_call(f: Callable, f_derivative: Sequence[Callable | None], /,
             raise TypeError(f"jaxbind: {what} must be callable or None, got {fn!r}")
     return _make_op(Kind.NONLINEAR, f, None, tuple(f_derivative), abstract, abstract_reverse,
                     first_n_args_fixed, func_can_batch, name, replace, platform_mode,
-                    input_output_aliases, has_side_effect, ordered)
+                    input_output_aliases, has_side_effect, ordered, linear_in)
 
 
 for _fn in (get_linear_call, get_nonlinear_call):

@@ -106,6 +106,8 @@ class Binding:
     aliases: tuple = ()
     # side effects of every callable: None, "unordered" or "ordered" (see _effects)
     effect: str | None = None
+    # nonlinear ops: arguments in which f is (jointly) linear, so f transposes in them
+    linear_in: tuple = ()
     # Call sites resolved for programs that call this binding (digest -> _ext.Site).
     # They live as long as the binding; the trampoline holds them weakly.
     sites: dict = field(default_factory=dict, repr=False)
@@ -115,7 +117,7 @@ class Binding:
         """Everything user-supplied, to tell equal bindings from clashing ones."""
         return (self.kind, self.f, self.transposes, self.derivatives, self.abstract,
                 self.abstract_T, self.first_n_args_fixed, self.can_batch, self.platform_mode,
-                self.aliases, self.effect)
+                self.aliases, self.effect, self.linear_in)
 
     def callable_for(self, role: str | Role) -> Callable:
         role = Role.parse(role) if isinstance(role, str) else role

@@ -11,6 +11,7 @@ Drop-in compatible with JAXbind 1.3's ``jaxbind.contrib.jaxducc0``:
 - :func:`get_nufft`: type-1 and type-2 non-uniform FFTs with fixed points (the fast path).
 - :func:`nufft1`, :func:`nufft2`, :func:`nufft3`, :class:`Opts`: jax-finufft's calls,
   differentiable in the values and in the points; :func:`nufft_points`, the op beneath.
+- :class:`NufftPlan`: a NUFFT of any type with fixed, concrete points, planned once.
 
 Every op returns a list with one array, as JAXbind ops do, and follows JAX's
 convention for transposes: no complex conjugation (the transpose of ``x -> A x``
@@ -28,6 +29,7 @@ from .ducc._common import _COMPLEX, _REAL  # noqa: F401  (ducc0 is imported here
 from .ducc.fft import c2c, c2r, genuine_fht, r2c
 from .ducc.finufft import Opts, nufft1, nufft2, nufft3
 from .ducc.nufft import get_nufft
+from .ducc.nufft_plan import NufftPlan
 from .ducc.nufft_points import nufft_points
 from .ducc.sht import (alm_to_realalm, get_healpix_sht, nalm, realalm_ell, realalm_size,
                        realalm_to_alm)
@@ -36,4 +38,5 @@ from .ducc.wgridder import get_wgridder
 
 __all__ = ["c2c", "genuine_fht", "r2c", "c2r", "get_healpix_sht", "nalm", "realalm_size",
            "realalm_ell", "realalm_to_alm", "alm_to_realalm", "get_wgridder", "get_nufft",
-           "nufft1", "nufft2", "nufft3", "Opts", "nufft_points"]
+           "nufft1", "nufft2", "nufft3", "Opts", "nufft_points",
+           "NufftPlan"]

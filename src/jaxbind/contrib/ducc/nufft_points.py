@@ -217,7 +217,8 @@ def _vjp(values, xs, *rest, **kw):
             jnp.stack([_re_dot(ct, rq[a], real) for a in range(d)])]
 
 
-_op = get_nonlinear_call(_call, (_jvp, _vjp), _abstract, None, name=NAME, platform_mode=_MODE)
+_op = get_nonlinear_call(_call, (_jvp, _vjp), _abstract, None, name=NAME, platform_mode=_MODE,
+                         linear_in=(0,))
 
 
 def nufft_points(values, xs, *qs, nufft_type: int, sign: int, eps: float, modeord: int = 0,
