@@ -38,3 +38,17 @@ def test_overhead_and_inplace_quick(tmp_path):
                            "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]  # includes: donated input not copied
     assert json.loads((tmp_path / "inplace.json").read_text())["same_memory"] is True
+
+
+def test_nufft_benchmarks_quick(tmp_path):
+    import pytest
+
+    pytest.importorskip("ducc0")
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "nufft_plan.py"), "--quick",
+                           "--rounds", "1"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| NufftPlan" in proc.stdout and "| nufft2 |" in proc.stdout
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "nufft.py"), "--quick",
+                           "--rounds", "1"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]  # without jax-finufft: says so, exits 0
+    assert "type 3 grad points" in proc.stdout or "jax-finufft is not installed" in proc.stdout

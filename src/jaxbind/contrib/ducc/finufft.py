@@ -206,7 +206,9 @@ def nufft2(source, *points, iflag: int = -1, eps: float = 1e-6, opts=None):
     Args:
       source: complex grid values, ``(..., *grid)``.
       *points: ``x``, ``y``, ``z``: 1-3 real arrays ``(..., M)``.
-      iflag, eps, opts: as for :func:`nufft1`.
+      iflag: the sign of the exponent.
+      eps: the requested accuracy (clamped to the finest DUCC reaches).
+      opts: an object with ``modeord`` and ``nthreads``, as for :func:`nufft1`.
 
     Returns:
       ``(..., M)``.
@@ -225,7 +227,9 @@ def nufft3(source, *points, iflag: int = -1, eps: float = 1e-6, opts=None):
       *points: the source coordinates, then as many target coordinates:
         ``x, s`` (1-D), ``x, y, s, t`` (2-D) or ``x, y, z, s, t, u`` (3-D);
         sources ``(..., M)``, targets ``(..., K)``.
-      iflag, eps, opts: as for :func:`nufft1`.
+      iflag: the sign of the exponent.
+      eps: the requested accuracy (clamped to the finest DUCC reaches).
+      opts: an object with ``modeord`` and ``nthreads``, as for :func:`nufft1`.
 
     Returns:
       ``(..., K)``.

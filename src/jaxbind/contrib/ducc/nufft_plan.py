@@ -86,8 +86,9 @@ class NufftPlan:
       n_modes: the grid's shape for types 1 and 2 (an int in 1-D); None for type 3.
       *points: concrete coordinates ``x, [y, [z]]``, each ``(M,)``; for type 3
         followed by as many target coordinates ``s, [t, [u]]``, each ``(K,)``.
-      iflag, eps, opts: as for :func:`nufft1` (``opts.modeord`` and
-        ``opts.nthreads`` are honoured).
+      iflag: the sign of the exponent (default: +1 for type 1, -1 otherwise).
+      eps: the requested accuracy (clamped to the finest DUCC reaches).
+      opts: an object with ``modeord`` and ``nthreads``, as for :func:`nufft1`.
       dtype: complex64 or complex128; by default the complex type of the points.
 
     Calling the plan on values ``(..., M)`` (types 1 and 3) or ``(..., *n_modes)``
