@@ -124,7 +124,11 @@ def test_64_bit_program_run_on_a_thread_without_x64():
     """
     import threading
 
-    with jax.enable_x64(True):
+    # thread-local x64: jax.enable_x64 (newer JAX) or jax.experimental.enable_x64
+    x64 = getattr(jax, "enable_x64", None)
+    if x64 is None:
+        from jax.experimental import enable_x64 as x64
+    with x64(True):
         x = jnp.arange(6.0, dtype=jnp.float64)
         compiled = jax.jit(lambda a: copy(a)[0] * 2).lower(x).compile()
     result = {}

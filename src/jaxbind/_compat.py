@@ -18,12 +18,14 @@ from jax._src import dispatch as _dispatch  # apply_primitive: jax 0.7 - 0.12
 from jax.extend.core import Primitive  # jax 0.4.36 - 0.12
 from jax.interpreters import ad, batching, mlir  # jax 0.7 - 0.12
 from jax._src.lib.mlir import ir  # jax 0.7 - 0.12
+from jax._src.lib.mlir.dialects import hlo  # jax 0.7 - 0.12
+from jax._src.interpreters import mlir as mlir_internal  # custom_call, ir_attribute: jax 0.7
 
 __all__ = [
     "NEWEST_TESTED_JAX", "Primitive", "ShapedArray", "ad", "apply_primitive",
     "batching", "ffi", "instantiate_zeros", "is_undefined_primal", "mlir",
     "for_export", "not_mapped", "define_primitive", "zero_tangent", "check_jax_version",
-    "ir", "output_aval", "InconclusiveDimensionOperation", "no_effects", "abstract_token",
+    "hlo", "ir", "mlir_internal", "output_aval", "InconclusiveDimensionOperation", "no_effects", "abstract_token",
     "FFI_SIDE_EFFECT", "ORDERED_IO_EFFECT", "config_use_shardy", "sdy_sharding_rule", "register_batch_partitionable",
 ]
 

@@ -6,21 +6,42 @@ input_output_aliases alias those operands and results; calls with side effects
 (_effects) are marked has_side_effect, and ordered ones pass JAX's token through
 as their first operand and result. Roles computed by JAX functions (_jaxfn) are
 inlined instead of becoming a custom call.
+
+On jaxlib < 0.8, XLA's CPU compiler aborts the process ("Could not convert JSON
+string to proto ... xla.cpu.BackendConfig") when a typed-FFI custom call fed by a
+bare concatenate is the root of a computation: it reads the root's
+backend_config as its own JSON proto without checking. JAX lowers each primitive
+into a function of its own before inlining it, so the lowering cannot see what
+feeds the call. There, CPU calls therefore take one of two forms:
+- the results as a tuple nested in a one-element tuple, so that the root is a
+  get-tuple-element (_lower_nested). A tuple-typed call can carry no sharding
+  rule, so this is the form of calls that XLA could not split anyway;
+- calls that XLA may split along a batch (see _partitioning) keep the plain form
+  and their rule, with every operand passed through a reduce_precision to its
+  own format (_guard): exact, and fused with a concatenate that feeds it, which
+  then is not bare. Operands of other dtypes (ints, bools) get the nested form.
+Newer jaxlibs always get the plain form.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
+import jax.numpy as jnp
 import numpy as np
 
 from . import _ext
 from ._callformat import FORMAT, site_digest
-from ._compat import abstract_token, ffi, for_export, mlir, register_batch_partitionable
+import jaxlib
+
+from ._buildcheck import version_tuple
+from ._compat import (abstract_token, ffi, for_export, hlo, ir, mlir, mlir_internal,
+                      register_batch_partitionable)
 from ._effects import ORDERED
 from ._jaxfn import batched_function
 from ._kwargs import is_local, not_data_reason
-from ._partitioning import mark_batch_partitionable
+from ._partitioning import mark_batch_partitionable, num_batch_dims
 from ._spec import CallSpec
 
 __all__ = ["CPU_TARGET", "CUDA_TARGET", "lower_cpu", "lower_cuda", "register_targets"]
@@ -29,6 +50,9 @@ CPU_TARGET = "jaxbind_cpu"
 CUDA_TARGET = "jaxbind_cuda"
 
 _lower_ffi = {CPU_TARGET: ffi.ffi_lowering(CPU_TARGET), CUDA_TARGET: ffi.ffi_lowering(CUDA_TARGET)}
+
+# jaxlib releases whose CPU compiler aborts on a root custom call fed by a concatenate
+NEEDS_NESTED_RESULTS = version_tuple(jaxlib.__version__)[:2] < (0, 8)
 
 
 def lower_cpu(ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
@@ -75,13 +99,22 @@ def _lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
                                   avals_out=[abstract_token, *ctx.avals_out])
         args = (token, *args)
         aliases = {i + 1: k + 1 for i, k in aliases.items()}
-    if aliases or effect is not None:
+    loop, n_fixed = spec.loop, spec.n_fixed
+    flags = loop.flags(len(args) - (token is not None))
+    nested = guarded = False
+    if NEEDS_NESTED_RESULTS and target == CPU_TARGET and not exporting:
+        guarded = (token is None and num_batch_dims(spec, len(ctx.avals_out)) > 0
+                   and all(_guardable(a) for a in ctx.avals_in))
+        nested = not guarded
+    if guarded:  # keeps the sharding rule; see the module docstring
+        args = tuple(_guard(a, aval) for a, aval in zip(args, ctx.avals_in))
+    if nested:
+        lower = functools.partial(_lower_nested, target, aliases, effect is not None)
+    elif aliases or effect is not None:
         lower = ffi.ffi_lowering(target, operand_output_aliases=aliases or None,
                                  has_side_effect=effect is not None)
     else:
         lower = _lower_ffi[target]
-    loop, n_fixed = spec.loop, spec.n_fixed
-    flags = loop.flags(len(args) - (token is not None))
     results = lower(
         ctx, *args,
         jaxbind_format=np.int32(FORMAT),
@@ -96,10 +129,56 @@ def _lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
     if token is not None:
         token_out, *results = results
         outer.set_tokens_out(outer.tokens_in.update_tokens(mlir.TokenSet({ORDERED: token_out})))
-    elif results:
+    elif results and not nested:  # a tuple-typed call can carry no sharding rule
         mark_batch_partitionable(results[0].owner, spec, [a.ndim for a in ctx.avals_in],
                                  [a.ndim for a in ctx.avals_out])
     return results
+
+
+def _lower_nested(target: str, aliases: dict[int, int], has_side_effect: bool,
+                  ctx: mlir.LoweringRuleContext, *args, **attributes) -> list:
+    """The custom call with its results as ((r0, r1, ...),), unpacked by get-tuple-element.
+
+    XLA's tuple simplifier folds tuple(gte(c, 0), gte(c, 1)) back into c, but not
+    gte(c, 0) of a nested tuple, so the call itself is never the root. The FFI
+    handler sees the same flat list of result buffers. Without layout attributes
+    (a tuple result cannot carry them) XLA gives custom calls row-major layouts.
+    """
+    types = [mlir_internal.aval_to_ir_type(a) for a in ctx.avals_out]
+    inner = ir.TupleType.get_tuple(types)
+    call = mlir_internal.custom_call(
+        target, result_types=[ir.TupleType.get_tuple([inner])], operands=list(args),
+        backend_config={k: mlir_internal.ir_attribute(v) for k, v in attributes.items()},
+        api_version=4, has_side_effect=has_side_effect)
+    if aliases:
+        call.attributes["output_operand_aliases"] = ir.ArrayAttr.get([
+            hlo.OutputOperandAlias.get(output_tuple_indices=[0, k], operand_index=i,
+                                       operand_tuple_indices=[])
+            for i, k in aliases.items()])
+    packed = hlo.get_tuple_element(call.result, mlir_internal.i32_attr(0))
+    return [hlo.get_tuple_element(packed, mlir_internal.i32_attr(k)) for k in range(len(types))]
+
+
+_GUARDABLE = {np.dtype(t) for t in ("float16", "float32", "float64", "complex64", "complex128")}
+_GUARDABLE.add(np.dtype(jnp.bfloat16))
+
+
+def _guardable(aval) -> bool:
+    return np.dtype(aval.dtype) in _GUARDABLE
+
+
+def _guard(value: ir.Value, aval) -> ir.Value:
+    """`value` through reduce_precision to its own format: exact, never removed by
+    XLA, and fused with a concatenate that produces it, which then is not bare."""
+    if np.issubdtype(aval.dtype, np.complexfloating):
+        part = jnp.finfo(aval.dtype)
+        return hlo.complex(_reduce(hlo.real(value), part), _reduce(hlo.imag(value), part))
+    return _reduce(value, jnp.finfo(aval.dtype))
+
+
+def _reduce(value: ir.Value, finfo) -> ir.Value:
+    return hlo.reduce_precision(value, exponent_bits=mlir_internal.i32_attr(finfo.nexp),
+                                mantissa_bits=mlir_internal.i32_attr(finfo.nmant))
 
 
 def register_targets() -> None:

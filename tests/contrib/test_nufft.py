@@ -26,9 +26,8 @@ GRIDS = {1: (9,), 2: (6, 5), 3: (4, 5, 4)}
 
 
 @pytest.fixture(autouse=True)
-def _x64():
-    with jax.enable_x64(True):
-        yield
+def _x64(enable_x64):
+    yield
 
 
 def _modes(grid, modeord):
@@ -315,7 +314,7 @@ def test_plan_under_threads_and_errors():
 
     rng = np.random.default_rng(60)
     plan, fast, v = _planned(2, -1, 0, rng)
-    f = jax.jit(plan).lower(v).compile()  # traced here: jax.enable_x64 is thread-local
+    f = jax.jit(plan).lower(v).compile()
     want = np.asarray(fast(v))
     with concurrent.futures.ThreadPoolExecutor(4) as pool:  # one DUCC plan, used at once
         for got in pool.map(lambda _: np.asarray(f(v)), range(16)):

@@ -70,3 +70,70 @@ def test_wrong_number_of_arguments():
     assert "abstract function of 'reliability.arity'" in info.value.__notes__[0]
     with pytest.raises(TypeError, match="'reliability.arity' got 0 positional arguments"):
         op()
+
+
+_ROOT_CALL_PROGRAMS = r'''
+import jax, jax.numpy as jnp, numpy as np, jaxbind
+
+def double(out, args, kd):
+    for o in out:
+        o[...] = args[0] * 2
+
+def spec(n):
+    return lambda x, **k: ((x.shape, x.dtype),) * n
+
+one = jaxbind.get_linear_call(double, double, spec(1), spec(1), name="root.one")
+two = jaxbind.get_linear_call(double, None, spec(2), None, name="root.two")
+alias = jaxbind.get_linear_call(double, None, spec(1), None, name="root.alias",
+                                input_output_aliases={0: 0})
+effect = jaxbind.get_linear_call(double, None, spec(1), None, name="root.effect",
+                                 has_side_effect=True)
+ordered = jaxbind.get_linear_call(double, None, spec(1), None, name="root.ordered",
+                                  ordered=True)
+x = jnp.arange(6.0).reshape(2, 1, 3)
+y = x + 10
+want = 2 * np.concatenate([x, y], axis=1)
+cat = lambda a, b: jnp.concatenate([a, b], axis=1)
+for name, f in [
+    ("one", lambda a, b: one(cat(a, b))[0]),
+    ("two", lambda a, b: two(cat(a, b))),
+    ("alias", lambda a, b: alias(cat(a, b))[0]),
+    ("effect", lambda a, b: effect(cat(a, b))[0]),
+    ("ordered", lambda a, b: ordered(cat(a, b))[0]),
+    ("stack", lambda a, b: one(jnp.stack([a, b]))[0]),
+    ("complex", lambda a, b: one(cat(a.astype(jnp.complex64), b.astype(jnp.complex64)))[0]),
+    ("transpose", lambda a, b: jax.linear_transpose(lambda t: one(t)[0], cat(a, b))(cat(a, b))[0]),
+    ("vmap", lambda a, b: jax.vmap(lambda t: one(t)[0])(cat(a, b))),
+    ("vmap_int", lambda a, b: jax.vmap(lambda t: one(t)[0])(cat(a, b).astype(jnp.int32))),
+    ("vmap_complex", lambda a, b: jax.vmap(lambda t: one(t)[0])(cat(a, b) * (1 + 0j))),
+    ("nested_jit", lambda a, b: one(jax.jit(cat)(a, b))[0]),
+    ("cond", lambda a, b: jax.lax.cond(a[0, 0, 0] < 1, lambda: one(cat(a, b))[0],
+                                       lambda: jnp.zeros((2, 2, 3)))),
+]:
+    got = jax.jit(f)(x, y)
+    got = got[1] if isinstance(got, (list, tuple)) else got
+    ref = 2 * np.stack([x, y]) if name == "stack" else want
+    np.testing.assert_allclose(np.asarray(got), ref, err_msg=name)
+    print(name, "ok")
+# the operand guard of batched calls on jaxlib < 0.8 is exact
+special = jnp.array([1e-45, -0.0, np.inf, -np.inf, np.nan, 3.4e38], jnp.float32)
+def copy(out, args, kd):
+    out[0][...] = args[0]
+ident = jaxbind.get_linear_call(copy, copy, spec(1), spec(1), name="root.copy")
+got = jax.jit(jax.vmap(lambda t: ident(t)[0]))(jnp.stack([special, special]))
+assert np.asarray(got).tobytes() == np.asarray(jnp.stack([special, special])).tobytes()
+print("special ok")
+'''
+
+
+def test_a_concatenate_feeding_the_programs_root_call_compiles():
+    """jaxlib 0.7's CPU compiler aborted the process on these programs (see _lowering)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _ROOT_CALL_PROGRAMS], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    names = ("one", "two", "alias", "effect", "ordered", "stack", "complex", "transpose", "vmap",
+             "vmap_int", "vmap_complex", "nested_jit", "cond", "special")
+    assert proc.stdout.split() == [w for n in names for w in (n, "ok")]
