@@ -25,7 +25,8 @@ __all__ = [
     "NEWEST_TESTED_JAX", "Primitive", "ShapedArray", "ad", "apply_primitive",
     "batching", "ffi", "instantiate_zeros", "is_undefined_primal", "mlir",
     "for_export", "not_mapped", "define_primitive", "zero_tangent", "check_jax_version",
-    "hlo", "ir", "mlir_internal", "output_aval", "InconclusiveDimensionOperation", "no_effects", "abstract_token",
+    "hlo", "ir", "mlir_internal", "output_aval", "InconclusiveDimensionOperation", "no_effects",
+    "abstract_token", "XLA_CPU_ROOT_CALL_ABORTS",
     "FFI_SIDE_EFFECT", "ORDERED_IO_EFFECT", "config_use_shardy", "sdy_sharding_rule", "register_batch_partitionable",
 ]
 
@@ -140,6 +141,11 @@ def register_batch_partitionable(target: str) -> None:
 
 
 from ._buildcheck import version_tuple as _version_tuple  # noqa: E402
+import jaxlib  # noqa: E402
+
+# jaxlib 0.7's CPU compiler aborts on a root custom call fed by a concatenate
+# (fixed in 0.8); _lowering works around it.
+XLA_CPU_ROOT_CALL_ABORTS = _version_tuple(jaxlib.__version__)[:2] < (0, 8)
 
 
 def check_jax_version(installed: str = jax.__version__) -> str | None:

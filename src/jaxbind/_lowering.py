@@ -33,11 +33,8 @@ import numpy as np
 
 from . import _ext
 from ._callformat import FORMAT, site_digest
-import jaxlib
-
-from ._buildcheck import version_tuple
-from ._compat import (abstract_token, ffi, for_export, hlo, ir, mlir, mlir_internal,
-                      register_batch_partitionable)
+from ._compat import (XLA_CPU_ROOT_CALL_ABORTS, abstract_token, ffi, for_export, hlo, ir, mlir,
+                      mlir_internal, register_batch_partitionable)
 from ._effects import ORDERED
 from ._jaxfn import batched_function
 from ._kwargs import is_local, not_data_reason
@@ -50,9 +47,6 @@ CPU_TARGET = "jaxbind_cpu"
 CUDA_TARGET = "jaxbind_cuda"
 
 _lower_ffi = {CPU_TARGET: ffi.ffi_lowering(CPU_TARGET), CUDA_TARGET: ffi.ffi_lowering(CUDA_TARGET)}
-
-# jaxlib releases whose CPU compiler aborts on a root custom call fed by a concatenate
-NEEDS_NESTED_RESULTS = version_tuple(jaxlib.__version__)[:2] < (0, 8)
 
 
 def lower_cpu(ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
@@ -102,7 +96,7 @@ def _lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
     loop, n_fixed = spec.loop, spec.n_fixed
     flags = loop.flags(len(args) - (token is not None))
     nested = guarded = False
-    if NEEDS_NESTED_RESULTS and target == CPU_TARGET and not exporting:
+    if XLA_CPU_ROOT_CALL_ABORTS and target == CPU_TARGET and not exporting:
         guarded = (token is None and num_batch_dims(spec, len(ctx.avals_out)) > 0
                    and all(_guardable(a) for a in ctx.avals_in))
         nested = not guarded
