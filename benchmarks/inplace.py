@@ -21,13 +21,8 @@ the input's memory (same address).
 
 from __future__ import annotations
 
-import datetime
-import json
-import os
 import pathlib
-import platform
 import statistics
-import sys
 import time
 
 import jax
@@ -35,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxbind
+from _report import run_line, run_meta, save
 
 HERE = pathlib.Path(__file__).parent
 N, STRIDE, CALLS, ROUNDS = 16 * 2**20, 1024, 10, 15
@@ -112,11 +108,8 @@ def main():
     assert same_memory, "the donated input was copied"
 
     med = {name: statistics.median(ts) for name, ts in samples.items()}
-    meta = dict(date=datetime.datetime.now().isoformat(timespec="seconds"),
-                machine=f"{platform.machine()} {os.cpu_count()} cores",
-                python=sys.version.split()[0], jax=jax.__version__, numpy=np.__version__)
-    lines = [f"Run {meta['date']} on {meta['machine']}: Python {meta['python']}, jax "
-             f"{meta['jax']}. {N / 2**20:.0f}M float32 elements ({4 * N / 2**20:.0f} MB), every "
+    meta = run_meta(numpy=np.__version__)
+    lines = [f"{run_line(meta)}. {N / 2**20:.0f}M float32 elements ({4 * N / 2**20:.0f} MB), every "
              f"1024th updated; medians of "
              f"{ROUNDS} rounds of {CALLS} chained calls.", "",
              "| variant | time per call | vs aliased, donated |", "|---|---|---|"]
@@ -127,11 +120,8 @@ def main():
                   f"caller's buffer (same address): {same_memory}."]
     text = "\n".join(lines) + "\n"
     print(text)
-    out = pathlib.Path(opts.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "inplace.json").write_text(json.dumps(dict(meta=meta, median_s=med, samples=samples,
-                                                      same_memory=same_memory), indent=1))
-    (out / "inplace.md").write_text(text)
+    save(opts.out, "inplace", dict(meta=meta, median_s=med, samples=samples,
+                                   same_memory=same_memory), text)
 
 
 if __name__ == "__main__":

@@ -18,13 +18,8 @@ ratio jaxbind / jax-finufft (below 1: jaxbind is faster). Cases:
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import os
 import pathlib
-import platform
 import statistics
-import sys
 import time
 from types import SimpleNamespace
 
@@ -34,6 +29,7 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from _report import run_line, run_meta, save  # noqa: E402
 from jaxbind.contrib import jaxducc0  # noqa: E402
 
 HERE = pathlib.Path(__file__).parent
@@ -116,12 +112,8 @@ def main():
             print(f"{n_points:>8} {n_grid:>4}² {case:<20} {row['jaxbind_s'] * 1e3:9.3f} ms "
                   f"{row['finufft_s'] * 1e3:9.3f} ms  ratio {row['ratio']:.2f}  agree "
                   f"{agree:.1e}", flush=True)
-    meta = dict(date=datetime.datetime.now().isoformat(timespec="seconds"),
-                machine=f"{platform.machine()} {os.cpu_count()} cores",
-                python=sys.version.split()[0], jax=jax.__version__,
-                jax_finufft=md.version("jax-finufft"), ducc0=md.version("ducc0"))
-    lines = [f"Run {meta['date']} on {meta['machine']}: Python {meta['python']}, jax "
-             f"{meta['jax']}, jax-finufft {meta['jax_finufft']}, ducc0 {meta['ducc0']}. "
+    meta = run_meta(jax_finufft=md.version("jax-finufft"), ducc0=md.version("ducc0"))
+    lines = [f"{run_line(meta)}, jax-finufft {meta['jax_finufft']}, ducc0 {meta['ducc0']}. "
              f"2-D, complex128, eps={EPS}, 1 thread each; medians of alternating rounds.", "",
              "| points | grid | case | jaxbind | jax-finufft | ratio | agree (rel. l2) |",
              "|---|---|---|---|---|---|---|"]
@@ -132,10 +124,7 @@ def main():
     text = "\n".join(lines) + "\n"
     print(text)
     if not args.quick:
-        out = pathlib.Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "nufft.json").write_text(json.dumps(dict(meta=meta, results=rows), indent=1))
-        (out / "nufft.md").write_text(text)
+        save(args.out, "nufft", dict(meta=meta, results=rows), text)
 
 
 if __name__ == "__main__":

@@ -17,13 +17,8 @@ in alternating rounds on the same data, whole solve jit-compiled:
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import os
 import pathlib
-import platform
 import statistics
-import sys
 import time
 
 import jax
@@ -33,6 +28,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.scipy.sparse.linalg import cg  # noqa: E402
 
+from _report import run_line, run_meta, save  # noqa: E402
 from jaxbind.contrib import jaxducc0  # noqa: E402
 
 HERE = pathlib.Path(__file__).parent
@@ -106,11 +102,8 @@ def main():
             print(f"{n_points:>8} {n_grid:>4}² {name:<12} {med[name] * 1e3:9.1f} ms "
                   f"x{med[name] / med['nufft2']:.2f}  agree {agree:.1e}", flush=True)
     import importlib.metadata as md
-    meta = dict(date=datetime.datetime.now().isoformat(timespec="seconds"),
-                machine=f"{platform.machine()} {os.cpu_count()} cores",
-                python=sys.version.split()[0], jax=jax.__version__, ducc0=md.version("ducc0"))
-    lines = [f"Run {meta['date']} on {meta['machine']}: Python {meta['python']}, jax "
-             f"{meta['jax']}, ducc0 {meta['ducc0']}. {ITERATIONS} CG iterations of "
+    meta = run_meta(ducc0=md.version("ducc0"))
+    lines = [f"{run_line(meta)}, ducc0 {meta['ducc0']}. {ITERATIONS} CG iterations of "
              f"(A^H A + I) f = A^H c, A a 2-D type-2 NUFFT, complex128, eps={EPS}, 1 thread; "
              f"medians of {rounds} alternating rounds.", "",
              "| points | grid | variant | solve | vs nufft2 | agree (rel. l2) |",
@@ -123,11 +116,7 @@ def main():
     text = "\n".join(lines) + "\n"
     print(text)
     if not args.quick:
-        out = pathlib.Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "nufft_plan.json").write_text(json.dumps(dict(meta=meta, results=rows),
-                                                        indent=1))
-        (out / "nufft_plan.md").write_text(text)
+        save(args.out, "nufft_plan", dict(meta=meta, results=rows), text)
 
 
 if __name__ == "__main__":

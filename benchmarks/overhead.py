@@ -15,11 +15,7 @@ difference within 0.3 µs on `empty`, `double` and `grad`.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import os
 import pathlib
-import platform
 import statistics
 import sys
 
@@ -29,6 +25,7 @@ sys.path.insert(0, str(HERE))
 import jax  # noqa: E402
 
 import _cases  # noqa: E402
+from _report import run_line, run_meta, save  # noqa: E402
 
 CASES = [("empty", 1), ("empty", 1_000), ("double", 1), ("double", 1_000), ("grad", 1_000)]
 
@@ -65,12 +62,8 @@ def main():
     rows = [measure(c, s, args.blocks, args.reps) for c, s in CASES]
     import importlib.metadata as md
     import numpy as np
-    meta = dict(date=datetime.datetime.now().isoformat(timespec="seconds"),
-                machine=f"{platform.machine()} {os.cpu_count()} cores",
-                python=sys.version.split()[0], jax=jax.__version__, numpy=np.__version__,
-                jaxbind=md.version("jaxbind"))
-    lines = [f"Run {meta['date']} on {meta['machine']}: Python {meta['python']}, jax "
-             f"{meta['jax']}, numpy {meta['numpy']}. {args.blocks} alternating blocks of "
+    meta = run_meta(numpy=np.__version__, jaxbind=md.version("jaxbind"))
+    lines = [f"{run_line(meta)}, numpy {meta['numpy']}. {args.blocks} alternating blocks of "
              f"{args.reps} calls per case; medians over blocks.", "",
              "| case | size | floor | jaxbind | jaxbind - floor (median) | IQR of the difference |",
              "|---|---|---|---|---|---|"]
@@ -80,10 +73,7 @@ def main():
                      f"{r['diff_q1_s'] * 1e6:+.2f} to {r['diff_q3_s'] * 1e6:+.2f} µs |")
     text = "\n".join(lines) + "\n"
     print(text)
-    out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "overhead.json").write_text(json.dumps(dict(meta=meta, results=rows), indent=1))
-    (out / "overhead.md").write_text(text)
+    save(args.out, "overhead", dict(meta=meta, results=rows), text)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,8 @@ import sys
 
 HERE = pathlib.Path(__file__).parent
 
+from _report import save  # noqa: E402  (this directory is sys.path[0])
+
 # (case, sizes, implementations); "jaxbind13" is JAXbind 1.3.1's worker. "floor" is
 # a custom call that only takes the GIL and calls the same callable on private
 # NumPy arrays (_floor.cc): what any Python-calling custom call costs at least.
@@ -167,10 +169,8 @@ def main():
     table = _table(results)
     print(table)
     out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     stem = "quick" if args.quick else "latest" if not (wanted or args.baseline) else "subset"
-    (out / f"{stem}.json").write_text(json.dumps(dict(meta=meta, results=results), indent=1))
-    (out / f"{stem}.md").write_text(_header(meta) + "\n" + table + "\n")
+    save(out, stem, dict(meta=meta, results=results), _header(meta) + "\n" + table + "\n")
     _plot(results, out / f"{stem}.png", meta)
     print(f"wrote {out / stem}.{{json,md,png}}", file=sys.stderr)
 
