@@ -123,6 +123,16 @@ ident = jaxbind.get_linear_call(copy, copy, spec(1), spec(1), name="root.copy")
 got = jax.jit(jax.vmap(lambda t: ident(t)[0]))(jnp.stack([special, special]))
 assert np.asarray(got).tobytes() == np.asarray(jnp.stack([special, special])).tobytes()
 print("special ok")
+# around XLA's 256 KiB bound: just under it (aborted), and large operands, which
+# batched calls take unguarded
+for rows in (8191, 8192, 1 << 16):
+    a = jnp.ones((4, rows), jnp.float32)
+    for t in (jnp.float32, jnp.int32):
+        got = jax.jit(jax.vmap(lambda v: one(v)[0]))(cat(a.astype(t), a.astype(t)))
+        np.testing.assert_array_equal(np.asarray(got), 2 * np.ones((4, 2 * rows), t))
+big = jnp.ones((4, 1 << 16), jnp.float32)
+assert "reduce-precision" not in jax.jit(jax.vmap(lambda v: one(v)[0])).lower(big).compile().as_text()
+print("sizes ok")
 '''
 
 
@@ -135,5 +145,5 @@ def test_a_concatenate_feeding_the_programs_root_call_compiles():
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     names = ("one", "two", "alias", "effect", "ordered", "stack", "complex", "transpose", "vmap",
-             "vmap_int", "vmap_complex", "nested_jit", "cond", "special")
+             "vmap_int", "vmap_complex", "nested_jit", "cond", "special", "sizes")
     assert proc.stdout.split() == [w for n in names for w in (n, "ok")]
