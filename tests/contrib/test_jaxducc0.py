@@ -261,13 +261,13 @@ def test_nufft_types_match_direct_sum_and_are_transposes(dtype, forward):
 
 
 def test_bad_inputs_name_the_op():
-    with pytest.raises(TypeError, match="jaxducc0.r2c: expected float32 or float64"):
+    with pytest.raises(TypeError, match="jaxducc0.r2c: x must be float32 or float64"):
         jaxducc0.r2c(jnp.ones(4, jnp.complex64))
     with pytest.raises(ValueError, match="lastsize=9 needs 5 input elements"):
         jaxducc0.c2r(jnp.ones(4, jnp.complex64), lastsize=9)
-    with pytest.raises(ValueError, match="healpix SHT: expected real alm of shape"):
+    with pytest.raises(ValueError, match="get_healpix_sht: expected real alm of shape"):
         jaxducc0.get_healpix_sht(4, 6, 6, 0)(jnp.ones((1, 3)))
-    with pytest.raises(ValueError, match="nufft_type must be 1 or 2"):
+    with pytest.raises(ValueError, match="get_nufft: nufft_type must be one of"):
         jaxducc0.get_nufft(np.zeros((3, 1)), (4,), nufft_type=3)
 
 

@@ -1,6 +1,14 @@
-"""What the DUCC op families share: ducc0 itself, dtype pairs, the GPU platform mode."""
+"""What the DUCC op families share: ducc0 itself, dtype pairs, the GPU platform mode,
+and the checks every op and factory makes on its parameters when a program is traced.
+
+Nothing a user passes may reach a DUCC assertion: each check raises a TypeError or
+ValueError that names the op (``jaxducc0.<op>``), the argument and what is allowed.
+"""
 
 from __future__ import annotations
+
+import math
+import operator
 
 import numpy as np
 
@@ -33,3 +41,50 @@ def _real_of(dtype, what):
     except KeyError:
         raise TypeError(f"jaxducc0.{what}: expected complex64 or complex128 input, "
                         f"got {dtype}") from None
+
+
+# --- parameter checks (trace time) -------------------------------------------------
+
+def check_int(op: str, name: str, value, minimum: int | None = 0) -> int:
+    """`value` as a Python int of at least `minimum`; bools and floats are refused."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"jaxducc0.{op}: {name} must be an integer, got {value!r}")
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"jaxducc0.{op}: {name} must be an integer, got "
+                        f"{type(value).__name__} {value!r}") from None
+    if minimum is not None and value < minimum:
+        raise ValueError(f"jaxducc0.{op}: {name} must be >= {minimum}, got {value}")
+    return value
+
+
+def check_nthreads(op: str, nthreads) -> int:
+    """DUCC's thread count: 0 (all hardware threads) or a positive number."""
+    return check_int(op, "nthreads (0: all hardware threads)", nthreads, 0)
+
+
+def check_positive(op: str, name: str, value) -> float:
+    """A finite, strictly positive real number (an accuracy, a pixel size, a period)."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"jaxducc0.{op}: {name} must be a real number, got "
+                        f"{type(value).__name__} {value!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"jaxducc0.{op}: {name} must be a finite number > 0, got {value}")
+    return value
+
+
+def check_choice(op: str, name: str, value, allowed):
+    if value not in allowed:
+        raise ValueError(f"jaxducc0.{op}: {name} must be one of {list(allowed)}, got {value!r}")
+    return value
+
+
+def check_kwargs(op: str, kwargs, allowed) -> None:
+    """Keyword arguments passed through to DUCC must be ones its function takes."""
+    unknown = sorted(set(kwargs) - set(allowed))
+    if unknown:
+        raise TypeError(f"jaxducc0.{op}: unknown keyword argument(s) {unknown}; it takes "
+                        f"{sorted(allowed)}")

@@ -2,47 +2,83 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 from jax.export import is_symbolic_dim
 
 from ... import get_linear_call, load_kwargs
-from ._common import ducc0, _MODE, _REAL, _complex_of, _real_of
+from ._common import (_COMPLEX, _MODE, _REAL, _complex_of, _real_of, check_choice, check_int,
+                      check_kwargs, check_nthreads, ducc0)
 
 __all__ = ["c2c", "genuine_fht", "r2c", "c2r"]
 
-# --- FFT-like transforms: batch axes become untransformed DUCC axes ------------
+# --- which axes, which options: checked when the program is traced ------------------
 
-def _fft_axes(ndim, kwargs):
+# Keyword arguments each transform passes to its ducc0.fft function; others are refused
+# (``allow_overwriting_input`` above all: the inputs are XLA's buffers, read-only).
+_OPTIONS = {"c2c": ("forward", "inorm", "nthreads"), "genuine_fht": ("inorm", "nthreads"),
+            "r2c": ("forward", "inorm", "nthreads"), "c2r": ("forward", "inorm", "nthreads")}
+_INTERNAL = ("axes", "batch_axes", "n")
+_HINT = {"c2c": "; use r2c for real input, or cast it to complex",
+         "genuine_fht": "; the Hartley transform is real to real", "r2c": "; use c2c for "
+         "complex input", "c2r": ""}
+
+
+def _fft_axes(ndim, kwargs, op="fft"):
     """The array axes to transform: the caller's `axes`, counted among the non-batch axes."""
     batch = kwargs.pop("batch_axes", None)
     batch = batch[0] if batch else ()
     core = [i for i in range(ndim) if i not in batch]
     axes = kwargs.pop("axes", None)
     if axes is None:
+        if not core:
+            raise ValueError(f"jaxducc0.{op}: the input is a scalar; it needs an axis to "
+                             "transform")
         return core
     axes = [axes] if isinstance(axes, (int, np.integer)) else list(axes)
-    try:
-        return [core[a] for a in axes]  # negative axes count from the last core axis
-    except IndexError:
-        raise ValueError(f"jaxducc0: axes {axes} out of range for an array with "
-                         f"{len(core)} dimensions") from None
+    if not axes:
+        raise ValueError(f"jaxducc0.{op}: axes is empty; give at least one axis to transform "
+                         "(or None for all)")
+    if any(isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, np.integer))
+           for a in axes):
+        raise TypeError(f"jaxducc0.{op}: axes must be integers, got {axes}")
+    if not all(-len(core) <= a < len(core) for a in axes):
+        raise ValueError(f"jaxducc0.{op}: axes {axes} out of range for an array with "
+                         f"{len(core)} dimensions")
+    picked = [core[a] for a in axes]  # negative axes count from the last core axis
+    if len(set(picked)) != len(picked):
+        raise ValueError(f"jaxducc0.{op}: axes {axes} name an axis twice")
+    return picked
 
 
-def _core_axes(shape, kwargs):
-    """(transformed axes, batch axes of the input) for abstract evaluation."""
-    kwargs = dict(kwargs)
+def _check(op, x, kwargs, kind):
+    """Trace-time checks of one transform's input and options: (axes, input batch axes)."""
+    if np.dtype(x.dtype) not in (_REAL if kind == "complex" else _COMPLEX):
+        want = "complex64 or complex128" if kind == "complex" else "float32 or float64"
+        raise TypeError(f"jaxducc0.{op}: x must be {want}, got {x.dtype}{_HINT[op]}")
+    check_kwargs(op, {k: v for k, v in kwargs.items() if k not in _INTERNAL}, _OPTIONS[op])
+    check_choice(op, "inorm", kwargs.get("inorm", 0), (0, 1, 2))
+    check_nthreads(op, kwargs.get("nthreads", 1))
+    forward = kwargs.get("forward", True)
+    if not isinstance(forward, (bool, np.bool_, int, np.integer)):
+        raise TypeError(f"jaxducc0.{op}: forward must be a bool, got {forward!r}")
     batch = kwargs.get("batch_axes")
-    return _fft_axes(len(shape), kwargs), (batch[0] if batch else ())
+    return _fft_axes(len(x.shape), dict(kwargs), op), (batch[0] if batch else ())
 
 
-def _same_shape_abstract(x, **kwargs):
+# --- complex FFT and Hartley transform ----------------------------------------------
+
+def _same_shape_abstract(x, *, op, kind, **kwargs):
     batch = kwargs.get("batch_axes")
-    _core_axes(x.shape, kwargs)  # validates `axes`
+    _check(op, x, kwargs, kind)
     return ((x.shape, x.dtype, batch[0][-1] if batch else None),)
 
 
 def _c2c(out, args, kwargs_dump):
     (x,) = args
+    if x.size == 0:  # DUCC refuses empty arrays; the transform of nothing is nothing
+        return
     kwargs = load_kwargs(kwargs_dump)
     axes = _fft_axes(x.ndim, kwargs)
     ducc0.fft.c2c(x, axes=axes, out=out[0], **kwargs)
@@ -50,24 +86,30 @@ def _c2c(out, args, kwargs_dump):
 
 def _fht(out, args, kwargs_dump):
     (x,) = args
+    if x.size == 0:
+        return
     kwargs = load_kwargs(kwargs_dump)
     axes = _fft_axes(x.ndim, kwargs)
     ducc0.fft.genuine_fht(x, axes=axes, out=out[0], **kwargs)
 
 
 # Both transforms have symmetric matrices, so each is its own transpose.
-c2c = get_linear_call(_c2c, _c2c, _same_shape_abstract, _same_shape_abstract,
+_c2c_abstract = partial(_same_shape_abstract, op="c2c", kind="complex")
+c2c = get_linear_call(_c2c, _c2c, _c2c_abstract, _c2c_abstract,
                       func_can_batch=True, name="jaxducc0.c2c",
                       platform_mode=_MODE)
 c2c.__doc__ = """Complex FFT, ``c2c(x, *, axes=None, forward=True, inorm=0, nthreads=1)``.
 
 x: complex64 or complex128 array; returns ``[y]`` of the same shape and dtype.
 ``axes`` (default all) are the transformed axes; ``forward=True`` uses the
-exponent -1; ``inorm`` 0/1/2 divides by 1, sqrt(N), N. Other keyword arguments
-go to ``ducc0.fft.c2c``. The transpose of the DFT is itself (the matrix is symmetric).
+exponent -1; ``inorm`` 0/1/2 divides by 1, sqrt(N), N; ``nthreads`` 0 uses all
+hardware threads. Anything else is refused when the program is traced. The
+transpose of the DFT is itself (the matrix is symmetric). An empty array gives
+an empty result.
 """
 
-genuine_fht = get_linear_call(_fht, _fht, _same_shape_abstract, _same_shape_abstract,
+_fht_abstract = partial(_same_shape_abstract, op="genuine_fht", kind="real")
+genuine_fht = get_linear_call(_fht, _fht, _fht_abstract, _fht_abstract,
                               func_can_batch=True, name="jaxducc0.genuine_fht",
                               platform_mode=_MODE)
 genuine_fht.__doc__ = """Hartley transform, ``genuine_fht(x, *, axes=None, inorm=0, nthreads=1)``.
@@ -77,6 +119,8 @@ transform is ``ducc0.fft.genuine_fht`` (a true multidimensional Hartley
 transform); it is symmetric and so its own transpose.
 """
 
+
+# --- the real FFT pair ----------------------------------------------------------------
 
 def _hermitian_weights(n, length, axis, ndim, dtype):
     """Weights along the half-spectrum axis: 1 at k=0 (and k=n/2 for even n), 2 elsewhere."""
@@ -91,6 +135,8 @@ def _hermitian_weights(n, length, axis, ndim, dtype):
 
 def _r2c(out, args, kwargs_dump):
     (x,) = args
+    if out[0].size == 0:
+        return
     kwargs = load_kwargs(kwargs_dump)
     axes = _fft_axes(x.ndim, kwargs)
     del kwargs["n"]
@@ -102,6 +148,8 @@ def _r2c_T(out, args, kwargs_dump):
     # half spectrum without the Hermitian doubling that c2r applies: halve the
     # weights of the modes that c2r doubles.
     (ct,) = args
+    if out[0].size == 0:
+        return
     kwargs = load_kwargs(kwargs_dump)
     axes = _fft_axes(ct.ndim, kwargs)
     n = kwargs.pop("n")
@@ -110,14 +158,14 @@ def _r2c_T(out, args, kwargs_dump):
 
 
 def _r2c_abstract(x, **kwargs):
-    axes, batch = _core_axes(x.shape, kwargs)
+    axes, batch = _check("r2c", x, kwargs, "real")
     shape = list(x.shape)
     shape[axes[-1]] = shape[axes[-1]] // 2 + 1
     return ((tuple(shape), _complex_of(x.dtype, "r2c"), batch[-1] if batch else None),)
 
 
 def _r2c_abstract_T(ct, **kwargs):
-    axes, batch = _core_axes(ct.shape, kwargs)
+    axes, batch = _check("r2c", ct, kwargs, "complex")
     shape = list(ct.shape)
     shape[axes[-1]] = kwargs["n"]
     return ((tuple(shape), _real_of(ct.dtype, "r2c"), batch[-1] if batch else None),)
@@ -130,6 +178,8 @@ _r2c_op = get_linear_call(_r2c, _r2c_T, _r2c_abstract, _r2c_abstract_T, func_can
 
 def _c2r(out, args, kwargs_dump):
     (x,) = args
+    if out[0].size == 0:
+        return
     kwargs = load_kwargs(kwargs_dump)
     axes = _fft_axes(x.ndim, kwargs)
     ducc0.fft.c2r(x, axes=axes, lastsize=kwargs.pop("n"), out=out[0], **kwargs)
@@ -139,6 +189,8 @@ def _c2r_T(out, args, kwargs_dump):
     # c2r(c) = Re(B c) with B doubling the modes 0 < k < n/2, so its transpose is
     # B^T ct: the r2c of ct with those modes doubled.
     (ct,) = args
+    if out[0].size == 0:
+        return
     kwargs = load_kwargs(kwargs_dump)
     axes = _fft_axes(ct.ndim, kwargs)
     n = kwargs.pop("n")
@@ -147,7 +199,7 @@ def _c2r_T(out, args, kwargs_dump):
 
 
 def _c2r_abstract(x, **kwargs):
-    axes, batch = _core_axes(x.shape, kwargs)
+    axes, batch = _check("c2r", x, kwargs, "complex")
     shape = list(x.shape)
     n = kwargs["n"]
     if n // 2 + 1 != shape[axes[-1]]:
@@ -158,7 +210,7 @@ def _c2r_abstract(x, **kwargs):
 
 
 def _c2r_abstract_T(ct, **kwargs):
-    axes, batch = _core_axes(ct.shape, kwargs)
+    axes, batch = _check("c2r", ct, kwargs, "real")
     shape = list(ct.shape)
     shape[axes[-1]] = kwargs["n"] // 2 + 1
     return ((tuple(shape), _complex_of(ct.dtype, "c2r"), batch[-1] if batch else None),)
@@ -177,11 +229,15 @@ def r2c(x, *, axes=None, forward=True, inorm=0, nthreads=1, **kwargs):
     complex FFTs. Returns ``[y]`` (complex64 or complex128). The transpose is
     *not* the inverse: it is c2r with the non-self-conjugate modes halved.
     """
-    n = x.shape[_fft_axes(np.ndim(x), {"axes": axes})[-1]]
+    n = x.shape[_fft_axes(np.ndim(x), {"axes": axes}, "r2c")[-1]]
     if is_symbolic_dim(n):
         raise TypeError(f"jaxducc0.r2c: the last transformed axis has the symbolic length {n}; "
                         "its length is a parameter of the transform, so under jax.export "
                         "only the other (batch) axes may be symbolic")
+    if n == 0:
+        raise ValueError(f"jaxducc0.r2c: the last transformed axis has length 0 (input of "
+                         f"shape {tuple(np.shape(x))}); the real FFT needs at least one "
+                         "element there")
     return _r2c_op(x, axes=axes, forward=forward, inorm=inorm, nthreads=nthreads, n=n, **kwargs)
 
 
@@ -196,5 +252,6 @@ def c2r(x, *, lastsize, axes=None, forward=True, inorm=0, nthreads=1, **kwargs):
         raise TypeError(f"jaxducc0.c2r: lastsize is the symbolic dimension {lastsize}; it is a "
                         "parameter of the transform, so under jax.export only the batch axes "
                         "may be symbolic")
+    lastsize = check_int("c2r", "lastsize", lastsize, 1)
     return _c2r_op(x, axes=axes, forward=forward, inorm=inorm, nthreads=nthreads, n=lastsize,
                    **kwargs)

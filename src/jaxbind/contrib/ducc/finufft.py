@@ -21,7 +21,10 @@ with float64 points.
 ``opts`` is any object with jax-finufft's option names; ``modeord`` (0: the
 grid runs from the most negative mode, 1: FFT order) and ``nthreads`` (0: all)
 are honoured, the FINUFFT tuning options are ignored. An ``eps`` finer than
-DUCC can reach is clamped to the finest it can. Everything is differentiable in
+DUCC can reach is clamped to the finest it can; in single precision, one finer than
+single precision's kernels reach is computed in double precision and rounded back.
+Non-finite coordinates give NaN where they enter the sum (every output of a type-1
+transform, the outputs at those points of a type 2). Everything is differentiable in
 the values and in the points (see :mod:`.nufft_points`), to any order, and
 batches under ``vmap``.
 """
@@ -36,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._common import _REAL
+from ._common import _REAL, check_int, check_positive
 from .nufft_points import nufft_points
 
 __all__ = ["Opts", "nufft1", "nufft2", "nufft3"]
@@ -61,11 +64,10 @@ class Opts:
 
 def _settings(fn: str, opts) -> tuple[int, int]:
     modeord = int(getattr(opts, "modeord", 0) or 0)
-    nthreads = int(getattr(opts, "nthreads", 0) or 0)
     if modeord not in (0, 1):
         raise ValueError(f"jaxducc0.{fn}: opts.modeord must be 0 or 1, got {modeord}")
-    if nthreads < 0:
-        raise ValueError(f"jaxducc0.{fn}: opts.nthreads must be >= 0, got {nthreads}")
+    nthreads = check_int(fn, "opts.nthreads (0: all hardware threads)",
+                         getattr(opts, "nthreads", 0) or 0)
     return modeord, nthreads
 
 
@@ -184,20 +186,22 @@ def nufft1(output_shape, source, *points, iflag: int = 1, eps: float = 1e-6, opt
       source: complex values, ``(..., M)``.
       *points: ``x``, ``y``, ``z``: 1-3 real arrays ``(..., M)`` (period 2 pi).
       iflag: the sign of the exponent.
-      eps: the requested accuracy (clamped to the finest DUCC reaches).
+      eps: the requested accuracy, > 0 (see the module's docstring for the finest).
       opts: an object with ``modeord`` and ``nthreads`` (jax-finufft's ``Opts``).
 
     Returns:
       ``(..., *output_shape)``.
     """
     points = _split("nufft1", points, (1, 3))
-    grid = tuple(int(n) for n in np.atleast_1d(output_shape))
+    grid = tuple(check_int("nufft1", "each output_shape length", n)
+                 for n in np.atleast_1d(output_shape))
     if len(grid) != len(points):
         raise ValueError(f"jaxducc0.nufft1: output_shape {tuple(grid)} has {len(grid)} "
                          f"dimensions, but {len(points)} coordinate arrays were given")
     modeord, nthreads = _settings("nufft1", opts)
     return _jitted(source, tuple(points), (), fn="nufft1", kind=1, sign=_sign(iflag),
-                   eps=float(eps), modeord=modeord, nthreads=nthreads, grid=grid)
+                   eps=check_positive("nufft1", "eps", eps), modeord=modeord,
+                   nthreads=nthreads, grid=grid)
 
 
 def nufft2(source, *points, iflag: int = -1, eps: float = 1e-6, opts=None):
@@ -207,7 +211,7 @@ def nufft2(source, *points, iflag: int = -1, eps: float = 1e-6, opts=None):
       source: complex grid values, ``(..., *grid)``.
       *points: ``x``, ``y``, ``z``: 1-3 real arrays ``(..., M)``.
       iflag: the sign of the exponent.
-      eps: the requested accuracy (clamped to the finest DUCC reaches).
+      eps: the requested accuracy, > 0 (see the module's docstring for the finest).
       opts: an object with ``modeord`` and ``nthreads``, as for :func:`nufft1`.
 
     Returns:
@@ -216,7 +220,8 @@ def nufft2(source, *points, iflag: int = -1, eps: float = 1e-6, opts=None):
     points = _split("nufft2", points, (1, 3))
     modeord, nthreads = _settings("nufft2", opts)
     return _jitted(source, tuple(points), (), fn="nufft2", kind=2, sign=_sign(iflag),
-                   eps=float(eps), modeord=modeord, nthreads=nthreads, grid=None)
+                   eps=check_positive("nufft2", "eps", eps), modeord=modeord,
+                   nthreads=nthreads, grid=None)
 
 
 def nufft3(source, *points, iflag: int = -1, eps: float = 1e-6, opts=None):
@@ -228,7 +233,7 @@ def nufft3(source, *points, iflag: int = -1, eps: float = 1e-6, opts=None):
         ``x, s`` (1-D), ``x, y, s, t`` (2-D) or ``x, y, z, s, t, u`` (3-D);
         sources ``(..., M)``, targets ``(..., K)``.
       iflag: the sign of the exponent.
-      eps: the requested accuracy (clamped to the finest DUCC reaches).
+      eps: the requested accuracy, > 0 (see the module's docstring for the finest).
       opts: an object with ``modeord`` and ``nthreads``, as for :func:`nufft1`.
 
     Returns:
@@ -241,5 +246,5 @@ def nufft3(source, *points, iflag: int = -1, eps: float = 1e-6, opts=None):
     d = len(points) // 2
     modeord, nthreads = _settings("nufft3", opts)
     return _jitted(source, tuple(points[:d]), tuple(points[d:]), fn="nufft3", kind=3,
-                   sign=_sign(iflag), eps=float(eps), modeord=modeord, nthreads=nthreads,
-                   grid=None)
+                   sign=_sign(iflag), eps=check_positive("nufft3", "eps", eps), modeord=modeord,
+                   nthreads=nthreads, grid=None)

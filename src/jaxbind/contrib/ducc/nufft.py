@@ -8,45 +8,53 @@ import jax.numpy as jnp
 import numpy as np
 
 from ... import get_linear_call, load_kwargs
-from ._common import ducc0, _MODE, _real_of
+from ._common import (_COMPLEX, _MODE, _real_of, check_choice, check_int, check_kwargs,
+                      check_nthreads, check_positive)
+from .nufft_points import _transform
 
 __all__ = ["get_nufft"]
 
 # --- non-uniform FFTs ------------------------------------------------------------
 
-def _nufft_apply(out, args, kwargs, kind):
+OP = "get_nufft"
+_DUCC_OPTIONS = ("verbosity", "sigma_min", "sigma_max")  # passed through to ducc0.nufft
+
+
+def _nufft_apply(out, args, kwargs_dump, transposed):
+    # Without conjugation, the transpose of the type-2 NUFFT with a given sign is the
+    # type-1 NUFFT with the same sign, and the other way round.
+    kw = load_kwargs(kwargs_dump)
     coord, values = args
-    if kind == 1:
-        ducc0.nufft.nu2u(points=values, coord=coord, out=out[0], **kwargs)
-    else:
-        ducc0.nufft.u2nu(grid=values, coord=coord, out=out[0], **kwargs)
+    kind = 3 - kw["nufft_type"] if transposed else kw["nufft_type"]
+    options = {k: kw[k] for k in _DUCC_OPTIONS if k in kw}
+    options["periodicity"] = kw["periodicity"]
+    _transform(out[0][None], values[None], coord.T, None,
+               dict(nufft_type=kind, sign=-1 if kw["forward"] else 1, eps=kw["epsilon"],
+                    nthreads=kw["nthreads"], modeord=kw["fft_order"], ducc_options=options))
 
 
 def _nufft(out, args, kwargs_dump):
-    kwargs = load_kwargs(kwargs_dump)
-    del kwargs["grid_shape"]
-    _nufft_apply(out, args, kwargs, kwargs.pop("nufft_type"))
+    _nufft_apply(out, args, kwargs_dump, False)
 
 
 def _nufft_T(out, args, kwargs_dump):
-    # Without conjugation, the transpose of the type-2 NUFFT with a given sign is the
-    # type-1 NUFFT with the same sign, and the other way round.
-    kwargs = load_kwargs(kwargs_dump)
-    del kwargs["grid_shape"]
-    _nufft_apply(out, args, kwargs, 3 - kwargs.pop("nufft_type"))
+    _nufft_apply(out, args, kwargs_dump, True)
 
 
 def _nufft_shapes(coord, kind, kwargs):
     grid = tuple(kwargs["grid_shape"])
-    if coord.ndim != 2 or coord.shape[1] != len(grid):
-        raise ValueError(f"jaxducc0 nufft: coord must be (npoints, {len(grid)}), got {coord.shape}")
+    if len(coord.shape) != 2 or coord.shape[1] != len(grid):
+        raise ValueError(f"jaxducc0.{OP}: coord must be (npoints, {len(grid)}) for a "
+                         f"{len(grid)}-D grid, got {tuple(coord.shape)}")
+    if np.dtype(coord.dtype) not in _COMPLEX:
+        raise TypeError(f"jaxducc0.{OP}: coord must be float32 or float64, got {coord.dtype}")
     return (grid, (coord.shape[0],)) if kind == 1 else ((coord.shape[0],), grid)
 
 
 def _nufft_abstract(coord, values, **kwargs):
     shape_in, shape_out = _nufft_shapes(coord, kwargs["nufft_type"], kwargs)[::-1]
     if values.shape != shape_in:
-        raise ValueError(f"jaxducc0 nufft type {kwargs['nufft_type']}: expected values of "
+        raise ValueError(f"jaxducc0.{OP} (type {kwargs['nufft_type']}): expected values of "
                          f"shape {shape_in}, got {values.shape}")
     _real_of(values.dtype, "nufft")
     return ((shape_out, values.dtype),)
@@ -72,19 +80,37 @@ def get_nufft(coord, grid_shape, *, nufft_type, forward=True, epsilon=1e-6, nthr
       grid_shape: shape of the uniform grid (ndim entries).
       nufft_type: 1 (non-uniform values -> grid, ``ducc0.nufft.nu2u``) or
         2 (grid -> values at the points, ``ducc0.nufft.u2nu``).
-      forward: exponent sign, -1 if True; epsilon: accuracy; fft_order: grid
+      forward: exponent sign, -1 if True; epsilon: accuracy (> 0; see
+        :func:`nufft1` for the finest DUCC reaches); fft_order: grid
         starts at the zero mode instead of the most negative one.
+      **kwargs: ``verbosity``, ``sigma_min`` and ``sigma_max``, passed to DUCC.
 
     Returns:
       ``op(values) -> [result]`` for complex64/complex128 values. Type 2
       computes ``c_j = sum_k f_k exp(∓ i k·x_j)``; type 1 the sum the other way.
       The transpose of one type is the other type with the same sign (JAX
-      transposes do not conjugate).
+      transposes do not conjugate). A non-finite point makes every output of
+      type 1 NaN, and the output at that point of type 2. No points, or an
+      empty grid, give zeros or an empty result.
     """
-    if nufft_type not in (1, 2):
-        raise ValueError(f"jaxducc0.get_nufft: nufft_type must be 1 or 2, got {nufft_type!r}")
+    check_choice(OP, "nufft_type", nufft_type, (1, 2))
+    grid = tuple(check_int(OP, "each grid_shape length", n) for n in np.atleast_1d(grid_shape))
+    if not 1 <= len(grid) <= 3:
+        raise ValueError(f"jaxducc0.{OP}: grid_shape must have 1-3 dimensions, got {grid}")
+    check_kwargs(OP, kwargs, _DUCC_OPTIONS)
+    if ("sigma_min" in kwargs) != ("sigma_max" in kwargs):
+        raise TypeError(f"jaxducc0.{OP}: give both sigma_min and sigma_max, or neither")
+    if "sigma_min" in kwargs:
+        lo, hi = (check_positive(OP, k, kwargs[k]) for k in ("sigma_min", "sigma_max"))
+        if not 1.2 <= lo < hi <= 2.5:
+            raise ValueError(f"jaxducc0.{OP}: DUCC needs 1.2 <= sigma_min < sigma_max <= 2.5, "
+                             f"got {lo} and {hi}")
+        kwargs.update(sigma_min=lo, sigma_max=hi)
+    if "verbosity" in kwargs:
+        kwargs["verbosity"] = check_int(OP, "verbosity", kwargs["verbosity"])
     coord = jnp.asarray(coord)
-    return partial(_nufft_op, coord, grid_shape=tuple(int(n) for n in grid_shape),
-                   nufft_type=nufft_type, forward=bool(forward), epsilon=float(epsilon),
-                   nthreads=int(nthreads), periodicity=periodicity, fft_order=bool(fft_order),
-                   **kwargs)
+    return partial(_nufft_op, coord, grid_shape=grid, nufft_type=nufft_type,
+                   forward=bool(forward), epsilon=check_positive(OP, "epsilon", epsilon),
+                   nthreads=check_nthreads(OP, nthreads),
+                   periodicity=check_positive(OP, "periodicity", periodicity),
+                   fft_order=bool(fft_order), **kwargs)

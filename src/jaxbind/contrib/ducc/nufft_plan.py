@@ -23,15 +23,16 @@ argument that is not data: compiled programs that call it keep it alive, and
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 
 import jax.numpy as jnp
 import numpy as np
 
 from ... import get_linear_call, load_kwargs
-from ._common import ducc0, _MODE, _REAL
+from ._accuracy import working_precision
+from ._common import _MODE, _REAL, check_int, check_positive, ducc0
 from .finufft import _settings, _sign
-from .nufft_points import best_epsilon
 
 __all__ = ["NufftPlan"]
 
@@ -87,12 +88,16 @@ class NufftPlan:
       *points: concrete coordinates ``x, [y, [z]]``, each ``(M,)``; for type 3
         followed by as many target coordinates ``s, [t, [u]]``, each ``(K,)``.
       iflag: the sign of the exponent (default: +1 for type 1, -1 otherwise).
-      eps: the requested accuracy (clamped to the finest DUCC reaches).
+      eps: the requested accuracy, > 0: clamped to the finest DUCC reaches; in single
+        precision, finer than single precision reaches plans in double precision (the
+        values are converted at each call and the results rounded back).
       opts: an object with ``modeord`` and ``nthreads``, as for :func:`nufft1`.
       dtype: complex64 or complex128; by default the complex type of the points.
 
     Calling the plan on values ``(..., M)`` (types 1 and 3) or ``(..., *n_modes)``
-    (type 2) gives ``(..., *n_modes)``, ``(..., M)`` or ``(..., K)``.
+    (type 2) gives ``(..., *n_modes)``, ``(..., M)`` or ``(..., K)``. Non-finite
+    points are refused here, when the plan is made; no points (or an empty grid)
+    give zeros.
     """
 
     def __init__(self, nufft_type: int, n_modes, *points, iflag: int | None = None,
@@ -113,31 +118,49 @@ class NufftPlan:
         if any(c.ndim != 1 for c in coords):
             raise ValueError(f"{NAME}: coordinates must be 1-D arrays, got shapes "
                              f"{[c.shape for c in coords]}")
-        real = np.dtype(dtype and _REAL.get(np.dtype(dtype)) or coords[0].dtype)
+        for group in (coords[:d], coords[d:]):
+            if len({c.shape for c in group}) > 1:
+                raise ValueError(f"{NAME}: the coordinate arrays of one point set must have "
+                                 f"one length, got shapes {[c.shape for c in group]}")
+        if dtype is not None and np.dtype(dtype) not in _REAL:
+            raise TypeError(f"{NAME}: dtype must be complex64 or complex128, got {dtype}")
+        real = np.dtype(_REAL[np.dtype(dtype)] if dtype is not None else coords[0].dtype)
         if real not in (np.float32, np.float64):
-            raise TypeError(f"{NAME}: coordinates must be float32 or float64 (or give dtype)")
+            raise TypeError(f"{NAME}: coordinates must be float32 or float64 (or give dtype), "
+                            f"got {real}")
         self.complex_dtype = np.dtype(np.complex64 if real == np.float32 else np.complex128)
         modeord, nthreads = _settings("NufftPlan", opts)
         self.nufft_type, self.ndim = nufft_type, d
         self.sign = _sign(1 if nufft_type == 1 else -1) if iflag is None else _sign(iflag)
-        eps = max(float(eps), best_epsilon(d, real == np.float32))
+        for c in coords:
+            if not np.isfinite(c).all():
+                raise ValueError(f"{NAME}: the points must be finite; point "
+                                 f"{int(np.argmin(np.isfinite(c)))} is {c[~np.isfinite(c)][0]}")
+        eps, in_double = working_precision("nufft3" if nufft_type == 3 else "nufft", d,
+                                           real == np.float32,
+                                           check_positive("NufftPlan", "eps", eps))
+        self._dtype = np.dtype(np.complex128) if in_double else self.complex_dtype
+        real = np.float64 if in_double else real
         src = np.ascontiguousarray(np.stack(coords[:d], axis=1), dtype=real)  # (M, d)
         m = src.shape[0]
         if nufft_type == 3:
             dst = np.ascontiguousarray(np.stack(coords[d:], axis=1), dtype=real)
             self.in_core, self.out_core = (m,), (dst.shape[0],)
-            self._plan = ducc0.nufft.experimental.plan3(coord_in=src, coord_out=dst,
-                                                        epsilon=eps, nthreads=nthreads)
+            empty = m == 0 or dst.shape[0] == 0
+            self._plan = None if empty else ducc0.nufft.experimental.plan3(
+                coord_in=src, coord_out=dst, epsilon=eps, nthreads=nthreads)
         else:
             if n_modes is None:
                 raise TypeError(f"{NAME}: types 1 and 2 need n_modes, the grid's shape")
-            grid = tuple(int(n) for n in np.atleast_1d(n_modes))
+            grid = tuple(check_int("NufftPlan", "each n_modes length", n)
+                         for n in np.atleast_1d(n_modes))
             if len(grid) != d:
                 raise ValueError(f"{NAME}: n_modes {grid} for {d}-D points")
             self.in_core, self.out_core = ((m,), grid) if nufft_type == 1 else (grid, (m,))
-            self._plan = ducc0.nufft.plan(nu2u=nufft_type == 1, coord=src, grid_shape=grid,
-                                          epsilon=eps, nthreads=nthreads,
-                                          fft_order=bool(modeord))
+            empty = m == 0 or 0 in grid
+            self._plan = None if empty else ducc0.nufft.plan(
+                nu2u=nufft_type == 1, coord=src, grid_shape=grid, epsilon=eps,
+                nthreads=nthreads, fft_order=bool(modeord))
         self._lock = threading.Lock()
         self.id = next(_ids)
 
@@ -151,6 +174,17 @@ class NufftPlan:
                             f"{values.dtype} (was the program traced with jax_enable_x64 off?)")
         if out.size == 0:
             return
+        if self._plan is None:  # no points, or an empty grid: every sum is empty
+            out[...] = 0
+            return
+        result = out
+        if self._dtype != out.dtype:  # planned in double precision: convert, round back
+            values, result = values.astype(self._dtype), np.empty(out.shape, self._dtype)
+        self._run_plan(values, result, transposed)
+        if result is not out:
+            out[...] = result
+
+    def _run_plan(self, values, out, transposed):
         forward = self.sign < 0
         p, kind = self._plan, self.nufft_type
         if kind == 3:
@@ -170,7 +204,7 @@ class NufftPlan:
         if tuple(values.shape[values.ndim - n:]) != self.in_core:
             raise ValueError(f"{NAME}: this type-{self.nufft_type} plan takes values of shape "
                              f"(..., *{self.in_core}), got {tuple(values.shape)}")
-        flat = values.reshape((-1,) + self.in_core)
+        flat = values.reshape((math.prod(lead),) + self.in_core)
         (out,) = _op(flat, plan=self)
         return out.reshape(lead + self.out_core)
 

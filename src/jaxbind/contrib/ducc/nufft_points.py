@@ -36,17 +36,19 @@ Shapes (``T`` transforms share the points; ``d`` in 1..3 dimensions):
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import jax.numpy as jnp
 import numpy as np
 
 from ... import get_nonlinear_call, jax_function, load_kwargs
-from ._common import ducc0, _MODE, _REAL
+from ._accuracy import finest_epsilon, working_precision
+from ._common import _MODE, _REAL, check_int, check_nthreads, check_positive, ducc0
+
+_NAN = complex(np.nan, np.nan)  # what a non-finite point gives where it enters
 
 __all__ = ["nufft_points", "best_epsilon", "mode_numbers"]
 
 NAME = "jaxducc0.nufft_points"
+OP = NAME.split(".", 1)[1]
 
 
 def mode_numbers(n: int, modeord: int) -> np.ndarray:
@@ -60,34 +62,69 @@ def mode_numbers(n: int, modeord: int) -> np.ndarray:
     return np.fft.ifftshift(k) if modeord else k
 
 
-@lru_cache(maxsize=None)
-def best_epsilon(ndim: int, single: bool) -> float:
-    """The finest accuracy DUCC reaches in `ndim` dimensions at this precision."""
-    return float(ducc0.nufft.bestEpsilon(ndim=ndim, singleprec=single)) * 1.001
+def best_epsilon(ndim: int, single: bool, nufft_type: int = 1) -> float:
+    """The finest accuracy DUCC reaches for this NUFFT type in `ndim` dimensions."""
+    return finest_epsilon("nufft3" if nufft_type == 3 else "nufft", ndim, single)
 
 
 # --- the callable: DUCC on NumPy views ---------------------------------------------
 
+def _finite_columns(coords):
+    """None if every point (a column of the (d, M) coordinates) is finite, else the mask."""
+    if coords is None or np.isfinite(coords).all():
+        return None
+    return np.isfinite(coords).all(axis=0)
+
+
 def _transform(out, values, xs, qs, kw):
-    """One call: values (T, ...) and points sharing them, into out (T, ...)."""
+    """One call: values (T, ...) and points sharing them, into out (T, ...).
+
+    Non-finite coordinates give NaN wherever they enter the sum: type 1 (and type 3
+    with a non-finite source) every output, type 2 (and type 3 with a non-finite
+    target) the outputs at those points. DUCC itself is never given them.
+    """
     kind, forward = kw["nufft_type"], kw["sign"] < 0
     if out.size == 0:
         return
     if values.size == 0 or xs.shape[-1] == 0 or (qs is not None and qs.shape[-1] == 0):
         out[...] = 0
         return
-    eps = max(kw["eps"], best_epsilon(xs.shape[0], values.dtype == np.complex64))
-    common = dict(forward=forward, epsilon=eps, nthreads=kw["nthreads"])
+    src_ok, dst_ok = _finite_columns(xs), None
+    if kind == 2:
+        src_ok, dst_ok = None, src_ok
+    elif kind == 3:
+        dst_ok = _finite_columns(qs)
+    if src_ok is not None:  # a non-finite source point reaches every output
+        out[...] = _NAN
+        return
+    if dst_ok is not None:  # compute at a harmless place, then mark those outputs
+        fixed = np.where(dst_ok, xs if kind == 2 else qs, 0)
+        xs, qs = (fixed, qs) if kind == 2 else (xs, fixed)
+    single = values.dtype == np.complex64
+    extra = kw.get("ducc_options", {})  # get_nufft's: periodicity, sigma_min/max, verbosity
+    sigma = (extra["sigma_min"], extra["sigma_max"]) if "sigma_min" in extra else None
+    eps, in_double = working_precision("nufft3" if kind == 3 else "nufft", xs.shape[0], single,
+                                       kw["eps"], sigma)
+    target = out
+    if in_double:  # single precision cannot reach eps: compute in double, round back
+        values, xs = values.astype(np.complex128), xs.astype(np.float64)
+        qs = None if qs is None else qs.astype(np.float64)
+        target = np.empty(out.shape, np.complex128)
+    common = dict(forward=forward, epsilon=eps, nthreads=kw["nthreads"], **extra)
     coord = xs.T  # (M, d), a strided view of the (d, M) buffer: no copy
     if kind == 1:
-        ducc0.nufft.nu2u(points=values, coord=coord, out=out, fft_order=bool(kw["modeord"]),
-                         **common)
+        ducc0.nufft.nu2u(points=values, coord=coord, out=target,
+                         fft_order=bool(kw["modeord"]), **common)
     elif kind == 2:
-        ducc0.nufft.u2nu(grid=values, coord=coord, out=out, fft_order=bool(kw["modeord"]),
-                         **common)
+        ducc0.nufft.u2nu(grid=values, coord=coord, out=target,
+                         fft_order=bool(kw["modeord"]), **common)
     else:
         ducc0.nufft.experimental.nu2nu(points_in=values, coord_in=coord, coord_out=qs.T,
-                                       points_out=out, **common)
+                                       points_out=target, **common)
+    if in_double:
+        out[...] = target
+    if dst_ok is not None:
+        out[:, ~dst_ok] = _NAN
 
 
 def _call(out, args, kwargs_dump):
@@ -230,7 +267,9 @@ def nufft_points(values, xs, *qs, nufft_type: int, sign: int, eps: float, modeor
       *qs: type 3 only: the ``(d, K)`` target coordinates.
       nufft_type: 1, 2 or 3.
       sign: the sign of the exponent, +1 or -1.
-      eps: the requested accuracy; finer than DUCC can reach is clamped to the finest.
+      eps: the requested accuracy (> 0). Finer than DUCC reaches is clamped to the finest
+        it reaches; in single precision, finer than single precision's kernels reach is
+        computed in double precision and rounded back (see :mod:`._accuracy`).
       modeord: 0: grids run from the most negative mode; 1: FFT order.
       nthreads: DUCC threads (0: all).
       grid: type 1 only: the output grid's shape.
@@ -253,11 +292,12 @@ def nufft_points(values, xs, *qs, nufft_type: int, sign: int, eps: float, modeor
     if nufft_type == 1:
         if grid is None:
             raise TypeError(f"{NAME}: type 1 needs the grid shape")
-        grid = tuple(int(n) for n in grid)
+        grid = tuple(check_int(OP, "each grid length", n) for n in np.atleast_1d(grid))
     else:
         grid = None
-    return _op(values, xs, *qs, nufft_type=int(nufft_type), sign=int(sign), eps=float(eps),
-               modeord=int(modeord), nthreads=int(nthreads), grid=grid)
+    return _op(values, xs, *qs, nufft_type=int(nufft_type), sign=int(sign),
+               eps=check_positive(OP, "eps", eps), modeord=int(modeord),
+               nthreads=check_nthreads(OP, nthreads), grid=grid)
 
 
 nufft_points.op = _op  # the jaxbind op itself, e.g. for jaxbind.testing.check

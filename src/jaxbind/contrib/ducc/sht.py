@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ... import get_linear_call, load_kwargs
-from ._common import ducc0, _COMPLEX, _MODE
+from ._common import _COMPLEX, _MODE, check_int, check_nthreads, ducc0
 
 __all__ = ["get_healpix_sht", "nalm", "realalm_size", "realalm_ell", "realalm_to_alm",
            "alm_to_realalm"]
@@ -114,8 +114,8 @@ def _ncomp(spin):
 def _sht_abstract(x, **kwargs):
     ncomp, n = _ncomp(kwargs["spin"]), 2 * nalm(kwargs["lmax"], kwargs["mmax"]) - kwargs["lmax"] - 1
     if x.shape != (ncomp, n) or x.dtype not in _COMPLEX:
-        raise ValueError(f"jaxducc0 healpix SHT: expected real alm of shape {(ncomp, n)} and "
-                         f"dtype float32/float64, got {x.shape} {x.dtype}")
+        raise ValueError(f"jaxducc0.get_healpix_sht: expected real alm of shape {(ncomp, n)} "
+                         f"and dtype float32/float64, got {x.shape} {x.dtype}")
     return (((ncomp, 12 * kwargs["nside"] ** 2), x.dtype),)
 
 
@@ -133,10 +133,10 @@ def get_healpix_sht(nside, lmax, mmax, spin, nthreads=1):
     """Spherical-harmonic synthesis on a HEALPix (RING) grid, as a linear JAX op.
 
     Args:
-      nside: HEALPix resolution; the map has ``12 * nside**2`` pixels.
-      lmax: maximum l (inclusive).
-      mmax: maximum m (inclusive).
-      spin: 0 for scalar maps (1 component), otherwise 2 components.
+      nside: HEALPix resolution (>= 1); the map has ``12 * nside**2`` pixels.
+      lmax: maximum l (inclusive, >= spin).
+      mmax: maximum m (inclusive, 0 <= mmax <= lmax).
+      spin: 0 for scalar maps (1 component), otherwise (> 0) 2 components.
       nthreads: DUCC threads (0: all hardware threads).
 
     Returns:
@@ -147,5 +147,14 @@ def get_healpix_sht(nside, lmax, mmax, spin, nthreads=1):
       op is an orthogonal-friendly real-linear map. ``map`` has shape
       ``(ncomp, 12 * nside**2)`` and the dtype of ``alm``.
     """
-    return partial(_healpix_sht, nside=int(nside), lmax=int(lmax), mmax=int(mmax),
-                   spin=int(spin), nthreads=int(nthreads))
+    op = "get_healpix_sht"
+    nside = check_int(op, "nside", nside, 1)
+    lmax = check_int(op, "lmax", lmax, 0)
+    mmax = check_int(op, "mmax", mmax, 0)
+    spin = check_int(op, "spin", spin, 0)
+    if mmax > lmax:
+        raise ValueError(f"jaxducc0.{op}: mmax must be <= lmax, got mmax={mmax}, lmax={lmax}")
+    if lmax < spin:
+        raise ValueError(f"jaxducc0.{op}: lmax must be >= spin, got lmax={lmax}, spin={spin}")
+    return partial(_healpix_sht, nside=nside, lmax=lmax, mmax=mmax, spin=spin,
+                   nthreads=check_nthreads(op, nthreads))
