@@ -25,6 +25,10 @@
 #include "state.h"
 #include "views.h"
 
+#if defined(__GLIBCXX__)
+#include <cxxabi.h>  // abi::__forced_unwind
+#endif
+
 namespace jaxbind {
 
 constexpr const char *kMissingAttributes =
@@ -177,6 +181,10 @@ ffi::Error guarded(const ffi::Dictionary &attrs, Body &&body) {
                                          : nb::object(nb::str(name().c_str()));
       message = nb::cast<std::string>(
           state->formatter(where, e.type(), e.value(), e.traceback()));
+#if defined(__GLIBCXX__)
+    } catch (abi::__forced_unwind &) {
+      throw;
+#endif
     } catch (...) {
       message = "jaxbind: callable of '" + name() + "' failed: " + e.what();
     }
@@ -185,6 +193,10 @@ ffi::Error guarded(const ffi::Dictionary &attrs, Body &&body) {
     return error(ffi::ErrorCode::kInvalidArgument, "'" + name() + "': " + e.what());
   } catch (std::exception &e) {
     return error(ffi::ErrorCode::kInternal, "'" + name() + "': " + e.what());
+#if defined(__GLIBCXX__)
+  } catch (abi::__forced_unwind &) {
+    throw;  // a thread ended at interpreter exit unwinds through here: never swallow it
+#endif
   } catch (...) {
     return error(ffi::ErrorCode::kInternal, "'" + name() + "': unknown C++ exception");
   }
@@ -204,8 +216,21 @@ ffi::Error Call(ffi::RemainingArgs all_args, ffi::RemainingRets all_rets, ffi::D
       PyObject *result = PyObject_Vectorcall(site.callable.ptr(), argv, 3, nullptr);
       if (result == nullptr) {
         nb::python_error raised;  // takes the exception; the views can then be released
-        make_read_only(outs);     // a view the callable kept must not write into XLA's memory
+        release_views(outs, ins, site);  // a view the callable kept gets its own copy
         throw raised;
+      }
+      if (result != Py_None) {  // the commonest mistake: returning the result
+        nb::object returned = nb::steal(result);
+        release_views(outs, ins, site);
+        std::string what = nb::cast<std::string>(nb::type_name(returned.type()));
+        PyErr_Format(PyExc_TypeError, "%s",
+                     ("the callable returned a " + what + " instead of None. A callable of "
+                      "get_linear_call / get_nonlinear_call writes each result into its "
+                      "output array, out[k][...] = result, and returns nothing; to return "
+                      "results instead, define the op with the JAX-native API "
+                      "(jaxbind.linear_op, multilinear_op, nonlinear_op)")
+                         .c_str());
+        throw nb::python_error();
       }
       Py_DECREF(result);
       if (!release_views(outs, ins, site)) {  // nothing kept: reuse them next time
@@ -377,6 +402,33 @@ NB_MODULE(_ext, m) {
       nb::arg("dtypes"), nb::arg("resolver"), nb::arg("formatter"), nb::arg("gpu_dispatch"),
       "Set the dtype table {XLA element type: numpy dtype}, the site resolver, the error "
       "formatter and the GPU dispatcher (see jaxbind/_runtime.py).");
+
+  m.def(
+      "set_view_hooks",
+      [](nb::object collect_garbage, nb::object escaped) {
+        if (state == nullptr) state = new State();
+        state->collect_garbage = collect_garbage;
+        state->escaped = escaped;
+      },
+      nb::arg("collect_garbage"), nb::arg("escaped"),
+      "Set what runs when a callable kept a view: collect_garbage() drops JAX's lingering "
+      "references; escaped(label, [(address, nbytes, view, holders)], outs, ins) is told "
+      "the views that were given their own copies.");
+
+  m.def(
+      "move_view",
+      [](nb::handle obj, uintptr_t old_start, int64_t nbytes, uintptr_t new_start) {
+        if (!PyArray_Check(obj.ptr())) throw nb::type_error("not a NumPy array");
+        auto *fields = reinterpret_cast<PyArrayObject_fields *>(obj.ptr());
+        auto at = reinterpret_cast<uintptr_t>(fields->data);
+        if (at < old_start || at >= old_start + static_cast<uintptr_t>(nbytes)) return false;
+        fields->data = reinterpret_cast<char *>(new_start + (at - old_start));
+        PyArray_CLEARFLAGS(reinterpret_cast<PyArrayObject *>(obj.ptr()), NPY_ARRAY_WRITEABLE);
+        return true;
+      },
+      nb::arg("array"), nb::arg("old_start"), nb::arg("nbytes"), nb::arg("new_start"),
+      "Point an array derived from a view (a slice, a reshape) that pointed into "
+      "[old_start, old_start + nbytes) at the same place in the view's copy, read-only.");
 
   m.def(
       "shutdown", []() { shutting_down.store(true); },

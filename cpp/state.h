@@ -82,6 +82,8 @@ struct State {
   nb::object resolver;   // see _runtime.resolve_site; returns a Site
   nb::object formatter;  // (label, type, value, traceback) -> str
   nb::object gpu_dispatch;  // runs a GPU call; see _gpu.dispatch
+  nb::object collect_garbage;  // drops JAX's lingering references to host arrays
+  nb::object escaped;  // views that outlived their call; see _runtime.escaped_views
 };
 
 // Created by init() and deliberately never destroyed: XLA threads may still

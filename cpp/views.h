@@ -171,27 +171,61 @@ inline int64_t batch_size(const Site &site, const Args &args, const Rets &rets) 
 }
 
 // After the call, the views point at memory XLA will reuse. Make the output
-// views read-only, so that a reference the callable kept cannot write into
-// later results, and warn when the callable kept one. Returns whether it kept
-// one; throws if the warning was turned into an exception.
-inline bool make_read_only(const nb::object &outs) {  // returns whether one is still referenced
-  bool kept = false;
-  for (nb::handle view : nb::borrow<nb::tuple>(outs)) {
+// views read-only, so that nothing can write into later results through them.
+inline void make_read_only(const nb::object &outs) {
+  for (nb::handle view : nb::borrow<nb::tuple>(outs))
     PyArray_CLEARFLAGS(reinterpret_cast<PyArrayObject *>(view.ptr()), NPY_ARRAY_WRITEABLE);
-    kept |= Py_REFCNT(view.ptr()) > 1;
-  }
-  return kept;
 }
 
+// Whether anything but the call itself still refers to the views or their tuples.
+inline bool any_kept(const nb::object &outs, const nb::object &ins) {
+  if (Py_REFCNT(outs.ptr()) > 1 || Py_REFCNT(ins.ptr()) > 1) return true;
+  for (const nb::object *views : {&outs, &ins})
+    for (nb::handle view : nb::borrow<nb::tuple>(*views))
+      if (Py_REFCNT(view.ptr()) > 1) return true;
+  return false;
+}
+
+// Give a view that outlives its call its own copy of the data: it keeps reading what
+// the buffer held at the end of the call, never memory XLA has reused. The copy becomes
+// the view's base (a view of XLA's memory has none), so it lives as long as the view.
+inline void detach(PyObject *obj) {
+  auto *array = reinterpret_cast<PyArrayObject *>(obj);
+  if (PyArray_BASE(array) != nullptr) return;  // already has its own copy
+  PyObject *copy = PyArray_NewCopy(array, NPY_CORDER);
+  if (copy == nullptr) throw nb::python_error();
+  reinterpret_cast<PyArrayObject_fields *>(obj)->data =
+      PyArray_BYTES(reinterpret_cast<PyArrayObject *>(copy));
+  if (PyArray_SetBaseObject(array, copy) != 0) throw nb::python_error();  // steals `copy`
+}
+
+// After the call: returns false when nothing kept a view (the site reuses them next
+// time). Otherwise JAX's own lingering references (arrays passed to jax calls inside
+// the callable) are dropped first; views still referred to then, or all views of a
+// tuple that was kept, get their own copies, and `escaped` (see _runtime) is told
+// the memory they pointed at and how many references each had, to warn about JAX
+// arrays that alias that memory.
 inline bool release_views(const nb::object &outs, const nb::object &ins, const Site &site) {
-  bool kept = Py_REFCNT(outs.ptr()) > 1 || Py_REFCNT(ins.ptr()) > 1;
-  kept |= make_read_only(outs);
-  for (nb::handle view : nb::borrow<nb::tuple>(ins)) kept |= Py_REFCNT(view.ptr()) > 1;
-  if (!kept) return false;
-  std::string text = "jaxbind: the callable of " + nb::cast<std::string>(nb::str(site.label)) +
-                     " kept a reference to its input or output arrays after returning; they "
-                     "are views of XLA buffers, valid only during the call (copy what you need)";
-  if (PyErr_WarnEx(PyExc_RuntimeWarning, text.c_str(), 1) != 0) throw nb::python_error();
+  make_read_only(outs);
+  if (!any_kept(outs, ins)) return false;
+  if (state->collect_garbage.is_valid()) state->collect_garbage();
+  if (!any_kept(outs, ins)) return false;
+  nb::list moved;
+  for (const nb::object *views : {&outs, &ins}) {
+    bool tuple_kept = Py_REFCNT(views->ptr()) > 1;
+    for (nb::handle view : nb::borrow<nb::tuple>(*views)) {
+      if (!tuple_kept && Py_REFCNT(view.ptr()) == 1) continue;
+      auto *array = reinterpret_cast<PyArrayObject *>(view.ptr());
+      if (PyArray_BASE(array) != nullptr) continue;
+      Py_ssize_t holders = Py_REFCNT(view.ptr()) - 1;  // all but the tuple's reference
+      moved.append(nb::make_tuple(reinterpret_cast<uintptr_t>(PyArray_DATA(array)),
+                                  static_cast<int64_t>(PyArray_NBYTES(array)), view,
+                                  static_cast<int64_t>(holders)));
+      detach(view.ptr());
+    }
+  }
+  if (state->escaped.is_valid() && nb::len(moved) > 0)
+    state->escaped(site.label, moved, outs, ins);
   return true;
 }
 

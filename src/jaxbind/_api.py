@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Sequence
 
 import jax
@@ -162,12 +163,30 @@ def _linear_in(linear_in, first_n_args_fixed) -> tuple:
     return args
 
 
+def _check_body_runs(what: str, fn, name) -> None:
+    """A generator or async function returns without running its body: its results
+    would never be written. Refused here, as the trampoline refuses a return value."""
+    target = fn.func if isinstance(fn, functools.partial) else fn
+    if inspect.isgeneratorfunction(target) or inspect.iscoroutinefunction(target) \
+            or inspect.isasyncgenfunction(target):
+        raise TypeError(
+            f"jaxbind: {what} of '{name or getattr(target, '__qualname__', target)}' is a "
+            f"{'generator' if inspect.isgeneratorfunction(target) else 'coroutine'} function: "
+            "calling it returns without running its body, so it would never write its "
+            "results. A callable writes each result into out[k][...] and returns None")
+
+
 def _make_op(kind: Kind, f, transposes, derivatives, abstract, abstract_T,
              first_n_args_fixed, func_can_batch, name, replace, platform_mode,
              input_output_aliases=None, has_side_effect=False, ordered=False,
              linear_in=()) -> Op:
     if not callable(f):
         raise TypeError(f"jaxbind: f must be callable, got {f!r}")
+    for what, fn in (("f", f), *(((f"f_T[{i}]" if isinstance(transposes, tuple) else "f_T"), t)
+                                 for i, t in enumerate(transposes if isinstance(transposes, tuple)
+                                                       else (transposes,))),
+                     *zip(("f_jvp", "f_vjp"), derivatives or ())):
+        _check_body_runs(what, fn, name)
     if not callable(abstract):
         raise TypeError(f"jaxbind: abstract must be callable, got {abstract!r}")
     if isinstance(first_n_args_fixed, bool) or not isinstance(first_n_args_fixed, int) \

@@ -21,6 +21,7 @@ from __future__ import annotations
 import enum
 import functools
 import threading
+import types
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -66,10 +67,13 @@ class JaxFunction:
         return self.fn(*args, **kwargs)
 
     def __eq__(self, other):
-        return isinstance(other, JaxFunction) and other.fn == self.fn
+        return isinstance(other, JaxFunction) and same_values(other.fn, self.fn)
 
     def __hash__(self):
-        return hash(self.fn)
+        try:
+            return hash(self.fn)
+        except TypeError:  # e.g. a dataclass with eq=True: equal ones share their type
+            return hash(type(self.fn))
 
     def __repr__(self):
         return f"jax_function({self.fn!r})"
@@ -264,7 +268,7 @@ def register(binding: Binding, *, explicit_name: bool, replace: bool = False
             if existing is None:
                 _registry[binding.name] = binding
                 return binding, True
-            if existing.callables() == binding.callables():
+            if same_values(existing.callables(), binding.callables()):
                 return existing, False
             if explicit_name and replace:
                 # Its call sites go (the trampoline's cache holds them weakly), so
@@ -279,6 +283,31 @@ def register(binding: Binding, *, explicit_name: bool, replace: bool = False
                     "replace that binding")
             suffix += 1
             binding.name = f"{base}#{suffix}"
+
+
+def same_values(a, b) -> bool:
+    """Whether two registrations hold the same things: the same callables (a bound
+    method: the same function on the same object), equal plain values. A user's
+    ``__eq__`` decides only where it answers with a bool: a dataclass holding an
+    array compares elementwise, which says neither."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if type(a) in (tuple, list):
+        return len(a) == len(b) and all(same_values(x, y) for x, y in zip(a, b))
+    if type(a) is dict:
+        return a.keys() == b.keys() and all(same_values(a[k], b[k]) for k in a)
+    if isinstance(a, types.MethodType):
+        return a.__self__ is b.__self__ and a.__func__ is b.__func__
+    if isinstance(a, functools.partial):
+        return (same_values(a.func, b.func) and same_values(a.args, b.args)
+                and same_values(a.keywords, b.keywords))
+    try:
+        equal = a == b
+    except Exception:
+        return False
+    return equal if isinstance(equal, bool) else False
 
 
 def lookup(name: str) -> Binding | None:

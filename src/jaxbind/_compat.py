@@ -27,7 +27,7 @@ __all__ = [
     "for_export", "not_mapped", "define_primitive", "zero_tangent", "check_jax_version",
     "hlo", "ir", "mlir_internal", "output_aval", "InconclusiveDimensionOperation", "no_effects",
     "abstract_token", "XLA_CPU_ROOT_CALL_ABORTS",
-    "FFI_SIDE_EFFECT", "ORDERED_IO_EFFECT", "config_use_shardy", "sdy_sharding_rule", "register_batch_partitionable",
+    "FFI_SIDE_EFFECT", "ORDERED_IO_EFFECT", "collect_jax_garbage", "config_use_shardy", "sdy_sharding_rule", "register_batch_partitionable",
 ]
 
 from ._versions import NEWEST_TESTED_JAX, OLDEST_SUPPORTED_JAX  # noqa: E402
@@ -142,6 +142,27 @@ def register_batch_partitionable(target: str) -> None:
 
 from ._buildcheck import version_tuple as _version_tuple  # noqa: E402
 import jaxlib  # noqa: E402
+
+def _find_collect_garbage():
+    """jaxlib's function that drops the references JAX still holds to host arrays it was
+    given (released lazily, at the next JAX call): ``_jax.collect_garbage`` in jaxlib
+    0.7 - 0.12; ``xla_extension.collect_garbage`` before. None if neither exists."""
+    from jax._src import lib
+
+    for module in ("_jax", "xla_extension"):
+        found = getattr(getattr(lib, module, None), "collect_garbage", None)
+        if found is not None:
+            return found
+    return None
+
+
+_collect_garbage = _find_collect_garbage()
+
+
+def collect_jax_garbage() -> None:
+    if _collect_garbage is not None:
+        _collect_garbage()
+
 
 # jaxlib 0.7's CPU compiler aborts on a root custom call fed by a concatenate
 # (fixed in 0.8); _lowering works around it.

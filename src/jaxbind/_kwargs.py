@@ -64,14 +64,46 @@ class KwargsDump:
         return "{" + ", ".join(f"{k}={_short(v)}" for k, v in self._values.items()) + "}"
 
     def to_dict(self) -> dict[str, Any]:
-        """A fresh dict of the keyword arguments (callers may pop from it)."""
-        return dict(self._values)
+        """A fresh copy of the keyword arguments, as they were passed.
+
+        Callers may change it: dicts and lists in it are new at every call (tuples are
+        rebuilt where they hold one), so no change reaches a later call or another
+        binding. NumPy arrays are shared, read-only; other objects are the objects
+        that were passed (never a lookalike: see encode_kwargs).
+        """
+        return {name: _fresh(value) for name, value in self._values.items()}
 
     def with_extra(self, **extra) -> KwargsDump:
         """This dump plus `extra` entries (e.g. batch_axes)."""
         if not extra:
             return self
         return encode_kwargs({**self._values, **extra})
+
+
+def _fresh(value):
+    """`value` with its dicts and lists copied, all the way down (leaves are shared)."""
+    kind = type(value)
+    if kind is dict:
+        return {k: _fresh(v) for k, v in value.items()}
+    if kind is list:
+        return [_fresh(v) for v in value]
+    if kind is tuple and any(type(v) in (dict, list, tuple) for v in value):
+        return tuple(_fresh(v) for v in value)
+    return value
+
+
+def _identities(value, out: list) -> list:
+    """The ids of the objects in `value` that are not plain data (see encode_kwargs)."""
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            _identities(item, out)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _identities(item, out)
+    elif not (value is None or isinstance(value, (bool, int, float, complex, str, bytes,
+                                                     np.ndarray, np.generic))):
+        out.append(id(value))
+    return out
 
 
 def _short(value) -> str:
@@ -214,7 +246,11 @@ def encode_kwargs(kwargs: Mapping[str, Any], where: str = "jaxbind op") -> Kwarg
         raise TypeError(
             f"jaxbind: {where}: keyword arguments must be plain data or picklable; "
             f"{type(exc).__name__}: {exc}") from exc
-    blob = _LOCAL_TAG + hashlib.blake2b(pickled, digest_size=16).digest()
+    # Two objects that pickle alike are still two objects (a plan, a handle, anything
+    # whose state lives outside its pickle): the digest names the very objects too.
+    # Their ids stay theirs while the dump, which holds them, lives.
+    identities = repr(_identities([value for _, value in items], [])).encode()
+    blob = _LOCAL_TAG + hashlib.blake2b(pickled + identities, digest_size=16).digest()
     dump = _local.get(blob)
     if dump is None:
         dump = KwargsDump(blob, {name: _frozen_copy(value) for name, value in items})
@@ -272,8 +308,10 @@ def load_kwargs(kwargs_dump) -> dict[str, Any]:
         uint8 NumPy array is accepted too.
 
     Returns:
-      A new dict each call; callables may pop from it. NumPy arrays in it are
-      read-only, since every call of the same call site shares them.
+      A new dict each call, holding the keyword arguments as they were passed:
+      callables may change it, and the dicts and lists in it, without any change
+      reaching a later call or another binding. NumPy arrays in it are read-only,
+      since every call of the same call site shares them.
     """
     if isinstance(kwargs_dump, KwargsDump):
         return kwargs_dump.to_dict()

@@ -9,6 +9,7 @@ Everything here runs inside a compiled program, called from C++ with the GIL hel
 - :class:`BufferCheck`: the site's check of the buffers XLA hands over against what
   the binding's abstract function declares for them, once per new set of shapes.
 - :func:`format_callback_error`: the text of the error a failing callable becomes.
+- :func:`escaped_views`: told when views outlived their call (they then hold copies).
 - GPU calls go to :func:`jaxbind._gpu.dispatch`.
 
 :func:`install` hands these to the trampoline, once, at import. Trace-time code
@@ -18,7 +19,9 @@ Everything here runs inside a compiled program, called from C++ with the GIL hel
 from __future__ import annotations
 
 import atexit
+import gc
 import traceback
+import warnings
 
 import jax
 import numpy as np
@@ -27,7 +30,7 @@ from . import _ext, _gpu
 from ._abstract import check_result
 from ._binding import Role, lookup
 from ._callformat import FORMAT, Loop, NO_LOOP, site_digest
-from ._compat import ShapedArray
+from ._compat import ShapedArray, collect_jax_garbage
 from ._dtypes import XLA_ELEMENT_TYPES
 from ._kwargs import decode_kwargs, encode_kwargs
 
@@ -40,6 +43,7 @@ def install() -> None:
     """Hand the trampoline its tables and callbacks (once, at import)."""
     assert _ext.call_format == FORMAT, "the extension and the Python package disagree"
     _ext.init(XLA_ELEMENT_TYPES, resolve_site, format_callback_error, _gpu.dispatch)
+    _ext.set_view_hooks(collect_jax_garbage, escaped_views)
     atexit.register(_ext.shutdown)  # handlers stop calling Python once the interpreter exits
 
 
@@ -185,6 +189,103 @@ class BufferCheck:
 def _describe(buffers) -> str:
     return ", ".join(f"{XLA_ELEMENT_TYPES[c].name if c in XLA_ELEMENT_TYPES else c}"
                      f"{list(s)}" for s, c in buffers)
+
+
+def escaped_views(label, moved, outs, ins) -> None:
+    """Views of a call outlived it and now hold their own copies (see cpp/views.h).
+
+    `moved` lists ``(address, nbytes, view, holders)``: the XLA memory each view
+    pointed at, and how many references other than its tuple's it had. What holds a
+    view itself is fine now. What took the memory from it during the call is not:
+
+    - arrays derived from a view (slices, reshapes, ``.T``, ``.real``) point into
+      XLA's memory too. Those the garbage collector can reach are moved into the view's
+      copy, read-only;
+    - a memoryview of a view is released (using it raises, rather than reading
+      reused memory);
+    - JAX arrays made from a view (``jax.device_put`` / ``jnp.asarray`` alias NumPy
+      memory on the CPU), and holders outside Python, cannot be moved: they are named
+      in a warning.
+
+    Costs nothing unless a callable kept something: then one pass over the garbage
+    collector's referrers, and a pass over its objects if a view has holders that the
+    first cannot explain.
+    """
+    views = [entry[2] for entry in moved]
+    ours = {id(outs), id(ins), id(moved), id(views)} | {id(entry) for entry in moved}
+    held = {id(v): 0 for v in views}
+    for referrer in gc.get_referrers(*views):
+        # a memoryview's buffer holds the view's memory, not just the view
+        if id(referrer) in ours or type(referrer).__name__ == "managedbuffer":
+            continue
+        for item in gc.get_referents(referrer):
+            if id(item) in held:
+                held[id(item)] += 1
+    unexplained = {id(e[2]): e for e in moved if e[3] > held[id(e[2])]}
+    if not unexplained:
+        return
+    derived = _move_derived(unexplained)
+    for key, (start, nbytes, view, holders) in unexplained.items():
+        if holders <= held[key] + derived.get(key, 0):
+            continue
+        warnings.warn(_held_elsewhere(label, start, nbytes), RuntimeWarning, stacklevel=2)
+        return
+
+
+def _move_derived(escaped) -> dict:
+    """Move arrays derived from the escaped views into their copies; count them per view."""
+    found, seen = {}, set()
+    for obj in gc.get_objects():
+        for item in gc.get_referents(obj):
+            if id(item) in seen:
+                continue
+            if isinstance(item, np.ndarray):
+                base = item.base
+                entry = escaped.get(id(base)) if base is not None else None
+                if entry is None or item is entry[2]:
+                    continue
+                seen.add(id(item))
+                start, nbytes, view, _ = entry
+                if _ext.move_view(item, start, nbytes, view.ctypes.data):
+                    found[id(base)] = found.get(id(base), 0) + 1
+            elif isinstance(item, memoryview) and id(_exporter(item)) in escaped:
+                seen.add(id(item))
+                found[id(item.obj)] = found.get(id(item.obj), 0) + 1
+                try:
+                    item.release()
+                except (BufferError, ValueError):
+                    pass
+    return found
+
+
+def _exporter(view: memoryview):
+    try:
+        return view.obj
+    except ValueError:  # released already
+        return None
+
+
+def _held_elsewhere(label, start, nbytes) -> str:
+    try:
+        arrays = jax.live_arrays("cpu")
+    except Exception:  # no CPU backend
+        arrays = []
+    for array in arrays:
+        try:
+            address = array.unsafe_buffer_pointer()
+        except Exception:  # deleted, or not on one device
+            continue
+        if start <= address < start + max(nbytes, 1):
+            return (f"jaxbind: the callable of {label} made a JAX array ({array.dtype}"
+                    f"{list(array.shape)}) that shares memory with one of its input or output "
+                    "arrays (jax.device_put or jnp.asarray of a view does not copy on the "
+                    "CPU). That memory is XLA's and is reused after the call, so the JAX "
+                    "array will read other data. Copy instead: jnp.array(view, copy=True), "
+                    "or np.array(view) first")
+    return (f"jaxbind: the callable of {label} let something outside Python (a C "
+            "extension, a raw pointer) keep the memory of one of its input or output arrays. "
+            "That memory is XLA's and is reused after the call; copy what you need to keep "
+            "(np.array(view))")
 
 
 def format_callback_error(label, etype, value, tb) -> str:
