@@ -25,6 +25,9 @@
 #include "state.h"
 #include "views.h"
 
+#include <chrono>
+#include <thread>
+
 #if defined(__GLIBCXX__)
 #include <cxxabi.h>  // abi::__forced_unwind
 #endif
@@ -158,6 +161,7 @@ ffi::Error guarded(const ffi::Dictionary &attrs, Body &&body) {
   int64_t digest = 0;  // signed: jax 0.7 cannot lower uint64 attributes above 2**63
   if (!get_attr(attrs, "site", digest))
     return error(ffi::ErrorCode::kInvalidArgument, kMissingAttributes);
+  InFlight running;  // counted before the check below: see `shutdown`
   if (state == nullptr || python_is_finalizing())
     return error(ffi::ErrorCode::kUnavailable, "the Python interpreter is not running");
 
@@ -431,9 +435,23 @@ NB_MODULE(_ext, m) {
       "[old_start, old_start + nbytes) at the same place in the view's copy, read-only.");
 
   m.def(
-      "shutdown", []() { shutting_down.store(true); },
+      "shutdown",
+      [](double timeout_s) {
+        shutting_down.store(true);
+        // Let handlers already running finish their Python work while the interpreter
+        // still runs: stopped later, their threads would unwind through XLA and abort.
+        nb::gil_scoped_release release;
+        auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration<double>(timeout_s);
+        while (in_flight.load() > 0 && std::chrono::steady_clock::now() < deadline)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        // ... and give their threads a moment to get back from XLA into Python: a thread
+        // stopped inside JAX's own dispatch aborts too (jaxlib's frames, not ours).
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      },
+      nb::arg("timeout_s") = 10.0,
       "Called at interpreter exit: from then on handlers return an error instead of "
-      "calling Python.");
+      "calling Python; waits (up to timeout_s) for the handlers already running.");
 
   m.def(
       "site_count", []() { return state == nullptr ? size_t(0) : state->sites.size(); },

@@ -96,6 +96,18 @@ inline State *state = nullptr;
 // C API of Python 3.12 has no Py_IsFinalizing, so the flag stands in for it.
 inline std::atomic<bool> shutting_down{false};
 
+// Handlers between their start and their return. At exit, `shutdown` waits for them
+// (see jaxbind_ext.cc): a thread that the interpreter stops while it runs Python in a
+// handler would unwind through XLA, which aborts the process.
+inline std::atomic<int> in_flight{0};
+
+struct InFlight {
+  InFlight() { in_flight.fetch_add(1); }
+  ~InFlight() { in_flight.fetch_sub(1); }
+  InFlight(const InFlight &) = delete;
+  InFlight &operator=(const InFlight &) = delete;
+};
+
 inline bool python_is_finalizing() {
   if (shutting_down.load() || !Py_IsInitialized()) return true;
 #if defined(Py_LIMITED_API)
