@@ -28,7 +28,10 @@ def call_abstract(spec: CallSpec, avals, batch_axes=None):
     if binding.jax_function_for(role) is not None:  # batched by jaxbind's loop, never natively
         assert batch_axes is None
         unbatched = replace(spec, batch_axes=None, out_batch_axes=None)
-        return [(o.shape, o.dtype, None) for o in eval_shapes(unbatched, avals)]
+        outs = [(tuple(o.shape), np.dtype(o.dtype), None)
+                for o in eval_shapes(unbatched, avals)]
+        _check_jax_function(spec, avals, outs)
+        return outs
     if spec.out_hint is not None and not binding.has_abstract(role):
         binding.callable_for(role)  # a role without a callable is reported as such
         return _from_hint(spec, avals, batch_axes)
@@ -54,6 +57,37 @@ def call_abstract(spec: CallSpec, avals, batch_axes=None):
         shapes = ", ".join(a.str_short() for a in avals)
         raise add_context(exc, f"{where} failed for arguments ({shapes})")
     return check_result(result, where, batched=batch_axes is not None)
+
+
+def _check_jax_function(spec: CallSpec, avals, outs) -> None:
+    """What a JVP or VJP given as a JAX function returned, against what it must return.
+
+    A JVP returns the tangents of the op's outputs: shaped as the abstract function
+    declares the outputs at the primals. A VJP returns the cotangents of the primals
+    that are not fixed: shaped as those primals. (jax.custom_jvp checks the same.)
+    """
+    binding, n = spec.binding, spec.n_fixed  # for these roles: the number of primals
+    if spec.role == "jvp":
+        if not binding.has_abstract("f"):
+            return
+        what = "the tangents of the op's outputs (its abstract function at the primals)"
+        want = [(shape, dtype) for shape, dtype, _ in call_abstract(
+            spec.derive("f", binding.first_n_args_fixed, None, None), avals[:n])]
+    else:
+        what = "the cotangents of its inputs that are not fixed"
+        want = [(tuple(a.shape), np.dtype(a.dtype))
+                for a in avals[binding.first_n_args_fixed:n]]
+    got = [(shape, dtype) for shape, dtype, _ in outs]
+
+    def same(a, b):  # integer and boolean values have float0 tangents: shape only
+        return a[0] == b[0] and (a[1] == b[1] or not jax.dtypes.issubdtype(b[1], np.inexact))
+
+    if len(got) != len(want) or not all(same(g, w) for g, w in zip(got, want)):
+        def text(items):
+            return "[" + ", ".join(f"{d.name}{list(s)}" for s, d in items) + "]"
+        raise TypeError(
+            f"jaxbind: {describe_role(spec.role)} of '{binding.name}' is a JAX function "
+            f"and returned {text(got)}, but it must return {what}: {text(want)}")
 
 
 def _from_hint(spec: CallSpec, avals, batch_axes):
@@ -159,6 +193,12 @@ def _output_avals(avals, spec: CallSpec):
             raise TypeError(f"{where}: argument {i} is {aval}, not an array")
         check_supported(aval.dtype, f"{where}: argument {i}")
     if spec.binding.jax_function_for(spec.role) is not None:  # a JVP or VJP in JAX code
+        if spec.batch_axes is None:  # evaluated and checked against the op's shapes
+            return tuple(output_aval(shape, dtype, avals)
+                         for shape, dtype, _ in call_abstract(spec, avals))
+        core = [ShapedArray(tuple(np.delete(np.asarray(a.shape, dtype=object), list(ax))),
+                            a.dtype) for a, ax in zip(avals, spec.batch_axes)]
+        call_abstract(replace(spec, batch_axes=None, out_batch_axes=None), core)  # checks
         outs = eval_shapes(spec, avals)
         return tuple(output_aval(o.shape, o.dtype, avals) for o in outs)
     if spec.batch_axes is not None and not spec.binding.can_batch:

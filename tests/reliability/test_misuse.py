@@ -175,3 +175,41 @@ def test_a_callable_running_at_exit_finishes_before_the_interpreter_stops(tmp_pa
         assert "main done" in proc.stdout
         assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
         assert "FATAL" not in proc.stderr
+
+
+def _sin(out, args, kw):
+    out[0][...] = np.sin(args[0])
+
+
+@jaxbind.jax_function
+def _good_jvp(x, dx):
+    return [jnp.cos(x) * dx]
+
+
+@jaxbind.jax_function
+def _good_vjp(x, ct):
+    return [jnp.cos(x) * ct]
+
+
+@pytest.mark.parametrize("wrong", ["shape", "count", "dtype"])
+def test_a_jax_function_derivative_returning_the_wrong_shape_is_an_error(wrong):
+    bad = {"shape": lambda x, t: [t[:2]], "count": lambda x, t: [t, t],
+           "dtype": lambda x, t: [t.astype(jnp.float16)]}[wrong]
+    shape = (lambda x: ((x.shape, x.dtype),))
+    bad_jvp = jaxbind.get_nonlinear_call(_sin, (jaxbind.jax_function(bad), _good_vjp), shape,
+                                         None, name=f"reliability.bad_jvp_{wrong}")
+    bad_vjp = jaxbind.get_nonlinear_call(_sin, (_good_jvp, jaxbind.jax_function(bad)), shape,
+                                         None, name=f"reliability.bad_vjp_{wrong}")
+    x = jnp.ones(3)
+    for route in (lambda: jax.jvp(lambda x: bad_jvp(x)[0], (x,), (x,)),
+                  lambda: jax.jacfwd(lambda x: bad_jvp(x)[0])(x),
+                  lambda: jax.vmap(lambda x: jax.jvp(lambda x: bad_jvp(x)[0], (x,), (x,)))(
+                      jnp.ones((2, 3)))):
+        with pytest.raises(TypeError, match=rf"the JVP of 'reliability.bad_jvp_{wrong}' is a "
+                                            r"JAX function and returned .* tangents of the op"):
+            route()
+    for route in (lambda: jax.grad(lambda x: bad_vjp(x)[0].sum())(x),
+                  lambda: jax.vmap(jax.grad(lambda x: bad_vjp(x)[0].sum()))(jnp.ones((2, 3)))):
+        with pytest.raises(TypeError, match=rf"the VJP of 'reliability.bad_vjp_{wrong}' is a "
+                                            r"JAX function and returned .* cotangents"):
+            route()
