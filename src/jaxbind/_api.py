@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import functools
 import inspect
+import weakref
 from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 
 from ._binding import Binding, Kind, OpBase, register
+from ._compat import register_cache
 from ._kwargs import encode_kwargs
 from ._primitive import PRIMITIVE, bind
 from ._spec import CallSpec
@@ -52,6 +54,7 @@ class Op(OpBase):
         # binding would be a cycle through XLA that the garbage collector cannot
         # see, and dropped bindings would keep their executables.
         self._eager_calls: dict = {}
+        _EAGER_CACHES.ops.add(self)
 
     @property
     def name(self) -> str:
@@ -94,6 +97,28 @@ class Op(OpBase):
         binding = self.binding
         return _eager(self._eager_calls, CallSpec(binding, "f", binding.first_n_args_fixed,
                                                   _NO_KWARGS))
+
+
+class _EagerCaches:
+    """Every op's eager programs, cleared by ``jax.clear_caches()`` like JAX's own."""
+
+    def __init__(self):
+        self.ops: weakref.WeakSet = weakref.WeakSet()
+
+    def cache_clear(self) -> None:
+        for op in list(self.ops):
+            op._eager_calls.clear()
+            op.__dict__.pop("_eager_plain", None)
+
+    def cache_info(self):
+        return sum(len(op._eager_calls) for op in list(self.ops))
+
+    def cache_keys(self):
+        return [k for op in list(self.ops) for k in op._eager_calls]
+
+
+_EAGER_CACHES = _EagerCaches()
+register_cache(_EAGER_CACHES, "jaxbind: eager calls of each op")
 
 
 def _eager(cache: dict, spec: CallSpec):

@@ -18,6 +18,7 @@ binding by string, can find the callable again (see _runtime.resolve_site).
 
 from __future__ import annotations
 
+import collections
 import enum
 import functools
 import threading
@@ -35,6 +36,18 @@ class OpBase:
 
     __slots__ = ()
     binding: "Binding"
+
+
+class SiteHolder:
+    """Keeps one resolved call site alive for as long as a compiled program needs it."""
+
+    __slots__ = ("site", "__weakref__")
+
+    def __init__(self):
+        self.site = None
+
+
+_ORPHANS = 64  # sites of programs compiled elsewhere (jax.export), per binding
 
 
 def is_jax_function(fn) -> bool:
@@ -112,9 +125,16 @@ class Binding:
     effect: str | None = None
     # nonlinear ops: arguments in which f is (jointly) linear, so f transposes in them
     linear_in: tuple = ()
-    # Call sites resolved for programs that call this binding (digest -> _ext.Site).
-    # They live as long as the binding; the trampoline holds them weakly.
-    sites: dict = field(default_factory=dict, repr=False)
+    # Call sites resolved for programs that call this binding. A program compiled in
+    # this process owns its sites: its lowering keeps a SiteHolder alive (weakly
+    # listed here by digest) and the resolver puts the site in it, so the site and
+    # its keyword arguments go with the last program that calls it. Programs made
+    # elsewhere (jax.export) have no holder here: their sites are kept in a small
+    # LRU instead (``_ORPHANS`` at most).
+    holders: weakref.WeakValueDictionary = field(default_factory=weakref.WeakValueDictionary,
+                                                 repr=False, compare=False)
+    orphans: collections.OrderedDict = field(default_factory=collections.OrderedDict,
+                                             repr=False, compare=False)
     __weakref__: object = field(default=None, init=False, repr=False, compare=False)
 
     def callables(self) -> tuple:
@@ -122,6 +142,40 @@ class Binding:
         return (self.kind, self.f, self.transposes, self.derivatives, self.abstract,
                 self.abstract_T, self.first_n_args_fixed, self.can_batch, self.platform_mode,
                 self.aliases, self.effect, self.linear_in)
+
+    def holder(self, digest: int) -> "SiteHolder":
+        """The holder of the site `digest`, for a program being lowered to keep alive."""
+        with _lock:
+            holder = self.holders.get(digest)
+            if holder is None:
+                holder = self.holders[digest] = SiteHolder()
+            return holder
+
+    def keep_site(self, digest: int, site) -> None:
+        """Give a resolved site to the programs that call it (or to the orphan LRU)."""
+        with _lock:
+            holder = self.holders.get(digest)
+            if holder is not None:
+                holder.site = site
+                return
+            self.orphans[digest] = site
+            self.orphans.move_to_end(digest)
+            while len(self.orphans) > _ORPHANS:
+                self.orphans.popitem(last=False)
+
+    def drop_sites(self) -> None:
+        """Forget every resolved site (replace=True): programs resolve their name again."""
+        with _lock:
+            for holder in list(self.holders.values()):
+                holder.site = None
+            self.orphans.clear()
+
+    @property
+    def sites(self) -> dict:
+        """The resolved sites alive now, by digest."""
+        live = {d: h.site for d, h in list(self.holders.items()) if h.site is not None}
+        live.update(self.orphans)
+        return live
 
     def callable_for(self, role: str | Role) -> Callable:
         role = Role.parse(role) if isinstance(role, str) else role
@@ -273,7 +327,7 @@ def register(binding: Binding, *, explicit_name: bool, replace: bool = False
             if explicit_name and replace:
                 # Its call sites go (the trampoline's cache holds them weakly), so
                 # programs compiled for it resolve the name again, to this binding.
-                existing.sites.clear()
+                existing.drop_sites()
                 _registry[binding.name] = binding
                 return binding, True
             if explicit_name:

@@ -27,7 +27,7 @@ __all__ = [
     "for_export", "not_mapped", "define_primitive", "zero_tangent", "check_jax_version",
     "hlo", "ir", "mlir_internal", "output_aval", "InconclusiveDimensionOperation", "no_effects",
     "abstract_token", "XLA_CPU_ROOT_CALL_ABORTS",
-    "FFI_SIDE_EFFECT", "ORDERED_IO_EFFECT", "collect_jax_garbage", "config_use_shardy", "sdy_sharding_rule", "register_batch_partitionable",
+    "FFI_SIDE_EFFECT", "ORDERED_IO_EFFECT", "collect_jax_garbage", "register_cache", "config_use_shardy", "sdy_sharding_rule", "register_batch_partitionable",
 ]
 
 from ._versions import NEWEST_TESTED_JAX, OLDEST_SUPPORTED_JAX  # noqa: E402
@@ -162,6 +162,17 @@ _collect_garbage = _find_collect_garbage()
 def collect_jax_garbage() -> None:
     if _collect_garbage is not None:
         _collect_garbage()
+
+
+def register_cache(cache, for_what: str) -> None:
+    """Have ``jax.clear_caches()`` clear `cache` too (an object with ``cache_clear``,
+    ``cache_info`` and ``cache_keys``; held weakly). jax._src.util.register_cache in
+    jax 0.7 - 0.12; without it, the cache is cleared only with its owner."""
+    from jax._src import util
+
+    register = getattr(util, "register_cache", None)
+    if register is not None:
+        register(cache, for_what)
 
 
 # jaxlib 0.7's CPU compiler aborts on a root custom call fed by a concatenate

@@ -22,7 +22,7 @@ import jax
 import jax.export  # a submodule: not loaded by "import jax"
 import numpy as np
 
-__all__ = ["KwargsDump", "encode_kwargs", "load_kwargs"]
+__all__ = ["KwargsDump", "encode_kwargs", "load_kwargs", "localized"]
 
 # First byte of an encoded blob says how the rest is encoded:
 #   J  data-only JSON (see _to_data); safe to decode from any program or artifact.
@@ -258,6 +258,18 @@ def encode_kwargs(kwargs: Mapping[str, Any], where: str = "jaxbind op") -> Kwarg
     return dump
 
 
+def localized(dump: KwargsDump) -> KwargsDump:
+    """The same keyword arguments named by a digest of their data: for a program that
+    stays in this process, which then carries 17 bytes instead of the data (a large
+    array would otherwise be copied into the program, its compiled form and XLA's
+    caches). The program keeps the result alive (see _lowering)."""
+    blob = _LOCAL_TAG + hashlib.blake2b(dump.blob, digest_size=16).digest()
+    local = _local.get(blob)
+    if local is None:
+        local = _local[blob] = KwargsDump(blob, dump._values)
+    return local
+
+
 def is_local(dump: KwargsDump) -> bool:
     """Whether `dump` holds keyword arguments that exist only in this process."""
     return dump.blob[:1] == _LOCAL_TAG
@@ -290,13 +302,21 @@ def decode_kwargs(blob: bytes) -> KwargsDump:
     return _decode_data(blob)
 
 
-@functools.lru_cache(maxsize=4096)
+# blob -> decoded kwargs, weakly held: decoded once while anything uses them.
+_decoded: "weakref.WeakValueDictionary[bytes, KwargsDump]" = weakref.WeakValueDictionary()
+
+
 def _decode_data(blob: bytes) -> KwargsDump:
+    dump = _decoded.get(blob)
+    if dump is not None:
+        return dump
     tag = blob[:1]
     if tag != _DATA_TAG:
         raise ValueError(f"jaxbind: unknown keyword-argument encoding {tag!r}")
     values = _from_data(json.loads(blob[1:].decode()))
-    return KwargsDump(blob, {name: _freeze(value) for name, value in values.items()})
+    dump = KwargsDump(blob, {name: _freeze(value) for name, value in values.items()})
+    _decoded[blob] = dump
+    return dump
 
 
 def load_kwargs(kwargs_dump) -> dict[str, Any]:

@@ -39,7 +39,7 @@ from ._compat import (XLA_CPU_ROOT_CALL_ABORTS, abstract_token, ffi, for_export,
                       mlir_internal, register_batch_partitionable)
 from ._effects import ORDERED
 from ._jaxfn import batched_function
-from ._kwargs import is_local, not_data_reason
+from ._kwargs import is_local, localized, not_data_reason
 from ._partitioning import mark_batch_partitionable, num_batch_dims
 from ._spec import CallSpec
 
@@ -47,6 +47,9 @@ __all__ = ["CPU_TARGET", "CUDA_TARGET", "lower_cpu", "lower_cuda", "register_tar
 
 CPU_TARGET = "jaxbind_cpu"
 CUDA_TARGET = "jaxbind_cuda"
+# Keyword arguments whose encoding is larger than this are not copied into programs
+# that stay in this process: the program names them by digest (exports carry them).
+_EMBED_LIMIT = 16 * 1024
 
 _lower_ffi = {CPU_TARGET: ffi.ffi_lowering(CPU_TARGET), CUDA_TARGET: ffi.ffi_lowering(CUDA_TARGET)}
 
@@ -78,6 +81,9 @@ def _lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
     # programs can have no keep-alives: the loading process keeps its bindings.
     if not exporting:
         ctx.module_context.add_keepalive(binding)
+        if not is_local(kwargs) and len(kwargs.blob) > _EMBED_LIMIT:
+            kwargs = localized(kwargs)  # a digest in the program, the data in this process
+            blob = kwargs.blob
         if is_local(kwargs):  # process-local kwargs live as long as the program
             ctx.module_context.add_keepalive(kwargs)
     effect = binding.effect
@@ -111,10 +117,13 @@ def _lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
                                  has_side_effect=effect is not None)
     else:
         lower = _lower_ffi[target]
+    digest = site_digest(binding.name, spec.role, blob, loop.levels, flags, n_fixed)
+    if not exporting:  # the program owns the site it will resolve (see Binding.keep_site)
+        ctx.module_context.add_keepalive(binding.holder(digest))
     results = lower(
         ctx, *args,
         jaxbind_format=np.int32(FORMAT),
-        site=np.int64(site_digest(binding.name, spec.role, blob, loop.levels, flags, n_fixed)),
+        site=np.int64(digest),
         binding=binding.name,
         role=spec.role,
         kwargs=np.frombuffer(blob, dtype=np.uint8),

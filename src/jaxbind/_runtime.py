@@ -4,8 +4,8 @@ Everything here runs inside a compiled program, called from C++ with the GIL hel
 
 - :func:`resolve_site`: on the first call of a site, check the call's attributes
   (see _callformat) and return an ``_ext.Site`` holding the callable, its keyword
-  arguments and jaxbind's batch loop. The binding owns its sites; the trampoline
-  holds them weakly, so they go with the binding.
+  arguments and jaxbind's batch loop. The programs that call a site own it (see
+  Binding.keep_site); the trampoline holds it weakly, so it goes with them.
 - :class:`BufferCheck`: the site's check of the buffers XLA hands over against what
   the binding's abstract function declares for them, once per new set of shapes.
 - :func:`format_callback_error`: the text of the error a failing callable becomes.
@@ -82,7 +82,7 @@ def resolve_site(fmt: int, name: str, role_text: str, blob: bytes, digest: int, 
     check = BufferCheck(binding, role, dump, loop, n_fixed)
     site = _ext.Site(fn, dump, label, name, loop.levels, list(loop.batched),
                      binding.platform_mode, check)
-    binding.sites[digest] = site
+    binding.keep_site(digest, site)
     return site
 
 

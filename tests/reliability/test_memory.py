@@ -1,0 +1,68 @@
+"""Memory is released once no program uses it.
+
+Keyword arguments, call sites and eager programs belong to the programs that use
+them: ``jax.clear_caches()`` and the garbage collector free them. Large keyword
+arguments are named by digest in programs that stay in this process, not copied
+into them.
+"""
+
+import gc
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxbind
+from jaxbind import _ext
+from jaxbind._kwargs import KwargsDump
+
+
+def _shape(x, *a, **k):
+    return ((x.shape, x.dtype),)
+
+
+def _adds(out, args, kw):
+    out[0][...] = args[0] + jaxbind.load_kwargs(kw)["a"][0]
+
+
+def _big_dumps():
+    gc.collect()
+    return [d for d in gc.get_objects() if isinstance(d, KwargsDump)
+            and any(isinstance(v, np.ndarray) and v.size >= 100_000 for v in d._values.values())]
+
+
+@pytest.mark.parametrize("how", ["eager", "jit", "grad"])
+def test_array_kwargs_are_released_after_clear_caches(how):
+    op = jaxbind.get_linear_call(_adds, _adds, _shape, _shape, name=f"reliability.mem_{how}")
+    x = jnp.ones(4)
+    sites = _ext.site_count()
+    fns = []  # the programs, alive until the check
+    for i in range(10):
+        a = np.full(256 * 1024, float(i))  # 2 MB each
+        if how == "eager":
+            got = op(x, a=a)[0]
+        elif how == "jit":
+            fns.append(jax.jit(lambda x, a=a: op(x, a=a)[0]))
+            got = fns[-1](x)
+        else:
+            fns.append(jax.jit(jax.grad(lambda x, a=a: op(x, a=a)[0].sum())))
+            got = fns[-1](x)
+        assert float(got[0]) == 1.0 + i  # (the transpose adds a[0] to the cotangent)
+    assert _ext.site_count() >= sites + 10
+    del a, got, fns
+    jax.clear_caches()
+    assert not _big_dumps()
+    assert not op.binding.sites
+    assert _ext.site_count() == sites
+
+
+def test_a_large_kwarg_is_not_copied_into_the_program():
+    op = jaxbind.get_linear_call(_adds, _adds, _shape, _shape, name="reliability.mem_program")
+    a = np.arange(512 * 1024, dtype=np.float64)  # 4 MB
+    lowered = jax.jit(lambda x: op(x, a=a)[0]).lower(jnp.ones(4))
+    assert len(lowered.as_text()) < 100_000
+    assert float(lowered.compile()(jnp.ones(4))[0]) == 1.0
+    # exporting carries the data itself, so that another process can run it
+    exported = jax.export.export(jax.jit(lambda x: op(x, a=a)[0]))(jnp.ones(4))
+    assert len(exported.mlir_module()) > a.nbytes
