@@ -64,5 +64,5 @@ def test_a_large_kwarg_is_not_copied_into_the_program():
     assert len(lowered.as_text()) < 100_000
     assert float(lowered.compile()(jnp.ones(4))[0]) == 1.0
     # exporting carries the data itself, so that another process can run it
-    exported = jax.export.export(jax.jit(lambda x: op(x, a=a)[0]))(jnp.ones(4))
+    exported = jaxbind.export(jax.jit(lambda x: op(x, a=a)[0]))(jnp.ones(4))
     assert len(exported.mlir_module()) > a.nbytes
