@@ -204,6 +204,80 @@ def case_sharded_pipeline_with_collective():
     return "global reduction of a per-shard jaxbind result"
 
 
+# --- side effects: once per real element, on one device ---------------------------
+
+effect_rows = []
+
+
+def _log_rows(out, args, kwargs_dump):
+    (x,) = args
+    with lock:
+        effect_rows.append(np.array(x))
+    out[0][...] = 2 * x
+
+
+logged = jaxbind.get_linear_call(_log_rows, None, lambda x: ((x.shape, x.dtype),), None,
+                                 name="sharding.logged", has_side_effect=True)
+logged_in_order = jaxbind.get_linear_call(_log_rows, None, lambda x: ((x.shape, x.dtype),),
+                                          None, name="sharding.logged_in_order", ordered=True)
+
+
+def _without_shardy(fn):
+    old = jax.config.jax_use_shardy_partitioner
+    jax.config.update("jax_use_shardy_partitioner", False)
+    try:
+        return fn()
+    finally:
+        jax.config.update("jax_use_shardy_partitioner", old)
+
+
+def _uneven_vmap(op, rows):
+    effect_rows.clear()
+    x = jnp.arange(rows * 2.0).reshape(rows, 2) + 1
+
+    def f(x):
+        x = jax.lax.with_sharding_constraint(x, batch_sharded)  # XLA pads to 4 ways
+        return jax.vmap(lambda r: op(r)[0])(x)
+
+    _close(jax.jit(f)(x), 2 * np.asarray(x))
+    got = sorted(tuple(r) for r in effect_rows)
+    want = sorted(tuple(r) for r in np.asarray(x))
+    assert got == want, (op.name, rows, got)
+
+
+def _refused(fn, name):
+    try:
+        fn()
+    except TypeError as exc:
+        assert f"'{name}' has side effects" in str(exc) and "over 4 devices" in str(exc), exc
+    else:
+        raise AssertionError(f"{name}: no error under Shardy")
+
+
+def case_effectful_vmap_on_an_uneven_batch_runs_once_per_real_row():
+    for op in (logged, logged_in_order):
+        for rows in (1, 3, 6):
+            _without_shardy(lambda: _uneven_vmap(op, rows))  # noqa: B023
+            _refused(lambda: _uneven_vmap(op, rows), op.name)  # noqa: B023
+    return ("has_side_effect and ordered ops under vmap on a padded batch: once per real row "
+            "(GSPMD), a clear error under Shardy; never on padding")
+
+
+def _sharded_once(op):
+    effect_rows.clear()
+    xs = jax.device_put(X, batch_sharded)
+    _close(jax.jit(lambda x: op(x)[0])(xs), 2 * X)
+    assert len(effect_rows) == 1 and effect_rows[0].shape == X.shape, \
+        [r.shape for r in effect_rows]
+
+
+def case_effectful_op_on_a_sharded_input_runs_once():
+    for op in (logged, logged_in_order):
+        _without_shardy(lambda: _sharded_once(op))  # noqa: B023
+        _refused(lambda: _sharded_once(op), op.name)  # noqa: B023
+    return "an unbatched effectful op on a sharded input: once on device 0, or a clear error"
+
+
 def main():
     names = sys.argv[1:] or [n for n in globals() if n.startswith("case_")]
     for name in names:

@@ -61,3 +61,11 @@ def test_callable_may_call_jax_from_device_threads(results):
 
 def test_jaxbind_op_inside_sharded_pipeline_with_collective(results):
     _check(results, "case_sharded_pipeline_with_collective")
+
+
+def test_effectful_vmap_on_an_uneven_batch_runs_once_per_real_row(results):
+    _check(results, "case_effectful_vmap_on_an_uneven_batch_runs_once_per_real_row")
+
+
+def test_effectful_op_on_a_sharded_input_runs_once(results):
+    _check(results, "case_effectful_op_on_a_sharded_input_runs_once")

@@ -27,7 +27,7 @@ __all__ = [
     "for_export", "not_mapped", "define_primitive", "zero_tangent", "check_jax_version",
     "hlo", "ir", "mlir_internal", "output_aval", "InconclusiveDimensionOperation", "no_effects",
     "abstract_token", "XLA_CPU_ROOT_CALL_ABORTS",
-    "FFI_SIDE_EFFECT", "ORDERED_IO_EFFECT", "collect_jax_garbage", "register_cache", "config_use_shardy", "sdy_sharding_rule", "register_batch_partitionable",
+    "FFI_SIDE_EFFECT", "ORDERED_IO_EFFECT", "collect_jax_garbage", "register_cache", "run_once_sharding", "set_sharding", "auto_partitioned_devices", "config_use_shardy", "sdy_sharding_rule", "register_batch_partitionable",
 ]
 
 from ._versions import NEWEST_TESTED_JAX, OLDEST_SUPPORTED_JAX  # noqa: E402
@@ -162,6 +162,42 @@ _collect_garbage = _find_collect_garbage()
 def collect_jax_garbage() -> None:
     if _collect_garbage is not None:
         _collect_garbage()
+
+
+def run_once_sharding(ctx, avals_out):
+    """The sharding that makes a side-effecting call run once, on one device, as JAX's
+    io_callback does (jax._src.callback._callback_op_sharding, jax 0.7 - 0.12): maximal
+    on device 0 under automatic partitioning, manual inside a fully manual shard_map,
+    None without partitioning (or where io_callback itself refuses)."""
+    from jax._src import callback
+
+    context = ctx.module_context.axis_context
+    try:
+        try:
+            return callback._callback_op_sharding(context, None, avals_out)
+        except TypeError:  # older: (axis_context, sharding)
+            return callback._callback_op_sharding(context, None)
+    except NotImplementedError:  # partly manual shard_map: left to XLA, as before
+        return None
+
+
+def auto_partitioned_devices(ctx) -> int:
+    """How many devices XLA partitions this program over automatically (1: none).
+    jax._src.sharding_impls.ShardingContext (num_devices): jax 0.7 - 0.12."""
+    from jax._src import sharding_impls
+
+    context = ctx.module_context.axis_context
+    if not isinstance(context, sharding_impls.ShardingContext):
+        return 1
+    count = getattr(context, "num_devices", None)
+    if count is None:
+        count = len(context.device_assignment or ())
+    return int(count or 1)
+
+
+def set_sharding(ctx, op, sharding) -> None:
+    """jax._src.interpreters.mlir.set_sharding(module_context, op, sharding): 0.7 - 0.12."""
+    mlir_internal.set_sharding(ctx.module_context, op, sharding)
 
 
 def register_cache(cache, for_what: str) -> None:

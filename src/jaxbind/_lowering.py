@@ -36,7 +36,8 @@ import numpy as np
 from . import _ext
 from ._callformat import FORMAT, site_digest
 from ._compat import (XLA_CPU_ROOT_CALL_ABORTS, abstract_token, ffi, for_export, hlo, ir, mlir,
-                      mlir_internal, register_batch_partitionable)
+                      mlir_internal, register_batch_partitionable, run_once_sharding,
+                      set_sharding, auto_partitioned_devices, config_use_shardy)
 from ._effects import ORDERED
 from ._jaxfn import batched_function
 from ._kwargs import is_local, localized, not_data_reason
@@ -47,6 +48,9 @@ __all__ = ["CPU_TARGET", "CUDA_TARGET", "lower_cpu", "lower_cuda", "register_tar
 
 CPU_TARGET = "jaxbind_cpu"
 CUDA_TARGET = "jaxbind_cuda"
+# Calls with side effects use the same handlers under names that are not batch
+# partitionable: XLA runs them once, on one device (see _lower), never per shard.
+EFFECT_TARGETS = {CPU_TARGET: "jaxbind_cpu_effect", CUDA_TARGET: "jaxbind_cuda_effect"}
 # Keyword arguments whose encoding is larger than this are not copied into programs
 # that stay in this process: the program names them by digest (exports carry them).
 _EMBED_LIMIT = 16 * 1024
@@ -110,6 +114,18 @@ def _lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
             guarded = _guarded(args, ctx.avals_in)  # keeps the sharding rule
         nested = guarded is None
         args = args if nested else guarded
+    if effect is not None:
+        target = EFFECT_TARGETS[target]
+        devices = auto_partitioned_devices(ctx)
+        if devices > 1 and config_use_shardy():
+            raise TypeError(
+                f"jaxbind: '{binding.name}' has side effects "
+                f"({'ordered=True' if effect == 'ordered' else 'has_side_effect=True'}) and is "
+                f"called in a program that XLA partitions over {devices} devices. Under Shardy "
+                "(JAX's default partitioner) XLA cannot run a custom call with side effects "
+                "once, on one device; on every device its effects would repeat (and run on "
+                "padding). Call it inside jax.shard_map (once per shard), outside the sharded "
+                "program, or with jax_use_shardy_partitioner=False (then once, on device 0)")
     if nested:
         lower = functools.partial(_lower_nested, target, aliases, effect is not None)
     elif aliases or effect is not None:
@@ -131,10 +147,16 @@ def _lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
         loop_batched=np.frombuffer(flags, dtype=np.uint8),
         n_fixed=np.int32(n_fixed),
     )
+    if effect is not None and results and not nested:
+        # Runs once, on one device, as io_callback does: never split over a batch that
+        # XLA partitions (padding rows would reach the callable), never replicated.
+        sharding = run_once_sharding(outer, ctx.avals_out)
+        if sharding is not None:
+            set_sharding(outer, results[0].owner, sharding)
     if token is not None:
         token_out, *results = results
         outer.set_tokens_out(outer.tokens_in.update_tokens(mlir.TokenSet({ORDERED: token_out})))
-    elif results and not nested:  # a tuple-typed call can carry no sharding rule
+    elif results and not nested and effect is None:  # a tuple-typed call has no rule
         mark_batch_partitionable(results[0].owner, spec, [a.ndim for a in ctx.avals_in],
                                  [a.ndim for a in ctx.avals_out])
     return results
@@ -205,3 +227,5 @@ def register_targets() -> None:
     # and applies them when the CUDA plugin appears.
     ffi.register_ffi_target(CUDA_TARGET, _ext.cuda_handler(), platform="CUDA")
     register_batch_partitionable(CUDA_TARGET)
+    ffi.register_ffi_target(EFFECT_TARGETS[CPU_TARGET], _ext.cpu_handler(), platform="cpu")
+    ffi.register_ffi_target(EFFECT_TARGETS[CUDA_TARGET], _ext.cuda_handler(), platform="CUDA")

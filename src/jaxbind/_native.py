@@ -60,7 +60,55 @@ def _structure_of(key) -> Any:
     return jax.tree.structure(key[1])
 
 
+class _Tree:
+    """A pytree structure that plain data cannot describe (namedtuples, OrderedDicts,
+    dataclasses, custom nodes): carried in the call's keyword arguments as this object,
+    one per structure, so that equal structures give equal calls. Such calls stay in
+    this process (jax.export refuses keyword arguments that are not data)."""
+
+    __slots__ = ("treedef", "number")
+    _by_treedef: dict = {}
+    _by_number: dict = {}
+
+    def __reduce__(self):  # pickled only for the keyword arguments' digest
+        return _tree_numbered, (self.number,)
+
+    def __repr__(self):
+        return f"<pytree {self.treedef}>"
+
+    @classmethod
+    def of(cls, treedef) -> "_Tree":
+        token = cls._by_treedef.get(treedef)
+        if token is None:
+            token = cls.__new__(cls)
+            token.treedef, token.number = treedef, len(cls._by_number) + 1
+            cls._by_treedef[treedef] = cls._by_number[token.number] = token
+        return token
+
+
+def _tree_numbered(number: int) -> _Tree:  # pragma: no cover - see _Tree.__reduce__
+    return _Tree._by_number[number]
+
+
+def _plain(skeleton) -> bool:
+    """Whether a skeleton is made only of what the data encoding keeps as it is."""
+    kind = type(skeleton)
+    if kind in (tuple, list):
+        return all(_plain(item) for item in skeleton)
+    if kind is dict:
+        return all(type(k) is str and _plain(v) for k, v in skeleton.items())
+    return skeleton is None or kind is int
+
+
+def _token(tree) -> Any:
+    """What the call's keyword arguments carry for the pytree structure `tree`."""
+    skeleton = _skeleton(tree)
+    return skeleton if _plain(skeleton) else _Tree.of(tree)
+
+
 def _structure(skeleton) -> Any:
+    if isinstance(skeleton, _Tree):
+        return skeleton.treedef
     try:
         return _structure_of((repr(skeleton), skeleton))
     except TypeError:  # an unhashable skeleton (lists, dicts): no cache
@@ -323,7 +371,7 @@ class NativeOp:
         except Exception as exc:
             raise add_context(exc, f"jaxbind: the shape function of '{self.name}' failed") from None
         out_tree = jax.tree.structure(declared)
-        return leaves, {**kwargs, IN: _skeleton(in_tree), OUT: _skeleton(out_tree)}
+        return leaves, {**kwargs, IN: _token(in_tree), OUT: _token(out_tree)}
 
     def __call__(self, *args, **kwargs):
         op = self._op
