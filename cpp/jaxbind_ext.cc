@@ -25,6 +25,7 @@
 #include "state.h"
 #include "views.h"
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -131,8 +132,13 @@ void check_buffers(Site &site, const Args &args, const Rets &rets) {
   for (auto it = site.known.rbegin(); it != site.known.rend(); ++it) {
     size_t pos = 0;
     if (signature_part_matches(args, *it, pos) && signature_part_matches(rets, *it, pos) &&
-        pos == it->size())
+        pos == it->size()) {
+      if (it != site.known.rbegin()) {  // least recently used goes first: move it last
+        auto hit = std::prev(it.base());
+        std::rotate(hit, hit + 1, site.known.end());
+      }
       return;
+    }
   }
   std::vector<int64_t> sig;
   nb::list ins, outs;

@@ -41,7 +41,7 @@ namespace jaxbind {
 //      and n_fixed (int32); kwargs hold only what the callables receive.
 constexpr int32_t kCallFormat = 2;
 constexpr size_t kNumDtypes = 64;  // upper bound on XLA_FFI_DataType values
-constexpr size_t kKnownSignatures = 8;  // per site: buffer shapes already validated
+constexpr size_t kKnownSignatures = 32;  // per site: buffer shapes already validated (LRU)
 
 // One call site: a binding's callable for one role and set of keyword
 // arguments, resolved once. A Python object (`_ext.Site`), created by the

@@ -157,6 +157,13 @@ def _shape(shape, where):
                 f"constraints=(\"{d} >= 0\",))") from None
         if negative:
             raise ValueError(f"{where} has negative dimensions {shape}")
+    size = 1
+    for d in dims:
+        if not is_symbolic_dim(d):
+            size *= d
+    if size >= 2 ** 63:
+        raise ValueError(f"{where} has shape {shape}, with {size} elements: more than a 64-bit "
+                         "size can count")
     return dims
 
 
@@ -192,6 +199,10 @@ def _output_avals(avals, spec: CallSpec):
         if not isinstance(aval, ShapedArray):
             raise TypeError(f"{where}: argument {i} is {aval}, not an array")
         check_supported(aval.dtype, f"{where}: argument {i}")
+    linear_in = spec.binding.linear_in
+    if spec.role == "f" and linear_in and max(linear_in) >= len(avals):
+        raise TypeError(f"{where}: linear_in={list(linear_in)} names argument "
+                        f"{max(linear_in)}, but the op was called with {len(avals)} arguments")
     if spec.binding.jax_function_for(spec.role) is not None:  # a JVP or VJP in JAX code
         if spec.batch_axes is None:  # evaluated and checked against the op's shapes
             return tuple(output_aval(shape, dtype, avals)

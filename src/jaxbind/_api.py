@@ -67,7 +67,7 @@ class Op(OpBase):
     def __repr__(self):
         return f"<jaxbind {self.binding.kind.value} op '{self.binding.name}'>"
 
-    def __call__(self, *args, **kwargs) -> list[jax.Array]:
+    def __call__(self, /, *args, **kwargs) -> list[jax.Array]:
         # Fast path, the common eager call: no keyword arguments, all inputs
         # concrete JAX arrays. It skips building a CallSpec (see _eager).
         if not kwargs:
@@ -86,7 +86,8 @@ class Op(OpBase):
             raise TypeError(f"jaxbind: '{binding.name}': the keyword argument 'batch_axes' is "
                             "reserved for jaxbind's batching protocol")
         dump = encode_kwargs(kwargs, where=f"'{binding.name}'") if kwargs else _NO_KWARGS
-        args = [a if isinstance(a, jax.Array) else jnp.asarray(a) for a in args]
+        args = [a if isinstance(a, jax.Array) else _as_array(binding.name, i, a)
+                for i, a in enumerate(args)]
         spec = CallSpec(binding, "f", binding.first_n_args_fixed, dump)
         if any(isinstance(a, jax.core.Tracer) for a in args):
             return bind(spec, *args)
@@ -97,6 +98,20 @@ class Op(OpBase):
         binding = self.binding
         return _eager(self._eager_calls, CallSpec(binding, "f", binding.first_n_args_fixed,
                                                   _NO_KWARGS))
+
+
+def _as_array(name: str, index: int, value):
+    """A positional argument as a JAX array, or an error that says what it is instead."""
+    if isinstance(value, jax.ShapeDtypeStruct):
+        raise TypeError(f"jaxbind: '{name}': argument {index} is a jax.ShapeDtypeStruct, which "
+                        "has a shape but no values; pass an array, or use jax.eval_shape(op, "
+                        "...) for the output shapes")
+    try:
+        array = jnp.asarray(value)
+    except TypeError as exc:
+        raise TypeError(f"jaxbind: '{name}': argument {index} ({type(value).__name__}) is not "
+                        f"an array: {exc}") from None
+    return array
 
 
 class _EagerCaches:

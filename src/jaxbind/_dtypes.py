@@ -24,6 +24,13 @@ _SUPPORTED = frozenset(XLA_ELEMENT_TYPES.values())
 
 
 def check_supported(dtype, where: str) -> None:
+    try:
+        np.dtype(dtype)
+    except TypeError:  # an extended JAX dtype: PRNG keys, float0
+        raise TypeError(f"{where} has dtype {dtype}, which is not an array of numbers jaxbind "
+                        "can pass to Python callables" + (
+                            "; pass jax.random.key_data(key) for a PRNG key"
+                            if "key" in str(dtype) else "")) from None
     if np.dtype(dtype) not in _SUPPORTED:
         names = ", ".join(sorted(d.name for d in _SUPPORTED))
         raise TypeError(f"{where} has dtype {np.dtype(dtype).name}, which jaxbind cannot pass "

@@ -186,6 +186,9 @@ def check(op, *args, rtol=None, eps=None, batch_size=3, seed=0, verbose=True,
       AssertionError: naming each failed check, its argument, dtype and error,
         followed by the whole table.
     """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"jaxbind.testing.check: batch_size must be a positive int (the size "
+                         f"of the vmap checks' batch), got {batch_size!r}")
     op, args, kwargs = _unwrap(op, args, kwargs)
     binding = op.binding
     rng = np.random.default_rng(seed)

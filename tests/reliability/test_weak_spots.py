@@ -1,0 +1,78 @@
+"""Odd inputs that used to give bare, unnamed or late errors, or a performance cliff."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxbind
+from jaxbind import testing
+
+
+def _shape(x, *a, **k):
+    return ((x.shape, x.dtype),)
+
+
+def _double(out, args, kw):
+    out[0][...] = 2 * args[0]
+
+
+op = jaxbind.get_linear_call(_double, _double, _shape, _shape, name="reliability.weak_spots")
+
+
+def test_a_keyword_argument_named_self_reaches_the_callable():
+    def reads(out, args, kw):
+        out[0][...] = args[0] * jaxbind.load_kwargs(kw)["self"]
+
+    with_self = jaxbind.get_linear_call(reads, None, _shape, None, name="reliability.kw_self")
+    assert float(with_self(jnp.ones(2), self=3.0)[0][0]) == 3.0
+
+
+@pytest.mark.parametrize("value,match", [
+    (jax.ShapeDtypeStruct((2,), jnp.float32), "argument 0 is a jax.ShapeDtypeStruct"),
+    (jax.random.key(0), r"argument 0 has dtype key<fry>.*jax.random.key_data"),
+    ("text", r"argument 0 \(str\) is not an array"),
+])
+def test_a_positional_argument_that_is_not_an_array_is_named(value, match):
+    with pytest.raises(TypeError, match=rf"'reliability.weak_spots'.*{match}"):
+        op(value)
+
+
+def test_a_shape_too_large_to_count_is_an_error_naming_the_binding():
+    huge = jaxbind.get_linear_call(_double, None, lambda x: (((2 ** 62, 4), x.dtype),), None,
+                                   name="reliability.huge")
+    with pytest.raises(ValueError, match="'reliability.huge'.*more than a 64-bit size"):
+        jax.eval_shape(huge, jnp.ones(2))
+
+
+def test_linear_in_naming_a_missing_argument_is_an_error():
+    lin = jaxbind.get_nonlinear_call(_double, (None, None), _shape, None,
+                                     name="reliability.linear_in_5", linear_in=(5,))
+    with pytest.raises(TypeError, match=r"'reliability.linear_in_5'.*linear_in=\[5\] names "
+                                        r"argument 5, but the op was called with 1"):
+        lin(jnp.ones(2))
+
+
+@pytest.mark.parametrize("batch_size", [0, -1, 1.5])
+def test_check_refuses_a_batch_size_that_is_not_positive(batch_size):
+    with pytest.raises(ValueError, match="batch_size must be a positive int"):
+        testing.check(op, np.ones(3), batch_size=batch_size, verbose=False)
+
+
+def test_nine_shapes_through_one_call_site_check_their_buffers_once():
+    counted = []
+
+    def counting(x):
+        counted.append(x.shape)
+        return ((x.shape, x.dtype),)
+
+    cycling = jaxbind.get_linear_call(_double, None, counting, None, name="reliability.shapes")
+    fn = jax.jit(lambda x: cycling(x)[0])
+    arrays = [jnp.ones(n) for n in range(1, 10)]
+    for x in arrays:  # traces and first runs
+        fn(x).block_until_ready()
+    before = len(counted)
+    for _ in range(3):
+        for x in arrays:
+            fn(x).block_until_ready()
+    assert len(counted) == before  # every buffer signature is still known at the site
