@@ -301,7 +301,7 @@ def describe_role(role: str) -> str:
 # name -> Binding, weakly held: a binding lives as long as its op, any jaxpr
 # that uses it, or any compiled program (lowering adds it to the keepalives).
 _registry: "weakref.WeakValueDictionary[str, Binding]" = weakref.WeakValueDictionary()
-_lock = threading.Lock()
+_lock = threading.RLock()  # register() holds it while a replaced binding drops its sites
 
 
 def register(binding: Binding, *, explicit_name: bool, replace: bool = False
