@@ -161,4 +161,4 @@ def test_process_local_kwargs_live_only_as_long_as_their_call_sites():
     del op
     jax.clear_caches()
     gc.collect()
-    assert len(_kwargs._local) == before
+    assert len(_kwargs._local) <= before  # (clear_caches may free other tests' too)

@@ -26,10 +26,13 @@ def _adds(out, args, kw):
     out[0][...] = args[0] + jaxbind.load_kwargs(kw)["a"][0]
 
 
+SIZE = 256 * 1024 + 7  # the arrays of this test (no other test uses this size)
+
+
 def _big_dumps():
     gc.collect()
     return [d for d in gc.get_objects() if isinstance(d, KwargsDump)
-            and any(isinstance(v, np.ndarray) and v.size >= 100_000 for v in d._values.values())]
+            and any(isinstance(v, np.ndarray) and v.size == SIZE for v in d._values.values())]
 
 
 @pytest.mark.parametrize("how", ["eager", "jit", "grad"])
@@ -39,7 +42,7 @@ def test_array_kwargs_are_released_after_clear_caches(how):
     sites = _ext.site_count()
     fns = []  # the programs, alive until the check
     for i in range(10):
-        a = np.full(256 * 1024, float(i))  # 2 MB each
+        a = np.full(SIZE, float(i))  # 2 MB each
         if how == "eager":
             got = op(x, a=a)[0]
         elif how == "jit":
@@ -54,7 +57,7 @@ def test_array_kwargs_are_released_after_clear_caches(how):
     jax.clear_caches()
     assert not _big_dumps()
     assert not op.binding.sites
-    assert _ext.site_count() == sites
+    assert _ext.site_count() <= sites  # (other tests' programs may go too)
 
 
 def test_a_large_kwarg_is_not_copied_into_the_program():
