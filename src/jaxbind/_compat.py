@@ -196,8 +196,12 @@ def auto_partitioned_devices(ctx) -> int:
 
 
 def set_sharding(ctx, op, sharding) -> None:
-    """jax._src.interpreters.mlir.set_sharding(module_context, op, sharding): 0.7 - 0.12."""
-    mlir_internal.set_sharding(ctx.module_context, op, sharding)
+    """jax._src.interpreters.mlir.set_sharding: (module_context, op, sharding) in jax 0.8 -
+    0.12, (op, sharding) in jax 0.7."""
+    try:
+        mlir_internal.set_sharding(ctx.module_context, op, sharding)
+    except TypeError:
+        mlir_internal.set_sharding(op, sharding)
 
 
 def register_cache(cache, for_what: str) -> None:

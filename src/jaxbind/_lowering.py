@@ -147,12 +147,17 @@ def _lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
         loop_batched=np.frombuffer(flags, dtype=np.uint8),
         n_fixed=np.int32(n_fixed),
     )
-    if effect is not None and results and not nested:
+    if effect is not None and results and auto_partitioned_devices(outer) > 1:
         # Runs once, on one device, as io_callback does: never split over a batch that
         # XLA partitions (padding rows would reach the callable), never replicated.
         sharding = run_once_sharding(outer, ctx.avals_out)
         if sharding is not None:
-            set_sharding(outer, results[0].owner, sharding)
+            call = results[0].owner
+            for _ in range(2):  # nested results: get_tuple_element of get_tuple_element
+                if call.name == "stablehlo.custom_call":
+                    break
+                call = call.operands[0].owner
+            set_sharding(outer, call, sharding)
     if token is not None:
         token_out, *results = results
         outer.set_tokens_out(outer.tokens_in.update_tokens(mlir.TokenSet({ORDERED: token_out})))
