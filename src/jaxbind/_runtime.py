@@ -213,10 +213,22 @@ def escaped_views(label, moved, outs, ins) -> None:
     """
     views = [entry[2] for entry in moved]
     ours = {id(outs), id(ins), id(moved), id(views)} | {id(entry) for entry in moved}
+    # Output memory is XLA's alone during the call: a JAX array sharing it was made in
+    # the callable. (Input memory may be the caller's own array: see below.)
+    outputs = [e for e in moved if any(e[2] is v for v in outs)]
+    for start, nbytes, _, _ in outputs:
+        text = _aliased(label, start, nbytes)
+        if text is not None:
+            warnings.warn(text, RuntimeWarning, stacklevel=2)
+            return
     held = {id(v): 0 for v in views}
+    mine = {id(v) for v in views}
     for referrer in gc.get_referrers(*views):
-        # a memoryview's buffer holds the view's memory, not just the view
-        if id(referrer) in ours or type(referrer).__name__ == "managedbuffer":
+        # a memoryview's buffer holds the view's memory, not just the view; a tuple of
+        # nothing but views may be the call's own (some Pythons copy it): when unsure,
+        # count no holder, which costs a scan, never a missed array
+        if id(referrer) in ours or type(referrer).__name__ == "managedbuffer" or (
+                type(referrer) is tuple and all(id(x) in mine for x in referrer)):
             continue
         for item in gc.get_referents(referrer):
             if id(item) in held:
@@ -224,7 +236,7 @@ def escaped_views(label, moved, outs, ins) -> None:
     unexplained = {id(e[2]): e for e in moved if e[3] > held[id(e[2])]}
     if not unexplained:
         return
-    derived = _move_derived(unexplained)
+    derived = _move_derived(unexplained, ours)
     for key, (start, nbytes, view, holders) in unexplained.items():
         if holders <= held[key] + derived.get(key, 0):
             continue
@@ -232,11 +244,17 @@ def escaped_views(label, moved, outs, ins) -> None:
         return
 
 
-def _move_derived(escaped) -> dict:
-    """Move arrays derived from the escaped views into their copies; count them per view."""
+def _move_derived(escaped, ours) -> dict:
+    """Move arrays derived from the escaped views into their copies. Counts, per view,
+    the derived arrays and memoryviews, and the objects that hold the view itself."""
     found, seen = {}, set()
     for obj in gc.get_objects():
+        if id(obj) in ours:
+            continue
         for item in gc.get_referents(obj):
+            if id(item) in escaped:  # the view itself (a tuple the first pass skipped)
+                found[id(item)] = found.get(id(item), 0) + 1
+                continue
             if id(item) in seen:
                 continue
             if isinstance(item, np.ndarray):
@@ -266,6 +284,17 @@ def _exporter(view: memoryview):
 
 
 def _held_elsewhere(label, start, nbytes) -> str:
+    text = _aliased(label, start, nbytes)
+    if text is not None:
+        return text
+    return (f"jaxbind: the callable of {label} let something outside Python (a C "
+            "extension, a raw pointer) keep the memory of one of its input or output arrays. "
+            "That memory is XLA's and is reused after the call; copy what you need to keep "
+            "(np.array(view))")
+
+
+def _aliased(label, start, nbytes) -> str | None:
+    """The warning for a live JAX array that shares [start, start + nbytes), if any."""
     try:
         arrays = jax.live_arrays("cpu")
     except Exception:  # no CPU backend
@@ -282,10 +311,7 @@ def _held_elsewhere(label, start, nbytes) -> str:
                     "CPU). That memory is XLA's and is reused after the call, so the JAX "
                     "array will read other data. Copy instead: jnp.array(view, copy=True), "
                     "or np.array(view) first")
-    return (f"jaxbind: the callable of {label} let something outside Python (a C "
-            "extension, a raw pointer) keep the memory of one of its input or output arrays. "
-            "That memory is XLA's and is reused after the call; copy what you need to keep "
-            "(np.array(view))")
+    return None
 
 
 def format_callback_error(label, etype, value, tb) -> str:

@@ -153,8 +153,8 @@ def test_a_jax_array_aliasing_a_view_is_named_in_a_warning():
     made = []
 
     def f(out, args, kd):
-        made.append(jax.device_put(args[0]))
         out[0][...] = args[0]
+        made.append(jax.device_put(out[0]))
 
     op = _op("device_put_of_a_view", f)
     with pytest.warns(RuntimeWarning, match=r"'reliability.device_put_of_a_view' \(the function"
