@@ -76,18 +76,27 @@ def _double(args):
     return [a.astype(jnp.complex128 if jnp.iscomplexobj(a) else jnp.float64) for a in args]
 
 
-@pytest.mark.parametrize("kind,d,dtype,eps", list(itertools.product(
-    (1, 2, 3), (1, 2, 3), (np.complex64, np.complex128), ("default", "fine"))))
-def test_every_precision_and_eps_matches_the_double_precision_transform(kind, d, dtype, eps):
-    rng = np.random.default_rng(1000 * kind + 100 * d + (dtype == np.complex64) * 10
+PRECISION_CASES = list(itertools.product((1, 2, 3), (1, 2, 3), (np.complex64, np.complex128),
+                                          ("default", "fine")))
+
+
+def _precision_case(seed, kind, d, dtype, eps):
+    """(rng, eps, tolerance against double precision) for one case of PRECISION_CASES."""
+    rng = np.random.default_rng(seed + 100 * kind + 10 * d + (dtype == np.complex64) * 5
                                 + (eps == "fine"))
     eps = 1e-6 if eps == "default" else FINE[dtype]
+    tol = 1e-4 if dtype == np.complex64 else (1e-5 if eps == 1e-6 else 1e-12)
+    return rng, eps, tol
+
+
+@pytest.mark.parametrize("kind,d,dtype,eps", PRECISION_CASES)
+def test_every_precision_and_eps_matches_the_double_precision_transform(kind, d, dtype, eps):
+    rng, eps, tol = _precision_case(1000, kind, d, dtype, eps)
     v, pts = _inputs(kind, d, dtype, rng)
     fn, ref = _call(kind, d, eps), _call(kind, d, 1e-13)
     got, want = fn(v, *pts), ref(*_double([v, *pts]))
     assert got.dtype == dtype and got.shape == want.shape
     assert jnp.all(jnp.isfinite(got))
-    tol = 1e-4 if dtype == np.complex64 else (1e-5 if eps == 1e-6 else 1e-12)
     assert _rel(got, want) < tol
 
     weights = _cplx(rng, want.shape, dtype)
@@ -99,12 +108,9 @@ def test_every_precision_and_eps_matches_the_double_precision_transform(kind, d,
         assert _rel(g, w) < tol, f"gradient {i}"
 
 
-@pytest.mark.parametrize("kind,d,dtype,eps", list(itertools.product(
-    (1, 2, 3), (1, 2, 3), (np.complex64, np.complex128), ("default", "fine"))))
+@pytest.mark.parametrize("kind,d,dtype,eps", PRECISION_CASES)
 def test_plans_in_every_precision_match_the_double_precision_transform(kind, d, dtype, eps):
-    rng = np.random.default_rng(2000 * kind + 100 * d + (dtype == np.complex64) * 10
-                                + (eps == "fine"))
-    eps = 1e-6 if eps == "default" else FINE[dtype]
+    rng, eps, tol = _precision_case(2000, kind, d, dtype, eps)
     v, pts = _inputs(kind, d, dtype, rng)
     pts = [np.asarray(p[0]) for p in pts]  # a plan's points are concrete and unbatched
     v = v[0]  # (3, ...): three transforms through one plan
@@ -113,7 +119,6 @@ def test_plans_in_every_precision_match_the_double_precision_transform(kind, d, 
     ref = _call(kind, d, 1e-13)
     got, want = plan(v), ref(*_double([v, *(jnp.asarray(p) for p in pts)]))
     assert got.dtype == dtype
-    tol = 1e-4 if dtype == np.complex64 else (1e-5 if eps == 1e-6 else 1e-12)
     assert _rel(got, want) < tol
     weights = _cplx(rng, want.shape, dtype)
     g = jax.grad(lambda v: jnp.sum(jnp.real(weights * plan(v))))(v)

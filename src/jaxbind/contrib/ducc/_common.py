@@ -88,3 +88,15 @@ def check_kwargs(op: str, kwargs, allowed) -> None:
     if unknown:
         raise TypeError(f"jaxducc0.{op}: unknown keyword argument(s) {unknown}; it takes "
                         f"{sorted(allowed)}")
+
+
+def check_sigma(op: str, kwargs: dict, allowed: str, within) -> None:
+    """DUCC's oversampling range ``sigma_min``/``sigma_max`` in `kwargs`, if given: both
+    or neither, with ``within(lo, hi)`` true (`allowed` says how); stored back as floats."""
+    if ("sigma_min" in kwargs) != ("sigma_max" in kwargs):
+        raise TypeError(f"jaxducc0.{op}: give both sigma_min and sigma_max, or neither")
+    if "sigma_min" in kwargs:
+        lo, hi = (check_positive(op, k, kwargs[k]) for k in ("sigma_min", "sigma_max"))
+        if not within(lo, hi):
+            raise ValueError(f"jaxducc0.{op}: DUCC needs {allowed}, got {lo} and {hi}")
+        kwargs.update(sigma_min=lo, sigma_max=hi)

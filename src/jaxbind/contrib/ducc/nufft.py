@@ -9,7 +9,7 @@ import numpy as np
 
 from ... import get_linear_call, load_kwargs
 from ._common import (_COMPLEX, _MODE, _real_of, check_choice, check_int, check_kwargs,
-                      check_nthreads, check_positive)
+                      check_nthreads, check_positive, check_sigma)
 from .nufft_points import _transform
 
 __all__ = ["get_nufft"]
@@ -98,14 +98,8 @@ def get_nufft(coord, grid_shape, *, nufft_type, forward=True, epsilon=1e-6, nthr
     if not 1 <= len(grid) <= 3:
         raise ValueError(f"jaxducc0.{OP}: grid_shape must have 1-3 dimensions, got {grid}")
     check_kwargs(OP, kwargs, _DUCC_OPTIONS)
-    if ("sigma_min" in kwargs) != ("sigma_max" in kwargs):
-        raise TypeError(f"jaxducc0.{OP}: give both sigma_min and sigma_max, or neither")
-    if "sigma_min" in kwargs:
-        lo, hi = (check_positive(OP, k, kwargs[k]) for k in ("sigma_min", "sigma_max"))
-        if not 1.2 <= lo < hi <= 2.5:
-            raise ValueError(f"jaxducc0.{OP}: DUCC needs 1.2 <= sigma_min < sigma_max <= 2.5, "
-                             f"got {lo} and {hi}")
-        kwargs.update(sigma_min=lo, sigma_max=hi)
+    check_sigma(OP, kwargs, "1.2 <= sigma_min < sigma_max <= 2.5",
+                lambda lo, hi: 1.2 <= lo < hi <= 2.5)
     if "verbosity" in kwargs:
         kwargs["verbosity"] = check_int(OP, "verbosity", kwargs["verbosity"])
     coord = jnp.asarray(coord)

@@ -9,7 +9,7 @@ import numpy as np
 from ... import get_linear_call, load_kwargs
 from ._accuracy import working_precision
 from ._common import (_MODE, _complex_of, _real_of, check_int, check_kwargs, check_nthreads,
-                      check_positive, ducc0)
+                      check_positive, check_sigma, ducc0)
 
 _NAN = complex(np.nan, np.nan)  # what a non-finite point gives where it enters
 
@@ -167,14 +167,7 @@ def get_wgridder(*, pixsize_x, pixsize_y, npix_x, npix_y, epsilon, do_wgridding,
       program runs; no rows or channels give an empty result (and a zero image).
     """
     check_kwargs(OP, kwargs, _DUCC_OPTIONS)
-    if ("sigma_min" in kwargs) != ("sigma_max" in kwargs):
-        raise TypeError(f"jaxducc0.{OP}: give both sigma_min and sigma_max, or neither")
-    if "sigma_min" in kwargs:
-        lo, hi = (check_positive(OP, k, kwargs[k]) for k in ("sigma_min", "sigma_max"))
-        if not 1.0 < lo < hi:
-            raise ValueError(f"jaxducc0.{OP}: needs 1 < sigma_min < sigma_max, got {lo} and "
-                             f"{hi}")
-        kwargs.update(sigma_min=lo, sigma_max=hi)
+    check_sigma(OP, kwargs, "1 < sigma_min < sigma_max", lambda lo, hi: 1.0 < lo < hi)
     npix = []
     for name, n in (("npix_x", npix_x), ("npix_y", npix_y)):
         n = check_int(OP, name, n, 2)
