@@ -75,6 +75,11 @@ def _hinted(t_spec: CallSpec, targets, target_axes) -> CallSpec:
 
 def _checked(spec: CallSpec, results, args):
     """Cotangents for the undefined primals among `args`, None for the others."""
+    if len(results) != len(args):
+        raise TypeError(
+            f"jaxbind: the transpose of '{spec.name}' ({describe_role(spec.role)}) produced "
+            f"{len(results)} cotangents for {len(args)} inputs; the transposed abstract "
+            "function must give one output per input after the fixed ones, in order")
     out = []
     for r, a in zip(results, args):
         if not is_undefined_primal(a):
@@ -141,16 +146,36 @@ def _jvp_in_primals(spec: CallSpec, primals, tangents, which):
     return list(tans)
 
 
+def _has_tangent(primal) -> bool:
+    """Whether an array has tangents: integer and boolean arrays have float0 tangents,
+    which are always zero."""
+    return jnp.issubdtype(primal.dtype, jnp.inexact)
+
+
+def _tangent_arg(primal, tangent):
+    """A tangent as a role's callable receives it: integer and boolean inputs get zeros of
+    their own dtype in place of float0, which no callable can read."""
+    if _has_tangent(primal):
+        return instantiate_zeros(tangent)
+    return jnp.zeros(jnp.shape(primal), primal.dtype)
+
+
+def _output_tangents(outs, tans):
+    """Tangents of the outputs: float0 zeros (symbolic) for integer and boolean outputs."""
+    return [t if _has_tangent(o) else zero_tangent(o) for o, t in zip(outs, tans)]
+
+
 def jvp_rule(primals, tangents, *, spec: CallSpec):
     n = spec.n_fixed
     in_primals = []  # second order: tangents of a JVP's or VJP's primal arguments
-    for i in range(n):
-        if type(tangents[i]) is not ad.Zero:
+    for i in range(n):  # float0 tangents of integer arguments are zero, fixed or not
+        if type(tangents[i]) is not ad.Zero and _has_tangent(primals[i]):
             if not _differentiable_primal(spec, i):
                 raise _fixed_error(spec, i, "differentiated")
             in_primals.append(i)
     outs = bind(spec, *primals)
-    live = [i for i in range(n, len(primals)) if type(tangents[i]) is not ad.Zero]
+    live = [i for i in range(n, len(primals))
+            if type(tangents[i]) is not ad.Zero and _has_tangent(primals[i])]
     if not live and not in_primals:
         return outs, [zero_tangent(o) for o in outs]
 
@@ -158,11 +183,11 @@ def jvp_rule(primals, tangents, *, spec: CallSpec):
     if not live:
         pass
     elif _is_linear_role(spec):
-        tans = bind(spec, *primals[:n], *map(instantiate_zeros, tangents[n:]))
+        tans = bind(spec, *primals[:n], *map(_tangent_arg, primals[n:], tangents[n:]))
     elif spec.binding.kind is Kind.NONLINEAR:  # role "f"
         ba = spec.batch_axes
         jvp_spec = spec.derive("jvp", len(primals), _cat(ba, ba and ba[n:]), spec.out_batch_axes)
-        tans = bind(jvp_spec, *primals, *map(instantiate_zeros, tangents[n:]))
+        tans = bind(jvp_spec, *primals, *map(_tangent_arg, primals[n:], tangents[n:]))
     else:  # multilinear: product rule, one term per argument with a tangent
         for i in live:
             term = bind(spec, *primals[:i], tangents[i], *primals[i + 1:])
@@ -170,7 +195,7 @@ def jvp_rule(primals, tangents, *, spec: CallSpec):
     if in_primals:
         more = _jvp_in_primals(spec, primals, tangents, in_primals)
         tans = more if tans is None else [a + b for a, b in zip(tans, more)]
-    return outs, list(tans)
+    return outs, _output_tangents(outs, tans)
 
 
 def _transpose_nonlinear(cts, args, lin, spec: CallSpec):

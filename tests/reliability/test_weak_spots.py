@@ -1,6 +1,7 @@
 """Odd inputs that used to give bare, unnamed or late errors, or a performance cliff."""
 
 import jax
+import jax.test_util
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -76,3 +77,68 @@ def test_nine_shapes_through_one_call_site_check_their_buffers_once():
         for x in arrays:
             fn(x).block_until_ready()
     assert len(counted) == before  # every buffer signature is still known at the site
+
+
+def _times_count(out, args, kw):
+    out[0][...] = args[0] * args[1]
+
+
+def _times_count_jvp(out, args, kw):  # args: x, n, dx, dn; dn arrives as integer zeros
+    assert args[3].dtype == args[1].dtype and not args[3].any()
+    out[0][...] = args[2] * args[1]
+
+
+def _times_count_vjp(out, args, kw):  # args: x, n, ct
+    out[0][...] = args[2] * args[1]
+    out[1][...] = 0
+
+
+def _shape_vjp(x, n, ct, **k):
+    return ((x.shape, x.dtype), (n.shape, n.dtype))
+
+
+times_count = jaxbind.get_nonlinear_call(
+    _times_count, (_times_count_jvp, _times_count_vjp), _shape, _shape_vjp,
+    name="reliability.times_count")
+
+
+@pytest.mark.parametrize("count_dtype", [jnp.int32, jnp.uint8, jnp.bool_])
+def test_grad_through_an_integer_input_that_is_not_fixed(count_dtype):
+    x = jnp.linspace(0.5, 1.5, 4)
+    n = jnp.arange(4).astype(count_dtype)
+    g = jax.grad(lambda x, n: times_count(x, n)[0].sum())(x, n)
+    np.testing.assert_allclose(g, np.asarray(n, np.float32))
+    # a float0 tangent for the integer input, explicit or symbolic, is a zero tangent
+    zero = np.zeros(n.shape, jax.dtypes.float0)
+    y, t = jax.jvp(lambda x, n: times_count(x, n)[0], (x, n), (x, zero))
+    np.testing.assert_allclose(t, x * np.asarray(n, np.float32))
+    _, pullback = jax.vjp(lambda x, n: times_count(x, n)[0], x, n)
+    ct_x, ct_n = pullback(jnp.ones(4))
+    np.testing.assert_allclose(ct_x, np.asarray(n, np.float32))
+    assert ct_n.dtype == jax.dtypes.float0
+    jax.test_util.check_grads(lambda x: times_count(x, n)[0], (x,), order=1,
+                              modes=["fwd", "rev"])
+
+
+def test_an_integer_output_has_a_float0_tangent():
+    def copy(out, args, kw):
+        out[0][...] = args[0]
+
+    ident = jaxbind.get_linear_call(copy, copy, _shape, _shape, name="reliability.int_copy")
+    n = jnp.arange(3, dtype=jnp.int32)
+    y, t = jax.jvp(lambda n: ident(n)[0], (n,), (np.zeros(3, jax.dtypes.float0),))
+    np.testing.assert_array_equal(y, n)
+    assert t.dtype == jax.dtypes.float0
+    # an integer op inside a differentiated program: only the float path has a derivative
+    x = jnp.linspace(0.5, 1.5, 3)
+    g = jax.grad(lambda x, n: (times_count(x, n)[0] * ident(n)[0]).sum())(x, n)
+    np.testing.assert_allclose(g, np.asarray(n, np.float32) ** 2)
+
+
+def test_a_transposed_abstract_function_with_too_few_outputs_is_named():
+    short = jaxbind.get_nonlinear_call(
+        _times_count, (_times_count_jvp, _times_count_vjp), _shape, _shape,
+        name="reliability.short_vjp")
+    n = jnp.arange(3, dtype=jnp.int32)
+    with pytest.raises(TypeError, match=r"'reliability.short_vjp'.*1 cotangents for 2 inputs"):
+        jax.jit(jax.grad(lambda x: short(x, n)[0].sum()))(jnp.ones(3))
