@@ -185,6 +185,14 @@ ffi::Error guarded(const ffi::Dictionary &attrs, Body &&body) {
     body(site_of(site.ptr()));
     return ffi::Error::Success();
   } catch (nb::python_error &e) {
+    if (e.matches(PyExc_KeyboardInterrupt)) {
+      // Ctrl-C while the callable ran: the call fails, and the interrupt is raised again
+      // so that the main thread sees a KeyboardInterrupt at its next bytecode, as a
+      // Ctrl-C anywhere else in Python.
+      PyErr_SetInterrupt();
+      return error(ffi::ErrorCode::kCancelled,
+                   "'" + name() + "' was interrupted (KeyboardInterrupt) while its callable ran");
+    }
     std::string message;
     try {
       nb::object where = site.is_valid() ? site_of(site.ptr()).label

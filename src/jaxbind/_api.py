@@ -76,7 +76,10 @@ class Op(OpBase):
                     break
             else:
                 if len(args) > self.binding.first_n_args_fixed:
-                    return self._eager_plain(*args)
+                    try:
+                        return self._eager_plain(*args)
+                    except RecursionError as exc:
+                        return _nested(self._eager_calls, self._eager_plain_spec, exc, args)
         binding = self.binding
         if len(args) <= binding.first_n_args_fixed:
             raise TypeError(
@@ -91,13 +94,19 @@ class Op(OpBase):
         spec = CallSpec(binding, "f", binding.first_n_args_fixed, dump)
         if any(isinstance(a, jax.core.Tracer) for a in args):
             return bind(spec, *args)
-        return _eager(self._eager_calls, spec)(*args)
+        try:
+            return _eager(self._eager_calls, spec)(*args)
+        except RecursionError as exc:
+            return _nested(self._eager_calls, spec, exc, args)
+
+    @functools.cached_property
+    def _eager_plain_spec(self) -> CallSpec:
+        binding = self.binding
+        return CallSpec(binding, "f", binding.first_n_args_fixed, _NO_KWARGS)
 
     @functools.cached_property
     def _eager_plain(self):
-        binding = self.binding
-        return _eager(self._eager_calls, CallSpec(binding, "f", binding.first_n_args_fixed,
-                                                  _NO_KWARGS))
+        return _eager(self._eager_calls, self._eager_plain_spec)
 
 
 def _as_array(name: str, index: int, value):
@@ -143,8 +152,24 @@ def _eager(cache: dict, spec: CallSpec):
     if fn is None:
         if len(cache) >= 64:
             cache.clear()
-        fn = cache[spec] = jax.jit(_binder(spec))
+        fn = cache[spec] = jax.jit(_binder(spec if isinstance(spec, CallSpec) else spec[0]))
     return fn
+
+
+def _nested(cache: dict, spec: CallSpec, exc: RecursionError, args):
+    """An eager call made by a callable of the same op, while the outer call's program
+    runs for the first time: JAX refuses to enter a jitted function again before its
+    first call returns, so each level of nesting gets a program of its own."""
+    if not str(exc).startswith("Recursively calling jit"):
+        raise exc
+    for level in range(1, 1000):
+        try:
+            return _eager(cache, (spec, level))(*args)
+        except RecursionError as again:
+            if not str(again).startswith("Recursively calling jit"):
+                raise
+    raise RecursionError(f"jaxbind: '{spec.binding.name}' called itself eagerly more than "
+                         "1000 levels deep") from exc
 
 
 def _binder(spec: CallSpec):

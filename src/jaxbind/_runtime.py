@@ -318,5 +318,16 @@ def format_callback_error(label, etype, value, tb) -> str:
     """Text of the error XLA raises when a callable fails."""
     name = getattr(etype, "__name__", str(etype))
     lines = traceback.format_exception(etype, value, tb)
-    return (f"jaxbind: {label} raised {name}: {value}\n"
+    text = f"{value}"
+    if isinstance(value, RecursionError) and text.startswith("Recursively calling jit"):
+        text = text.split("\n", 1)[0] + "\n" + _REENTERED_JIT
+    return (f"jaxbind: {label} raised {name}: {text}\n"
             "Traceback of the callable (most recent call last):\n" + "".join(lines[1:]))
+
+
+_REENTERED_JIT = (
+    "The callable called a jitted function whose first call with these argument types is "
+    "the one now running the callable. JAX refuses that on the same thread (and waits "
+    "forever on another one, as it does for jax.pure_callback): the program is not ready "
+    "until that first call returns. Call the jitted function once before (outside the "
+    "callable), or call the jaxbind op itself eagerly, which jaxbind allows to recurse.")
