@@ -33,6 +33,7 @@ _check_jax_version()
 from . import _lowering, _rules, _runtime  # noqa: E402
 from ._api import Op, get_linear_call, get_nonlinear_call  # noqa: E402
 from ._binding import jax_function  # noqa: E402
+from ._errors import ExportedDefaultNameWarning  # noqa: E402
 from ._native import NativeOp, linear_op, multilinear_op, nonlinear_op  # noqa: E402
 from ._export import export, export_safety_checks  # noqa: E402
 from ._gpu import CallContext, CudaArray, current_call  # noqa: E402
@@ -46,6 +47,6 @@ from . import testing  # noqa: E402, F401  (jaxbind.testing.check)
 
 __version__ = "2.0.0.dev0"
 
-__all__ = ["CallContext", "CudaArray", "NativeOp", "Op", "current_call", "export",
+__all__ = ["CallContext", "CudaArray", "ExportedDefaultNameWarning", "NativeOp", "Op", "current_call", "export",
            "export_safety_checks", "get_linear_call", "get_nonlinear_call", "jax_function",
            "linear_op", "load_kwargs", "multilinear_op", "nonlinear_op", "__version__"]

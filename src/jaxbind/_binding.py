@@ -135,6 +135,8 @@ class Binding:
                                                  repr=False, compare=False)
     orphans: collections.OrderedDict = field(default_factory=collections.OrderedDict,
                                              repr=False, compare=False)
+    # whether the name is the callable's qualified name (set when registered)
+    default_name: bool = field(default=True, repr=False, compare=False)
     __weakref__: object = field(default=None, init=False, repr=False, compare=False)
 
     def callables(self) -> tuple:
@@ -302,6 +304,11 @@ def describe_role(role: str) -> str:
 # that uses it, or any compiled program (lowering adds it to the keepalives).
 _registry: "weakref.WeakValueDictionary[str, Binding]" = weakref.WeakValueDictionary()
 _lock = threading.RLock()  # register() holds it while a replaced binding drops its sites
+# Registered bindings by (name without suffix, fingerprint of their callables): the
+# only ones that can be equal to a new binding under that name.
+_alike: dict[tuple, weakref.WeakSet] = {}
+# Default names: the lowest suffix that may be free, per name without suffix.
+_free_suffix: dict[str, int] = {}
 
 
 def register(binding: Binding, *, explicit_name: bool, replace: bool = False
@@ -311,32 +318,74 @@ def register(binding: Binding, *, explicit_name: bool, replace: bool = False
     An equal binding already registered under the name is reused. A different
     one under an explicit name is an error unless `replace` is set, in which case
     it takes the name over (programs compiled earlier then call the new one);
-    under a default name (taken from
-    the callable's qualified name, e.g. a closure made in a loop) the new one
-    gets the next free suffix "#2", "#3", ...
+    under a default name (taken from the callable's qualified name, e.g. a closure
+    made in a loop) the new one gets the lowest free suffix "#2", "#3", ... Both
+    cost the same whatever the number of bindings under one name.
     """
     with _lock:
-        base, suffix = binding.name, 1
-        while True:
-            existing = _registry.get(binding.name)
-            if existing is None:
-                _registry[binding.name] = binding
-                return binding, True
-            if same_values(existing.callables(), binding.callables()):
-                return existing, False
-            if explicit_name and replace:
-                # Its call sites go (the trampoline's cache holds them weakly), so
-                # programs compiled for it resolve the name again, to this binding.
-                existing.drop_sites()
-                _registry[binding.name] = binding
-                return binding, True
-            if explicit_name:
+        base = binding.name
+        binding.default_name = not explicit_name
+        key = (base, _fingerprint(binding.callables()))
+        for other in list(_alike.get(key, ())):
+            if same_values(other.callables(), binding.callables()):
+                return other, False
+        existing = _registry.get(base)
+        if existing is not None and explicit_name:
+            if not replace:
                 raise ValueError(
                     f"jaxbind: the name '{base}' is already used by another binding with "
                     "different callables; choose another name=, or pass replace=True to "
                     "replace that binding")
-            suffix += 1
+            # Its call sites go (the trampoline's cache holds them weakly), so
+            # programs compiled for it resolve the name again, to this binding.
+            existing.drop_sites()
+        elif existing is not None:
+            suffix = max(_free_suffix.get(base, 2), 2)
+            while f"{base}#{suffix}" in _registry:
+                suffix += 1
+            _free_suffix[base] = suffix + 1
             binding.name = f"{base}#{suffix}"
+            weakref.finalize(binding, _freed, base, suffix)
+        _registry[binding.name] = binding
+        alike = _alike.get(key)
+        if alike is None:
+            alike = _alike[key] = weakref.WeakSet()
+            weakref.finalize(binding, _forget, key)
+        alike.add(binding)
+        return binding, True
+
+
+def _freed(base: str, suffix: int) -> None:
+    """A default-named binding died: its suffix may be given again."""
+    with _lock:
+        if suffix < _free_suffix.get(base, 2):
+            _free_suffix[base] = suffix
+
+
+def _forget(key: tuple) -> None:
+    with _lock:
+        alike = _alike.get(key)
+        if alike is not None and not len(alike):
+            del _alike[key]
+
+
+def _fingerprint(value):
+    """A hashable summary of a registration: equal whenever `same_values` holds (it
+    keeps the identities that `same_values` compares, and only types elsewhere)."""
+    t = type(value)
+    if t in (tuple, list):
+        return t, tuple(_fingerprint(v) for v in value)
+    if t is dict:
+        return t, tuple(sorted((repr(k), _fingerprint(v)) for k, v in value.items()))
+    if isinstance(value, types.MethodType):
+        return t, id(value.__self__), id(value.__func__)
+    if isinstance(value, functools.partial):
+        return t, _fingerprint(value.func)
+    if t is types.FunctionType:
+        return t, id(value)  # functions compare by identity
+    if t is types.BuiltinFunctionType:  # equal when bound to the same object
+        return t, id(getattr(value, "__self__", None)), value.__qualname__
+    return t
 
 
 def same_values(a, b) -> bool:

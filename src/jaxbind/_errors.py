@@ -5,10 +5,15 @@
 
 from __future__ import annotations
 
-__all__ = ["add_context"]
+__all__ = ["ExportedDefaultNameWarning", "add_context"]
 
 
 def add_context(exc: BaseException, text: str) -> BaseException:
     """Attach a note naming the binding to an exception raised by user code."""
     exc.add_note(text)
     return exc
+
+
+class ExportedDefaultNameWarning(UserWarning):
+    """An exported program names a binding by a default name with a creation-order suffix
+    (``f#2``), which a loading process may give to another binding."""

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import warnings
 
 import jax.numpy as jnp
 import numpy as np
@@ -39,6 +40,7 @@ from ._compat import (XLA_CPU_ROOT_CALL_ABORTS, abstract_token, ffi, for_export,
                       mlir_internal, register_batch_partitionable, run_once_sharding,
                       set_sharding, auto_partitioned_devices, config_use_shardy)
 from ._effects import ORDERED
+from ._errors import ExportedDefaultNameWarning
 from ._jaxfn import batched_function
 from ._kwargs import is_local, localized, not_data_reason
 from ._partitioning import mark_batch_partitionable, num_batch_dims
@@ -66,6 +68,15 @@ def lower_cuda(ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
     return _lower(CUDA_TARGET, ctx, *args, spec=spec)
 
 
+def _suffix_warning(name: str) -> str:
+    base = name.rsplit("#", 1)[0]
+    return (f"jaxbind: exporting '{name}', a default name: several different bindings were "
+            f"made from callables named '{base}' (closures, for example), and the suffix "
+            "counts them in the order they were made. A process that loads this program "
+            f"binds it to whichever binding it made as '{name}', which need not be the same "
+            "one. Give each binding its own name (name=...) when it is meant to be exported")
+
+
 def _lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
     binding = spec.binding
     if binding.jax_function_for(spec.role) is not None:  # JAX code: inlined, no custom call
@@ -79,6 +90,9 @@ def _lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
                 f"jaxbind: cannot export '{binding.name}': its keyword arguments must be plain "
                 f"data (numbers, strings, bools, None, tuples, lists, dicts, NumPy arrays) to be "
                 f"stored in the artifact, but {reason}")
+        if binding.default_name and "#" in binding.name:
+            warnings.warn(_suffix_warning(binding.name), ExportedDefaultNameWarning,
+                          stacklevel=2)
     blob = kwargs.blob
     # The program names the binding by string; this keeps the binding (and so
     # its callables) alive for as long as the compiled program exists. Exported

@@ -142,3 +142,59 @@ def test_a_transposed_abstract_function_with_too_few_outputs_is_named():
     n = jnp.arange(3, dtype=jnp.int32)
     with pytest.raises(TypeError, match=r"'reliability.short_vjp'.*1 cotangents for 2 inputs"):
         jax.jit(jax.grad(lambda x: short(x, n)[0].sum()))(jnp.ones(3))
+
+
+def _closure(k):
+    def scale(out, args, kw):
+        out[0][...] = k * args[0]
+    return scale
+
+
+def test_closures_with_one_name_get_the_lowest_free_suffix_without_comparing_them_all():
+    import gc
+
+    from jaxbind import _binding
+
+    ops = [jaxbind.get_linear_call(_closure(k), None, _shape, None) for k in range(400)]
+    base = ops[0].name
+    assert [o.name for o in ops[:3]] == [base, f"{base}#2", f"{base}#3"]
+    assert ops[-1].name == f"{base}#400"
+    # the same callables give the same binding, however many share the name
+    again = jaxbind.get_linear_call(ops[250].binding.f, None, _shape, None)
+    assert again.binding is ops[250].binding
+    # registering compares the new binding with those whose callables could be equal only
+    compared = []
+    original = _binding.same_values
+
+    def counting(a, b):
+        compared.append(1)
+        return original(a, b)
+
+    _binding.same_values = counting
+    try:
+        new = jaxbind.get_linear_call(_closure(-1), None, _shape, None)
+    finally:
+        _binding.same_values = original
+    assert new.name == f"{base}#401" and len(compared) == 0
+    # a freed suffix is given again, lowest first
+    del ops[10:20], again, new
+    gc.collect()
+    reused = jaxbind.get_linear_call(_closure(0), None, _shape, None)
+    assert reused.name == f"{base}#11"
+    np.testing.assert_array_equal(reused(jnp.ones(2))[0], [0.0, 0.0])
+
+
+def test_exporting_a_default_name_with_a_suffix_warns():
+    first = jaxbind.get_linear_call(_closure(2), None, _shape, None)
+    second = jaxbind.get_linear_call(_closure(3), None, _shape, None)
+    assert "#" in second.name
+    with pytest.warns(jaxbind.ExportedDefaultNameWarning, match=rf"'{second.name}'.*name="):
+        jaxbind.export(lambda x: second(x)[0])(jnp.ones(2))
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        if "#" not in first.name:  # the first closure of this name, when nothing else holds it
+            jaxbind.export(lambda x: first(x)[0])(jnp.ones(2))
+        named = jaxbind.get_linear_call(_closure(4), None, _shape, None,
+                                        name="reliability.closure_named")
+        jaxbind.export(lambda x: named(x)[0])(jnp.ones(2))
