@@ -38,6 +38,12 @@ def test_overhead_and_inplace_quick(tmp_path):
                            "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]  # includes: donated input not copied
     assert json.loads((tmp_path / "inplace.json").read_text())["same_memory"] is True
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "eager_kwargs.py"),
+                           "--quick", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = json.loads((tmp_path / "eager_kwargs.json").read_text())["results"]
+    assert row["mbytes"] == 8 and row["eager_s"] > 0
 
 
 def test_nufft_benchmarks_quick(tmp_path):

@@ -42,7 +42,7 @@ from ._compat import (XLA_CPU_ROOT_CALL_ABORTS, abstract_token, ffi, for_export,
 from ._effects import ORDERED
 from ._errors import ExportedDefaultNameWarning
 from ._jaxfn import batched_function
-from ._kwargs import is_local, localized, not_data_reason
+from ._kwargs import data_blob, is_local, localized, not_data_reason
 from ._partitioning import mark_batch_partitionable, num_batch_dims
 from ._spec import CallSpec
 
@@ -93,7 +93,7 @@ def _lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
         if binding.default_name and "#" in binding.name:
             warnings.warn(_suffix_warning(binding.name), ExportedDefaultNameWarning,
                           stacklevel=2)
-    blob = kwargs.blob
+    blob = data_blob(kwargs) if exporting else kwargs.blob
     # The program names the binding by string; this keeps the binding (and so
     # its callables) alive for as long as the compiled program exists. Exported
     # programs can have no keep-alives: the loading process keeps its bindings.

@@ -69,3 +69,36 @@ def test_a_large_kwarg_is_not_copied_into_the_program():
     # exporting carries the data itself, so that another process can run it
     exported = jaxbind.export(jax.jit(lambda x: op(x, a=a)[0]))(jnp.ones(4))
     assert len(exported.mlir_module()) > a.nbytes
+
+
+def test_an_eager_call_names_a_large_array_kwarg_by_its_digest(monkeypatch):
+    """An eager call hashes a large array keyword argument instead of encoding it (JSON and
+    base64 of 8 MB took 130 ms per call, and 100 MB peaked at 1.75 GB): equal contents
+    find the call site made before, new contents give a new one, and the data itself is
+    encoded only for an export."""
+    import base64
+    import tracemalloc
+
+    op = jaxbind.get_linear_call(_adds, _adds, _shape, _shape, name="reliability.mem_digest")
+    x = jnp.ones(4)
+    a = np.zeros(4 * 1024 * 1024 + 3)  # 32 MB
+    encoded = []
+    real = base64.b64encode
+    monkeypatch.setattr(base64, "b64encode", lambda b: encoded.append(len(b)) or real(b))
+    tracemalloc.start()
+    try:
+        assert float(op(x, a=a)[0][0]) == 1.0
+        _, peak = tracemalloc.get_traced_memory()
+        sites = _ext.site_count()
+        for i in range(3):  # the same contents, as the same or another array
+            assert float(op(x, a=a if i % 2 else a.copy())[0][0]) == 1.0
+        assert _ext.site_count() == sites
+        a[0] = 5.0  # changed in place: new contents, a new call site
+        assert float(op(x, a=a)[0][0]) == 6.0
+    finally:
+        tracemalloc.stop()
+    assert max(encoded, default=0) < 1024  # nothing large was encoded
+    assert peak < 2.5 * a.nbytes  # one read-only copy of the array, not its encodings
+    exported = jaxbind.export(jax.jit(lambda x: op(x, a=a)[0]))(x)
+    assert max(encoded) >= a.nbytes  # the export carries the data
+    assert len(exported.mlir_module()) > a.nbytes

@@ -1,0 +1,90 @@
+"""Eager calls with a large NumPy array as a keyword argument, against what must be paid.
+
+    python benchmarks/eager_kwargs.py          # writes benchmarks/results/eager_kwargs.{json,md}
+    python benchmarks/eager_kwargs.py --quick
+
+Keyword arguments are static: each eager call must see the array as it is now, so it
+reads all of it at least once. The floors, measured in the same process in
+alternating blocks: hashing the array (SHA-256, what jaxbind does), copying it, and
+the same op jitted with the array closed over (no per-call work on the array).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.metadata as md
+import pathlib
+import statistics
+import sys
+import time
+
+HERE = pathlib.Path(__file__).parent
+sys.path.insert(0, str(HERE))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import jaxbind  # noqa: E402
+from _report import run_line, run_meta, save  # noqa: E402
+
+
+def _scale(out, args, kw):
+    out[0][...] = args[0] * jaxbind.load_kwargs(kw)["w"][0]
+
+
+def _shape(x, **kw):
+    return ((x.shape, x.dtype),)
+
+
+def _timed(fn, reps):
+    fn()
+    start = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    return (time.perf_counter() - start) / reps
+
+
+def measure(mbytes, blocks, reps):
+    op = jaxbind.get_linear_call(_scale, None, _shape, None, name="bench.eager_kwargs")
+    w = np.ones(mbytes * 1024 * 1024 // 8)
+    x = jnp.ones(16)
+    jitted = jax.jit(lambda x: op(x, w=w)[0])
+    cases = {
+        "eager": lambda: op(x, w=w)[0].block_until_ready(),
+        "jit": lambda: jitted(x).block_until_ready(),
+        "sha256": lambda: hashlib.sha256(w.view(np.uint8)).digest(),
+        "copy": lambda: w.copy(),
+    }
+    times = {k: [] for k in cases}
+    for b in range(blocks):
+        for name in (cases if b % 2 == 0 else reversed(list(cases))):
+            times[name].append(_timed(cases[name], reps))
+    return dict(mbytes=mbytes, **{f"{k}_s": statistics.median(v) for k, v in times.items()},
+                blocks=blocks, reps=reps)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", default=str(HERE / "results"))
+    args = parser.parse_args()
+    blocks, reps = (3, 2) if args.quick else (10, 5)
+    rows = [measure(mb, blocks, reps) for mb in ((8,) if args.quick else (1, 8, 64))]
+    meta = run_meta(numpy=np.__version__, jaxbind=md.version("jaxbind"))
+    lines = [f"{run_line(meta)}. {blocks} alternating blocks of {reps} calls; medians.", "",
+             "| array | eager call | SHA-256 of it | copy of it | jitted call | eager / SHA-256 |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['mbytes']} MB | {r['eager_s'] * 1e3:.2f} ms | "
+                     f"{r['sha256_s'] * 1e3:.2f} ms | {r['copy_s'] * 1e3:.2f} ms | "
+                     f"{r['jit_s'] * 1e3:.3f} ms | {r['eager_s'] / r['sha256_s']:.2f} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    save(args.out, "eager_kwargs", dict(meta=meta, results=rows), text)
+
+
+if __name__ == "__main__":
+    main()
