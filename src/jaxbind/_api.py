@@ -130,6 +130,7 @@ class _EagerCaches:
         self.ops: weakref.WeakSet = weakref.WeakSet()
 
     def cache_clear(self) -> None:
+        _IMPL_CALLS.clear()
         for op in list(self.ops):
             op._eager_calls.clear()
             op.__dict__.pop("_eager_plain", None)
@@ -178,7 +179,20 @@ def _binder(spec: CallSpec):
         return bind(spec, *args)
 
     binder.__name__ = binder.__qualname__ = spec.binding.name
+    # JAX's mark for a program of one primitive: under jax_debug_nans, a NaN in its
+    # outputs is reported as "encountered in <the binding's name>"
+    binder._apply_primitive = True
     return binder
+
+
+_IMPL_CALLS: dict = {}
+
+
+def eager_impl(*args, spec: CallSpec):
+    """The primitive applied to concrete arrays outside Op.__call__ (a jaxpr evaluated
+    eagerly, a transpose run eagerly): a jitted bind named after the binding."""
+    with jax.disable_jit(False):
+        return _eager(_IMPL_CALLS, spec)(*args)
 
 
 _NO_KWARGS = encode_kwargs({})

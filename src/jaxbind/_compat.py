@@ -14,7 +14,6 @@ import warnings
 import jax
 import jax.ffi as ffi  # public since jax 0.4.38
 from jax._src import core as _core  # get_aval: jax 0.7 - 0.12
-from jax._src import dispatch as _dispatch  # apply_primitive: jax 0.7 - 0.12
 from jax.extend.core import Primitive  # jax 0.4.36 - 0.12
 from jax.interpreters import ad, batching, mlir  # jax 0.7 - 0.12
 from jax._src.lib.mlir import ir  # jax 0.7 - 0.12
@@ -22,7 +21,7 @@ from jax._src.lib.mlir.dialects import hlo  # jax 0.7 - 0.12
 from jax._src.interpreters import mlir as mlir_internal  # custom_call, ir_attribute: jax 0.7
 
 __all__ = [
-    "NEWEST_TESTED_JAX", "Primitive", "ShapedArray", "ad", "apply_primitive",
+    "NEWEST_TESTED_JAX", "Primitive", "ShapedArray", "ad", "explain_checkpoint_effects",
     "batching", "ffi", "instantiate_zeros", "is_undefined_primal", "mlir",
     "for_export", "not_mapped", "define_primitive", "zero_tangent", "check_jax_version",
     "hlo", "ir", "mlir_internal", "output_aval", "InconclusiveDimensionOperation", "no_effects",
@@ -69,19 +68,43 @@ def output_aval(shape, dtype, inputs) -> ShapedArray:
     return ShapedArray(shape, dtype, sharding=_core.get_cur_mesh_sharding(), vma=vma)
 
 
-def apply_primitive(prim, *args, **params):
-    """Eager evaluation: compile the single primitive and run it."""
-    return _dispatch.apply_primitive(prim, *args, **params)
+def explain_checkpoint_effects(explain) -> None:
+    """Make the error of jax.checkpoint's partial evaluation over effectful calls say which
+    jaxbind bindings have the effects: `explain(jaxpr)` gives the text, or None.
+
+    JAX refuses effects that are not remat-allowed there and names only the effect
+    objects, which jaxbind shares with io_callback and ffi_call. The wrapper changes
+    nothing else: the rule runs as before, and other errors pass through
+    (remat_p's partial-eval rule in jax._src.ad_checkpoint: jax 0.7 - 0.12).
+    """
+    from jax._src import ad_checkpoint
+    from jax._src.interpreters import partial_eval as pe
+
+    rule = pe.custom_partial_eval_rules.get(ad_checkpoint.remat_p)
+    if rule is None or getattr(rule, "_jaxbind_explained", False):
+        return
+
+    @functools.wraps(rule)
+    def explained(trace, *tracers, jaxpr, **params):
+        try:
+            return rule(trace, *tracers, jaxpr=jaxpr, **params)
+        except NotImplementedError as exc:
+            text = explain(jaxpr) if "Effects not supported" in str(exc) else None
+            if text is None:
+                raise
+            raise NotImplementedError(text) from exc
+
+    explained._jaxbind_explained = True
+    pe.custom_partial_eval_rules[ad_checkpoint.remat_p] = explained
 
 
-def define_primitive(prim, *, abstract_eval, lowerings, jvp, transpose, batch) -> None:
+def define_primitive(prim, *, impl, abstract_eval, lowerings, jvp, transpose, batch) -> None:
     """Give JAX the rules of `prim` (once per process, for jaxbind's one primitive).
 
-    Eager evaluation compiles the primitive alone (dispatch.apply_primitive);
-    the rule tables are the ones JAX documents for primitives defined outside it
+    The rule tables are the ones JAX documents for primitives defined outside it
     (jax.interpreters.ad / batching / mlir): jax 0.7 - 0.12.
     """
-    prim.def_impl(functools.partial(apply_primitive, prim))
+    prim.def_impl(impl)
     prim.def_effectful_abstract_eval(abstract_eval)  # -> (output avals, effects)
     for platform, rule in lowerings.items():
         mlir.register_lowering(prim, rule, platform=platform)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from ._compat import FFI_SIDE_EFFECT, ORDERED_IO_EFFECT, no_effects
 
-__all__ = ["ORDERED", "SIDE_EFFECT", "effects_of"]
+__all__ = ["ORDERED", "SIDE_EFFECT", "effects_of", "explain_checkpoint"]
 
 SIDE_EFFECT = FFI_SIDE_EFFECT
 ORDERED = ORDERED_IO_EFFECT
@@ -33,3 +33,37 @@ def effects_of(spec) -> set:
     if effect is None:
         return no_effects
     return {ORDERED} if effect == "ordered" else {SIDE_EFFECT}
+
+
+def explain_checkpoint(jaxpr) -> str | None:
+    """Why jax.checkpoint cannot differentiate `jaxpr`, if jaxbind calls with effects in it
+    are the reason; None otherwise."""
+    from ._primitive import PRIMITIVE
+
+    names = {}
+    for eqn in _equations(jaxpr):
+        if eqn.primitive is PRIMITIVE and eqn.params["spec"].binding.effect is not None:
+            binding = eqn.params["spec"].binding
+            names[binding.name] = binding.effect
+    if not names:
+        return None
+    listed = ", ".join(f"'{n}' ({'ordered=True' if e == 'ordered' else 'has_side_effect=True'})"
+                       for n, e in names.items())
+    return (f"jaxbind: {listed} has side effects, and jax.checkpoint (remat) cannot "
+            "differentiate through calls with side effects: it would run them again when it "
+            "recomputes the forward pass. Call the op outside the checkpointed function, or "
+            "use a binding without has_side_effect/ordered there")
+
+
+def _equations(jaxpr):
+    """The equations of `jaxpr` and of the jaxprs nested in it."""
+    from jax.extend.core import ClosedJaxpr, Jaxpr
+
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for value in eqn.params.values():
+            for sub in (value if isinstance(value, (tuple, list)) else (value,)):
+                if isinstance(sub, ClosedJaxpr):
+                    yield from _equations(sub.jaxpr)
+                elif isinstance(sub, Jaxpr):
+                    yield from _equations(sub)

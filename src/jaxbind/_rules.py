@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from ._abstract import abstract_eval
 from ._ad import jvp_rule, transpose_rule
+from ._api import eager_impl
 from ._batching import batch_rule
-from ._compat import define_primitive
+from ._compat import define_primitive, explain_checkpoint_effects
+from ._effects import explain_checkpoint
 from ._lowering import lower_cpu, lower_cuda
 from ._primitive import PRIMITIVE
 
@@ -18,6 +20,7 @@ __all__ = ["register_rules"]
 
 
 def register_rules() -> None:
-    define_primitive(PRIMITIVE, abstract_eval=abstract_eval,
+    define_primitive(PRIMITIVE, impl=eager_impl, abstract_eval=abstract_eval,
                      lowerings={"cpu": lower_cpu, "cuda": lower_cuda},
                      jvp=jvp_rule, transpose=transpose_rule, batch=batch_rule)
+    explain_checkpoint_effects(explain_checkpoint)

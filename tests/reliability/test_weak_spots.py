@@ -198,3 +198,37 @@ def test_exporting_a_default_name_with_a_suffix_warns():
         named = jaxbind.get_linear_call(_closure(4), None, _shape, None,
                                         name="reliability.closure_named")
         jaxbind.export(lambda x: named(x)[0])(jnp.ones(2))
+
+
+@pytest.mark.parametrize("effect", ["ordered", "has_side_effect"])
+@pytest.mark.parametrize("jit", [False, True])
+def test_checkpoint_over_an_effectful_op_is_an_error_naming_the_binding(effect, jit):
+    effectful = jaxbind.get_linear_call(_double, _double, _shape, _shape,
+                                        name=f"reliability.remat_{effect}", **{effect: True})
+    inner = jax.checkpoint(lambda x: jnp.sin(effectful(x)[0]).sum())
+    grad = jax.grad(lambda x: inner(x) + x.sum())
+    with pytest.raises(NotImplementedError,
+                       match=rf"'reliability.remat_{effect}' \({effect}=True\).*jax.checkpoint"):
+        (jax.jit(grad) if jit else grad)(jnp.ones(3))
+    # without the effect, and outside the checkpoint, it differentiates
+    g = jax.grad(lambda x: jnp.sin(effectful(x)[0]).sum() + jax.checkpoint(jnp.sin)(x).sum())
+    np.testing.assert_allclose(g(jnp.ones(3)), 2 * np.cos(2.0) + np.cos(1.0), rtol=1e-6)
+    plain = jax.grad(jax.checkpoint(lambda x: jnp.sin(op(x)[0]).sum()))(jnp.ones(3))
+    np.testing.assert_allclose(plain, 2 * np.cos(2.0), rtol=1e-6)
+
+
+def _nan(out, args, kw):
+    out[0][...] = np.nan
+
+
+@pytest.mark.parametrize("how", ["eager", "jit", "grad", "transpose"])
+def test_debug_nans_names_the_binding(how):
+    nan_op = jaxbind.get_linear_call(_nan, _nan, _shape, _shape, name="reliability.nan_op")
+    x = jnp.ones(3)
+    run = {"eager": lambda: nan_op(x),
+           "jit": lambda: jax.jit(lambda x: 2 * nan_op(x)[0])(x),
+           "grad": lambda: jax.grad(lambda x: jnp.sum(x * op(x)[0]) + 0 * nan_op(x)[0][0])(x),
+           "transpose": lambda: jax.linear_transpose(lambda x: nan_op(x)[0], x)(x)}[how]
+    with jax.debug_nans(True):
+        with pytest.raises(FloatingPointError, match=r"encountered in reliability.nan_op"):
+            run()
