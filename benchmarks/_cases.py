@@ -60,6 +60,7 @@ def _traffic(out, args, kwargs_dump):
 
 def jaxbind_load_kwargs(kwargs_dump):
     import jaxbind
+
     return jaxbind.load_kwargs(kwargs_dump)
 
 
@@ -74,19 +75,26 @@ def _abstract_batched(x, **kwargs):
 
 def _jaxbind_ops():
     import jaxbind
+
     return dict(
         double=jaxbind.get_linear_call(_double, _double, _abstract, _abstract),
         empty=jaxbind.get_linear_call(_empty, _empty, _abstract, _abstract),
         double4=jaxbind.get_linear_call(_double4, _double4, _abstract, _abstract),
         traffic=jaxbind.get_linear_call(_traffic, _traffic, _abstract, _abstract),
-        native=jaxbind.get_linear_call(_double_batched, _double_batched, _abstract_batched,
-                                       _abstract_batched, func_can_batch=True),
+        native=jaxbind.get_linear_call(
+            _double_batched,
+            _double_batched,
+            _abstract_batched,
+            _abstract_batched,
+            func_can_batch=True,
+        ),
     )
 
 
 def _pure_callback(x):
-    return jax.pure_callback(lambda a: 2 * a, jax.ShapeDtypeStruct(x.shape, x.dtype), x,
-                             vmap_method="sequential")
+    return jax.pure_callback(
+        lambda a: 2 * a, jax.ShapeDtypeStruct(x.shape, x.dtype), x, vmap_method="sequential"
+    )
 
 
 @jax.custom_vjp
@@ -94,8 +102,7 @@ def _pure_callback_ad(x):
     return _pure_callback(x)
 
 
-_pure_callback_ad.defvjp(lambda x: (_pure_callback(x), None),
-                         lambda _, ct: (_pure_callback(ct),))
+_pure_callback_ad.defvjp(lambda x: (_pure_callback(x), None), lambda _, ct: (_pure_callback(ct),))
 
 
 def _buffer_callback(n_in=1):
@@ -109,6 +116,7 @@ def _buffer_callback(n_in=1):
     def call(*xs):
         shapes = tuple(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in xs)
         return buffer_callback(cb, shapes if n_in > 1 else shapes[0])(*xs)
+
     return call
 
 
@@ -122,6 +130,7 @@ def _floor_op(callable_, outs, args, kwargs_dump=b""):
     import ctypes
     import pathlib
     import sysconfig
+
     if _floor_lib is None:
         here = pathlib.Path(__file__).parent
         tag = f"py{sys.version_info[0]}{sys.version_info[1]}-jax{jax.__version__}"
@@ -129,21 +138,35 @@ def _floor_op(callable_, outs, args, kwargs_dump=b""):
         if not so.exists():
             so.parent.mkdir(exist_ok=True)
             tmp = so.with_name(f"{so.name}.{os.getpid()}.tmp")  # renamed when complete
-            subprocess.run(["c++", "-O2", "-std=c++17", "-shared", "-fPIC", "-w",
-                            f"-I{jax.ffi.include_dir()}", f"-I{sysconfig.get_paths()['include']}",
-                            str(here / "_floor.cc"), "-o", str(tmp)], check=True)
+            subprocess.run(
+                [
+                    "c++",
+                    "-O2",
+                    "-std=c++17",
+                    "-shared",
+                    "-fPIC",
+                    "-w",
+                    f"-I{jax.ffi.include_dir()}",
+                    f"-I{sysconfig.get_paths()['include']}",
+                    str(here / "_floor.cc"),
+                    "-o",
+                    str(tmp),
+                ],
+                check=True,
+            )
             os.replace(tmp, so)
         _floor_lib = ctypes.PyDLL(str(so))
         _floor_lib.floor_set.argtypes = [ctypes.c_int64, ctypes.py_object]
-        jax.ffi.register_ffi_target("jaxbind_bench_floor",
-                                    jax.ffi.pycapsule(_floor_lib.floor_handler), platform="cpu")
+        jax.ffi.register_ffi_target(
+            "jaxbind_bench_floor", jax.ffi.pycapsule(_floor_lib.floor_handler), platform="cpu"
+        )
     slot = _floor_slots[0]
     _floor_slots[0] += 1
     if _floor_lib.floor_set(slot, (callable_, outs, args, kwargs_dump)) != 0:
         raise RuntimeError("floor_set failed")
     return lambda *xs: jax.ffi.ffi_call(
-        "jaxbind_bench_floor", tuple(jax.ShapeDtypeStruct(o.shape, o.dtype) for o in outs))(
-            *xs, slot=np.int64(slot))
+        "jaxbind_bench_floor", tuple(jax.ShapeDtypeStruct(o.shape, o.dtype) for o in outs)
+    )(*xs, slot=np.int64(slot))
 
 
 def _floor_double(n, callable_=None):
@@ -153,6 +176,7 @@ def _floor_double(n, callable_=None):
     @jax.custom_vjp
     def f(x):
         return op(x)[0]
+
     f.defvjp(lambda x: (f(x), None), lambda _, ct: (f(ct),))
     return f
 
@@ -162,12 +186,15 @@ def build(impl: str, case: str, size: int):
     n = int(size)
     x = jnp.ones(n, jnp.float32)
     if case in ("double", "eager", "first_call"):
-        f = {"jnp": lambda x: 2 * x,
-             "pure_callback": _pure_callback,
-             "buffer_callback": _buffer_callback() if impl == "buffer_callback" else None,
-             "floor": _floor_double(n) if impl == "floor" else None,
-             "jaxbind": (lambda op: (lambda x: op(x)[0]))(_jaxbind_ops()["double"])
-             if impl == "jaxbind" else None}[impl]
+        f = {
+            "jnp": lambda x: 2 * x,
+            "pure_callback": _pure_callback,
+            "buffer_callback": _buffer_callback() if impl == "buffer_callback" else None,
+            "floor": _floor_double(n) if impl == "floor" else None,
+            "jaxbind": (lambda op: lambda x: op(x)[0])(_jaxbind_ops()["double"])
+            if impl == "jaxbind"
+            else None,
+        }[impl]
         if case == "eager":
             return f, x
         if case == "first_call":
@@ -177,8 +204,11 @@ def build(impl: str, case: str, size: int):
         op = _jaxbind_ops()["traffic"]
         return jax.jit(lambda x: op(x, n=n)[0]), jnp.ones(1, jnp.float32)
     if case == "empty":
-        f = {"jaxbind": lambda x: _jaxbind_ops()["empty"](x)[0], "jnp": lambda x: x,
-             "floor": _floor_double(n, _empty) if impl == "floor" else None}[impl]
+        f = {
+            "jaxbind": lambda x: _jaxbind_ops()["empty"](x)[0],
+            "jnp": lambda x: x,
+            "floor": _floor_double(n, _empty) if impl == "floor" else None,
+        }[impl]
         return jax.jit(f), x
     if case == "io4":
         xs = tuple(jnp.ones(n, jnp.float32) + k for k in range(4))
@@ -194,10 +224,14 @@ def build(impl: str, case: str, size: int):
         g = jax.jit(f)
         return (lambda xs: g(*xs)), xs
     if case == "grad":
-        f = {"jnp": lambda x: 2 * x, "pure_callback": _pure_callback_ad,
-             "floor": _floor_double(n) if impl == "floor" else None,
-             "jaxbind": (lambda op: (lambda x: op(x)[0]))(_jaxbind_ops()["double"])
-             if impl == "jaxbind" else None}[impl]
+        f = {
+            "jnp": lambda x: 2 * x,
+            "pure_callback": _pure_callback_ad,
+            "floor": _floor_double(n) if impl == "floor" else None,
+            "jaxbind": (lambda op: lambda x: op(x)[0])(_jaxbind_ops()["double"])
+            if impl == "jaxbind"
+            else None,
+        }[impl]
         return jax.jit(jax.grad(lambda x: jnp.sum(f(x)))), x
     if case in ("vmap", "vmap_native"):
         xb = jnp.ones((64, n), jnp.float32)
@@ -208,9 +242,12 @@ def build(impl: str, case: str, size: int):
             f = lambda x: 2 * x  # noqa: E731
         elif impl == "pure_callback":
             vm = "sequential" if case == "vmap" else "expand_dims"
-            f = lambda x: jax.pure_callback(lambda a: 2 * a,  # noqa: E731
-                                            jax.ShapeDtypeStruct(x.shape, x.dtype), x,
-                                            vmap_method=vm)
+            f = lambda x: jax.pure_callback(
+                lambda a: 2 * a,  # noqa: E731
+                jax.ShapeDtypeStruct(x.shape, x.dtype),
+                x,
+                vmap_method=vm,
+            )
         else:
             raise KeyError(impl)
         return jax.jit(jax.vmap(f)), xb
@@ -258,7 +295,16 @@ def serve():
 if __name__ == "__main__":
     if "--versions" in sys.argv:
         import importlib.metadata as md
-        print(json.dumps({"python": sys.version.split()[0], "jax": jax.__version__,
-                          "jaxbind": md.version("jaxbind"), "numpy": np.__version__}))
+
+        print(
+            json.dumps(
+                {
+                    "python": sys.version.split()[0],
+                    "jax": jax.__version__,
+                    "jaxbind": md.version("jaxbind"),
+                    "numpy": np.__version__,
+                }
+            )
+        )
     else:
         serve()

@@ -41,5 +41,5 @@ static ffi::Error Floor(ffi::RemainingArgs, ffi::RemainingRets, int64_t slot) {
   return ffi::Error::Success();
 }
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(floor_handler, Floor,
-                              ffi::Ffi::Bind().RemainingArgs().RemainingRets().Attr<int64_t>("slot"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    floor_handler, Floor, ffi::Ffi::Bind().RemainingArgs().RemainingRets().Attr<int64_t>("slot"));

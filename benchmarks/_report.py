@@ -18,15 +18,18 @@ def run_meta(**extra) -> dict:
     """When, where and with which Python and JAX a run was made, plus `extra`."""
     import jax  # here: run.py writes with this module but runs JAX only in its workers
 
-    return dict(date=datetime.datetime.now().isoformat(timespec="seconds"),
-                machine=f"{platform.machine()} {os.cpu_count()} cores",
-                python=sys.version.split()[0], jax=jax.__version__, **extra)
+    return dict(
+        date=datetime.datetime.now().isoformat(timespec="seconds"),
+        machine=f"{platform.machine()} {os.cpu_count()} cores",
+        python=sys.version.split()[0],
+        jax=jax.__version__,
+        **extra,
+    )
 
 
 def run_line(meta: dict) -> str:
     """The opening of a results table's caption: "Run <date> on <machine>: Python .., jax .."."""
-    return (f"Run {meta['date']} on {meta['machine']}: Python {meta['python']}, "
-            f"jax {meta['jax']}")
+    return f"Run {meta['date']} on {meta['machine']}: Python {meta['python']}, jax {meta['jax']}"
 
 
 def save(out_dir, stem: str, payload: dict, text: str) -> None:

@@ -25,9 +25,9 @@ sys.path.insert(0, str(HERE))
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from _report import run_line, run_meta, save  # noqa: E402
 
 import jaxbind  # noqa: E402
-from _report import run_line, run_meta, save  # noqa: E402
 
 
 def _scale(out, args, kw):
@@ -59,28 +59,38 @@ def measure(mbytes, blocks, reps):
     }
     times = {k: [] for k in cases}
     for b in range(blocks):
-        for name in (cases if b % 2 == 0 else reversed(list(cases))):
+        for name in cases if b % 2 == 0 else reversed(list(cases)):
             times[name].append(_timed(cases[name], reps))
-    return dict(mbytes=mbytes, **{f"{k}_s": statistics.median(v) for k, v in times.items()},
-                blocks=blocks, reps=reps)
+    return dict(
+        mbytes=mbytes,
+        **{f"{k}_s": statistics.median(v) for k, v in times.items()},
+        blocks=blocks,
+        reps=reps,
+    )
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", default=str(HERE / "results"))
     args = parser.parse_args()
     blocks, reps = (3, 2) if args.quick else (10, 5)
     rows = [measure(mb, blocks, reps) for mb in ((8,) if args.quick else (1, 8, 64))]
     meta = run_meta(numpy=np.__version__, jaxbind=md.version("jaxbind"))
-    lines = [f"{run_line(meta)}. {blocks} alternating blocks of {reps} calls; medians.", "",
-             "| array | eager call | SHA-256 of it | copy of it | jitted call | eager / SHA-256 |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        f"{run_line(meta)}. {blocks} alternating blocks of {reps} calls; medians.",
+        "",
+        "| array | eager call | SHA-256 of it | copy of it | jitted call | eager / SHA-256 |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['mbytes']} MB | {r['eager_s'] * 1e3:.2f} ms | "
-                     f"{r['sha256_s'] * 1e3:.2f} ms | {r['copy_s'] * 1e3:.2f} ms | "
-                     f"{r['jit_s'] * 1e3:.3f} ms | {r['eager_s'] / r['sha256_s']:.2f} |")
+        lines.append(
+            f"| {r['mbytes']} MB | {r['eager_s'] * 1e3:.2f} ms | "
+            f"{r['sha256_s'] * 1e3:.2f} ms | {r['copy_s'] * 1e3:.2f} ms | "
+            f"{r['jit_s'] * 1e3:.3f} ms | {r['eager_s'] / r['sha256_s']:.2f} |"
+        )
     text = "\n".join(lines) + "\n"
     print(text)
     save(args.out, "eager_kwargs", dict(meta=meta, results=rows), text)

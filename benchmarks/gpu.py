@@ -53,11 +53,13 @@ extern "C" __global__ void double4(const float4* x, float4* y, long long n4) {
 def _raw_double():
     """y = 2x with float4 loads and stores (n a multiple of 4), on CuPy's current stream."""
     import cupy as cp
+
     kernel = cp.RawKernel(_DOUBLE4, "double4")
 
     def run(x, y):
         n4 = x.size // 4
         kernel((min((n4 + 255) // 256, 132 * 16),), (256,), (x, y, np.int64(n4)))
+
     return run
 
 
@@ -90,10 +92,17 @@ def _ops():
 
     same = lambda x: ((x.shape, x.dtype),)  # noqa: E731
     make = lambda f, **kw: jaxbind.get_nonlinear_call(  # noqa: E731
-        f, (None, None), same, None, name=f"bench.gpu_{f.__name__}", **kw)
-    return dict(copy=make(copy), double=make(double), copy_cai=make(copy_cai),
-                double_cai=make(double_cai), double_raw=make(double_raw),
-                host=make(double_host, platform_mode="host"), empty=make(empty))
+        f, (None, None), same, None, name=f"bench.gpu_{f.__name__}", **kw
+    )
+    return dict(
+        copy=make(copy),
+        double=make(double),
+        copy_cai=make(copy_cai),
+        double_cai=make(double_cai),
+        double_raw=make(double_raw),
+        host=make(double_host, platform_mode="host"),
+        empty=make(empty),
+    )
 
 
 def _buffer_callback(kind):
@@ -115,13 +124,21 @@ def _buffer_callback(kind):
                 cp.multiply(xx, 2, out=y)
             else:
                 _raw_double()(xx, y)
+
     return lambda x: buffer_callback(cb, jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
 
 
 IMPLS = {  # case -> implementations
     "overhead": ("jnp", "jaxbind", "jaxbind (cp.asarray)", "pure_callback", "buffer_callback"),
-    "throughput": ("jnp", "jaxbind", "jaxbind (cp.asarray)", "jaxbind (raw kernel)",
-                   "pure_callback", "buffer_callback", "buffer_callback (raw kernel)"),
+    "throughput": (
+        "jnp",
+        "jaxbind",
+        "jaxbind (cp.asarray)",
+        "jaxbind (raw kernel)",
+        "pure_callback",
+        "buffer_callback",
+        "buffer_callback (raw kernel)",
+    ),
     "host": ("jaxbind", "pure_callback"),
 }
 
@@ -134,8 +151,11 @@ def build(impl, case):
     if impl == "jnp":
         f = (lambda x: x + 0) if kind == "copy" else (lambda x: 2 * x)
     elif impl.startswith("jaxbind"):
-        name = {"jaxbind": kind, "jaxbind (cp.asarray)": f"{kind}_cai",
-                "jaxbind (raw kernel)": "double_raw"}[impl]
+        name = {
+            "jaxbind": kind,
+            "jaxbind (cp.asarray)": f"{kind}_cai",
+            "jaxbind (raw kernel)": "double_raw",
+        }[impl]
         op = ops["host" if case == "host" else name]
         f = lambda x: op(x)[0]  # noqa: E731
     elif impl == "pure_callback":
@@ -160,6 +180,7 @@ def time_it(fn, x, reps):
 def _loop(step, reps):
     """Per-call time of `step()` (which launches GPU work) in a Python loop, then a sync."""
     import cupy as cp
+
     step()
     cp.cuda.Device().synchronize()
     start = time.perf_counter()
@@ -174,19 +195,23 @@ def decompose(reps=500):
     import cupy as cp
 
     from jaxbind import _ext, _gpu
+
     parts = {}
     x, y = cp.ones(N, cp.float32), cp.empty(N, cp.float32)
     x1, y1 = cp.ones(1, cp.float32), cp.empty(1, cp.float32)
     parts["CuPy alone: cp.multiply, 16M"] = _loop(lambda: cp.multiply(x, 2, out=y), reps)
     parts["CuPy alone: raw kernel, 16M"] = _loop(lambda: _raw_double()(x, y), reps)
     parts["CuPy alone: cp.multiply, 1 element (launch cost)"] = _loop(
-        lambda: cp.multiply(x1, 2, out=y1), 4 * reps)
+        lambda: cp.multiply(x1, 2, out=y1), 4 * reps
+    )
     one = jax.device_put(jnp.ones(1, jnp.float32), jax.devices("cuda")[0])
     empty = _ops()["empty"]
-    parts["jnp: x + 0, 1 element (JAX's dispatch)"] = time_it(jax.jit(lambda x: x + 0), one,
-                                                              4 * reps)
-    parts["jaxbind: empty callable, 1 element"] = time_it(jax.jit(lambda x: empty(x)[0]), one,
-                                                          4 * reps)
+    parts["jnp: x + 0, 1 element (JAX's dispatch)"] = time_it(
+        jax.jit(lambda x: x + 0), one, 4 * reps
+    )
+    parts["jaxbind: empty callable, 1 element"] = time_it(
+        jax.jit(lambda x: empty(x)[0]), one, 4 * reps
+    )
     acc = dict(dispatch=0.0, callable=0.0, n=0, threads=set())
 
     def timed_dispatch(callable_, *rest):
@@ -197,9 +222,11 @@ def decompose(reps=500):
             t1 = time.perf_counter()
             callable_(out, args, kwargs_dump)
             acc["callable"] += time.perf_counter() - t1
+
         _gpu.dispatch(timed_callable, *rest)
         acc["dispatch"] += time.perf_counter() - t0
         acc["n"] += 1
+
     fn, xj = build("jaxbind", "throughput")
     jax.block_until_ready(fn(xj))
     _ext.set_gpu_dispatch(timed_dispatch)
@@ -209,11 +236,12 @@ def decompose(reps=500):
         _ext.set_gpu_dispatch(_gpu.dispatch)
     n = max(acc["n"], 1)
     parts["jaxbind double 16M: in jaxbind's Python dispatcher"] = acc["dispatch"] / n
-    parts["jaxbind double 16M: in the callable (2 from_dlpack, 1 multiply)"] = (
-        acc["callable"] / n)
-    where = ("the thread that calls the jitted function"
-             if acc["threads"] == {threading.get_ident()}
-             else f"{len(acc['threads'])} other thread(s)")
+    parts["jaxbind double 16M: in the callable (2 from_dlpack, 1 multiply)"] = acc["callable"] / n
+    where = (
+        "the thread that calls the jitted function"
+        if acc["threads"] == {threading.get_ident()}
+        else f"{len(acc['threads'])} other thread(s)"
+    )
     return parts, where
 
 
@@ -223,13 +251,16 @@ def sweep(sizes=(16_000_000, 64_000_000, 256_000_000), rounds=5):
     Returns {size: {implementation: seconds per call}} (medians over rounds).
     """
     import cupy as cp
+
     ops = _ops()
     out = {}
     for n in sizes:
         x = jax.device_put(jnp.ones(n, jnp.float32), jax.devices("cuda")[0])
-        fns = {"jnp": jax.jit(lambda x: 2 * x),
-               "jaxbind (raw kernel)": jax.jit(lambda x: ops["double_raw"](x)[0]),
-               "jaxbind": jax.jit(lambda x: ops["double"](x)[0])}
+        fns = {
+            "jnp": jax.jit(lambda x: 2 * x),
+            "jaxbind (raw kernel)": jax.jit(lambda x: ops["double_raw"](x)[0]),
+            "jaxbind": jax.jit(lambda x: ops["double"](x)[0]),
+        }
         xc, yc = cp.ones(n, cp.float32), cp.empty(n, cp.float32)
         reps = max(10, 50 * 16_000_000 // n)
         samples = {k: [] for k in (*fns, "raw kernel alone")}
@@ -244,22 +275,40 @@ def sweep(sizes=(16_000_000, 64_000_000, 256_000_000), rounds=5):
 
 def _targets(med):
     """(what, ratio, target, met) for the issue's three targets, where both sides ran."""
-    spec = [("per-call overhead: jaxbind / buffer_callback", ("overhead", "jaxbind"),
-             ("overhead", "buffer_callback"), 2.0),
-            ("16M elements: jaxbind / jnp", ("throughput", "jaxbind"), ("throughput", "jnp"),
-             1.1),
-            ("16M elements, raw kernel: jaxbind (raw kernel) / jnp",
-             ("throughput", "jaxbind (raw kernel)"), ("throughput", "jnp"), 1.1),
-            ("16M elements, raw kernel, JAX's own callback: buffer_callback (raw kernel) / jnp",
-             ("throughput", "buffer_callback (raw kernel)"), ("throughput", "jnp"), 1.1),
-            ("host mode: jaxbind / pure_callback", ("host", "jaxbind"),
-             ("host", "pure_callback"), 1.0)]
+    spec = [
+        (
+            "per-call overhead: jaxbind / buffer_callback",
+            ("overhead", "jaxbind"),
+            ("overhead", "buffer_callback"),
+            2.0,
+        ),
+        ("16M elements: jaxbind / jnp", ("throughput", "jaxbind"), ("throughput", "jnp"), 1.1),
+        (
+            "16M elements, raw kernel: jaxbind (raw kernel) / jnp",
+            ("throughput", "jaxbind (raw kernel)"),
+            ("throughput", "jnp"),
+            1.1,
+        ),
+        (
+            "16M elements, raw kernel, JAX's own callback: buffer_callback (raw kernel) / jnp",
+            ("throughput", "buffer_callback (raw kernel)"),
+            ("throughput", "jnp"),
+            1.1,
+        ),
+        ("host mode: jaxbind / pure_callback", ("host", "jaxbind"), ("host", "pure_callback"), 1.0),
+    ]
     out = []
     for what, a, b, goal in spec:
         if a in med and b in med:
             ratio = med[a] / med[b]
-            out.append((what, ratio, f"<= {goal}" if goal != 1.0 else "< 1",
-                        ratio <= goal if goal != 1.0 else ratio < 1))
+            out.append(
+                (
+                    what,
+                    ratio,
+                    f"<= {goal}" if goal != 1.0 else "< 1",
+                    ratio <= goal if goal != 1.0 else ratio < 1,
+                )
+            )
     return out
 
 
@@ -271,6 +320,7 @@ def profile(reps=2000):
     import cupy as cp
 
     import jaxbind
+
     fn, x = build("jaxbind", "overhead")
     jax.block_until_ready(fn(x))
     prof = cProfile.Profile()
@@ -282,12 +332,13 @@ def profile(reps=2000):
     pstats.Stats(prof).sort_stats("tottime").print_stats(25)
     buf = cp.ones(16, cp.float32)
     view = jaxbind.CudaArray(buf.data.ptr, (16,), np.float32, True, 1, 0)
-    for label, make in (("cp.from_dlpack(CudaArray)", lambda: cp.from_dlpack(view)),
-                        ("cp.asarray(CudaArray)", lambda: cp.asarray(view)),
-                        ("cp.from_dlpack(cupy array)", lambda: cp.from_dlpack(buf)),
-                        ("CudaArray(...)", lambda: jaxbind.CudaArray(
-                            buf.data.ptr, (16,), np.float32, True, 1, 0)),
-                        ("CudaArray.__dlpack__(stream=1)", lambda: view.__dlpack__(stream=1))):
+    for label, make in (
+        ("cp.from_dlpack(CudaArray)", lambda: cp.from_dlpack(view)),
+        ("cp.asarray(CudaArray)", lambda: cp.asarray(view)),
+        ("cp.from_dlpack(cupy array)", lambda: cp.from_dlpack(buf)),
+        ("CudaArray(...)", lambda: jaxbind.CudaArray(buf.data.ptr, (16,), np.float32, True, 1, 0)),
+        ("CudaArray.__dlpack__(stream=1)", lambda: view.__dlpack__(stream=1)),
+    ):
         start = time.perf_counter()
         for _ in range(reps):
             make()
@@ -298,8 +349,9 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--out", default=str(HERE / "results"))
-    parser.add_argument("--profile", action="store_true",
-                        help="print a profile of one call's Python work instead")
+    parser.add_argument(
+        "--profile", action="store_true", help="print a profile of one call's Python work instead"
+    )
     args = parser.parse_args()
     if args.profile:
         return profile()
@@ -322,42 +374,75 @@ def main():
     import cupy
 
     import jaxbind
+
     dev = jax.devices("cuda")[0]
-    meta = dict(date=datetime.datetime.now().isoformat(timespec="seconds"),
-                device=dev.device_kind, cpu=platform.machine(), jax=jax.__version__,
-                jaxlib=importlib.metadata.version("jaxlib"), jaxbind=jaxbind.__version__,
-                cupy=cupy.__version__, python=platform.python_version(), rounds=args.rounds)
+    meta = dict(
+        date=datetime.datetime.now().isoformat(timespec="seconds"),
+        device=dev.device_kind,
+        cpu=platform.machine(),
+        jax=jax.__version__,
+        jaxlib=importlib.metadata.version("jaxlib"),
+        jaxbind=jaxbind.__version__,
+        cupy=cupy.__version__,
+        python=platform.python_version(),
+        rounds=args.rounds,
+    )
     lines = ["| case | implementation | per call | vs jnp |", "|---|---|---|---|"]
     for case, impl in plan:
         if (case, impl) in med:
             base = med.get((case if case != "host" else "throughput", "jnp"))
-            lines.append(f"| {case} | {impl} | {med[case, impl] * 1e6:.1f} µs | "
-                         f"{med[case, impl] / base:.2f}x |")
-    lines += ["", f"Where the time goes (per call; jaxbind's handler runs on {where}):", "",
-              "| part | µs |", "|---|---|"]
+            lines.append(
+                f"| {case} | {impl} | {med[case, impl] * 1e6:.1f} µs | "
+                f"{med[case, impl] / base:.2f}x |"
+            )
+    lines += [
+        "",
+        f"Where the time goes (per call; jaxbind's handler runs on {where}):",
+        "",
+        "| part | µs |",
+        "|---|---|",
+    ]
     lines += [f"| {k} | {v * 1e6:.1f} |" for k, v in parts.items()]
     impls = list(next(iter(sizes.values())))
-    lines += ["", "y = 2x at growing sizes (per call; ratio to jnp):", "",
-              "| elements | " + " | ".join(impls) + " |", "|---" * (len(impls) + 1) + "|"]
-    lines += [f"| {n // 1_000_000}M | " + " | ".join(
-        f"{t[k] * 1e6:.0f} µs ({t[k] / t['jnp']:.2f}x)" for k in impls) + " |"
-        for n, t in sizes.items()]
+    lines += [
+        "",
+        "y = 2x at growing sizes (per call; ratio to jnp):",
+        "",
+        "| elements | " + " | ".join(impls) + " |",
+        "|---" * (len(impls) + 1) + "|",
+    ]
+    lines += [
+        f"| {n // 1_000_000}M | "
+        + " | ".join(f"{t[k] * 1e6:.0f} µs ({t[k] / t['jnp']:.2f}x)" for k in impls)
+        + " |"
+        for n, t in sizes.items()
+    ]
     lines += ["", "Targets (ratios of the medians above):", ""]
-    lines += [f"- {what}: {ratio:.2f} (target {goal}): {'met' if ok else 'MISSED'}"
-              for what, ratio, goal, ok in checks]
+    lines += [
+        f"- {what}: {ratio:.2f} (target {goal}): {'met' if ok else 'MISSED'}"
+        for what, ratio, goal, ok in checks
+    ]
     table = "\n".join(lines)
     print(table)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "gpu.json").write_text(json.dumps(dict(
-        meta=meta, median_s={" / ".join(k): v for k, v in med.items()}, parts_s=parts,
-        sizes_s={str(n): t for n, t in sizes.items()},
-        targets=[dict(what=w, ratio=r, target=g, met=ok) for w, r, g, ok in checks]),
-        indent=1))
+    (out / "gpu.json").write_text(
+        json.dumps(
+            dict(
+                meta=meta,
+                median_s={" / ".join(k): v for k, v in med.items()},
+                parts_s=parts,
+                sizes_s={str(n): t for n, t in sizes.items()},
+                targets=[dict(what=w, ratio=r, target=g, met=ok) for w, r, g, ok in checks],
+            ),
+            indent=1,
+        )
+    )
     (out / "gpu.md").write_text(
         f"Run {meta['date']} on an {meta['device']} ({meta['cpu']} host): jaxbind "
         f"{meta['jaxbind']}, jax {meta['jax']} (jaxlib {meta['jaxlib']}), cupy {meta['cupy']}, "
-        f"Python {meta['python']}. Medians of {args.rounds} rounds.\n\n" + table + "\n")
+        f"Python {meta['python']}. Medians of {args.rounds} rounds.\n\n" + table + "\n"
+    )
 
 
 if __name__ == "__main__":

@@ -28,9 +28,9 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+from _report import run_line, run_meta, save
 
 import jaxbind
-from _report import run_line, run_meta, save
 
 HERE = pathlib.Path(__file__).parent
 N, STRIDE, CALLS, ROUNDS = 16 * 2**20, 1024, 10, 15
@@ -56,8 +56,9 @@ def _same(x, **kwargs):
 
 
 def variants():
-    aliased = jaxbind.get_linear_call(_update_in_place, None, _same, None,
-                                      input_output_aliases={0: 0}, name="bench.inplace")
+    aliased = jaxbind.get_linear_call(
+        _update_in_place, None, _same, None, input_output_aliases={0: 0}, name="bench.inplace"
+    )
     copying = jaxbind.get_linear_call(_update_with_copy, None, _same, None, name="bench.copying")
     copy = jaxbind.get_linear_call(_copy_only, None, _same, None, name="bench.copy")
     return {
@@ -80,8 +81,10 @@ def time_chain(fn, x):
 def main():
     global N, ROUNDS
     import argparse
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", default=str(HERE / "results"))
     opts = parser.parse_args()
@@ -109,19 +112,30 @@ def main():
 
     med = {name: statistics.median(ts) for name, ts in samples.items()}
     meta = run_meta(numpy=np.__version__)
-    lines = [f"{run_line(meta)}. {N / 2**20:.0f}M float32 elements ({4 * N / 2**20:.0f} MB), every "
-             f"1024th updated; medians of "
-             f"{ROUNDS} rounds of {CALLS} chained calls.", "",
-             "| variant | time per call | vs aliased, donated |", "|---|---|---|"]
+    lines = [
+        f"{run_line(meta)}. {N / 2**20:.0f}M float32 elements ({4 * N / 2**20:.0f} MB), every "
+        f"1024th updated; medians of "
+        f"{ROUNDS} rounds of {CALLS} chained calls.",
+        "",
+        "| variant | time per call | vs aliased, donated |",
+        "|---|---|---|",
+    ]
     base = med["aliased, donated"]
     for name, t in med.items():
         lines.append(f"| {name} | {t * 1e3:.3f} ms | {t / base:.1f}x |")
-    lines += ["", f"Inside the callable, the donated variant's input and output are the "
-                  f"caller's buffer (same address): {same_memory}."]
+    lines += [
+        "",
+        f"Inside the callable, the donated variant's input and output are the "
+        f"caller's buffer (same address): {same_memory}.",
+    ]
     text = "\n".join(lines) + "\n"
     print(text)
-    save(opts.out, "inplace", dict(meta=meta, median_s=med, samples=samples,
-                                   same_memory=same_memory), text)
+    save(
+        opts.out,
+        "inplace",
+        dict(meta=meta, median_s=med, samples=samples, same_memory=same_memory),
+        text,
+    )
 
 
 if __name__ == "__main__":

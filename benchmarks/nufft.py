@@ -28,8 +28,8 @@ import jax
 jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-
 from _report import run_line, run_meta, save  # noqa: E402
+
 from jaxbind.contrib import jaxducc0  # noqa: E402
 
 HERE = pathlib.Path(__file__).parent
@@ -63,20 +63,24 @@ def _time(fn, args):
 
 
 def _ducc():
-    return SimpleNamespace(nufft1=jaxducc0.nufft1, nufft2=jaxducc0.nufft2,
-                           nufft3=jaxducc0.nufft3, Opts=jaxducc0.Opts)
+    return SimpleNamespace(
+        nufft1=jaxducc0.nufft1, nufft2=jaxducc0.nufft2, nufft3=jaxducc0.nufft3, Opts=jaxducc0.Opts
+    )
 
 
 def _finufft():
     import jax_finufft
     from jax_finufft.options import Opts
-    return SimpleNamespace(nufft1=jax_finufft.nufft1, nufft2=jax_finufft.nufft2,
-                           nufft3=jax_finufft.nufft3, Opts=Opts)
+
+    return SimpleNamespace(
+        nufft1=jax_finufft.nufft1, nufft2=jax_finufft.nufft2, nufft3=jax_finufft.nufft3, Opts=Opts
+    )
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--out", default=str(HERE / "results"))
@@ -87,6 +91,7 @@ def main():
         print("jax-finufft is not installed (pip install jax-finufft): nothing to compare")
         return
     import importlib.metadata as md
+
     sizes = SIZES[:1] if args.quick else SIZES
     rows = []
     for n_points, n_grid in sizes:
@@ -97,30 +102,46 @@ def main():
             results = {name: fn(*a) for name, (fn, a) in fns.items()}  # compile, warm up
             ref = jax.tree.leaves(results["jax-finufft"])
             got = jax.tree.leaves(results["jaxbind"])
-            agree = max(float(jnp.linalg.norm(g - r) / jnp.linalg.norm(r))
-                        for g, r in zip(got, ref))
+            agree = max(
+                float(jnp.linalg.norm(g - r) / jnp.linalg.norm(r)) for g, r in zip(got, ref)
+            )
             times = {name: [] for name in libs}
             for r in range(rounds):
                 order = list(libs) if r % 2 == 0 else list(reversed(list(libs)))
                 for name in order:
                     times[name].append(_time(*fns[name]))
             med = {name: statistics.median(t) for name, t in times.items()}
-            row = dict(points=n_points, grid=n_grid, case=case, rounds=rounds, agree=agree,
-                       jaxbind_s=med["jaxbind"], finufft_s=med["jax-finufft"],
-                       ratio=med["jaxbind"] / med["jax-finufft"])
+            row = dict(
+                points=n_points,
+                grid=n_grid,
+                case=case,
+                rounds=rounds,
+                agree=agree,
+                jaxbind_s=med["jaxbind"],
+                finufft_s=med["jax-finufft"],
+                ratio=med["jaxbind"] / med["jax-finufft"],
+            )
             rows.append(row)
-            print(f"{n_points:>8} {n_grid:>4}² {case:<20} {row['jaxbind_s'] * 1e3:9.3f} ms "
-                  f"{row['finufft_s'] * 1e3:9.3f} ms  ratio {row['ratio']:.2f}  agree "
-                  f"{agree:.1e}", flush=True)
+            print(
+                f"{n_points:>8} {n_grid:>4}² {case:<20} {row['jaxbind_s'] * 1e3:9.3f} ms "
+                f"{row['finufft_s'] * 1e3:9.3f} ms  ratio {row['ratio']:.2f}  agree "
+                f"{agree:.1e}",
+                flush=True,
+            )
     meta = run_meta(jax_finufft=md.version("jax-finufft"), ducc0=md.version("ducc0"))
-    lines = [f"{run_line(meta)}, jax-finufft {meta['jax_finufft']}, ducc0 {meta['ducc0']}. "
-             f"2-D, complex128, eps={EPS}, 1 thread each; medians of alternating rounds.", "",
-             "| points | grid | case | jaxbind | jax-finufft | ratio | agree (rel. l2) |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"{run_line(meta)}, jax-finufft {meta['jax_finufft']}, ducc0 {meta['ducc0']}. "
+        f"2-D, complex128, eps={EPS}, 1 thread each; medians of alternating rounds.",
+        "",
+        "| points | grid | case | jaxbind | jax-finufft | ratio | agree (rel. l2) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['points']:.0e} | {r['grid']}² | {r['case']} | "
-                     f"{r['jaxbind_s'] * 1e3:.3f} ms | {r['finufft_s'] * 1e3:.3f} ms | "
-                     f"{r['ratio']:.2f} | {r['agree']:.1e} |")
+        lines.append(
+            f"| {r['points']:.0e} | {r['grid']}² | {r['case']} | "
+            f"{r['jaxbind_s'] * 1e3:.3f} ms | {r['finufft_s'] * 1e3:.3f} ms | "
+            f"{r['ratio']:.2f} | {r['agree']:.1e} |"
+        )
     text = "\n".join(lines) + "\n"
     print(text)
     if not args.quick:

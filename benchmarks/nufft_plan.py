@@ -26,9 +26,9 @@ import jax
 jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from _report import run_line, run_meta, save  # noqa: E402
 from jax.scipy.sparse.linalg import cg  # noqa: E402
 
-from _report import run_line, run_meta, save  # noqa: E402
 from jaxbind.contrib import jaxducc0  # noqa: E402
 
 HERE = pathlib.Path(__file__).parent
@@ -46,16 +46,18 @@ def _solver(forward, grid):
 
     @jax.jit
     def solve(c):
-        f, _ = cg(lambda f: adjoint(forward(f)) + f, adjoint(c), tol=0.0, atol=0.0,
-                  maxiter=ITERATIONS)
+        f, _ = cg(
+            lambda f: adjoint(forward(f)) + f, adjoint(c), tol=0.0, atol=0.0, maxiter=ITERATIONS
+        )
         return f
 
     return solve
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--out", default=str(HERE / "results"))
@@ -80,39 +82,59 @@ def main():
         try:
             import jax_finufft
             from jax_finufft.options import Opts
+
             fopts = Opts(nthreads=1)
             variants["jax-finufft"] = _solver(
-                lambda f: jax_finufft.nufft2(f, xj, yj, eps=EPS, opts=fopts), grid)
+                lambda f: jax_finufft.nufft2(f, xj, yj, eps=EPS, opts=fopts), grid
+            )
         except ImportError:
             pass
         results = {name: solve(c) for name, solve in variants.items()}  # compile, warm up
         ref = results["nufft2"]
         times = {name: [] for name in variants}
         for r in range(rounds):
-            for name in (list(variants) if r % 2 == 0 else reversed(list(variants))):
+            for name in list(variants) if r % 2 == 0 else reversed(list(variants)):
                 t0 = time.perf_counter()
                 jax.block_until_ready(variants[name](c))
                 times[name].append(time.perf_counter() - t0)
         med = {name: statistics.median(t) for name, t in times.items()}
         for name in variants:
             agree = float(jnp.linalg.norm(results[name] - ref) / jnp.linalg.norm(ref))
-            rows.append(dict(points=n_points, grid=n_grid, variant=name, solve_s=med[name],
-                             ratio_to_nufft2=med[name] / med["nufft2"], agree=agree,
-                             rounds=rounds, plan_s=plan_s if name == "NufftPlan" else None))
-            print(f"{n_points:>8} {n_grid:>4}² {name:<12} {med[name] * 1e3:9.1f} ms "
-                  f"x{med[name] / med['nufft2']:.2f}  agree {agree:.1e}", flush=True)
+            rows.append(
+                dict(
+                    points=n_points,
+                    grid=n_grid,
+                    variant=name,
+                    solve_s=med[name],
+                    ratio_to_nufft2=med[name] / med["nufft2"],
+                    agree=agree,
+                    rounds=rounds,
+                    plan_s=plan_s if name == "NufftPlan" else None,
+                )
+            )
+            print(
+                f"{n_points:>8} {n_grid:>4}² {name:<12} {med[name] * 1e3:9.1f} ms "
+                f"x{med[name] / med['nufft2']:.2f}  agree {agree:.1e}",
+                flush=True,
+            )
     import importlib.metadata as md
+
     meta = run_meta(ducc0=md.version("ducc0"))
-    lines = [f"{run_line(meta)}, ducc0 {meta['ducc0']}. {ITERATIONS} CG iterations of "
-             f"(A^H A + I) f = A^H c, A a 2-D type-2 NUFFT, complex128, eps={EPS}, 1 thread; "
-             f"medians of {rounds} alternating rounds.", "",
-             "| points | grid | variant | solve | vs nufft2 | agree (rel. l2) |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        f"{run_line(meta)}, ducc0 {meta['ducc0']}. {ITERATIONS} CG iterations of "
+        f"(A^H A + I) f = A^H c, A a 2-D type-2 NUFFT, complex128, eps={EPS}, 1 thread; "
+        f"medians of {rounds} alternating rounds.",
+        "",
+        "| points | grid | variant | solve | vs nufft2 | agree (rel. l2) |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in rows:
         extra = f" (plan made in {r['plan_s'] * 1e3:.1f} ms)" if r["plan_s"] else ""
-        lines.append(f"| {r['points']:.0e} | {r['grid']}² | {r['variant']}{extra} | "
-                     f"{r['solve_s'] * 1e3:.1f} ms | {r['ratio_to_nufft2']:.2f} | "
-                     f"{r['agree']:.1e} |")
+        lines.append(
+            f"| {r['points']:.0e} | {r['grid']}² | {r['variant']}{extra} | "
+            f"{r['solve_s'] * 1e3:.1f} ms | {r['ratio_to_nufft2']:.2f} | "
+            f"{r['agree']:.1e} |"
+        )
     text = "\n".join(lines) + "\n"
     print(text)
     if not args.quick:

@@ -22,9 +22,8 @@ import sys
 HERE = pathlib.Path(__file__).parent
 sys.path.insert(0, str(HERE))
 
-import jax  # noqa: E402
-
 import _cases  # noqa: E402
+import jax  # noqa: E402
 from _report import run_line, run_meta, save  # noqa: E402
 
 CASES = [("empty", 1), ("empty", 1_000), ("double", 1), ("double", 1_000), ("grad", 1_000)]
@@ -47,30 +46,46 @@ def measure(case, size, blocks, reps):
             times[impl].append(t)
         diffs.append(got["jaxbind"] - got["floor"])
     q = statistics.quantiles(diffs, n=4)
-    return dict(case=case, size=size, floor_s=statistics.median(times["floor"]),
-                jaxbind_s=statistics.median(times["jaxbind"]), diff_s=statistics.median(diffs),
-                diff_q1_s=q[0], diff_q3_s=q[2], blocks=blocks, reps=reps)
+    return dict(
+        case=case,
+        size=size,
+        floor_s=statistics.median(times["floor"]),
+        jaxbind_s=statistics.median(times["jaxbind"]),
+        diff_s=statistics.median(diffs),
+        diff_q1_s=q[0],
+        diff_q3_s=q[2],
+        blocks=blocks,
+        reps=reps,
+    )
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--blocks", type=int, default=60)
     parser.add_argument("--reps", type=int, default=400, help="calls per block")
     parser.add_argument("--out", default=str(HERE / "results"))
     args = parser.parse_args()
     rows = [measure(c, s, args.blocks, args.reps) for c, s in CASES]
     import importlib.metadata as md
+
     import numpy as np
+
     meta = run_meta(numpy=np.__version__, jaxbind=md.version("jaxbind"))
-    lines = [f"{run_line(meta)}, numpy {meta['numpy']}. {args.blocks} alternating blocks of "
-             f"{args.reps} calls per case; medians over blocks.", "",
-             "| case | size | floor | jaxbind | jaxbind - floor (median) | IQR of the difference |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        f"{run_line(meta)}, numpy {meta['numpy']}. {args.blocks} alternating blocks of "
+        f"{args.reps} calls per case; medians over blocks.",
+        "",
+        "| case | size | floor | jaxbind | jaxbind - floor (median) | IQR of the difference |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['case']} | {r['size']} | {r['floor_s'] * 1e6:.2f} µs | "
-                     f"{r['jaxbind_s'] * 1e6:.2f} µs | {r['diff_s'] * 1e6:+.2f} µs | "
-                     f"{r['diff_q1_s'] * 1e6:+.2f} to {r['diff_q3_s'] * 1e6:+.2f} µs |")
+        lines.append(
+            f"| {r['case']} | {r['size']} | {r['floor_s'] * 1e6:.2f} µs | "
+            f"{r['jaxbind_s'] * 1e6:.2f} µs | {r['diff_s'] * 1e6:+.2f} µs | "
+            f"{r['diff_q1_s'] * 1e6:+.2f} to {r['diff_q3_s'] * 1e6:+.2f} µs |"
+        )
     text = "\n".join(lines) + "\n"
     print(text)
     save(args.out, "overhead", dict(meta=meta, results=rows), text)

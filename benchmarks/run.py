@@ -37,8 +37,11 @@ from _report import save  # noqa: E402  (this directory is sys.path[0])
 # a custom call that only takes the GIL and calls the same callable on private
 # NumPy arrays (_floor.cc): what any Python-calling custom call costs at least.
 FULL = [
-    ("double", [1, 1_000, 1_000_000, 16_000_000],
-     ["jnp", "floor", "jaxbind", "jaxbind13", "pure_callback", "buffer_callback"]),
+    (
+        "double",
+        [1, 1_000, 1_000_000, 16_000_000],
+        ["jnp", "floor", "jaxbind", "jaxbind13", "pure_callback", "buffer_callback"],
+    ),
     ("traffic", [1_000_000, 16_000_000], ["jaxbind"]),
     ("empty", [1, 1_000], ["floor", "jaxbind", "jaxbind13"]),
     ("io4", [1_000], ["jnp", "jaxbind", "jaxbind13", "pure_callback", "buffer_callback"]),
@@ -53,12 +56,24 @@ FULL = [
 
 class Worker:
     def __init__(self, python, env=None):
-        self.proc = subprocess.Popen([python, str(HERE / "_cases.py"), "--serve"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                     env=env, cwd=HERE)
-        self.versions = json.loads(subprocess.run(
-            [python, str(HERE / "_cases.py"), "--versions"], capture_output=True, text=True,
-            check=True, env=env, cwd=HERE).stdout)
+        self.proc = subprocess.Popen(
+            [python, str(HERE / "_cases.py"), "--serve"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=HERE,
+        )
+        self.versions = json.loads(
+            subprocess.run(
+                [python, str(HERE / "_cases.py"), "--versions"],
+                capture_output=True,
+                text=True,
+                check=True,
+                env=env,
+                cwd=HERE,
+            ).stdout
+        )
 
     def ask(self, **req):
         self.proc.stdin.write(json.dumps(req) + "\n")
@@ -87,23 +102,31 @@ def _reps(case, size, quick):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="smallest sizes, 3 rounds")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--no-jaxbind13", action="store_true")
     parser.add_argument("--out", default=str(HERE / "results"))
     parser.add_argument("--cases", default="", help="comma-separated subset of the cases")
-    parser.add_argument("--baseline", default="",
-                        help="a Python whose jaxbind (an earlier build) runs beside this one")
+    parser.add_argument(
+        "--baseline",
+        default="",
+        help="a Python whose jaxbind (an earlier build) runs beside this one",
+    )
     args = parser.parse_args()
     rounds = 3 if args.quick else args.rounds
 
     env = dict(os.environ, JAXBIND_SILENCE_JAX_VERSION_WARNING="1", PYTHONPATH="")
     workers = {"ours": Worker(sys.executable, env)}
     if not args.no_jaxbind13:
-        py13 = subprocess.run(["bash", str(HERE / "compare_jaxbind13.sh"), sys.executable],
-                              capture_output=True, text=True, check=True).stdout.strip()
+        py13 = subprocess.run(
+            ["bash", str(HERE / "compare_jaxbind13.sh"), sys.executable],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         workers["jaxbind13"] = Worker(py13, env)
     if args.baseline:
         workers["baseline"] = Worker(args.baseline, env)
@@ -137,9 +160,12 @@ def main():
             order += group
         for case, size, impl in order:
             worker = workers[impl if impl in ("jaxbind13", "baseline") else "ours"]
-            reply = worker.ask(impl="jaxbind" if impl in ("jaxbind13", "baseline") else impl,
-                               case=case,
-                               size=size, reps=_reps(case, size, args.quick))
+            reply = worker.ask(
+                impl="jaxbind" if impl in ("jaxbind13", "baseline") else impl,
+                case=case,
+                size=size,
+                reps=_reps(case, size, args.quick),
+            )
             if "error" in reply:
                 errors[(case, size, impl)] = reply["error"]
                 continue
@@ -158,14 +184,26 @@ def main():
     for (case, size, impl), ts in samples.items():
         if not ts:
             continue
-        results.append(dict(case=case, size=size, impl=impl, median_s=med(ts),
-                            inside_s=med(inside[(case, size, impl)]), samples=ts))
-    meta = dict(date=datetime.datetime.now().isoformat(timespec="seconds"),
-                machine=f"{platform.node()} {platform.machine()} {os.cpu_count()} cores "
-                        f"{platform.processor() or ''}".strip(),
-                versions={k: w.versions for k, w in workers.items()}, rounds=rounds,
-                malloc_env={k: v for k, v in os.environ.items() if k.startswith("MALLOC_")},
-                quick=args.quick, errors={"/".join(map(str, k)): v for k, v in errors.items()})
+        results.append(
+            dict(
+                case=case,
+                size=size,
+                impl=impl,
+                median_s=med(ts),
+                inside_s=med(inside[(case, size, impl)]),
+                samples=ts,
+            )
+        )
+    meta = dict(
+        date=datetime.datetime.now().isoformat(timespec="seconds"),
+        machine=f"{platform.node()} {platform.machine()} {os.cpu_count()} cores "
+        f"{platform.processor() or ''}".strip(),
+        versions={k: w.versions for k, w in workers.items()},
+        rounds=rounds,
+        malloc_env={k: v for k, v in os.environ.items() if k.startswith("MALLOC_")},
+        quick=args.quick,
+        errors={"/".join(map(str, k)): v for k, v in errors.items()},
+    )
     table = _table(results)
     print(table)
     out = pathlib.Path(args.out)
@@ -183,11 +221,12 @@ def _fmt(t):
 
 def _table(results):
     by = {(r["case"], r["size"], r["impl"]): r for r in results}
-    impls = ["jnp", "floor", "jaxbind", "baseline", "jaxbind13", "buffer_callback",
-             "pure_callback"]
-    rows = ["| case | size | " + " | ".join(impls) + " | jaxbind/jaxbind13 | floor/jaxbind13 "
-            "| jaxbind inside callable | jaxbind outside callable | floor outside callable |",
-            "|---|---|" + "---|" * (len(impls) + 5)]
+    impls = ["jnp", "floor", "jaxbind", "baseline", "jaxbind13", "buffer_callback", "pure_callback"]
+    rows = [
+        "| case | size | " + " | ".join(impls) + " | jaxbind/jaxbind13 | floor/jaxbind13 "
+        "| jaxbind inside callable | jaxbind outside callable | floor outside callable |",
+        "|---|---|" + "---|" * (len(impls) + 5),
+    ]
     for case, sizes, _ in FULL:
         for size in sizes:
             cells = [by.get((case, size, i)) for i in impls]
@@ -204,34 +243,47 @@ def _table(results):
             floor_outside = "-"
             if floor and floor["inside_s"]:
                 floor_outside = _fmt(floor["median_s"] - floor["inside_s"])
-            rows.append(f"| {case} | {size} | " + " | ".join(
-                _fmt(c["median_s"]) if c else "-" for c in cells)
-                + f" | {ratio} | {floor_ratio} | {share} | {outside} | {floor_outside} |")
-    rows += ["", "Ratios to pure JAX (jnp), per implementation:", "",
-             "| case | size | " + " | ".join(impls[1:]) + " |", "|---|---|" + "---|" * (len(impls) - 1)]
+            rows.append(
+                f"| {case} | {size} | "
+                + " | ".join(_fmt(c["median_s"]) if c else "-" for c in cells)
+                + f" | {ratio} | {floor_ratio} | {share} | {outside} | {floor_outside} |"
+            )
+    rows += [
+        "",
+        "Ratios to pure JAX (jnp), per implementation:",
+        "",
+        "| case | size | " + " | ".join(impls[1:]) + " |",
+        "|---|---|" + "---|" * (len(impls) - 1),
+    ]
     for case, sizes, _ in FULL:
         for size in sizes:
             base = by.get((case, size, "jnp"))
             if not base:
                 continue
             cells = [by.get((case, size, i)) for i in impls[1:]]
-            rows.append(f"| {case} | {size} | " + " | ".join(
-                f"{c['median_s'] / base['median_s']:.2f}" if c else "-" for c in cells) + " |")
+            rows.append(
+                f"| {case} | {size} | "
+                + " | ".join(f"{c['median_s'] / base['median_s']:.2f}" if c else "-" for c in cells)
+                + " |"
+            )
     return "\n".join(rows)
 
 
 def _header(meta):
     v = meta["versions"]
-    lines = [f"Run {meta['date']} on {meta['machine']}, {meta['rounds']} rounds, medians."
-             + (f" Environment: {meta['malloc_env']}." if meta.get("malloc_env") else ""),
-             "Versions: " + "; ".join(f"{k}: " + ", ".join(f"{a} {b}" for a, b in d.items())
-                                       for k, d in v.items())]
+    lines = [
+        f"Run {meta['date']} on {meta['machine']}, {meta['rounds']} rounds, medians."
+        + (f" Environment: {meta['malloc_env']}." if meta.get("malloc_env") else ""),
+        "Versions: "
+        + "; ".join(f"{k}: " + ", ".join(f"{a} {b}" for a, b in d.items()) for k, d in v.items()),
+    ]
     return "\n\n".join(lines) + "\n"
 
 
 def _plot(results, path, meta):
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
@@ -241,8 +293,11 @@ def _plot(results, path, meta):
         return  # the plot shows `double` only
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for impl in ["jnp", "floor", "jaxbind", "jaxbind13", "buffer_callback", "pure_callback"]:
-        pts = sorted((r["size"], r["median_s"]) for r in results
-                     if r["case"] == "double" and r["impl"] == impl)
+        pts = sorted(
+            (r["size"], r["median_s"])
+            for r in results
+            if r["case"] == "double" and r["impl"] == impl
+        )
         if pts:
             ax.loglog(*zip(*pts), marker="o", label=impl)
     ax.set_xlabel("float32 elements")

@@ -66,9 +66,9 @@ nb::object resolve(int32_t format, int64_t digest, const ffi::Dictionary &attrs)
     throw std::invalid_argument(kMissingAttributes);
   int32_t levels = -1, n_fixed = -1;  // -1: format 1, the loop is inside kwargs
   ffi::Span<const uint8_t> flags;
-  if (format >= 2 && (!get_attr(attrs, "loop_levels", levels) ||
-                      !get_attr(attrs, "loop_batched", flags) ||
-                      !get_attr(attrs, "n_fixed", n_fixed)))
+  if (format >= 2 &&
+      (!get_attr(attrs, "loop_levels", levels) || !get_attr(attrs, "loop_batched", flags) ||
+       !get_attr(attrs, "n_fixed", n_fixed)))
     throw std::invalid_argument(kMissingLoop);
   nb::object found = state->resolver(
       format, nb::str(binding.data(), binding.size()), nb::str(role.data(), role.size()),
@@ -98,8 +98,7 @@ bool signature_part_matches(const Remaining &buffers, const std::vector<int64_t>
   for (size_t i = 0; i < buffers.size(); ++i) {
     ffi::AnyBuffer b = buffer_at(buffers, i, "buffer");
     auto dims = b.dimensions();
-    if (pos + 2 + dims.size() > sig.size() ||
-        sig[pos] != static_cast<int64_t>(b.element_type()) ||
+    if (pos + 2 + dims.size() > sig.size() || sig[pos] != static_cast<int64_t>(b.element_type()) ||
         sig[pos + 1] != static_cast<int64_t>(dims.size()))
       return false;
     pos += 2;
@@ -195,10 +194,9 @@ ffi::Error guarded(const ffi::Dictionary &attrs, Body &&body) {
     }
     std::string message;
     try {
-      nb::object where = site.is_valid() ? site_of(site.ptr()).label
-                                         : nb::object(nb::str(name().c_str()));
-      message = nb::cast<std::string>(
-          state->formatter(where, e.type(), e.value(), e.traceback()));
+      nb::object where =
+          site.is_valid() ? site_of(site.ptr()).label : nb::object(nb::str(name().c_str()));
+      message = nb::cast<std::string>(state->formatter(where, e.type(), e.value(), e.traceback()));
 #if defined(__GLIBCXX__)
     } catch (abi::__forced_unwind &) {
       throw;
@@ -233,7 +231,7 @@ ffi::Error Call(ffi::RemainingArgs all_args, ffi::RemainingRets all_rets, ffi::D
       PyObject *argv[3] = {outs.ptr(), ins.ptr(), site.kwargs_dump.ptr()};
       PyObject *result = PyObject_Vectorcall(site.callable.ptr(), argv, 3, nullptr);
       if (result == nullptr) {
-        nb::python_error raised;  // takes the exception; the views can then be released
+        nb::python_error raised;         // takes the exception; the views can then be released
         release_views(outs, ins, site);  // a view the callable kept gets its own copy
         throw raised;
       }
@@ -242,7 +240,8 @@ ffi::Error Call(ffi::RemainingArgs all_args, ffi::RemainingRets all_rets, ffi::D
         release_views(outs, ins, site);
         std::string what = nb::cast<std::string>(nb::type_name(returned.type()));
         PyErr_Format(PyExc_TypeError, "%s",
-                     ("the callable returned a " + what + " instead of None. A callable of "
+                     ("the callable returned a " + what +
+                      " instead of None. A callable of "
                       "get_linear_call / get_nonlinear_call writes each result into its "
                       "output array, out[k][...] = result, and returns nothing; to return "
                       "results instead, define the op with the JAX-native API "
@@ -323,18 +322,19 @@ int site_clear(PyObject *self) {
 
 using namespace jaxbind;
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cpu_handler, Call,
-                              ffi::Ffi::Bind()
-                                  .RemainingArgs()    // inputs, any dtype and rank
-                                  .RemainingRets()    // outputs, written in place
-                                  .Attrs<ffi::Dictionary>());  // jaxbind_format, site, binding, role, kwargs
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    jaxbind_cpu_handler, Call,
+    ffi::Ffi::Bind()
+        .RemainingArgs()             // inputs, any dtype and rank
+        .RemainingRets()             // outputs, written in place
+        .Attrs<ffi::Dictionary>());  // jaxbind_format, site, binding, role, kwargs
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cuda_handler, CallCuda,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<void *>>()  // XLA's CUDA stream
                                   .Ctx<ffi::DeviceOrdinal>()           // the device's ordinal
-                                  .RemainingArgs()    // inputs, device memory
-                                  .RemainingRets()    // outputs, device memory, written in place
+                                  .RemainingArgs()                     // inputs, device memory
+                                  .RemainingRets()  // outputs, device memory, written in place
                                   .Attrs<ffi::Dictionary>());  // as on the CPU
 
 NB_MODULE(_ext, m) {
@@ -347,10 +347,12 @@ NB_MODULE(_ext, m) {
   m.attr("jaxlib_version") = JAXBIND_JAXLIB_VERSION;
   m.attr("ffi_api_version") = nb::make_tuple(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);
 
-  m.def("cpu_handler", []() { return nb::capsule(reinterpret_cast<void *>(jaxbind_cpu_handler)); },
-        "PyCapsule of the CPU FFI handler, for jax.ffi.register_ffi_target.");
-  m.def("cuda_handler", []() { return nb::capsule(reinterpret_cast<void *>(jaxbind_cuda_handler)); },
-        "PyCapsule of the CUDA FFI handler (built without the CUDA toolkit).");
+  m.def(
+      "cpu_handler", []() { return nb::capsule(reinterpret_cast<void *>(jaxbind_cpu_handler)); },
+      "PyCapsule of the CPU FFI handler, for jax.ffi.register_ffi_target.");
+  m.def(
+      "cuda_handler", []() { return nb::capsule(reinterpret_cast<void *>(jaxbind_cuda_handler)); },
+      "PyCapsule of the CUDA FFI handler (built without the CUDA toolkit).");
   m.def(
       "dlpack_view",
       [](uintptr_t pointer, std::vector<size_t> shape, uint8_t code, uint8_t bits,
@@ -365,8 +367,8 @@ NB_MODULE(_ext, m) {
       "A zero-copy DLPack-capable array over memory jaxbind does not own (`owner` keeps "
       "whatever must outlive it alive).");
   static PyType_Slot site_slots[] = {{Py_tp_traverse, reinterpret_cast<void *>(site_traverse)},
-                                      {Py_tp_clear, reinterpret_cast<void *>(site_clear)},
-                                      {0, nullptr}};
+                                     {Py_tp_clear, reinterpret_cast<void *>(site_clear)},
+                                     {0, nullptr}};
   nb::class_<Site>(m, "Site", nb::type_slots(site_slots), nb::is_weak_referenceable(),
                    "One resolved call site (made by jaxbind._runtime.resolve_site).")
       .def(
@@ -392,7 +394,8 @@ NB_MODULE(_ext, m) {
       .def_prop_ro("known_signatures", [](const Site &s) { return s.known.size(); });
 
   m.def(
-      "set_gpu_dispatch", [](nb::object dispatch) {
+      "set_gpu_dispatch",
+      [](nb::object dispatch) {
         if (state == nullptr) state = new State();
         state->gpu_dispatch = dispatch;
       },
@@ -455,8 +458,7 @@ NB_MODULE(_ext, m) {
         // Let handlers already running finish their Python work while the interpreter
         // still runs: stopped later, their threads would unwind through XLA and abort.
         nb::gil_scoped_release release;
-        auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration<double>(timeout_s);
+        auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
         while (in_flight.load() > 0 && std::chrono::steady_clock::now() < deadline)
           std::this_thread::sleep_for(std::chrono::milliseconds(1));
         // ... and give their threads a moment to get back from XLA into Python: a thread

@@ -3,11 +3,11 @@
 
 #include <array>
 #include <atomic>
-#include <memory>
-#include <type_traits>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -32,7 +32,6 @@ namespace ffi = xla::ffi;
 
 namespace jaxbind {
 
-
 // Version of the attribute set a jaxbind custom call carries. Bump it when the
 // attributes change, and keep accepting every older value.
 //   1: jaxbind_format, site, binding, role, kwargs (jaxbind's own batch loop
@@ -40,7 +39,7 @@ namespace jaxbind {
 //   2: format 1 plus loop_levels (int32), loop_batched (one uint8 flag per input)
 //      and n_fixed (int32); kwargs hold only what the callables receive.
 constexpr int32_t kCallFormat = 2;
-constexpr size_t kNumDtypes = 64;  // upper bound on XLA_FFI_DataType values
+constexpr size_t kNumDtypes = 64;        // upper bound on XLA_FFI_DataType values
 constexpr size_t kKnownSignatures = 32;  // per site: buffer shapes already validated (LRU)
 
 // One call site: a binding's callable for one role and set of keyword
@@ -50,12 +49,12 @@ constexpr size_t kKnownSignatures = 32;  // per site: buffer shapes already vali
 // everything it holds (tp_traverse below), so a cycle through the user's
 // callable and the op is collected like any other.
 struct Site {
-  nb::object callable;     // the user's Python callable
-  nb::object kwargs_dump;  // decoded keyword arguments, passed through
-  nb::object label;        // str naming the binding and role, for errors
-  nb::object check;        // (inputs, outputs) -> None or an error message; see _runtime
+  nb::object callable;       // the user's Python callable
+  nb::object kwargs_dump;    // decoded keyword arguments, passed through
+  nb::object label;          // str naming the binding and role, for errors
+  nb::object check;          // (inputs, outputs) -> None or an error message; see _runtime
   nb::object platform_mode;  // "device" or "host": how GPU calls reach the callable
-  std::string binding;     // binding name, for error messages
+  std::string binding;       // binding name, for error messages
   // jaxbind's own batching (see _batching): the leading `levels` axes of every
   // output and of each input marked in `batched` are a batch; the callable is
   // called once per batch element. levels == 0: one plain call.
@@ -77,13 +76,13 @@ struct Entry {
 };
 
 struct State {
-  std::unordered_map<int64_t, Entry> sites;  // digest -> site; accessed with the GIL held
-  std::array<PyArray_Descr*, kNumDtypes> dtypes{};  // owned references
-  nb::object resolver;   // see _runtime.resolve_site; returns a Site
-  nb::object formatter;  // (label, type, value, traceback) -> str
-  nb::object gpu_dispatch;  // runs a GPU call; see _gpu.dispatch
+  std::unordered_map<int64_t, Entry> sites;          // digest -> site; accessed with the GIL held
+  std::array<PyArray_Descr *, kNumDtypes> dtypes{};  // owned references
+  nb::object resolver;                               // see _runtime.resolve_site; returns a Site
+  nb::object formatter;                              // (label, type, value, traceback) -> str
+  nb::object gpu_dispatch;                           // runs a GPU call; see _gpu.dispatch
   nb::object collect_garbage;  // drops JAX's lingering references to host arrays
-  nb::object escaped;  // views that outlived their call; see _runtime.escaped_views
+  nb::object escaped;          // views that outlived their call; see _runtime.escaped_views
 };
 
 // Created by init() and deliberately never destroyed: XLA threads may still

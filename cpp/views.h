@@ -28,13 +28,17 @@ class Buffers {
   }
   size_t size() const { return all_.size() - skip_; }
   template <typename T>
-  auto get(size_t i) const { return all_.template get<T>(i + skip_); }
+  auto get(size_t i) const {
+    return all_.template get<T>(i + skip_);
+  }
 
  private:
   template <typename B>
   static ffi::DataType element_type(B b) {
-    if constexpr (kResults) return (*b).element_type();
-    else return b.element_type();
+    if constexpr (kResults)
+      return (*b).element_type();
+    else
+      return b.element_type();
   }
   const Remaining &all_;
   size_t skip_ = 0;
@@ -48,8 +52,10 @@ template <typename Remaining>
 ffi::AnyBuffer buffer_at(const Buffers<Remaining> &buffers, size_t i, const char *what) {
   auto buf = buffers.template get<ffi::AnyBuffer>(i);
   if (!buf.has_value()) throw std::invalid_argument(std::string("cannot decode ") + what);
-  if constexpr (Buffers<Remaining>::kResults) return **buf;
-  else return *buf;
+  if constexpr (Buffers<Remaining>::kResults)
+    return **buf;
+  else
+    return *buf;
 }
 
 template <typename Remaining>
@@ -83,10 +89,9 @@ inline PyObject *wrap(const View &v, bool writeable, const char *what, size_t in
   npy_intp shape[NPY_MAXDIMS];
   for (size_t i = 0; i < v.dims.size(); ++i) shape[i] = static_cast<npy_intp>(v.dims[i]);
   Py_INCREF(reinterpret_cast<PyObject *>(descr));  // PyArray_NewFromDescr steals it
-  PyObject *array = PyArray_NewFromDescr(&PyArray_Type, descr, static_cast<int>(v.dims.size()),
-                                         shape, nullptr, v.data,
-                                         writeable ? NPY_ARRAY_CARRAY : NPY_ARRAY_CARRAY_RO,
-                                         nullptr);
+  PyObject *array =
+      PyArray_NewFromDescr(&PyArray_Type, descr, static_cast<int>(v.dims.size()), shape, nullptr,
+                           v.data, writeable ? NPY_ARRAY_CARRAY : NPY_ARRAY_CARRAY_RO, nullptr);
   if (array == nullptr) throw nb::python_error();
   return array;
 }
@@ -105,8 +110,10 @@ inline bool repoint(PyObject *obj, const View &v, bool writeable) {
     if (v.dims[d] != 0) stride *= v.dims[d];
   }
   reinterpret_cast<PyArrayObject_fields *>(obj)->data = v.data;
-  if (writeable) PyArray_ENABLEFLAGS(array, NPY_ARRAY_WRITEABLE);
-  else PyArray_CLEARFLAGS(array, NPY_ARRAY_WRITEABLE);
+  if (writeable)
+    PyArray_ENABLEFLAGS(array, NPY_ARRAY_WRITEABLE);
+  else
+    PyArray_CLEARFLAGS(array, NPY_ARRAY_WRITEABLE);
   return true;
 }
 
@@ -137,7 +144,8 @@ nb::object views(nb::object &cache, const Remaining &buffers, bool writeable, co
 
 // The leading `levels` axes of a buffer, or an error if it has fewer axes.
 template <typename Remaining>
-std::vector<int64_t> leading_axes(const Remaining &buffers, size_t i, int levels, const char *what) {
+std::vector<int64_t> leading_axes(const Remaining &buffers, size_t i, int levels,
+                                  const char *what) {
   ffi::Span<const int64_t> dims = buffer_at(buffers, i, what).dimensions();
   if (dims.size() < static_cast<size_t>(levels))
     throw std::invalid_argument(std::string(what) + " " + std::to_string(i) + " has rank " +
@@ -162,7 +170,8 @@ inline int64_t batch_size(const Site &site, const Args &args, const Rets &rets) 
       throw std::invalid_argument(std::string(what) + " " + std::to_string(i) +
                                   " does not lead with the batch axes of output 0");
   };
-  for (size_t i = 1; i < rets.size(); ++i) same(leading_axes(rets, i, site.levels, "output"), "output", i);
+  for (size_t i = 1; i < rets.size(); ++i)
+    same(leading_axes(rets, i, site.levels, "output"), "output", i);
   for (size_t i = 0; i < args.size(); ++i)
     if (site.batched[i]) same(leading_axes(args, i, site.levels, "input"), "input", i);
   int64_t n = 1;
@@ -224,8 +233,7 @@ inline bool release_views(const nb::object &outs, const nb::object &ins, const S
       detach(view.ptr());
     }
   }
-  if (state->escaped.is_valid() && nb::len(moved) > 0)
-    state->escaped(site.label, moved, outs, ins);
+  if (state->escaped.is_valid() && nb::len(moved) > 0) state->escaped(site.label, moved, outs, ins);
   return true;
 }
 

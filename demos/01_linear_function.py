@@ -37,8 +37,9 @@ def fftn_abstract(x, **kwargs):
 
 # F is symmetric (F^T = F), so the transpose and its abstract function are the same.
 fft_op = jaxbind.get_linear_call(fftn, fftn, fftn_abstract, fftn_abstract, name="demo.fftn")
-fft_batched_op = jaxbind.get_linear_call(fftn, fftn, fftn_abstract, fftn_abstract,
-                                         func_can_batch=True, name="demo.fftn_batched")
+fft_batched_op = jaxbind.get_linear_call(
+    fftn, fftn, fftn_abstract, fftn_abstract, func_can_batch=True, name="demo.fftn_batched"
+)
 
 rng = np.random.default_rng(42)
 shape = (8, 6)
@@ -54,6 +55,7 @@ def check(label, got, want):
 
 # %% [markdown]
 # ## Applying, jitting and passing keyword arguments
+
 
 # %%
 def fft(x, **kwargs):
@@ -105,14 +107,22 @@ def fft_b(x, **kwargs):
 
 check("vmap, native batching", jax.jit(jax.vmap(fft_b, 1, 1))(xs), ref)
 xss = jnp.stack([xs, 1j * xs])  # two vmap levels: FFT over the 2D "image" axes only
-check("vmap of vmap, native, workers=1",
-      jax.vmap(jax.vmap(lambda v: fft_b(v, workers=1), 1, 1))(xss),
-      jax.vmap(jax.vmap(jnp.fft.fftn, 1, 1))(xss))
-check("grad of vmap, native", jax.grad(loss(jax.vmap(fft_b, 1, 1)))(xs),
-      jax.grad(loss(jax.vmap(jnp.fft.fftn, 1, 1)))(xs))
+check(
+    "vmap of vmap, native, workers=1",
+    jax.vmap(jax.vmap(lambda v: fft_b(v, workers=1), 1, 1))(xss),
+    jax.vmap(jax.vmap(jnp.fft.fftn, 1, 1))(xss),
+)
+check(
+    "grad of vmap, native",
+    jax.grad(loss(jax.vmap(fft_b, 1, 1)))(xs),
+    jax.grad(loss(jax.vmap(jnp.fft.fftn, 1, 1)))(xs),
+)
 cts = jnp.conj(xs)
-check("vjp of vmap, native", jax.vjp(jax.vmap(fft_b, 1, 1), xs)[1](cts)[0],
-      jax.vjp(jax.vmap(jnp.fft.fftn, 1, 1), xs)[1](cts)[0])
+check(
+    "vjp of vmap, native",
+    jax.vjp(jax.vmap(fft_b, 1, 1), xs)[1](cts)[0],
+    jax.vjp(jax.vmap(jnp.fft.fftn, 1, 1), xs)[1](cts)[0],
+)
 print("All FFT checks passed.")
 
 # %% [markdown]
@@ -124,9 +134,11 @@ print("All FFT checks passed.")
 # and one output comes back as an array. `vectorized=True` is the native
 # batching: batched arrays arrive with their batch axes in front.
 
+
 # %%
-@jaxbind.linear_op(shape=lambda x, **kw: jax.ShapeDtypeStruct(x.shape, x.dtype),
-                   name="demo.fftn_native")
+@jaxbind.linear_op(
+    shape=lambda x, **kw: jax.ShapeDtypeStruct(x.shape, x.dtype), name="demo.fftn_native"
+)
 def fft_native(x, **kwargs):
     return scipy.fft.fftn(x, **kwargs)
 
@@ -136,8 +148,11 @@ def _(ct, **kwargs):  # symmetric: the transpose is the FFT again
     return scipy.fft.fftn(ct, **kwargs)
 
 
-@jaxbind.linear_op(shape=lambda x, **kw: jax.ShapeDtypeStruct(x.shape, x.dtype),
-                   vectorized=True, name="demo.fftn_native_batched")
+@jaxbind.linear_op(
+    shape=lambda x, **kw: jax.ShapeDtypeStruct(x.shape, x.dtype),
+    vectorized=True,
+    name="demo.fftn_native_batched",
+)
 def fft_native_b(x, *, out, **kwargs):  # batch axes (if any) lead: transform the last two
     out[...] = scipy.fft.fftn(x, axes=(-2, -1), **kwargs)
 
@@ -145,14 +160,18 @@ def fft_native_b(x, *, out, **kwargs):  # batch axes (if any) lead: transform th
 fft_native_b.def_transpose(lambda ct, *, out, **kw: fft_native_b.fn(ct, out=out, **kw))
 
 for label, got, want in [
-        ("native: apply", fft_native(x), fft(x)),
-        ("native: jit, workers=1", jax.jit(lambda v: fft_native(v, workers=1))(x), fft(x)),
-        ("native: linear_transpose", jax.linear_transpose(fft_native, x)(y)[0], xt),
-        ("native: grad", jax.grad(loss(fft_native))(x), g),
-        ("native: vmap", jax.vmap(fft_native, 1, 1)(xs), ref),
-        ("native: vmap, vectorized", jax.jit(jax.vmap(fft_native_b, 1, 1))(xs), ref),
-        ("native: grad of vmap, vectorized", jax.grad(loss(jax.vmap(fft_native_b, 1, 1)))(xs),
-         jax.grad(loss(jax.vmap(fft_b, 1, 1)))(xs))]:
+    ("native: apply", fft_native(x), fft(x)),
+    ("native: jit, workers=1", jax.jit(lambda v: fft_native(v, workers=1))(x), fft(x)),
+    ("native: linear_transpose", jax.linear_transpose(fft_native, x)(y)[0], xt),
+    ("native: grad", jax.grad(loss(fft_native))(x), g),
+    ("native: vmap", jax.vmap(fft_native, 1, 1)(xs), ref),
+    ("native: vmap, vectorized", jax.jit(jax.vmap(fft_native_b, 1, 1))(xs), ref),
+    (
+        "native: grad of vmap, vectorized",
+        jax.grad(loss(jax.vmap(fft_native_b, 1, 1)))(xs),
+        jax.grad(loss(jax.vmap(fft_b, 1, 1)))(xs),
+    ),
+]:
     check(label, got, want)
 # both forms bind the same primitive
 names = {str(e.primitive) for e in jax.make_jaxpr(lambda v: (fft(v), fft_native(v)))(x).eqns}

@@ -46,8 +46,9 @@ def abstract_T1(a, ct, **kwargs):
     return (((a.shape[1], ct.shape[1]), ct.dtype),)
 
 
-matmul_op = jaxbind.get_linear_call(matmul, (matmul_T0, matmul_T1), abstract,
-                                    (abstract_T0, abstract_T1), name="demo.matmul")
+matmul_op = jaxbind.get_linear_call(
+    matmul, (matmul_T0, matmul_T1), abstract, (abstract_T0, abstract_T1), name="demo.matmul"
+)
 
 
 def mm(a, b):
@@ -79,6 +80,7 @@ check("jvp, product rule", jax.jvp(mm, (A, B), (dA, dB))[1], dA @ B + A @ dB)
 # A scalar loss `sum(sin(A @ B))`, differentiated with respect to `A`, `B` and
 # both; the cotangent flows through the transposes `T0` and `T1`.
 
+
 # %%
 def loss(f):
     return lambda a, b: jnp.sum(jnp.sin(f(a, b)))
@@ -93,8 +95,11 @@ for argnums in (0, 1, (0, 1)):
 C = jnp.ones((4, 5), jnp.float32)
 check("vjp w.r.t. B", jax.vjp(lambda b: mm(A, b), B)[1](C)[0], A.T @ C)
 check("linear_transpose w.r.t. A", jax.linear_transpose(lambda a: mm(a, B), A)(C)[0], C @ B.T)
-check("hessian-vector (A)", jax.jvp(jax.grad(loss(mm)), (A, B), (dA, dB))[1],
-      jax.jvp(jax.grad(loss(jnp.matmul)), (A, B), (dA, dB))[1])
+check(
+    "hessian-vector (A)",
+    jax.jvp(jax.grad(loss(mm)), (A, B), (dA, dB))[1],
+    jax.jvp(jax.grad(loss(jnp.matmul)), (A, B), (dA, dB))[1],
+)
 
 # %% [markdown]
 # ## Batching
@@ -106,9 +111,11 @@ As = jnp.stack([A, dA, A - dA])
 Bs = jnp.stack([B, dB, B + dB])
 check("vmap over A", jax.vmap(mm, (0, None))(As, B), jnp.matmul(As, B))
 check("vmap over A and B", jax.vmap(mm)(As, Bs), jnp.matmul(As, Bs))
-check("grad of vmap (w.r.t. B)",
-      jax.grad(loss(jax.vmap(mm, (0, None))), argnums=1)(As, B),
-      jax.grad(loss(jax.vmap(jnp.matmul, (0, None))), argnums=1)(As, B))
+check(
+    "grad of vmap (w.r.t. B)",
+    jax.grad(loss(jax.vmap(mm, (0, None))), argnums=1)(As, B),
+    jax.grad(loss(jax.vmap(jnp.matmul, (0, None))), argnums=1)(As, B),
+)
 print("All bilinear checks passed.")
 
 # %% [markdown]
@@ -117,10 +124,12 @@ print("All bilinear checks passed.")
 # `jaxbind.multilinear_op` with one `def_transpose(argnum=i)` per argument; the
 # transposes' shapes come from the primals, so only the forward shape is given.
 
+
 # %%
 @jaxbind.multilinear_op(
     shape=lambda a, b: jax.ShapeDtypeStruct((a.shape[0], b.shape[1]), a.dtype),
-    name="demo.matmul_native")
+    name="demo.matmul_native",
+)
 def mm_native(a, b):
     return a @ b
 
@@ -136,16 +145,24 @@ def _(a, ct):
 
 
 check("native: A @ B", mm_native(A, B), mm(A, B))
-check("native: jvp, product rule", jax.jvp(mm_native, (A, B), (dA, dB))[1],
-      jax.jvp(mm, (A, B), (dA, dB))[1])
+check(
+    "native: jvp, product rule",
+    jax.jvp(mm_native, (A, B), (dA, dB))[1],
+    jax.jvp(mm, (A, B), (dA, dB))[1],
+)
 for argnums in (0, 1, (0, 1)):
     got = jax.jit(jax.grad(loss(mm_native), argnums=argnums))(A, B)
     want = jax.grad(loss(mm), argnums=argnums)(A, B)
     for i, (g, w) in enumerate(zip(jax.tree.leaves(got), jax.tree.leaves(want))):
         check(f"native: grad argnums={argnums} [{i}]", g, w)
 check("native: vmap over A and B", jax.vmap(mm_native)(As, Bs), jax.vmap(mm)(As, Bs))
-check("native: hessian-vector", jax.jvp(jax.grad(loss(mm_native)), (A, B), (dA, dB))[1],
-      jax.jvp(jax.grad(loss(mm)), (A, B), (dA, dB))[1])
-names = {str(e.primitive) for e in jax.make_jaxpr(lambda a, b: (mm(a, b), mm_native(a, b)))(A, B).eqns}
+check(
+    "native: hessian-vector",
+    jax.jvp(jax.grad(loss(mm_native)), (A, B), (dA, dB))[1],
+    jax.jvp(jax.grad(loss(mm)), (A, B), (dA, dB))[1],
+)
+names = {
+    str(e.primitive) for e in jax.make_jaxpr(lambda a, b: (mm(a, b), mm_native(a, b)))(A, B).eqns
+}
 assert names == {"jaxbind"}, names
 print("The JAX-native op matches the JAXbind-protocol op.")

@@ -76,6 +76,7 @@ check("grad of vmap", jax.grad(loss(jax.vmap(fj)), 1)(X1, X2), jax.grad(loss(ref
 # The callables still receive `p` first; the JVP gets tangents of `x1` and `x2`
 # only and the VJP writes cotangents of `x1` and `x2` only.
 
+
 # %%
 def g(out, args, kwargs_dump):
     p, x1, x2 = args
@@ -94,23 +95,37 @@ def g_vjp(out, args, kwargs_dump):
 
 
 g_op = jaxbind.get_nonlinear_call(
-    g, (g_jvp, g_vjp),
+    g,
+    (g_jvp, g_vjp),
     lambda p, x1, x2, **kw: abstract(x1, x2),
     lambda p, x1, x2, ct, **kw: abstract_T(x1, x2, ct),
-    first_n_args_fixed=1, name="demo.nonlin_fixed")
+    first_n_args_fixed=1,
+    name="demo.nonlin_fixed",
+)
 gj = lambda p, a, b: g_op(p, a, b)[0]  # noqa: E731
 gref = lambda p, a, b: a * b**p  # noqa: E731
 p = jnp.asarray(3.0, jnp.float32)
 check("fixed p: g", jax.jit(gj)(p, x1, x2), gref(p, x1, x2))
-check("fixed p: jvp", jax.jvp(lambda a, b: gj(p, a, b), (x1, x2), (t1, t2))[1],
-      jax.jvp(lambda a, b: gref(p, a, b), (x1, x2), (t1, t2))[1])
-check("fixed p: grad w.r.t. x2", jax.grad(lambda b: jnp.sum(gj(p, x1, b)))(x2),
-      jax.grad(lambda b: jnp.sum(gref(p, x1, b)))(x2))
+check(
+    "fixed p: jvp",
+    jax.jvp(lambda a, b: gj(p, a, b), (x1, x2), (t1, t2))[1],
+    jax.jvp(lambda a, b: gref(p, a, b), (x1, x2), (t1, t2))[1],
+)
+check(
+    "fixed p: grad w.r.t. x2",
+    jax.grad(lambda b: jnp.sum(gj(p, x1, b)))(x2),
+    jax.grad(lambda b: jnp.sum(gref(p, x1, b)))(x2),
+)
 ps = jnp.asarray([1.0, 2.0, 3.0], jnp.float32)
-check("fixed p: vmap over p", jax.vmap(gj, (0, None, None))(ps, x1, x2),
-      jax.vmap(gref, (0, None, None))(ps, x1, x2))
-for name, attempt in [("grad", lambda: jax.grad(lambda q: jnp.sum(gj(q, x1, x2)))(p)),
-                      ("jvp", lambda: jax.jvp(lambda q: gj(q, x1, x2), (p,), (p,)))]:
+check(
+    "fixed p: vmap over p",
+    jax.vmap(gj, (0, None, None))(ps, x1, x2),
+    jax.vmap(gref, (0, None, None))(ps, x1, x2),
+)
+for name, attempt in [
+    ("grad", lambda: jax.grad(lambda q: jnp.sum(gj(q, x1, x2)))(p)),
+    ("jvp", lambda: jax.jvp(lambda q: gj(q, x1, x2), (p,), (p,))),
+]:
     try:
         attempt()
         raise AssertionError(f"{name} w.r.t. the fixed argument should have failed")
@@ -125,9 +140,11 @@ print("All nonlinear checks passed.")
 # `def_vjp(primals, cotangent)`, in the style of `jax.custom_jvp` and
 # `jax.custom_vjp`; `fixed=1` marks the parameter `p`.
 
+
 # %%
-@jaxbind.nonlinear_op(shape=lambda x1, x2: jax.ShapeDtypeStruct(x1.shape, x1.dtype),
-                      name="demo.nonlin_native")
+@jaxbind.nonlinear_op(
+    shape=lambda x1, x2: jax.ShapeDtypeStruct(x1.shape, x1.dtype), name="demo.nonlin_native"
+)
 def f_native(x1, x2):
     return x1 * x2**2
 
@@ -144,8 +161,11 @@ def _(primals, ct):
     return x2**2 * ct, 2 * x1 * x2 * ct
 
 
-@jaxbind.nonlinear_op(shape=lambda p, x1, x2: jax.ShapeDtypeStruct(x1.shape, x1.dtype),
-                      fixed=1, name="demo.nonlin_fixed_native")
+@jaxbind.nonlinear_op(
+    shape=lambda p, x1, x2: jax.ShapeDtypeStruct(x1.shape, x1.dtype),
+    fixed=1,
+    name="demo.nonlin_fixed_native",
+)
 def g_native(p, x1, x2):
     return x1 * x2**p
 
@@ -166,12 +186,23 @@ check("native: f", jax.jit(f_native)(x1, x2), fj(x1, x2))
 check("native: jvp", jax.jvp(f_native, (x1, x2), (t1, t2))[1], jax.jvp(fj, (x1, x2), (t1, t2))[1])
 for got, want in zip(jax.grad(loss(f_native), (0, 1))(x1, x2), grads):
     check("native: grad w.r.t. (x1, x2)", got, want)
-check("native: grad of vmap", jax.grad(loss(jax.vmap(f_native)), 1)(X1, X2),
-      jax.grad(loss(jax.vmap(fj)), 1)(X1, X2))
-check("native: fixed p, grad w.r.t. x2", jax.grad(lambda b: jnp.sum(g_native(p, x1, b)))(x2),
-      jax.grad(lambda b: jnp.sum(gj(p, x1, b)))(x2))
-check("native: fixed p, vmap over p", jax.vmap(g_native, (0, None, None))(ps, x1, x2),
-      jax.vmap(gj, (0, None, None))(ps, x1, x2))
-names = {str(e.primitive) for e in jax.make_jaxpr(lambda a, b: (fj(a, b), f_native(a, b)))(x1, x2).eqns}
+check(
+    "native: grad of vmap",
+    jax.grad(loss(jax.vmap(f_native)), 1)(X1, X2),
+    jax.grad(loss(jax.vmap(fj)), 1)(X1, X2),
+)
+check(
+    "native: fixed p, grad w.r.t. x2",
+    jax.grad(lambda b: jnp.sum(g_native(p, x1, b)))(x2),
+    jax.grad(lambda b: jnp.sum(gj(p, x1, b)))(x2),
+)
+check(
+    "native: fixed p, vmap over p",
+    jax.vmap(g_native, (0, None, None))(ps, x1, x2),
+    jax.vmap(gj, (0, None, None))(ps, x1, x2),
+)
+names = {
+    str(e.primitive) for e in jax.make_jaxpr(lambda a, b: (fj(a, b), f_native(a, b)))(x1, x2).eqns
+}
 assert names == {"jaxbind"}, names
 print("The JAX-native ops match the JAXbind-protocol ops.")

@@ -1,8 +1,9 @@
 """Second derivatives through foreign code: a Newton step on a power-spectrum likelihood.
 
 The data are noisy measurements of the power spectrum |FFT(x)|^2 of a real
-signal x; we fit x with damped Newton steps on the negative log-likelihood. The forward model is a nonlinear jaxbind op whose function runs DUCC's
-real FFT directly (ducc0.fft.r2c), and whose JVP and VJP are JAX functions built
+signal x; we fit x with damped Newton steps on the negative log-likelihood. The
+forward model is a nonlinear jaxbind op whose function runs DUCC's real FFT
+directly (ducc0.fft.r2c), and whose JVP and VJP are JAX functions built
 from jaxducc0.r2c, a linear jaxbind op that differentiates to any order. So the
 op has exact second derivatives: jax.hessian of the negative log-likelihood works,
 and a Newton step can use it. Everything is compared with the same computation in
@@ -11,10 +12,10 @@ pure JAX (jnp.fft.rfft).
 
 import time
 
+import ducc0
 import jax
 import jax.numpy as jnp
 import numpy as np
-import ducc0
 
 import jaxbind
 from jaxbind.contrib import jaxducc0
@@ -40,23 +41,28 @@ def power_vjp(x, ct):  # the transpose of power_jvp in dx, in JAX
 
 
 power = jaxbind.get_nonlinear_call(
-    _power, (jaxbind.jax_function(power_jvp), jaxbind.jax_function(power_vjp)),
+    _power,
+    (jaxbind.jax_function(power_jvp), jaxbind.jax_function(power_vjp)),
     lambda x: (((x.shape[0] // 2 + 1,), x.dtype),),
-    lambda x, ct: ((x.shape, x.dtype),), name="demo.power_spectrum")
+    lambda x, ct: ((x.shape, x.dtype),),
+    name="demo.power_spectrum",
+)
 
 
 # The same op with the JAX-native API: the derivatives are jaxbind.jax_functions
 # with JAX's (primals, tangents) / (primals, cotangent) signatures.
-@jaxbind.nonlinear_op(shape=lambda x: jax.ShapeDtypeStruct((x.shape[0] // 2 + 1,), x.dtype),
-                      name="demo.power_spectrum_native")
+@jaxbind.nonlinear_op(
+    shape=lambda x: jax.ShapeDtypeStruct((x.shape[0] // 2 + 1,), x.dtype),
+    name="demo.power_spectrum_native",
+)
 def power_native(x):
     return np.abs(ducc0.fft.r2c(x)) ** 2
 
 
-power_native.def_jvp(jaxbind.jax_function(
-    lambda primals, tangents: power_jvp(primals[0], tangents[0])[0]))
-power_native.def_vjp(jaxbind.jax_function(
-    lambda primals, ct: tuple(power_vjp(primals[0], ct))))
+power_native.def_jvp(
+    jaxbind.jax_function(lambda primals, tangents: power_jvp(primals[0], tangents[0])[0])
+)
+power_native.def_vjp(jaxbind.jax_function(lambda primals, ct: tuple(power_vjp(primals[0], ct))))
 
 
 def neg_log_likelihood(x, data, spectrum):
@@ -102,28 +108,41 @@ def main():
                 losses.append(float(loss(x)))
             else:
                 damping *= 10
-        results[name] = dict(H=np.asarray(h), x=np.asarray(x), losses=losses, t_hess=t_hess,
-                             min_eig=float(np.linalg.eigvalsh(np.asarray(h))[0]))
+        results[name] = dict(
+            H=np.asarray(h),
+            x=np.asarray(x),
+            losses=losses,
+            t_hess=t_hess,
+            min_eig=float(np.linalg.eigvalsh(np.asarray(h))[0]),
+        )
 
     # the JAX-native op: same Hessian, same primitive
     loss_native = lambda x: neg_log_likelihood(x, data, power_native)  # noqa: E731
     h_native = np.asarray(jax.jit(jax.hessian(loss_native))(x0))
     err_native = np.max(np.abs(h_native - results["jaxbind"]["H"])) / np.max(np.abs(h_native))
-    names = {str(e.primitive) for e in
-             jax.make_jaxpr(lambda x: (with_jaxbind(x), power_native(x)))(x0).eqns}
+    names = {
+        str(e.primitive)
+        for e in jax.make_jaxpr(lambda x: (with_jaxbind(x), power_native(x)))(x0).eqns
+    }
     assert err_native < 1e-12 and names == {"jaxbind"}, (err_native, names)
     print(f"JAX-native op's Hessian vs the JAXbind-protocol op's: relative error {err_native:.1e}")
 
     ours, ref = results["jaxbind"], results["pure JAX"]
     err_h = np.max(np.abs(ours["H"] - ref["H"])) / np.max(np.abs(ref["H"]))
     err_x = np.max(np.abs(ours["x"] - ref["x"])) / np.max(np.abs(ref["x"]))
-    print(f"Hessian ({N}x{N}) through DUCC vs pure JAX: relative error {err_h:.1e} "
-          f"(smallest eigenvalue {ours['min_eig']:.2f}: not convex, hence the damping)")
+    print(
+        f"Hessian ({N}x{N}) through DUCC vs pure JAX: relative error {err_h:.1e} "
+        f"(smallest eigenvalue {ours['min_eig']:.2f}: not convex, hence the damping)"
+    )
     print(f"damped Newton iterates vs pure JAX:        relative error {err_x:.1e}")
-    print("negative log-likelihood:                  "
-          + " -> ".join(f"{v:.2f}" for v in ours["losses"]))
-    print(f"jit(hessian) per call: jaxbind {ours['t_hess'] * 1e3:.2f} ms, "
-          f"pure JAX {ref['t_hess'] * 1e3:.2f} ms")
+    print(
+        "negative log-likelihood:                  "
+        + " -> ".join(f"{v:.2f}" for v in ours["losses"])
+    )
+    print(
+        f"jit(hessian) per call: jaxbind {ours['t_hess'] * 1e3:.2f} ms, "
+        f"pure JAX {ref['t_hess'] * 1e3:.2f} ms"
+    )
     assert err_h < 1e-10 and err_x < 1e-8
     assert ours["losses"] == ref["losses"] or np.allclose(ours["losses"], ref["losses"])
     assert ours["losses"][-1] < ours["losses"][0]

@@ -79,11 +79,15 @@ t_dense = time.perf_counter() - t0
 err = np.hypot(np.asarray(x_fit - x_true), np.asarray(y_fit - y_true))
 recovered = float(np.mean(err < 1e-3))
 diff = float(jnp.max(jnp.abs(jnp.concatenate([x_fit - x_ref, y_fit - y_ref]))))
-print(f"{M} positions, initially off by up to {OFF} rad; after {STEPS} steps the median error "
-      f"is {np.median(err):.1e} rad and {recovered:.0%} are within 1e-3 rad (noise {SIGMA}; "
-      "the others sit in local minima, where the field takes similar values)")
-print(f"jaxducc0.nufft2 vs dense NUDFT in pure JAX: fitted positions agree to {diff:.1e} "
-      f"({t_fast:.2f} s vs {t_dense:.2f} s, compilation included)")
+print(
+    f"{M} positions, initially off by up to {OFF} rad; after {STEPS} steps the median error "
+    f"is {np.median(err):.1e} rad and {recovered:.0%} are within 1e-3 rad (noise {SIGMA}; "
+    "the others sit in local minima, where the field takes similar values)"
+)
+print(
+    f"jaxducc0.nufft2 vs dense NUDFT in pure JAX: fitted positions agree to {diff:.1e} "
+    f"({t_fast:.2f} s vs {t_dense:.2f} s, compilation included)"
+)
 assert np.median(err) < 1e-3 and recovered > 0.8, (np.median(err), recovered)
 assert diff < 1e-8, diff
 

@@ -68,8 +68,10 @@ mask = jnp.asarray((np.abs(colat - np.pi / 2) > 0.25).astype(np.float64))[None, 
 
 signal = Y(truth)
 data = mask * (signal + NOISE_STD * rng.standard_normal((1, NPIX)))
-print(f"HEALPix nside={NSIDE} ({NPIX} pixels), lmax={LMAX} ({n_real} real coefficients), "
-      f"{int(mask.sum())} unmasked pixels, noise std {NOISE_STD}")
+print(
+    f"HEALPix nside={NSIDE} ({NPIX} pixels), lmax={LMAX} ({n_real} real coefficients), "
+    f"{int(mask.sum())} unmasked pixels, noise std {NOISE_STD}"
+)
 
 # %% [markdown]
 # ## Adjoint test: <Y a, m> = <a, Y^T m>
@@ -84,6 +86,7 @@ assert adjoint_error < 1e-10
 
 # %% [markdown]
 # ## The Wiener filter under jit
+
 
 # %%
 def curvature(a):
@@ -116,7 +119,9 @@ def timeit(f, x, n=20):
 
 t_Y, t_YT = timeit(jax.jit(Y), truth), timeit(jax.jit(Y_T), signal)
 print(f"Y: {1e3 * t_Y:.2f} ms per application, Y^T: {1e3 * t_YT:.2f} ms per application")
-print(f"Wiener filter (CG, jitted): first call {t_first:.2f} s with compilation, then {t_solve:.2f} s")
+print(
+    f"Wiener filter (CG, jitted): first call {t_first:.2f} s with compilation, then {t_solve:.2f} s"
+)
 
 
 def rel_err(m, where):
@@ -124,13 +129,16 @@ def rel_err(m, where):
 
 
 seen, cut = mask, 1 - mask
-print(f"relative error where observed: data {rel_err(data, seen):.3f}, "
-      f"reconstruction {rel_err(Y(rec), seen):.3f}; in the masked band: "
-      f"reconstruction {rel_err(Y(rec), cut):.3f} (no data there)")
+print(
+    f"relative error where observed: data {rel_err(data, seen):.3f}, "
+    f"reconstruction {rel_err(Y(rec), seen):.3f}; in the masked band: "
+    f"reconstruction {rel_err(Y(rec), cut):.3f} (no data there)"
+)
 assert rel_err(Y(rec), seen) < rel_err(data, seen) and rel_err(Y(rec), cut) < 1.0
 
 # %% [markdown]
 # ## The solution is a stationary point: grad of the posterior energy is ~0
+
 
 # %%
 def energy(a, d):
@@ -140,8 +148,10 @@ def energy(a, d):
 
 g_rec = jax.jit(jax.grad(energy))(rec, data)
 g_zero = jax.grad(energy)(jnp.zeros_like(rec), data)
-print(f"|grad energy| at the solution: {float(jnp.linalg.norm(g_rec)):.2e} "
-      f"(at zero: {float(jnp.linalg.norm(g_zero)):.2e})")
+print(
+    f"|grad energy| at the solution: {float(jnp.linalg.norm(g_rec)):.2e} "
+    f"(at zero: {float(jnp.linalg.norm(g_zero)):.2e})"
+)
 assert float(jnp.linalg.norm(g_rec)) < 1e-5 * float(jnp.linalg.norm(g_zero))
 
 # %% [markdown]
@@ -154,8 +164,10 @@ start = time.perf_counter()
 recs = jax.block_until_ready(jax.jit(jax.vmap(wiener_filter))(datas))
 t_batch = time.perf_counter() - start
 errs = [rel_err(Y(r), seen) for r in recs]
-print(f"vmap over {batch} noise realisations: {t_batch:.2f} s with compilation, errors "
-      + ", ".join(f"{e:.3f}" for e in errs))
+print(
+    f"vmap over {batch} noise realisations: {t_batch:.2f} s with compilation, errors "
+    + ", ".join(f"{e:.3f}" for e in errs)
+)
 single = wiener_filter(datas[1])
 assert float(jnp.max(jnp.abs(single - recs[1]))) < 1e-6 * float(jnp.max(jnp.abs(single)))
 
@@ -173,15 +185,17 @@ except ImportError:
     print("matplotlib not installed (pip install 'jaxbind[demo]'): no figure written")
 
 if plt is not None:
-    th, ph = np.meshgrid(np.linspace(0.01, np.pi - 0.01, 180), np.linspace(0, 2 * np.pi, 360),
-                         indexing="ij")
+    th, ph = np.meshgrid(
+        np.linspace(0.01, np.pi - 0.01, 180), np.linspace(0, 2 * np.pi, 360), indexing="ij"
+    )
     pix = base.ang2pix(np.stack([th, ph], axis=-1))
     panels = [("truth", signal), ("data (masked, noisy)", data), ("Wiener filter", Y(rec))]
     fig, axes = plt.subplots(1, 3, figsize=(15, 3.4))
     vmax = float(jnp.max(jnp.abs(signal)))
     for ax, (title, m) in zip(axes, panels):
-        im = ax.imshow(np.asarray(m)[0][pix], cmap="RdBu_r", vmin=-vmax, vmax=vmax,
-                       extent=(0, 360, -90, 90))
+        im = ax.imshow(
+            np.asarray(m)[0][pix], cmap="RdBu_r", vmin=-vmax, vmax=vmax, extent=(0, 360, -90, 90)
+        )
         ax.set_title(title)
         ax.set_xlabel("longitude [deg]")
     axes[0].set_ylabel("latitude [deg]")
@@ -201,8 +215,7 @@ if plt is not None:
 GEOMETRY = base.sht_info()
 
 
-@jaxbind.linear_op(shape=lambda a: jax.ShapeDtypeStruct((1, NPIX), a.dtype),
-                   name="demo.sht_native")
+@jaxbind.linear_op(shape=lambda a: jax.ShapeDtypeStruct((1, NPIX), a.dtype), name="demo.sht_native")
 def sht_native(a):
     alm = jaxducc0.realalm_to_alm(a, LMAX)
     return ducc0.sht.synthesis(alm=alm, lmax=LMAX, mmax=LMAX, spin=0, **GEOMETRY)
@@ -215,8 +228,9 @@ def _(m):
 
 
 np.testing.assert_allclose(sht_native(a_test), Y(a_test), rtol=1e-10, atol=1e-10)
-np.testing.assert_allclose(jax.linear_transpose(sht_native, a_test)(m_test)[0], Y_T(m_test),
-                           rtol=1e-10, atol=1e-10)
+np.testing.assert_allclose(
+    jax.linear_transpose(sht_native, a_test)(m_test)[0], Y_T(m_test), rtol=1e-10, atol=1e-10
+)
 names = {str(e.primitive) for e in jax.make_jaxpr(lambda a: (Y(a), sht_native(a)))(a_test).eqns}
 assert names == {"jaxbind"}, names
 print("JAX-native SHT matches jaxducc0's: map, transpose and primitive")

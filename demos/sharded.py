@@ -17,15 +17,17 @@
 # %%
 import os
 
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
-                           + " --xla_force_host_platform_device_count=4")
+os.environ["XLA_FLAGS"] = (
+    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
+)
 
 import time  # noqa: E402
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
+from jax.sharding import Mesh, NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P
 
 from jaxbind.contrib import jaxducc0  # noqa: E402
 
@@ -34,7 +36,7 @@ print(f"{len(jax.devices())} devices, {os.cpu_count()} cores")
 
 # %% A batch of 64 complex 256x256 images, once on one device, once sharded.
 rng = np.random.default_rng(0)
-batch = (rng.standard_normal((64, 256, 256)) + 1j * rng.standard_normal((64, 256, 256)))
+batch = rng.standard_normal((64, 256, 256)) + 1j * rng.standard_normal((64, 256, 256))
 batch = batch.astype(np.complex64)
 on_one = jax.device_put(batch, jax.devices()[0])
 sharded = jax.device_put(batch, NamedSharding(mesh, P("batch")))
@@ -46,8 +48,11 @@ print("output sharding:", out.sharding.spec)
 
 compiled = fft2.lower(sharded).compile().as_text()
 print("all-gather in the compiled program:", "all-gather" in compiled)
-local = [line.split("=")[1].split("custom-call(")[0].strip()
-         for line in compiled.splitlines() if "custom-call(" in line]
+local = [
+    line.split("=")[1].split("custom-call(")[0].strip()
+    for line in compiled.splitlines()
+    if "custom-call(" in line
+]
 print("per-device custom call:", local)
 
 np.testing.assert_allclose(np.asarray(out), np.fft.fft2(batch), rtol=2e-4, atol=2e-2)
@@ -75,13 +80,17 @@ def timed(fn, x, reps=10):
 
 t_one, t_mesh = timed(fft2, on_one), timed(fft2, sharded)
 t_quarter = timed(fft2, jax.device_put(batch[:16], jax.devices()[0]))
-print(f"one device, 64 images: {t_one * 1e3:.1f} ms; 4-device mesh: {t_mesh * 1e3:.1f} ms; "
-      f"speed-up {t_one / t_mesh:.2f}x on {os.cpu_count()} cores")
+print(
+    f"one device, 64 images: {t_one * 1e3:.1f} ms; 4-device mesh: {t_mesh * 1e3:.1f} ms; "
+    f"speed-up {t_one / t_mesh:.2f}x on {os.cpu_count()} cores"
+)
 # Part of that is memory: one device transforms 32 MB in one call, each device of
 # the mesh 8 MB. Against 4 calls of 16 images on one device (the same work in
 # blocks of the same size), the speed-up is the parallel part alone:
-print(f"one device, 16 images: {t_quarter * 1e3:.1f} ms; "
-      f"4 x that / mesh: {4 * t_quarter / t_mesh:.2f}x (bounded by the {os.cpu_count()} cores)")
+print(
+    f"one device, 16 images: {t_quarter * 1e3:.1f} ms; "
+    f"4 x that / mesh: {4 * t_quarter / t_mesh:.2f}x (bounded by the {os.cpu_count()} cores)"
+)
 
 # %% [markdown]
 # ## The same with the JAX-native API
@@ -95,8 +104,9 @@ import ducc0  # noqa: E402
 import jaxbind  # noqa: E402
 
 
-@jaxbind.linear_op(shape=lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), vectorized=True,
-                   name="demo.fft2_native")
+@jaxbind.linear_op(
+    shape=lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), vectorized=True, name="demo.fft2_native"
+)
 def fft2_native(x, *, out):
     ducc0.fft.c2c(x, axes=(-2, -1), out=out)
 
@@ -106,8 +116,11 @@ fft2n = jax.jit(jax.vmap(fft2_native))
 out_native = fft2n(sharded)
 print("JAX-native output sharding:", out_native.sharding.spec)
 np.testing.assert_allclose(np.asarray(out_native), np.asarray(out), rtol=1e-6, atol=1e-4)
-names = {str(e.primitive) for e in
-         jax.make_jaxpr(jax.vmap(lambda x: (jaxducc0.c2c(x, axes=(0, 1))[0], fft2_native(x))))(
-             batch).eqns}
+names = {
+    str(e.primitive)
+    for e in jax.make_jaxpr(jax.vmap(lambda x: (jaxducc0.c2c(x, axes=(0, 1))[0], fft2_native(x))))(
+        batch
+    ).eqns
+}
 assert names == {"jaxbind"}, names
 print("JAX-native op matches jaxducc0.c2c, with the same primitive")

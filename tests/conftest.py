@@ -42,9 +42,11 @@ def tol(dtype):
 
 # --- GPU tests (tests/gpu/): only where JAX has a CUDA backend --------------------
 
+
 def _has_cuda() -> bool:
     try:
         import jax
+
         return bool(jax.devices("cuda"))
     except Exception:
         return False

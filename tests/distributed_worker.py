@@ -10,8 +10,9 @@ shards and a global reduction, and prints one JSON line with the outcome.
 import os
 import sys
 
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
-                           + " --xla_force_host_platform_device_count=2")
+os.environ["XLA_FLAGS"] = (
+    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
+)
 
 import json  # noqa: E402
 import traceback  # noqa: E402
@@ -19,7 +20,8 @@ import traceback  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
+from jax.sharding import Mesh, NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P
 
 import jaxbind  # noqa: E402
 
@@ -31,8 +33,9 @@ def _cube(out, args, kwargs_dump):
     out[0][...] = args[0] ** 3
 
 
-cube = jaxbind.get_nonlinear_call(_cube, (None, None), lambda x: ((x.shape, x.dtype),), None,
-                                  name="distributed.cube")
+cube = jaxbind.get_nonlinear_call(
+    _cube, (None, None), lambda x: ((x.shape, x.dtype),), None, name="distributed.cube"
+)
 
 
 def main(process_id: int, port: int):
@@ -40,8 +43,12 @@ def main(process_id: int, port: int):
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
     except Exception:
         pass
-    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2,
-                               process_id=process_id, initialization_timeout=60)
+    jax.distributed.initialize(
+        coordinator_address=f"127.0.0.1:{port}",
+        num_processes=2,
+        process_id=process_id,
+        initialization_timeout=60,
+    )
     try:
         assert jax.device_count() == 4 and jax.local_device_count() == 2, jax.devices()
         mesh = Mesh(np.array(jax.devices()), ("b",))
@@ -55,9 +62,14 @@ def main(process_id: int, port: int):
         for shard in y.addressable_shards:
             np.testing.assert_allclose(np.asarray(shard.data), data[shard.index] ** 3, rtol=1e-6)
         total = jax.jit(lambda v: jnp.sum(jax.vmap(lambda w: cube(w)[0])(v)))(x)
-        np.testing.assert_allclose(float(total), float(np.sum(data ** 3)), rtol=1e-5)
-        result = dict(ok=True, process=process_id, calls=n_forward,
-                      gathers="all-gather" in hlo, sharding=str(y.sharding.spec))
+        np.testing.assert_allclose(float(total), float(np.sum(data**3)), rtol=1e-5)
+        result = dict(
+            ok=True,
+            process=process_id,
+            calls=n_forward,
+            gathers="all-gather" in hlo,
+            sharding=str(y.sharding.spec),
+        )
     except Exception:
         result = dict(ok=False, process=process_id, detail=traceback.format_exc(limit=8))
     print(json.dumps(result), flush=True)

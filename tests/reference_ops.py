@@ -29,8 +29,9 @@ def _matvec_abstract_T(a, ct, **kwargs):
     return (((a.shape[1],), ct.dtype),)
 
 
-matvec = jaxbind.get_linear_call(_matvec, _matvec_T, _matvec_abstract, _matvec_abstract_T,
-                                 first_n_args_fixed=1)
+matvec = jaxbind.get_linear_call(
+    _matvec, _matvec_T, _matvec_abstract, _matvec_abstract_T, first_n_args_fixed=1
+)
 
 
 def matvec_ref(a, x):
@@ -123,7 +124,7 @@ def nonlinear_ref(x1, x2):
 # --- nonlinear with a fixed exponent: f(p, x) = x ** p ---------------------------
 def _pow(out, args, kwargs_dump):
     p, x = args
-    out[0][...] = x ** p
+    out[0][...] = x**p
 
 
 def _pow_jvp(out, args, kwargs_dump):
@@ -140,8 +141,9 @@ def _pow_abstract_T(p, x, ct, **kwargs):
     return ((x.shape, x.dtype),)
 
 
-power = jaxbind.get_nonlinear_call(_pow, (_pow_jvp, _pow_vjp), _same, _pow_abstract_T,
-                                   first_n_args_fixed=1)
+power = jaxbind.get_nonlinear_call(
+    _pow, (_pow_jvp, _pow_vjp), _same, _pow_abstract_T, first_n_args_fixed=1
+)
 
 
 # --- natively batched linear op: flip the core axes, times 2 ---------------------
@@ -161,8 +163,9 @@ def _flip2_abstract(x, batch_axes=None, **kwargs):
     return ((x.shape, x.dtype, axis),)
 
 
-flip2 = jaxbind.get_linear_call(_flip2, _flip2, _flip2_abstract, _flip2_abstract,
-                                func_can_batch=True)
+flip2 = jaxbind.get_linear_call(
+    _flip2, _flip2, _flip2_abstract, _flip2_abstract, func_can_batch=True
+)
 
 
 def flip2_ref(x):
@@ -199,7 +202,8 @@ def _flipsum_abstract(x, y, batch_axes=None, **kwargs):
         return ((x.shape, x.dtype, None),)
     axes = batch_axes[0]
     shape = tuple(x.shape[a] for a in reversed(axes)) + tuple(
-        n for i, n in enumerate(x.shape) if i not in axes)
+        n for i, n in enumerate(x.shape) if i not in axes
+    )
     return ((shape, x.dtype, 0),)
 
 
@@ -210,8 +214,9 @@ def _flipsum_abstract_T(ct, batch_axes=None, **kwargs):
     return ((ct.shape, ct.dtype, 0),) * 2
 
 
-flipsum = jaxbind.get_linear_call(_flipsum, _flipsum_T, _flipsum_abstract, _flipsum_abstract_T,
-                                  func_can_batch=True)
+flipsum = jaxbind.get_linear_call(
+    _flipsum, _flipsum_T, _flipsum_abstract, _flipsum_abstract_T, func_can_batch=True
+)
 
 
 def _flipsum_plain(out, args, kwargs_dump):
@@ -226,8 +231,11 @@ def _flipsum_plain_T(out, args, kwargs_dump):
 
 
 flipsum_loop = jaxbind.get_linear_call(
-    _flipsum_plain, _flipsum_plain_T, lambda x, y: ((x.shape, x.dtype),),
-    lambda ct: ((ct.shape, ct.dtype),) * 2)
+    _flipsum_plain,
+    _flipsum_plain_T,
+    lambda x, y: ((x.shape, x.dtype),),
+    lambda ct: ((ct.shape, ct.dtype),) * 2,
+)
 
 
 def flipsum_ref(x, y):

@@ -7,8 +7,9 @@ before JAX is imported, so it never reaches the other tests.
 
 import os
 
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
-                           + " --xla_force_host_platform_device_count=4")
+os.environ["XLA_FLAGS"] = (
+    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
+)
 
 import json  # noqa: E402
 import sys  # noqa: E402
@@ -18,7 +19,8 @@ import traceback  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
+from jax.sharding import Mesh, NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P
 
 import jaxbind  # noqa: E402
 
@@ -42,6 +44,7 @@ def _record(x):
 
 # --- ops ---------------------------------------------------------------------
 
+
 def _scale_rows(out, args, kwargs_dump):  # linear: y = A ⊙ x row by row (A fixed)
     a, x = args
     _record(x)
@@ -49,8 +52,13 @@ def _scale_rows(out, args, kwargs_dump):  # linear: y = A ⊙ x row by row (A fi
 
 
 scale = jaxbind.get_linear_call(
-    _scale_rows, _scale_rows, lambda a, x: ((x.shape, x.dtype),),
-    lambda a, y: ((y.shape, y.dtype),), first_n_args_fixed=1, name="sharding.scale")
+    _scale_rows,
+    _scale_rows,
+    lambda a, x: ((x.shape, x.dtype),),
+    lambda a, y: ((y.shape, y.dtype),),
+    first_n_args_fixed=1,
+    name="sharding.scale",
+)
 
 
 def _fft(out, args, kwargs_dump):  # complex FFT along the last axis: linear, batches natively
@@ -63,10 +71,16 @@ def _fft_abstract(x, batch_axes=None):
     return ((x.shape, x.dtype, batch_axes[0][-1] if batch_axes else None),)
 
 
-fft_native = jaxbind.get_linear_call(_fft, _fft, _fft_abstract, _fft_abstract,
-                                     func_can_batch=True, name="sharding.fft_native")
-fft_loop = jaxbind.get_linear_call(_fft, _fft, lambda x: ((x.shape, x.dtype),),
-                                   lambda x: ((x.shape, x.dtype),), name="sharding.fft_loop")
+fft_native = jaxbind.get_linear_call(
+    _fft, _fft, _fft_abstract, _fft_abstract, func_can_batch=True, name="sharding.fft_native"
+)
+fft_loop = jaxbind.get_linear_call(
+    _fft,
+    _fft,
+    lambda x: ((x.shape, x.dtype),),
+    lambda x: ((x.shape, x.dtype),),
+    name="sharding.fft_loop",
+)
 
 
 def _cube(out, args, kwargs_dump):
@@ -76,17 +90,21 @@ def _cube(out, args, kwargs_dump):
 
 def _cube_jvp(out, args, kwargs_dump):
     x, dx = args
-    out[0][...] = 3 * x ** 2 * dx
+    out[0][...] = 3 * x**2 * dx
 
 
 def _cube_vjp(out, args, kwargs_dump):
     x, ct = args
-    out[0][...] = 3 * x ** 2 * ct
+    out[0][...] = 3 * x**2 * ct
 
 
-cube = jaxbind.get_nonlinear_call(_cube, (_cube_jvp, _cube_vjp),
-                                  lambda x: ((x.shape, x.dtype),),
-                                  lambda x, ct: ((x.shape, x.dtype),), name="sharding.cube")
+cube = jaxbind.get_nonlinear_call(
+    _cube,
+    (_cube_jvp, _cube_vjp),
+    lambda x: ((x.shape, x.dtype),),
+    lambda x, ct: ((x.shape, x.dtype),),
+    name="sharding.cube",
+)
 
 
 def _calls_jax(out, args, kwargs_dump):  # a callable that itself runs JAX computations
@@ -95,19 +113,23 @@ def _calls_jax(out, args, kwargs_dump):  # a callable that itself runs JAX compu
     out[0][...] = np.asarray(y)
 
 
-calls_jax = jaxbind.get_nonlinear_call(_calls_jax, (None, None),
-                                       lambda x: ((x.shape, x.dtype),), None,
-                                       name="sharding.calls_jax")
+calls_jax = jaxbind.get_nonlinear_call(
+    _calls_jax, (None, None), lambda x: ((x.shape, x.dtype),), None, name="sharding.calls_jax"
+)
 
 
 # --- helpers -----------------------------------------------------------------
+
 
 def _collectives(fn, *args):
     """The cross-device collectives in the compiled HLO of `fn`."""
     text = fn.lower(*args).compile().as_text()
     kinds = ("all-gather", "all-to-all", "all-reduce", "collective-permute", "reduce-scatter")
-    return [line.strip()[:120] for line in text.splitlines()
-            if any(f" {k}(" in line or f"{k}-start(" in line for k in kinds)]
+    return [
+        line.strip()[:120]
+        for line in text.splitlines()
+        if any(f" {k}(" in line or f"{k}-start(" in line for k in kinds)
+    ]
 
 
 def _close(a, b, tol=1e-10):
@@ -122,16 +144,20 @@ Z = rng.standard_normal((8, 16)) + 1j * rng.standard_normal((8, 16))
 
 # --- cases -------------------------------------------------------------------
 
+
 def case_shard_map_forward_jvp_grad_vmap():
     def local(a, x):
         return scale(a, cube(x)[0])[0]
+
     sm = shard_map(local, mesh=mesh, in_specs=(P("b"), P("b")), out_specs=P("b"))
-    ref = lambda a, x: A * x ** 3  # noqa: E731
+    ref = lambda a, x: A * x**3  # noqa: E731
     _close(jax.jit(sm)(A, X), ref(A, X))
     t = rng.standard_normal(X.shape)
-    _close(jax.jvp(lambda x: sm(A, x), (X,), (t,))[1], 3 * A * X ** 2 * t)
-    _close(jax.grad(lambda x: jnp.sum(jnp.sin(sm(A, x))))(X),
-           jax.grad(lambda x: jnp.sum(jnp.sin(ref(A, x))))(X))
+    _close(jax.jvp(lambda x: sm(A, x), (X,), (t,))[1], 3 * A * X**2 * t)
+    _close(
+        jax.grad(lambda x: jnp.sum(jnp.sin(sm(A, x))))(X),
+        jax.grad(lambda x: jnp.sum(jnp.sin(ref(A, x))))(X),
+    )
     # vmap over a leading axis of the local blocks
     xs = jnp.stack([X, 2 * X])
     _close(jax.vmap(lambda x: sm(A, x))(xs), jnp.stack([ref(A, X), ref(A, 2 * X)]))
@@ -172,8 +198,7 @@ def case_batch_sharded_vmap_fallback_runs_per_shard():
 
 
 def case_batch_sharded_grad_has_no_gather():
-    f = jax.jit(jax.grad(lambda v: jnp.sum(jnp.abs(jax.vmap(lambda w: fft_native(w)[0])(v))
-                                          ** 2)))
+    f = jax.jit(jax.grad(lambda v: jnp.sum(jnp.abs(jax.vmap(lambda w: fft_native(w)[0])(v)) ** 2)))
     zs = jax.device_put(Z, batch_sharded)
     found = _collectives(f, zs)
     assert not found, found
@@ -200,7 +225,7 @@ def case_sharded_pipeline_with_collective():
     # A jaxbind op between JAX ops that need communication (a global sum).
     f = jax.jit(lambda x: jnp.sum(jax.vmap(lambda w: cube(w)[0])(x), axis=0))
     xs = jax.device_put(X, batch_sharded)
-    _close(f(xs), np.sum(X ** 3, axis=0))
+    _close(f(xs), np.sum(X**3, axis=0))
     return "global reduction of a per-shard jaxbind result"
 
 
@@ -216,10 +241,22 @@ def _log_rows(out, args, kwargs_dump):
     out[0][...] = 2 * x
 
 
-logged = jaxbind.get_linear_call(_log_rows, None, lambda x: ((x.shape, x.dtype),), None,
-                                 name="sharding.logged", has_side_effect=True)
-logged_in_order = jaxbind.get_linear_call(_log_rows, None, lambda x: ((x.shape, x.dtype),),
-                                          None, name="sharding.logged_in_order", ordered=True)
+logged = jaxbind.get_linear_call(
+    _log_rows,
+    None,
+    lambda x: ((x.shape, x.dtype),),
+    None,
+    name="sharding.logged",
+    has_side_effect=True,
+)
+logged_in_order = jaxbind.get_linear_call(
+    _log_rows,
+    None,
+    lambda x: ((x.shape, x.dtype),),
+    None,
+    name="sharding.logged_in_order",
+    ordered=True,
+)
 
 
 def _without_shardy(fn):
@@ -259,16 +296,17 @@ def case_effectful_vmap_on_an_uneven_batch_runs_once_per_real_row():
         for rows in (1, 3, 6):
             _without_shardy(lambda: _uneven_vmap(op, rows))  # noqa: B023
             _refused(lambda: _uneven_vmap(op, rows), op.name)  # noqa: B023
-    return ("has_side_effect and ordered ops under vmap on a padded batch: once per real row "
-            "(GSPMD), a clear error under Shardy; never on padding")
+    return (
+        "has_side_effect and ordered ops under vmap on a padded batch: once per real row "
+        "(GSPMD), a clear error under Shardy; never on padding"
+    )
 
 
 def _sharded_once(op):
     effect_rows.clear()
     xs = jax.device_put(X, batch_sharded)
     _close(jax.jit(lambda x: op(x)[0])(xs), 2 * X)
-    assert len(effect_rows) == 1 and effect_rows[0].shape == X.shape, \
-        [r.shape for r in effect_rows]
+    assert len(effect_rows) == 1 and effect_rows[0].shape == X.shape, [r.shape for r in effect_rows]
 
 
 def case_effectful_op_on_a_sharded_input_runs_once():

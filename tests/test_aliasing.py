@@ -27,8 +27,9 @@ def _same(x, **kwargs):
     return ((x.shape, x.dtype),)
 
 
-inplace = jaxbind.get_linear_call(_scale_every_other, _scale_T, _same, _same,
-                                  input_output_aliases={0: 0}, name="tests.inplace")
+inplace = jaxbind.get_linear_call(
+    _scale_every_other, _scale_T, _same, _same, input_output_aliases={0: 0}, name="tests.inplace"
+)
 
 
 def _ref(x):
@@ -58,8 +59,10 @@ def test_without_donation_xla_copies_and_the_input_survives():
 
 def test_grad_jvp_and_transpose_through_an_aliased_op():
     x = jnp.arange(1.0, 7.0)
-    np.testing.assert_array_equal(jax.grad(lambda x: jnp.sum(inplace(x)[0] ** 2))(x),
-                                  jax.grad(lambda x: jnp.sum(_ref(x) ** 2))(x))
+    np.testing.assert_array_equal(
+        jax.grad(lambda x: jnp.sum(inplace(x)[0] ** 2))(x),
+        jax.grad(lambda x: jnp.sum(_ref(x) ** 2))(x),
+    )
     np.testing.assert_array_equal(jax.jvp(lambda x: inplace(x)[0], (x,), (x,))[1], _ref(x))
     (t,) = jax.linear_transpose(lambda x: inplace(x)[0], x)(x)
     np.testing.assert_array_equal(t, _ref(x))
@@ -68,10 +71,12 @@ def test_grad_jvp_and_transpose_through_an_aliased_op():
 def test_vmap_through_an_aliased_op():
     xs = jnp.arange(12.0).reshape(3, 4)
     np.testing.assert_array_equal(jax.vmap(lambda x: inplace(x)[0])(xs), _ref(xs))
-    np.testing.assert_array_equal(jax.vmap(lambda x: inplace(x)[0], in_axes=1, out_axes=1)(xs.T),
-                                  _ref(xs).T)
     np.testing.assert_array_equal(
-        jax.jit(jax.vmap(lambda x: inplace(x)[0]), donate_argnums=0)(xs + 0), _ref(xs))
+        jax.vmap(lambda x: inplace(x)[0], in_axes=1, out_axes=1)(xs.T), _ref(xs).T
+    )
+    np.testing.assert_array_equal(
+        jax.jit(jax.vmap(lambda x: inplace(x)[0]), donate_argnums=0)(xs + 0), _ref(xs)
+    )
 
 
 def test_nonlinear_op_with_a_second_input():
@@ -89,9 +94,14 @@ def test_nonlinear_op_with_a_second_input():
         out[0][...] = ct
         out[1][...] = 2 * y * ct
 
-    op = jaxbind.get_nonlinear_call(f, (jvp, vjp), lambda x, y: ((x.shape, x.dtype),),
-                                    lambda x, y, ct: ((x.shape, x.dtype), (y.shape, y.dtype)),
-                                    input_output_aliases={0: 0}, name="tests.add_square")
+    op = jaxbind.get_nonlinear_call(
+        f,
+        (jvp, vjp),
+        lambda x, y: ((x.shape, x.dtype),),
+        lambda x, y, ct: ((x.shape, x.dtype), (y.shape, y.dtype)),
+        input_output_aliases={0: 0},
+        name="tests.add_square",
+    )
     x, y = jnp.ones(5), jnp.arange(5.0)
     np.testing.assert_array_equal(jax.jit(lambda x, y: op(x, y)[0])(x, y), 1 + np.arange(5.0) ** 2)
     gx, gy = jax.grad(lambda x, y: jnp.sum(op(x, y)[0]), argnums=(0, 1))(x, y)
@@ -103,15 +113,30 @@ def test_bad_aliases_are_clear_errors():
     with pytest.raises(TypeError, match="input_output_aliases must be a dict"):
         jaxbind.get_linear_call(_scale_every_other, None, _same, None, input_output_aliases=[0])
     with pytest.raises(ValueError, match="input 0 is fixed"):
-        jaxbind.get_linear_call(_scale_every_other, None, _same, None, first_n_args_fixed=1,
-                                input_output_aliases={0: 0})
-    half = jaxbind.get_linear_call(_scale_every_other, None,
-                                   lambda x: (((x.shape[0] // 2,), x.dtype),), None,
-                                   input_output_aliases={0: 0}, name="tests.alias_half")
-    with pytest.raises(TypeError, match=r"'tests\.alias_half' input_output_aliases: input 0 "
-                                        r"\(float32\[8\]\) and output 0 \(float32\[4\]\)"):
+        jaxbind.get_linear_call(
+            _scale_every_other, None, _same, None, first_n_args_fixed=1, input_output_aliases={0: 0}
+        )
+    half = jaxbind.get_linear_call(
+        _scale_every_other,
+        None,
+        lambda x: (((x.shape[0] // 2,), x.dtype),),
+        None,
+        input_output_aliases={0: 0},
+        name="tests.alias_half",
+    )
+    with pytest.raises(
+        TypeError,
+        match=r"'tests\.alias_half' input_output_aliases: input 0 "
+        r"\(float32\[8\]\) and output 0 \(float32\[4\]\)",
+    ):
         jax.jit(lambda x: half(x)[0])(jnp.ones(8))
-    two = jaxbind.get_linear_call(_scale_every_other, None, _same, None,
-                                  input_output_aliases={1: 0}, name="tests.alias_missing")
+    two = jaxbind.get_linear_call(
+        _scale_every_other,
+        None,
+        _same,
+        None,
+        input_output_aliases={1: 0},
+        name="tests.alias_missing",
+    )
     with pytest.raises(ValueError, match=r"'tests\.alias_missing'.*1 inputs and 1 outputs"):
         jax.jit(lambda x: two(x)[0])(jnp.ones(8))

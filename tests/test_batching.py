@@ -6,11 +6,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import random
+from reference_ops import (
+    axpy,
+    axpy_ref,
+    flip2,
+    flip2_ref,
+    flipsum,
+    flipsum_loop,
+    flipsum_ref,
+    matvec,
+    nonlinear,
+    nonlinear_ref,
+)
 
 import jaxbind
-from conftest import random
-from reference_ops import (axpy, axpy_ref, flip2, flip2_ref, flipsum, flipsum_loop,
-                           flipsum_ref, matvec, nonlinear, nonlinear_ref)
 
 BATCH, SHAPE = 3, (2, 4)
 IN_AXES = [(0, 0), (0, None), (None, 0), (1, 0), (0, 2), (2, None), (None, 1), (2, 1)]
@@ -64,7 +74,7 @@ def test_grad_of_vmapped_op(op, in_axes):
 @pytest.mark.parametrize("op", [flipsum, flipsum_loop], ids=["native", "fallback"])
 def test_vmap_of_grad(op):
     x, y = _batched((0, 0), seed=20)
-    loss = lambda f: (lambda x, y: jnp.sum(f(x, y) ** 3))  # noqa: E731
+    loss = lambda f: lambda x, y: jnp.sum(f(x, y) ** 3)  # noqa: E731
     g = jax.vmap(jax.grad(loss(lambda x, y: op(x, y)[0]), argnums=(0, 1)))(x, y)
     g_ref = jax.vmap(jax.grad(loss(flipsum_ref), argnums=(0, 1)))(x, y)
     for got, want in zip(g, g_ref):
@@ -72,10 +82,14 @@ def test_vmap_of_grad(op):
 
 
 @pytest.mark.parametrize("op", [flipsum, flipsum_loop], ids=["native", "fallback"])
-@pytest.mark.parametrize("inner,outer", list(itertools.product(
-    [(0, 0), (1, None), (None, 0)], [(0, 0), (2, 1), (None, 0), (1, None)])), ids=str)
+@pytest.mark.parametrize(
+    "inner,outer",
+    list(itertools.product([(0, 0), (1, None), (None, 0)], [(0, 0), (2, 1), (None, 0), (1, None)])),
+    ids=str,
+)
 def test_nested_vmap(op, inner, outer):
     rng = np.random.default_rng(5)
+
     # Build inputs with an inner batch of 3 and an outer batch of 2.
     def make(ax_in, ax_out):
         shape = list(SHAPE)
@@ -84,6 +98,7 @@ def test_nested_vmap(op, inner, outer):
         if ax_out is not None:
             shape.insert(ax_out, 2)
         return rng.standard_normal(shape).astype(np.float32)
+
     x, y = make(inner[0], outer[0]), make(inner[1], outer[1])
     f = jax.vmap(jax.vmap(lambda x, y: op(x, y)[0], in_axes=inner), in_axes=outer)
     ref = jax.vmap(jax.vmap(flipsum_ref, in_axes=inner), in_axes=outer)
@@ -105,8 +120,9 @@ def test_native_batching_passes_batch_axes():
     def abstract(x, batch_axes=None, **kwargs):
         return ((x.shape, x.dtype, batch_axes[0][-1] if batch_axes else None),)
 
-    op = jaxbind.get_linear_call(f, None, abstract, None, func_can_batch=True,
-                                 name="tests.records_batch_axes")
+    op = jaxbind.get_linear_call(
+        f, None, abstract, None, func_can_batch=True, name="tests.records_batch_axes"
+    )
     x = np.ones((2, 3, 4), np.float32)
     op(x[0, 0])
     jax.vmap(lambda x: op(x)[0], in_axes=1)(x[0])
@@ -125,8 +141,9 @@ def test_native_vmap_calls_the_callable_once():
     def abstract(x, batch_axes=None, **kwargs):
         return ((x.shape, x.dtype, batch_axes[0][-1] if batch_axes else None),)
 
-    op = jaxbind.get_linear_call(f, None, abstract, None, func_can_batch=True,
-                                 name="tests.counts_native_calls")
+    op = jaxbind.get_linear_call(
+        f, None, abstract, None, func_can_batch=True, name="tests.counts_native_calls"
+    )
     jax.vmap(lambda x: op(x)[0])(np.ones((64, 10), np.float32))
     assert calls == [(64, 10)]
 
@@ -156,10 +173,15 @@ def test_single_input_native_batching_matches_jax():
         got = jax.vmap(lambda v: flip2(v)[0], in_axes=axis, out_axes=axis)(x)
         np.testing.assert_allclose(got, jax.vmap(flip2_ref, axis, axis)(x), rtol=1e-6)
     t = jax.linear_transpose(jax.vmap(lambda v: flip2(v)[0], in_axes=1), x)(
-        random((5, 4, 6), np.float32, 8))[0]
+        random((5, 4, 6), np.float32, 8)
+    )[0]
     np.testing.assert_allclose(
-        t, jax.linear_transpose(jax.vmap(flip2_ref, in_axes=1), x)(
-            random((5, 4, 6), np.float32, 8))[0], rtol=1e-6)
+        t,
+        jax.linear_transpose(jax.vmap(flip2_ref, in_axes=1), x)(random((5, 4, 6), np.float32, 8))[
+            0
+        ],
+        rtol=1e-6,
+    )
 
 
 def test_vmap_without_batch_rule_is_one_custom_call_without_a_loop():
@@ -167,25 +189,31 @@ def test_vmap_without_batch_rule_is_one_custom_call_without_a_loop():
     fn = jax.jit(jax.vmap(lambda x, y: flipsum_loop(x, y)[0], in_axes=(0, None)))
     hlo = fn.lower(x, y).as_text()
     assert hlo.count("jaxbind_cpu") == 1 and "while" not in hlo
-    np.testing.assert_allclose(fn(x, y), jax.vmap(flipsum_ref, in_axes=(0, None))(x, y),
-                               rtol=1e-6)
+    np.testing.assert_allclose(fn(x, y), jax.vmap(flipsum_ref, in_axes=(0, None))(x, y), rtol=1e-6)
     calls = []
 
     def f(out, args, kwargs_dump):
-        calls.append((args[0].shape, args[0].flags.c_contiguous, out[0].flags.c_contiguous,
-                      jaxbind.load_kwargs(kwargs_dump)))
+        calls.append(
+            (
+                args[0].shape,
+                args[0].flags.c_contiguous,
+                out[0].flags.c_contiguous,
+                jaxbind.load_kwargs(kwargs_dump),
+            )
+        )
         out[0][...] = args[0]
 
-    op = jaxbind.get_linear_call(f, None, lambda x, **k: ((x.shape, x.dtype),), None,
-                                 name="tests.looped_calls")
+    op = jaxbind.get_linear_call(
+        f, None, lambda x, **k: ((x.shape, x.dtype),), None, name="tests.looped_calls"
+    )
     jax.vmap(jax.vmap(lambda x: op(x, k=1)[0]), in_axes=2)(np.ones((3, 4, 2, 5), np.float32))
     assert calls == [((4, 5), True, True, {"k": 1})] * 6  # 2 x 3 elements, one custom call
 
 
 def test_nested_vmap_where_a_fixed_input_is_batched_only_by_the_outer_level():
     """The outer level's new axis lies before the inner level's axes of another input."""
-    a = random((2, 4, 3), np.float32, 7)        # outer batch 2, fixed argument of matvec
-    x = random((2, 5, 3), np.float32, 8)        # outer batch 2, inner batch 5
+    a = random((2, 4, 3), np.float32, 7)  # outer batch 2, fixed argument of matvec
+    x = random((2, 5, 3), np.float32, 8)  # outer batch 2, inner batch 5
     inner = jax.vmap(lambda a, x: matvec(a, x)[0], in_axes=(None, 0))
     got = jax.vmap(inner, in_axes=(0, 0))(a, x)
     np.testing.assert_allclose(got, np.einsum("bij,bkj->bki", a, x), rtol=1e-5)

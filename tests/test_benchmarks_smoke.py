@@ -10,37 +10,87 @@ ROOT = pathlib.Path(__file__).parent.parent
 
 
 def test_runner_quick(tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "run.py"), "--quick",
-                           "--no-jaxbind13", "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "run.py"),
+            "--quick",
+            "--no-jaxbind13",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads((tmp_path / "quick.json").read_text())
     impls = {(r["case"], r["impl"]) for r in data["results"]}
-    assert {("double", "jaxbind"), ("double", "jnp"), ("grad", "jaxbind"), ("vmap", "jaxbind"),
-            ("eager", "jaxbind")} <= impls
+    assert {
+        ("double", "jaxbind"),
+        ("double", "jnp"),
+        ("grad", "jaxbind"),
+        ("vmap", "jaxbind"),
+        ("eager", "jaxbind"),
+    } <= impls
     assert all(r["median_s"] > 0 for r in data["results"])
     if shutil.which("c++"):  # the floor custom call is compiled on first use
-        assert {("double", "floor"), ("grad", "floor"), ("empty", "floor")} <= impls, \
-            data["meta"]["errors"]
+        assert {("double", "floor"), ("grad", "floor"), ("empty", "floor")} <= impls, data["meta"][
+            "errors"
+        ]
     assert "| double | 1 |" in (tmp_path / "quick.md").read_text()
 
 
 def test_overhead_and_inplace_quick(tmp_path):
     if shutil.which("c++"):  # the floor custom call is compiled on first use
-        proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "overhead.py"),
-                               "--blocks", "4", "--reps", "20", "--out", str(tmp_path)],
-                              capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "benchmarks" / "overhead.py"),
+                "--blocks",
+                "4",
+                "--reps",
+                "20",
+                "--out",
+                str(tmp_path),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         rows = json.loads((tmp_path / "overhead.json").read_text())["results"]
-        assert {(r["case"], r["size"]) for r in rows} >= {("empty", 1), ("double", 1),
-                                                          ("grad", 1000)}
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "inplace.py"), "--quick",
-                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+        assert {(r["case"], r["size"]) for r in rows} >= {
+            ("empty", 1),
+            ("double", 1),
+            ("grad", 1000),
+        }
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "inplace.py"),
+            "--quick",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]  # includes: donated input not copied
     assert json.loads((tmp_path / "inplace.json").read_text())["same_memory"] is True
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "eager_kwargs.py"),
-                           "--quick", "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "eager_kwargs.py"),
+            "--quick",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (row,) = json.loads((tmp_path / "eager_kwargs.json").read_text())["results"]
     assert row["mbytes"] == 8 and row["eager_s"] > 0
@@ -50,11 +100,19 @@ def test_nufft_benchmarks_quick(tmp_path):
     import pytest
 
     pytest.importorskip("ducc0")
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "nufft_plan.py"), "--quick",
-                           "--rounds", "1"], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "nufft_plan.py"), "--quick", "--rounds", "1"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| NufftPlan" in proc.stdout and "| nufft2 |" in proc.stdout
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "nufft.py"), "--quick",
-                           "--rounds", "1"], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "nufft.py"), "--quick", "--rounds", "1"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]  # without jax-finufft: says so, exits 0
     assert "type 3 grad points" in proc.stdout or "jax-finufft is not installed" in proc.stdout

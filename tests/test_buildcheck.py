@@ -19,20 +19,23 @@ import jax.numpy as jnp
 import jaxlib.version
 import numpy as np
 import pytest
-
-from jaxbind import _buildcheck, _ext, _versions
 from reference_ops import axpy
 
-RELEASES = json.loads((pathlib.Path(__file__).parent / "data" / "jax_releases.json")
-                      .read_text())["dates"]
+from jaxbind import _buildcheck, _ext, _versions
+
+RELEASES = json.loads((pathlib.Path(__file__).parent / "data" / "jax_releases.json").read_text())[
+    "dates"
+]
 V = _buildcheck.version_tuple
 
 
 def _installed_ffi_api_version():
     """(major, minor) of the XLA FFI API of the running jaxlib, read from its headers."""
     text = (pathlib.Path(jax.ffi.include_dir()) / "xla" / "ffi" / "api" / "c_api.h").read_text()
-    return tuple(int(re.search(rf"#define XLA_FFI_API_{part} (\d+)", text).group(1))
-                 for part in ("MAJOR", "MINOR"))
+    return tuple(
+        int(re.search(rf"#define XLA_FFI_API_{part} (\d+)", text).group(1))
+        for part in ("MAJOR", "MINOR")
+    )
 
 
 def test_extension_built_against_the_oldest_jaxlib_runs_here():
@@ -45,8 +48,9 @@ def test_extension_built_against_the_oldest_jaxlib_runs_here():
     # The handler, compiled against those headers, runs on this jaxlib: jitted,
     # eager, and differentiated.
     x, y = np.arange(4.0, dtype=np.float32), np.ones(4, np.float32)
-    np.testing.assert_allclose(jax.jit(lambda a, b: axpy(a, b, scale=2.0)[0])(x, y),
-                               2 * (x + 2 * y))
+    np.testing.assert_allclose(
+        jax.jit(lambda a, b: axpy(a, b, scale=2.0)[0])(x, y), 2 * (x + 2 * y)
+    )
     np.testing.assert_allclose(axpy(x, y)[0], x + 2 * y)
     g = jax.grad(lambda a: jnp.sum(axpy(a, y, scale=3.0)[0]))(x)
     np.testing.assert_allclose(g, np.full(4, 3.0))
@@ -73,10 +77,16 @@ def test_a_build_against_newer_headers_needs_that_jaxlib():
         _buildcheck.check_build("0.10.2", "0.9.2", "0.7.0")
 
 
-@pytest.mark.parametrize("text, parsed", [("0.12.0.1", (0, 12, 0, 1, 0)), ("0.7.0", (0, 7, 0, 0, 0)),
-                                          ("0.8.0.dev20250101", (0, 8, 0, 0, -1)),
-                                          ("0.7.0rc1", (0, 7, 0, 0, -1)),
-                                          ("0.10.2+cuda13", (0, 10, 2, 0, 0))])
+@pytest.mark.parametrize(
+    "text, parsed",
+    [
+        ("0.12.0.1", (0, 12, 0, 1, 0)),
+        ("0.7.0", (0, 7, 0, 0, 0)),
+        ("0.8.0.dev20250101", (0, 8, 0, 0, -1)),
+        ("0.7.0rc1", (0, 7, 0, 0, -1)),
+        ("0.10.2+cuda13", (0, 10, 2, 0, 0)),
+    ],
+)
 def test_version_tuple(text, parsed):
     assert V(text) == parsed
 
@@ -88,24 +98,30 @@ def test_prereleases_sort_below_their_release():
 
 def test_import_with_a_fake_old_jaxlib_raises_the_clear_error():
     """`import jaxbind` in a process whose jaxlib claims to be 0.6.2."""
-    code = ("import jaxlib.version\n"
-            "jaxlib.version.__version__ = '0.6.2'\n"
-            "try:\n"
-            "    import jaxbind\n"
-            "except ImportError as exc:\n"
-            "    print('IMPORT ERROR:', exc)\n"
-            "else:\n"
-            "    print('IMPORTED')\n")
+    code = (
+        "import jaxlib.version\n"
+        "jaxlib.version.__version__ = '0.6.2'\n"
+        "try:\n"
+        "    import jaxbind\n"
+        "except ImportError as exc:\n"
+        "    print('IMPORT ERROR:', exc)\n"
+        "else:\n"
+        "    print('IMPORTED')\n"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAXBIND")}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, env=env)
-    assert f"IMPORT ERROR: jaxbind needs jaxlib>={_ext.jaxlib_version}, but jaxlib 0.6.2 is " \
-           f"installed" in proc.stdout, proc.stdout + proc.stderr
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert (
+        f"IMPORT ERROR: jaxbind needs jaxlib>={_ext.jaxlib_version}, but jaxlib 0.6.2 is "
+        f"installed" in proc.stdout
+    ), proc.stdout + proc.stderr
 
 
 def test_import_with_the_real_jaxlib_is_silent():
     code = "import jaxbind; print('OK')"
     env = dict(os.environ, JAXBIND_SILENCE_JAX_VERSION_WARNING="1")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
     assert proc.stdout.strip() == "OK", proc.stdout + proc.stderr

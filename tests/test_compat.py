@@ -10,7 +10,8 @@ from jaxbind import _compat
 
 def test_installed_jax_is_supported():
     assert _compat._version_tuple(jax.__version__) >= _compat._version_tuple(
-        _compat.OLDEST_SUPPORTED_JAX)
+        _compat.OLDEST_SUPPORTED_JAX
+    )
 
 
 def test_newer_jax_warns_with_the_fix(monkeypatch):
@@ -42,8 +43,17 @@ def test_import_with_docstrings_stripped():
     """python -OO removes docstrings; importing jaxbind and its DUCC module must still work."""
     import subprocess
     import sys
-    proc = subprocess.run([sys.executable, "-OO", "-c",
-                           "import jaxbind, jaxbind.testing; print(jaxbind.get_linear_call.__doc__)"],
-                          capture_output=True, text=True, timeout=120)
+
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-OO",
+            "-c",
+            "import jaxbind, jaxbind.testing; print(jaxbind.get_linear_call.__doc__)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "None"

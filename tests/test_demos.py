@@ -14,6 +14,7 @@ def test_demo_runs(demo):
     pytest.importorskip("scipy")
     if "ducc" in demo.name:
         pytest.importorskip("ducc0", reason="ducc0 is not installed")
-    proc = subprocess.run([sys.executable, str(demo)], capture_output=True, text=True,
-                          timeout=300, cwd=demo.parent)
+    proc = subprocess.run(
+        [sys.executable, str(demo)], capture_output=True, text=True, timeout=300, cwd=demo.parent
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

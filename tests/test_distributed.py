@@ -20,9 +20,16 @@ def _free_port() -> int:
 
 def test_two_processes_run_a_batch_sharded_op_on_the_global_mesh():
     port = _free_port()
-    procs = [subprocess.Popen([sys.executable, str(HERE / "distributed_worker.py"), str(i),
-                               str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, cwd=HERE) for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(HERE / "distributed_worker.py"), str(i), str(port)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=HERE,
+        )
+        for i in range(2)
+    ]
     outputs = []
     try:
         for p in procs:

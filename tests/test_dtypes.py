@@ -8,9 +8,25 @@ import pytest
 
 import jaxbind
 
-DTYPES = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
-          np.uint64, np.float16, ml_dtypes.bfloat16, np.float32, np.float64, np.complex64,
-          np.complex128, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2]
+DTYPES = [
+    np.bool_,
+    np.int8,
+    np.int16,
+    np.int32,
+    np.int64,
+    np.uint8,
+    np.uint16,
+    np.uint32,
+    np.uint64,
+    np.float16,
+    ml_dtypes.bfloat16,
+    np.float32,
+    np.float64,
+    np.complex64,
+    np.complex128,
+    ml_dtypes.float8_e4m3fn,
+    ml_dtypes.float8_e5m2,
+]
 SHAPES = [(), (0,), (3, 0, 2), (5,), (2, 3, 4)]
 
 seen = {}
@@ -65,8 +81,9 @@ def _count(out, args, kwargs_dump):
     out[0][...] = sum(a.size for a in args)
 
 
-count = jaxbind.get_nonlinear_call(_count, (None, None), lambda *a: (((), np.int32),), None,
-                                   name="tests.count")
+count = jaxbind.get_nonlinear_call(
+    _count, (None, None), lambda *a: (((), np.int32),), None, name="tests.count"
+)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -96,10 +113,14 @@ def test_x64_off_canonicalizes_declared_output_dtype():
         seen["dtype"] = out[0].dtype
         out[0][...] = args[0]
 
-    op = jaxbind.get_linear_call(f, None, lambda x: ((x.shape, np.float64),), None,
-                                 name="tests.declares_float64")
-    with jax.experimental.enable_x64(False) if hasattr(jax.experimental, "enable_x64") else \
-            _x64(False):
+    op = jaxbind.get_linear_call(
+        f, None, lambda x: ((x.shape, np.float64),), None, name="tests.declares_float64"
+    )
+    with (
+        jax.experimental.enable_x64(False)
+        if hasattr(jax.experimental, "enable_x64")
+        else _x64(False)
+    ):
         y = op(jnp.ones(3, jnp.float32))[0]
     assert y.dtype == np.float32 and seen["dtype"] == np.float32
 

@@ -26,10 +26,12 @@ def _same(x, **kwargs):
 
 
 pure = jaxbind.get_linear_call(_record, _record, _same, _same, name="tests.effects_pure")
-side = jaxbind.get_linear_call(_record, _record, _same, _same, name="tests.effects_side",
-                               has_side_effect=True)
-ordered = jaxbind.get_linear_call(_record, _record, _same, _same, name="tests.effects_ordered",
-                                  ordered=True)
+side = jaxbind.get_linear_call(
+    _record, _record, _same, _same, name="tests.effects_side", has_side_effect=True
+)
+ordered = jaxbind.get_linear_call(
+    _record, _record, _same, _same, name="tests.effects_ordered", ordered=True
+)
 
 
 def _run(fn, *args):
@@ -47,14 +49,14 @@ def _clear():
 
 
 def test_unused_result_is_not_removed():
-    dead = lambda op: (lambda x: (op(x), x)[1])  # noqa: E731
+    dead = lambda op: lambda x: (op(x), x)[1]  # noqa: E731
     assert _run(dead(pure), jnp.ones(3)) == []  # what a pure op gets
     assert _run(dead(side), jnp.ones(3)) == [1.0]
     assert _run(dead(ordered), jnp.ones(3)) == [1.0]
 
 
 def test_identical_calls_are_not_merged():
-    twice = lambda op: (lambda x: op(x)[0] + op(x)[0])  # noqa: E731
+    twice = lambda op: lambda x: op(x)[0] + op(x)[0]  # noqa: E731
     assert _run(twice(pure), jnp.ones(3)) == [1.0]  # XLA merges the pure calls
     assert _run(twice(side), jnp.ones(3)) == [1.0, 1.0]
     assert _run(twice(ordered), jnp.ones(3)) == [1.0, 1.0]
@@ -62,6 +64,7 @@ def test_identical_calls_are_not_merged():
 
 def _late_then_early(op):
     """Program order: a call on a slow result, then one on an input that is ready at once."""
+
     def prog(x):
         h = x
         for _ in range(30):
@@ -69,6 +72,7 @@ def _late_then_early(op):
         a = op(h[:1] * 0 + 1.0)[0]
         b = op(x[:1] * 0 + 2.0)[0]
         return a, b
+
     return prog
 
 
@@ -79,15 +83,23 @@ def test_ordered_calls_keep_program_order():
 
 def test_order_with_ordered_io_callback():
     def prog(x):
-        jax.experimental.io_callback(lambda v: LOG.append(float(v)) or np.int32(0),
-                                     jax.ShapeDtypeStruct((), np.int32), x[0] * 0 + 5.0,
-                                     ordered=True)
+        jax.experimental.io_callback(
+            lambda v: LOG.append(float(v)) or np.int32(0),
+            jax.ShapeDtypeStruct((), np.int32),
+            x[0] * 0 + 5.0,
+            ordered=True,
+        )
         ordered(x[:1] * 0 + 6.0)
-        jax.experimental.io_callback(lambda v: LOG.append(float(v)) or np.int32(0),
-                                     jax.ShapeDtypeStruct((), np.int32), x[0] * 0 + 7.0,
-                                     ordered=True)
+        jax.experimental.io_callback(
+            lambda v: LOG.append(float(v)) or np.int32(0),
+            jax.ShapeDtypeStruct((), np.int32),
+            x[0] * 0 + 7.0,
+            ordered=True,
+        )
         return x
+
     import jax.experimental  # noqa: F401
+
     assert _run(prog, jnp.ones(2)) == [5.0, 6.0, 7.0]
 
 

@@ -1,13 +1,14 @@
 """Bad inputs and failing callables give clear errors naming the binding; the process survives."""
 
 import gc
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from reference_ops import matvec
 
 import jaxbind
-from reference_ops import matvec
 
 
 def _fails(out, args, kwargs_dump):
@@ -25,8 +26,11 @@ failing = jaxbind.get_linear_call(_fails, None, _same, None, name="tests.failing
 
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
 def test_callback_exception_becomes_python_error(jit):
-    fn = jax.jit(lambda x, **k: failing(x, **k)[0], static_argnames="fail") if jit else \
-        (lambda x, **k: failing(x, **k)[0])
+    fn = (
+        jax.jit(lambda x, **k: failing(x, **k)[0], static_argnames="fail")
+        if jit
+        else (lambda x, **k: failing(x, **k)[0])
+    )
     x = jnp.arange(3.0)
     for _ in range(3):  # the process survives, and keeps failing cleanly
         with pytest.raises(Exception) as info:
@@ -42,34 +46,50 @@ def test_exception_inside_grad_names_the_transpose():
     def f_T(out, args, kwargs_dump):
         raise KeyError("no adjoint today")
 
-    op = jaxbind.get_linear_call(lambda out, args, kd: out[0].__setitem__(..., args[0]), f_T,
-                                 _same, _same, name="tests.bad_transpose")
+    op = jaxbind.get_linear_call(
+        lambda out, args, kd: out[0].__setitem__(..., args[0]),
+        f_T,
+        _same,
+        _same,
+        name="tests.bad_transpose",
+    )
     with pytest.raises(Exception, match=r"'tests.bad_transpose' \(the transpose\) raised KeyError"):
         jax.grad(lambda x: jnp.sum(op(x)[0]))(jnp.ones(3))
 
 
-@pytest.mark.parametrize("result, match", [
-    (None, "returned NoneType"),
-    (((3,), np.float32), r"output 0 is \(3,\); expected \(shape, dtype\)"),
-    ((((3,), "not a dtype"),), "output 0 has dtype 'not a dtype'"),
-    ((((-1, 3), np.float32),), "negative dimensions"),
-    ((((3.5,), np.float32),), "not a tuple of integers"),
-    ((((3,), np.dtype("O")),), "has dtype object"),
-])
+@pytest.mark.parametrize(
+    "result, match",
+    [
+        (None, "returned NoneType"),
+        (((3,), np.float32), r"output 0 is \(3,\); expected \(shape, dtype\)"),
+        ((((3,), "not a dtype"),), "output 0 has dtype 'not a dtype'"),
+        ((((-1, 3), np.float32),), "negative dimensions"),
+        ((((3.5,), np.float32),), "not a tuple of integers"),
+        ((((3,), np.dtype("O")),), "has dtype object"),
+    ],
+)
 def test_bad_abstract_result_is_a_clear_error(result, match):
-    op = jaxbind.get_linear_call(_fails, None, lambda x: result, None,
-                                 name=f"tests.bad_abstract_{abs(hash(repr(result)))}")
+    op = jaxbind.get_linear_call(
+        _fails, None, lambda x: result, None, name=f"tests.bad_abstract_{abs(hash(repr(result)))}"
+    )
     with pytest.raises((TypeError, ValueError), match=match) as info:
         jax.jit(lambda x: op(x))(jnp.ones(3))
     assert "abstract function of 'tests.bad_abstract" in str(info.value)
 
 
 def test_bad_out_batch_axis_is_a_clear_error():
-    for axis, match in ((7, "out_batch_axis 7, outside its 2 dimensions"),
-                        ((), r"out_batch_axis \(\); when batch_axes is set it must be an integer")):
-        op = jaxbind.get_linear_call(_fails, None, lambda x, axis=axis, **k: ((x.shape, x.dtype,
-                                                                                axis),),
-                                     None, func_can_batch=True, name=f"tests.bad_axis_{axis}")
+    for axis, match in (
+        (7, "out_batch_axis 7, outside its 2 dimensions"),
+        ((), r"out_batch_axis \(\); when batch_axes is set it must be an integer"),
+    ):
+        op = jaxbind.get_linear_call(
+            _fails,
+            None,
+            lambda x, axis=axis, **k: ((x.shape, x.dtype, axis),),
+            None,
+            func_can_batch=True,
+            name=f"tests.bad_axis_{axis}",
+        )
         with pytest.raises(TypeError if axis == () else ValueError, match=match):
             jax.vmap(lambda x: op(x)[0])(jnp.ones((2, 3)))
 
@@ -82,10 +102,13 @@ def test_unbatched_out_batch_axis_is_ignored_as_in_jaxbind13():
         ba = kwargs.get("batch_axes")
         return ((x.shape, x.dtype, ba[0][-1] if ba else ()),)
 
-    op = jaxbind.get_linear_call(f, f, abstract, abstract, func_can_batch=True,
-                                 name="tests.jaxbind13_style")
+    op = jaxbind.get_linear_call(
+        f, f, abstract, abstract, func_can_batch=True, name="tests.jaxbind13_style"
+    )
     np.testing.assert_array_equal(op(jnp.ones(3))[0], 2 * np.ones(3))
-    np.testing.assert_array_equal(jax.vmap(lambda x: op(x)[0])(jnp.ones((2, 3))), 2 * np.ones((2, 3)))
+    np.testing.assert_array_equal(
+        jax.vmap(lambda x: op(x)[0])(jnp.ones((2, 3))), 2 * np.ones((2, 3))
+    )
 
 
 def test_abstract_function_failure_names_the_binding():
@@ -95,8 +118,11 @@ def test_abstract_function_failure_names_the_binding():
 
 
 def test_wrong_argument_count():
-    with pytest.raises(TypeError, match=r"'reference_ops._matvec' got 1 positional arguments "
-                                        r"but has first_n_args_fixed=1"):
+    with pytest.raises(
+        TypeError,
+        match=r"'reference_ops._matvec' got 1 positional arguments "
+        r"but has first_n_args_fixed=1",
+    ):
         matvec(jnp.ones((2, 2)))
     with pytest.raises(TypeError) as info:
         matvec(jnp.ones((2, 2)), jnp.ones(2), jnp.ones(2))
@@ -114,26 +140,36 @@ def test_unpicklable_keyword_argument_is_rejected():
 
 
 def test_reserved_batch_axes_keyword():
-    op = jaxbind.get_linear_call(_fails, None, lambda x, **k: ((x.shape, x.dtype, 0),), None,
-                                 func_can_batch=True, name="tests.can_batch")
+    op = jaxbind.get_linear_call(
+        _fails,
+        None,
+        lambda x, **k: ((x.shape, x.dtype, 0),),
+        None,
+        func_can_batch=True,
+        name="tests.can_batch",
+    )
     with pytest.raises(TypeError, match="'batch_axes' is reserved"):
         op(jnp.ones(3), batch_axes=((0,),))
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(f=3), "f must be callable"),
-    (dict(abstract=None), "abstract must be callable"),
-    (dict(first_n_args_fixed=-1), "first_n_args_fixed must be a non-negative int"),
-    (dict(f_T=(None,), abstract_T=None), "abstract_T must be a tuple of the same length"),
-    (dict(name=""), "name must be a non-empty string"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(f=3), "f must be callable"),
+        (dict(abstract=None), "abstract must be callable"),
+        (dict(first_n_args_fixed=-1), "first_n_args_fixed must be a non-negative int"),
+        (dict(f_T=(None,), abstract_T=None), "abstract_T must be a tuple of the same length"),
+        (dict(name=""), "name must be a non-empty string"),
+    ],
+)
 def test_bad_construction_arguments(kwargs, match):
     args = dict(f=_fails, f_T=None, abstract=_same, abstract_T=None)
     args.update(kwargs)
     extra = {k: args.pop(k) for k in ("first_n_args_fixed", "name") if k in args}
     with pytest.raises(TypeError, match=match):
-        jaxbind.get_linear_call(args["f"], args["f_T"], args["abstract"], args["abstract_T"],
-                                **extra)
+        jaxbind.get_linear_call(
+            args["f"], args["f_T"], args["abstract"], args["abstract_T"], **extra
+        )
 
 
 def test_explicit_name_clash_is_an_error():
@@ -162,13 +198,22 @@ def test_the_binding_name_shows_in_jaxprs_hlo_metadata_and_attributes():
 
 def test_bindings_share_one_primitive_and_leave_jax_rule_tables_alone():
     from jax.interpreters import ad, batching, mlir
+
     batchers = batching.primitive_batchers  # jax 0.12: a proxy of this dict
     batchers = batchers if isinstance(batchers, dict) else batching.fancy_primitive_batchers
-    sizes = lambda: (len(ad.primitive_jvps), len(ad.primitive_transposes),  # noqa: E731
-                     len(batchers), len(mlir._lowerings))
+    sizes = lambda: (
+        len(ad.primitive_jvps),
+        len(ad.primitive_transposes),  # noqa: E731
+        len(batchers),
+        len(mlir._lowerings),
+    )
     before = sizes()
-    ops = [jaxbind.get_linear_call(lambda out, args, kd: None, None, _same, None,
-                                   name=f"tests.no_tables_{k}") for k in range(20)]
+    ops = [
+        jaxbind.get_linear_call(
+            lambda out, args, kd: None, None, _same, None, name=f"tests.no_tables_{k}"
+        )
+        for k in range(20)
+    ]
     assert all(op.primitive is failing.primitive for op in ops)
     assert failing.primitive.name == "jaxbind"
     del ops

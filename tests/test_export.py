@@ -13,11 +13,11 @@ import jax.export
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from export_cases import CASES
+from reference_ops import axpy
 
 import jaxbind
 from jaxbind import _buildcheck
-from export_cases import CASES
-from reference_ops import axpy
 
 HERE = pathlib.Path(__file__).parent
 DATA = HERE / "data"
@@ -27,10 +27,14 @@ def _run(code, tmp_path):
     """Run `code` in a fresh Python process with tests/ importable; return its stdout."""
     script = tmp_path / "load.py"
     script.write_text(textwrap.dedent(code))
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=300, cwd=HERE, env={"PYTHONPATH": str(HERE),
-                                                      "JAX_PLATFORMS": "cpu",
-                                                      "PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=HERE,
+        env={"PYTHONPATH": str(HERE), "JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"},
+    )
     return proc
 
 
@@ -64,14 +68,15 @@ def test_export_then_call_in_a_fresh_process(tmp_path):
     expected = _export_all(tmp_path)
     code = LOADER % (list(CASES),)
     code = code.replace('open(name + ".bin"', f'open({str(tmp_path)!r} + "/" + name + ".bin"')
-    code = code.replace('np.load(name + f', f'np.load({str(tmp_path)!r} + "/" + name + f')
+    code = code.replace("np.load(name + f", f'np.load({str(tmp_path)!r} + "/" + name + f')
     proc = _run(code, tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     for name, want in expected.items():
         for g, w in zip(got[name], want):
-            np.testing.assert_allclose(np.asarray(g, dtype=w.dtype), w, rtol=1e-6, atol=1e-6,
-                                       err_msg=name)
+            np.testing.assert_allclose(
+                np.asarray(g, dtype=w.dtype), w, rtol=1e-6, atol=1e-6, err_msg=name
+            )
 
 
 def test_artifact_names_bindings_and_carries_kwargs_as_data():
@@ -86,16 +91,19 @@ def test_artifact_names_bindings_and_carries_kwargs_as_data():
 def test_missing_binding_in_the_loading_process(tmp_path):
     fn, args = CASES["nonlinear"]
     (tmp_path / "p.bin").write_bytes(jaxbind.export(fn)(*args).serialize())
-    proc = _run(f"""
+    proc = _run(
+        f"""
         import jax, jax.export, numpy as np
         import jaxbind
-        exp = jax.export.deserialize(open({str(tmp_path / 'p.bin')!r}, "rb").read())
+        exp = jax.export.deserialize(open({str(tmp_path / "p.bin")!r}, "rb").read())
         try:
             exp.call(np.ones(5, np.float32), np.ones(5, np.float32))
         except Exception as e:
             print("ERROR:", e)
         print("alive")
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "no binding named 'reference_ops._nl' is registered in this process" in proc.stdout
     assert "get_linear_call / get_nonlinear_call" in proc.stdout
@@ -104,8 +112,11 @@ def test_missing_binding_in_the_loading_process(tmp_path):
 
 def test_unexportable_kwargs_fail_at_export_time():
     x = jnp.ones(3)
-    with pytest.raises(TypeError, match=r"cannot export 'reference_ops._axpy'.*scale: "
-                                        r"builtin_function_or_method is not plain data"):
+    with pytest.raises(
+        TypeError,
+        match=r"cannot export 'reference_ops._axpy'.*scale: "
+        r"builtin_function_or_method is not plain data",
+    ):
         jaxbind.export(lambda x: axpy(x, x, scale=print)[0])(x)
     # picklable non-data kwargs still work under plain jit, within this process
     np.testing.assert_allclose(jax.jit(lambda x: axpy(x, x, scale=Half())[0])(x), 1.5 * x)
@@ -133,9 +144,13 @@ def test_tampered_kwargs_cannot_run_code(tmp_path):
 
     for tag in (b"P", b"J", b"H"):
         blob = tag + pickle.dumps([("scale", Evil())])
-        attrs = dict(jaxbind_format=np.int32(1), binding="reference_ops._axpy", role="f",
-                     site=np.int64(_callformat.site_digest("reference_ops._axpy", "f", blob)),
-                     kwargs=np.frombuffer(blob, np.uint8))
+        attrs = dict(
+            jaxbind_format=np.int32(1),
+            binding="reference_ops._axpy",
+            role="f",
+            site=np.int64(_callformat.site_digest("reference_ops._axpy", "f", blob)),
+            kwargs=np.frombuffer(blob, np.uint8),
+        )
         call = jax.ffi.ffi_call(CPU_TARGET, jax.ShapeDtypeStruct((3,), jnp.float32))
         with pytest.raises(Exception, match="jaxbind"):
             jax.block_until_ready(call(jnp.ones(3), jnp.ones(3), **attrs))
@@ -160,8 +175,10 @@ def test_explicit_name_replacement():
     assert op2.name == op1.name == "tests.replaceable"
 
 
-RELEASES = {v: datetime.date.fromisoformat(d) for v, d in
-            json.loads((DATA / "jax_releases.json").read_text())["dates"].items()}
+RELEASES = {
+    v: datetime.date.fromisoformat(d)
+    for v, d in json.loads((DATA / "jax_releases.json").read_text())["dates"].items()
+}
 
 
 def _six_months_after(day: datetime.date) -> datetime.date:
@@ -170,8 +187,9 @@ def _six_months_after(day: datetime.date) -> datetime.date:
     return datetime.date(year, month, min(day.day, 28 if month == 2 else 30))
 
 
-def jax_promises_to_read(writer: str, reader: str, releases=RELEASES,
-                         today: datetime.date | None = None) -> tuple[bool, str]:
+def jax_promises_to_read(
+    writer: str, reader: str, releases=RELEASES, today: datetime.date | None = None
+) -> tuple[bool, str]:
     """Does JAX `reader` promise to read an artifact that JAX `writer` serialized?
 
     JAX's promise (its export docs): an artifact loads in the JAX that wrote it
@@ -194,10 +212,13 @@ def jax_promises_to_read(writer: str, reader: str, releases=RELEASES,
     if latest <= deadline:
         return True, f"jax {reader} is within 6 months of jax {writer} ({written})"
     if earliest > deadline:
-        return False, (f"jax {writer} ({written}) is more than 6 months older than this jax "
-                       f"{reader}")
-    return False, (f"jax {reader} is not in tests/data/jax_releases.json, so whether it is "
-                   f"within 6 months of jax {writer} ({written}) is unknown; add its date")
+        return False, (
+            f"jax {writer} ({written}) is more than 6 months older than this jax {reader}"
+        )
+    return False, (
+        f"jax {reader} is not in tests/data/jax_releases.json, so whether it is "
+        f"within 6 months of jax {writer} ({written}) is unknown; add its date"
+    )
 
 
 V = _buildcheck.version_tuple
@@ -213,8 +234,7 @@ def test_golden_artifacts_still_load_and_run(golden):
     exp = jax.export.deserialize(bytearray(golden.read_bytes()))
     runs = meta.get("runs", [meta])  # symbolic-shape goldens are recorded at several sizes
     if "symbolic" in meta:
-        assert len(runs) >= 2 and any(not isinstance(d, int) for a in exp.in_avals
-                                      for d in a.shape)
+        assert len(runs) >= 2 and any(not isinstance(d, int) for a in exp.in_avals for d in a.shape)
     for run in runs:
         args = [np.asarray(a, dtype=aval.dtype) for a, aval in zip(run["args"], exp.in_avals)]
         got = [np.asarray(r) for r in jax.tree.leaves(exp.call(*args))]
@@ -235,14 +255,17 @@ def test_every_golden_writer_is_in_the_release_table():
             assert json.loads(meta.read_text())["jax"] in RELEASES, meta.name
 
 
-@pytest.mark.parametrize("writer, reader, promised", [
-    ("0.12.0.1", "0.12.0.1", True),     # same version
-    ("0.12.0.1", "0.10.2", False),      # newer writer: never promised
-    ("0.10.2", "0.12.0.1", True),       # June 2026 -> October 2026
-    ("0.7.0", "0.8.1", True),           # July 2025 -> November 2025
-    ("0.7.0", "0.8.3", False),          # July 2025 -> January 2026
-    ("0.7.0", "0.12.0.1", False),
-])
+@pytest.mark.parametrize(
+    "writer, reader, promised",
+    [
+        ("0.12.0.1", "0.12.0.1", True),  # same version
+        ("0.12.0.1", "0.10.2", False),  # newer writer: never promised
+        ("0.10.2", "0.12.0.1", True),  # June 2026 -> October 2026
+        ("0.7.0", "0.8.1", True),  # July 2025 -> November 2025
+        ("0.7.0", "0.8.3", False),  # July 2025 -> January 2026
+        ("0.7.0", "0.12.0.1", False),
+    ],
+)
 def test_compatibility_window_from_the_version_pair(writer, reader, promised):
     assert jax_promises_to_read(writer, reader)[0] is promised
 

@@ -31,7 +31,7 @@ def _cuda_text(fn, *args):
 def test_lowering_for_cuda_targets_the_cuda_handler():
     x = jnp.ones((4, 3), jnp.float32)
     text = _cuda_text(lambda x: double(x, scale=2)[0], x)
-    assert 'jaxbind_cuda' in text and 'jaxbind_cpu' not in text
+    assert "jaxbind_cuda" in text and "jaxbind_cpu" not in text
     assert 'binding = "gpu_plumbing.double"' in text
     grad = _cuda_text(jax.grad(lambda x: jnp.sum(double(x)[0])), x)
     assert 'role = "T"' in grad
@@ -41,18 +41,29 @@ def test_lowering_for_cuda_targets_the_cuda_handler():
 
 def test_platform_mode_is_checked_and_part_of_the_binding():
     with pytest.raises(ValueError, match="platform_mode must be one of"):
-        jaxbind.get_linear_call(_double, _double, lambda x: ((x.shape, x.dtype),), None,
-                                platform_mode="gpu")
-    host = jaxbind.get_linear_call(_double, _double, lambda x: ((x.shape, x.dtype),),
-                                   lambda x: ((x.shape, x.dtype),), platform_mode="host",
-                                   name="gpu_plumbing.host_double")
+        jaxbind.get_linear_call(
+            _double, _double, lambda x: ((x.shape, x.dtype),), None, platform_mode="gpu"
+        )
+    host = jaxbind.get_linear_call(
+        _double,
+        _double,
+        lambda x: ((x.shape, x.dtype),),
+        lambda x: ((x.shape, x.dtype),),
+        platform_mode="host",
+        name="gpu_plumbing.host_double",
+    )
     assert host.binding.platform_mode == "host"
     # On the CPU, host mode behaves as the default
     np.testing.assert_array_equal(jax.jit(lambda x: host(x)[0])(jnp.arange(3.0)), [0, 2, 4])
     with pytest.raises(ValueError, match="already used"):
-        jaxbind.get_linear_call(_double, _double, lambda x: ((x.shape, x.dtype),),
-                                lambda x: ((x.shape, x.dtype),), platform_mode="device",
-                                name="gpu_plumbing.host_double")
+        jaxbind.get_linear_call(
+            _double,
+            _double,
+            lambda x: ((x.shape, x.dtype),),
+            lambda x: ((x.shape, x.dtype),),
+            platform_mode="device",
+            name="gpu_plumbing.host_double",
+        )
 
 
 def test_current_call_on_cpu():
@@ -61,8 +72,10 @@ def test_current_call_on_cpu():
     def f(out, args, kwargs_dump):
         seen.append(jaxbind.current_call())
         out[0][...] = args[0]
-    op = jaxbind.get_nonlinear_call(f, (None, None), lambda x: ((x.shape, x.dtype),), None,
-                                    name="gpu_plumbing.where")
+
+    op = jaxbind.get_nonlinear_call(
+        f, (None, None), lambda x: ((x.shape, x.dtype),), None, name="gpu_plumbing.where"
+    )
     x = jax.device_put(jnp.ones(2), jax.devices("cpu")[0])  # also where a GPU is the default
     jax.block_until_ready(jax.jit(lambda x: op(x)[0])(x))
     assert seen == [jaxbind.CallContext("cpu")]
@@ -76,16 +89,22 @@ def test_cuda_array_interface_and_dlpack_metadata():
     assert cai["data"] == (0x7000, True) and cai["stream"] == 1234 and cai["strides"] is None
     assert a.__dlpack_device__() == (2, 1)
     assert (a.ndim, a.size, a.nbytes) == (2, 6, 24)
-    assert jaxbind.CudaArray(0, (1,), np.float32, False, 0, 0).__cuda_array_interface__[
-        "stream"] == 1  # the legacy default stream is 1, never 0
+    assert (
+        jaxbind.CudaArray(0, (1,), np.float32, False, 0, 0).__cuda_array_interface__["stream"] == 1
+    )  # the legacy default stream is 1, never 0
     assert _gpu._dlpack_dtype(np.dtype(np.complex64)) == (5, 64)
 
 
 def test_cuda_array_used_as_numpy_says_to_use_host_mode():
     """A NumPy callable in device mode gets a clear error, not an object array."""
     a = jaxbind.CudaArray(0x7000, (3,), np.float64, False, 1, 0)
-    for use in (np.asarray, lambda a: np.cumsum(a), lambda a: a[0],
-                lambda a: a.__setitem__(Ellipsis, 1.0), list):
+    for use in (
+        np.asarray,
+        lambda a: np.cumsum(a),
+        lambda a: a[0],
+        lambda a: a.__setitem__(Ellipsis, 1.0),
+        list,
+    ):
         with pytest.raises(TypeError, match="CUDA device buffer.*platform_mode='host'"):
             use(a)
     assert bool(a) and a.ndim == 1  # still an ordinary object otherwise
@@ -108,10 +127,12 @@ def test_dispatch_walks_batch_elements_by_pointer():
     def callable_(out, args, kwargs_dump):
         ctx = jaxbind.current_call()
         calls.append((ctx, [a.shape for a in args], out[0].shape))
-        src = np.ctypeslib.as_array(ctypes.cast(args[1].ptr, ctypes.POINTER(ctypes.c_float)),
-                                    args[1].shape)
-        dst = np.ctypeslib.as_array(ctypes.cast(out[0].ptr, ctypes.POINTER(ctypes.c_float)),
-                                    out[0].shape)
+        src = np.ctypeslib.as_array(
+            ctypes.cast(args[1].ptr, ctypes.POINTER(ctypes.c_float)), args[1].shape
+        )
+        dst = np.ctypeslib.as_array(
+            ctypes.cast(out[0].ptr, ctypes.POINTER(ctypes.c_float)), out[0].shape
+        )
         dst[...] = src * 2 + float(args[0].ptr == fixed.ctypes.data)
 
     f32 = 11  # XLA element type of float32

@@ -12,8 +12,10 @@ pytestmark = pytest.mark.usefixtures("enable_x64")  # from tests/conftest.py: 1e
 
 
 def _max_err(a, b):
-    return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y))))
-               for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))
+    return max(
+        float(np.max(np.abs(np.asarray(x) - np.asarray(y))))
+        for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)
+    )
 
 
 # f(x, y) = sin(x) * y**2: callables for f, derivatives in jax.numpy
@@ -24,11 +26,16 @@ def _sin_y2(out, args, kwargs_dump):
 
 sin_y2 = jaxbind.get_nonlinear_call(
     _sin_y2,
-    (jaxbind.jax_function(lambda x, y, dx, dy: [jnp.cos(x) * y**2 * dx
-                                                + 2 * jnp.sin(x) * y * dy]),
-     jaxbind.jax_function(lambda x, y, ct: [jnp.cos(x) * y**2 * ct, 2 * jnp.sin(x) * y * ct])),
-    lambda x, y: ((x.shape, x.dtype),), lambda x, y, ct: ((x.shape, x.dtype), (y.shape, y.dtype)),
-    name="tests.sin_y2")
+    (
+        jaxbind.jax_function(
+            lambda x, y, dx, dy: [jnp.cos(x) * y**2 * dx + 2 * jnp.sin(x) * y * dy]
+        ),
+        jaxbind.jax_function(lambda x, y, ct: [jnp.cos(x) * y**2 * ct, 2 * jnp.sin(x) * y * ct]),
+    ),
+    lambda x, y: ((x.shape, x.dtype),),
+    lambda x, y, ct: ((x.shape, x.dtype), (y.shape, y.dtype)),
+    name="tests.sin_y2",
+)
 
 
 def sin_y2_ref(x, y):  # returns a list, as ops do
@@ -60,10 +67,16 @@ def _two(x, v, *rest):
     return ((x.shape, x.dtype),) * (1 if not rest else 2)
 
 
-lin_exp = jaxbind.get_nonlinear_call(_lin_exp, (_lin_exp_jvp, _lin_exp_vjp), _two, _two,
-                                     name="tests.lin_exp")
-exp2 = jaxbind.get_nonlinear_call(_exp, (lin_exp, lin_exp), lambda x: ((x.shape, x.dtype),),
-                                  lambda x, ct: ((x.shape, x.dtype),), name="tests.exp2")
+lin_exp = jaxbind.get_nonlinear_call(
+    _lin_exp, (_lin_exp_jvp, _lin_exp_vjp), _two, _two, name="tests.lin_exp"
+)
+exp2 = jaxbind.get_nonlinear_call(
+    _exp,
+    (lin_exp, lin_exp),
+    lambda x: ((x.shape, x.dtype),),
+    lambda x, ct: ((x.shape, x.dtype),),
+    name="tests.exp2",
+)
 
 
 def _loss(op):
@@ -76,9 +89,12 @@ Y = np.linspace(-1.0, 2.0, 5)
 
 @pytest.mark.parametrize("how", ["hessian", "jacfwd(jacrev)", "jacrev(jacfwd)", "jacrev(jacrev)"])
 def test_hessian_matches_pure_jax(how):
-    outer, inner = {"hessian": (jax.hessian, None), "jacfwd(jacrev)": (jax.jacfwd, jax.jacrev),
-                    "jacrev(jacfwd)": (jax.jacrev, jax.jacfwd),
-                    "jacrev(jacrev)": (jax.jacrev, jax.jacrev)}[how]
+    outer, inner = {
+        "hessian": (jax.hessian, None),
+        "jacfwd(jacrev)": (jax.jacfwd, jax.jacrev),
+        "jacrev(jacfwd)": (jax.jacrev, jax.jacfwd),
+        "jacrev(jacrev)": (jax.jacrev, jax.jacrev),
+    }[how]
 
     def second(f):
         if inner is None:
@@ -113,20 +129,31 @@ def test_derivatives_given_as_jaxbind_ops_reach_second_order_and_name_the_third(
     assert exp2.binding.order() == 2 and sin_y2.binding.order() == float("inf")
     f = lambda x: jnp.sum(exp2(x)[0] ** 2)  # noqa: E731
     assert _max_err(jax.hessian(f)(X), jax.hessian(lambda x: jnp.sum(jnp.exp(x) ** 2))(X)) < 1e-10
-    with pytest.raises(NotImplementedError, match=r"'tests\.lin_exp' is a nonlinear op "
-                                                  r"differentiable to order 1 only; a derivative "
-                                                  r"of order 2"):
+    with pytest.raises(
+        NotImplementedError,
+        match=r"'tests\.lin_exp' is a nonlinear op "
+        r"differentiable to order 1 only; a derivative "
+        r"of order 2",
+    ):
         jax.jacfwd(jax.hessian(f))(X)
 
 
 def test_callables_as_derivatives_stop_at_first_order_with_the_order_named():
-    op = jaxbind.get_nonlinear_call(_exp, (_lin_exp, _lin_exp), lambda x: ((x.shape, x.dtype),),
-                                    lambda x, ct: ((x.shape, x.dtype),), name="tests.exp1")
+    op = jaxbind.get_nonlinear_call(
+        _exp,
+        (_lin_exp, _lin_exp),
+        lambda x: ((x.shape, x.dtype),),
+        lambda x, ct: ((x.shape, x.dtype),),
+        name="tests.exp1",
+    )
     f = lambda x: jnp.sum(op(x)[0] ** 2)  # noqa: E731
     np.testing.assert_allclose(jax.grad(f)(X), 2 * np.exp(2 * X), rtol=1e-12)
-    with pytest.raises(NotImplementedError, match=r"'tests\.exp1' is a nonlinear op "
-                                                  r"differentiable to order 1 only; a derivative "
-                                                  r"of order 2 needs the (JVP|VJP)"):
+    with pytest.raises(
+        NotImplementedError,
+        match=r"'tests\.exp1' is a nonlinear op "
+        r"differentiable to order 1 only; a derivative "
+        r"of order 2 needs the (JVP|VJP)",
+    ):
         jax.hessian(f)(X)
 
 
@@ -137,9 +164,14 @@ def test_fixed_arguments_stay_fixed_at_second_order():
 
     jvp = jaxbind.jax_function(lambda p, x, dx: [p * x ** (p - 1) * dx])
     vjp = jaxbind.jax_function(lambda p, x, ct: [p * x ** (p - 1) * ct])
-    op = jaxbind.get_nonlinear_call(f, (jvp, vjp), lambda p, x: ((x.shape, x.dtype),),
-                                    lambda p, x, ct: ((x.shape, x.dtype),), first_n_args_fixed=1,
-                                    name="tests.pow_jaxfn")
+    op = jaxbind.get_nonlinear_call(
+        f,
+        (jvp, vjp),
+        lambda p, x: ((x.shape, x.dtype),),
+        lambda p, x, ct: ((x.shape, x.dtype),),
+        first_n_args_fixed=1,
+        name="tests.pow_jaxfn",
+    )
     p = np.float64(3.0)
     got = jax.hessian(lambda x: jnp.sum(op(p, x)[0]))(X)
     np.testing.assert_allclose(got, np.diag(6 * X), atol=1e-12)
@@ -155,9 +187,12 @@ def test_keyword_arguments_reach_the_jax_functions():
         return [scale * dx / jnp.cosh(x) ** 2]
 
     op = jaxbind.get_nonlinear_call(
-        f, (jaxbind.jax_function(jvp), jaxbind.jax_function(jvp)),
-        lambda x, **kw: ((x.shape, x.dtype),), lambda x, ct, **kw: ((x.shape, x.dtype),),
-        name="tests.scaled_tanh")
+        f,
+        (jaxbind.jax_function(jvp), jaxbind.jax_function(jvp)),
+        lambda x, **kw: ((x.shape, x.dtype),),
+        lambda x, ct, **kw: ((x.shape, x.dtype),),
+        name="tests.scaled_tanh",
+    )
     got = jax.hessian(lambda x: jnp.sum(op(x, scale=1.5)[0] ** 2))(X)
     want = jax.hessian(lambda x: jnp.sum((1.5 * jnp.tanh(x)) ** 2))(X)
     assert _max_err(got, want) < 1e-10
@@ -170,9 +205,13 @@ def test_export_of_a_hessian():
 
 
 def test_jax_function_that_returns_no_list_is_a_clear_error():
-    op = jaxbind.get_nonlinear_call(_exp, (jaxbind.jax_function(lambda x, dx: jnp.exp(x) * dx),
-                                           None),
-                                    lambda x: ((x.shape, x.dtype),), None, name="tests.exp_bad")
+    op = jaxbind.get_nonlinear_call(
+        _exp,
+        (jaxbind.jax_function(lambda x, dx: jnp.exp(x) * dx), None),
+        lambda x: ((x.shape, x.dtype),),
+        None,
+        name="tests.exp_bad",
+    )
     with pytest.raises(TypeError, match=r"tests\.exp_bad.*must return a list or tuple"):
         jax.jvp(lambda x: op(x)[0], (X,), (X,))
 
@@ -187,13 +226,24 @@ def test_check_covers_second_derivatives():
 def test_check_catches_a_wrong_second_derivative():
     wrong = jaxbind.get_nonlinear_call(  # the VJP's derivative in x is off by a factor 2
         _sin_y2,
-        (jaxbind.jax_function(lambda x, y, dx, dy: [jnp.cos(x) * y**2 * dx
-                                                    + 2 * jnp.sin(x) * y * dy]),
-         jaxbind.jax_function(lambda x, y, ct: [
-             jax.lax.stop_gradient(jnp.cos(x)) * y**2 * ct + 0 * x,
-             2 * jnp.sin(x) * y * ct])),
+        (
+            jaxbind.jax_function(
+                lambda x, y, dx, dy: [jnp.cos(x) * y**2 * dx + 2 * jnp.sin(x) * y * dy]
+            ),
+            jaxbind.jax_function(
+                lambda x, y, ct: [
+                    jax.lax.stop_gradient(jnp.cos(x)) * y**2 * ct + 0 * x,
+                    2 * jnp.sin(x) * y * ct,
+                ]
+            ),
+        ),
         lambda x, y: ((x.shape, x.dtype),),
-        lambda x, y, ct: ((x.shape, x.dtype), (y.shape, y.dtype)), name="tests.sin_y2_wrong")
-    with pytest.raises(AssertionError, match=r"- hessian-vector product vs finite differences "
-                                              r"\[arguments 0, 1, float64\]"):
+        lambda x, y, ct: ((x.shape, x.dtype), (y.shape, y.dtype)),
+        name="tests.sin_y2_wrong",
+    )
+    with pytest.raises(
+        AssertionError,
+        match=r"- hessian-vector product vs finite differences "
+        r"\[arguments 0, 1, float64\]",
+    ):
         check(wrong, X, Y, verbose=False)

@@ -82,8 +82,9 @@ class _Model:
 
     def __init__(self, k):
         self.k = k
-        self.op = jaxbind.get_nonlinear_call(self.apply, (None, None),
-                                             lambda x, **kw: ((x.shape, x.dtype),), None)
+        self.op = jaxbind.get_nonlinear_call(
+            self.apply, (None, None), lambda x, **kw: ((x.shape, x.dtype),), None
+        )
 
     def apply(self, out, args, kwargs_dump):
         out[0][...] = self.k * args[0]
@@ -134,6 +135,7 @@ class _Opaque:
 
 def test_kwargs_never_freeze_the_callers_arrays():
     from reference_ops import axpy
+
     weights = np.arange(3.0)
     x = jnp.ones(3)
     # with an opaque value beside it, the kwargs are kept in-process, not encoded as data
@@ -149,8 +151,13 @@ def test_process_local_kwargs_live_only_as_long_as_their_call_sites():
     def _scaled(out, args, kd):
         out[0][...] = jaxbind.load_kwargs(kd)["o"].k * args[0]
 
-    op = jaxbind.get_linear_call(_scaled, None, lambda x, **kw: ((x.shape, x.dtype),), None,
-                                 name="tests.local_kwargs_lifetime")
+    op = jaxbind.get_linear_call(
+        _scaled,
+        None,
+        lambda x, **kw: ((x.shape, x.dtype),),
+        None,
+        name="tests.local_kwargs_lifetime",
+    )
     x = jnp.ones(2)
     gc.collect()
     before = len(_kwargs._local)

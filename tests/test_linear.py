@@ -4,9 +4,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.test_util import check_grads
-
 from conftest import FLOAT_DTYPES, random, skip_unless_x64, tol
+from jax.test_util import check_grads
 from reference_ops import axpy, axpy_ref, matvec, matvec_ref
 
 pytestmark = pytest.mark.parametrize("dtype", FLOAT_DTYPES)
@@ -20,7 +19,7 @@ def _inputs(dtype):
 def test_forward_matches_jax(x64, dtype, jit):
     skip_unless_x64(dtype, x64)
     a, x = _inputs(dtype)
-    fn = (lambda a, x: matvec(a, x)[0])
+    fn = lambda a, x: matvec(a, x)[0]
     fn = jax.jit(fn) if jit else fn
     y = fn(a, x)
     assert y.dtype == np.dtype(dtype)
@@ -66,7 +65,7 @@ def test_transpose_matches_dense_adjoint(x64, dtype):
 def test_grad_of_real_loss_matches_jax(x64, dtype):
     skip_unless_x64(dtype, x64)
     x, y = random((6,), dtype, 8), random((6,), dtype, 9)
-    loss = lambda f: (lambda x, y: jnp.sum(jnp.abs(f(x, y)) ** 2))  # noqa: E731
+    loss = lambda f: lambda x, y: jnp.sum(jnp.abs(f(x, y)) ** 2)  # noqa: E731
     g = jax.jit(jax.grad(loss(lambda x, y: axpy(x, y, scale=0.5)[0]), argnums=(0, 1)))(x, y)
     g_ref = jax.grad(loss(lambda x, y: axpy_ref(x, y, 0.5)), argnums=(0, 1))(x, y)
     for got, want in zip(g, g_ref):

@@ -7,7 +7,6 @@ import pytest
 import jaxbind
 
 
-
 # f(a, x) = a * sin(x): nonlinear, but linear in a when x is known (linear_in=(0,)).
 def _scaled_sin(out, args, kwargs_dump):
     a, x = args
@@ -35,8 +34,14 @@ def _vjp_shapes(a, x, ct, **kwargs):
 
 def _scaled_sin_op(linear_in):
     return jaxbind.get_nonlinear_call(
-        _scaled_sin, (_scaled_sin_jvp, _scaled_sin_vjp), _same_as_first, _vjp_shapes,
-        linear_in=linear_in, name=f"tests.scaled_sin{len(linear_in)}", replace=True)
+        _scaled_sin,
+        (_scaled_sin_jvp, _scaled_sin_vjp),
+        _same_as_first,
+        _vjp_shapes,
+        linear_in=linear_in,
+        name=f"tests.scaled_sin{len(linear_in)}",
+        replace=True,
+    )
 
 
 def test_linear_transpose_in_the_arguments_declared_linear():
@@ -53,8 +58,11 @@ def test_linear_transpose_in_the_arguments_declared_linear():
 def test_transpose_in_a_nonlinear_argument_is_a_clear_error():
     op = _scaled_sin_op((0,))
     a, x = np.ones(3), np.ones(3)
-    with pytest.raises(TypeError, match=r"scaled_sin1' is a nonlinear op; it cannot be "
-                                        r"transposed with respect to arguments \[1\]"):
+    with pytest.raises(
+        TypeError,
+        match=r"scaled_sin1' is a nonlinear op; it cannot be "
+        r"transposed with respect to arguments \[1\]",
+    ):
         jax.linear_transpose(lambda x: op(a, x)[0], x)(np.ones(3))
     plain = _scaled_sin_op(())
     with pytest.raises(TypeError, match="no arguments are declared linear"):
@@ -63,8 +71,10 @@ def test_transpose_in_a_nonlinear_argument_is_a_clear_error():
 
 def test_linear_in_is_validated():
     with pytest.raises(TypeError, match="linear_in must be a sequence"):
-        jaxbind.get_nonlinear_call(_scaled_sin, (None, None), _same_as_first, None,
-                                   linear_in=("a",))
+        jaxbind.get_nonlinear_call(
+            _scaled_sin, (None, None), _same_as_first, None, linear_in=("a",)
+        )
     with pytest.raises(ValueError, match="names fixed arguments"):
-        jaxbind.get_nonlinear_call(_scaled_sin, (None, None), _same_as_first, None,
-                                   linear_in=(0,), first_n_args_fixed=1)
+        jaxbind.get_nonlinear_call(
+            _scaled_sin, (None, None), _same_as_first, None, linear_in=(0,), first_n_args_fixed=1
+        )

@@ -4,11 +4,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import FLOAT_DTYPES, random, skip_unless_x64, tol
 from jax.test_util import check_grads
+from reference_ops import bilinear, bilinear_ref
 
 import jaxbind
-from conftest import FLOAT_DTYPES, random, skip_unless_x64, tol
-from reference_ops import bilinear, bilinear_ref
 
 pytestmark = pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 
@@ -17,8 +17,9 @@ def test_forward_and_jit(x64, dtype):
     skip_unless_x64(dtype, x64)
     x, y = random((3, 4), dtype, 1), random((3, 4), dtype, 2)
     np.testing.assert_allclose(bilinear(x, y)[0], bilinear_ref(x, y), rtol=tol(dtype))
-    np.testing.assert_allclose(jax.jit(lambda x, y: bilinear(x, y)[0])(x, y),
-                               bilinear_ref(x, y), rtol=tol(dtype))
+    np.testing.assert_allclose(
+        jax.jit(lambda x, y: bilinear(x, y)[0])(x, y), bilinear_ref(x, y), rtol=tol(dtype)
+    )
 
 
 def test_jvp_is_product_rule(x64, dtype):
@@ -34,7 +35,7 @@ def test_grad_with_respect_to_each_and_both(x64, dtype):
     skip_unless_x64(dtype, x64)
     x, y = random((5,), dtype, 5), random((5,), dtype, 6)
     for argnums in (0, 1, (0, 1)):
-        loss = lambda f: (lambda x, y: jnp.sum(jnp.abs(f(x, y)) ** 2))  # noqa: E731
+        loss = lambda f: lambda x, y: jnp.sum(jnp.abs(f(x, y)) ** 2)  # noqa: E731
         g = jax.grad(loss(lambda x, y: bilinear(x, y)[0]), argnums)(x, y)
         g_ref = jax.grad(loss(bilinear_ref), argnums)(x, y)
         for got, want in zip(jax.tree.leaves(g), jax.tree.leaves(g_ref)):
@@ -79,9 +80,13 @@ def _same(*args, **kwargs):
 
 def test_missing_transpose_is_a_clear_error(x64, dtype):
     skip_unless_x64(dtype, x64)
-    op = jaxbind.get_linear_call(_mul, (None, None), _same, (None, None),
-                                 name="tests.mul_without_transposes")
+    op = jaxbind.get_linear_call(
+        _mul, (None, None), _same, (None, None), name="tests.mul_without_transposes"
+    )
     x = random((3,), dtype, 1)
-    with pytest.raises(NotImplementedError, match="'tests.mul_without_transposes' was given no callable for the transpose "
-                       "with respect to argument"):
+    with pytest.raises(
+        NotImplementedError,
+        match="'tests.mul_without_transposes' was given no callable for the transpose "
+        "with respect to argument",
+    ):
         jax.grad(lambda x: jnp.sum(jnp.abs(op(x, x)[0])))(x)

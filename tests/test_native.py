@@ -21,6 +21,7 @@ def _primitives(fn, *args):
 
 # --- the README's examples, in both forms (kept in sync with README.md) ---------------------
 
+
 def _scale_protocol(out, args, kwargs_dump):
     out[0][...] = jaxbind.load_kwargs(kwargs_dump)["factor"] * args[0]
 
@@ -29,12 +30,14 @@ def _scale_abstract(x, **kwargs):
     return ((x.shape, x.dtype),)
 
 
-scale_protocol = jaxbind.get_linear_call(_scale_protocol, _scale_protocol, _scale_abstract,
-                                         _scale_abstract, name="readme.scale")
+scale_protocol = jaxbind.get_linear_call(
+    _scale_protocol, _scale_protocol, _scale_abstract, _scale_abstract, name="readme.scale"
+)
 
 
-@jaxbind.linear_op(shape=lambda x, *, factor: jax.ShapeDtypeStruct(x.shape, x.dtype),
-                   name="readme.scale_native")
+@jaxbind.linear_op(
+    shape=lambda x, *, factor: jax.ShapeDtypeStruct(x.shape, x.dtype), name="readme.scale_native"
+)
 def scale_native(x, *, factor):
     return factor * x
 
@@ -47,10 +50,13 @@ def test_readme_example_in_both_forms():
     a = jax.jit(lambda x: scale_protocol(x, factor=3.0)[0])(x)
     b = jax.jit(lambda x: scale_native(x, factor=3.0))(x)
     np.testing.assert_array_equal(a, b)
-    np.testing.assert_array_equal(jax.grad(lambda x: jnp.sum(scale_protocol(x, factor=3.0)[0]))(x),
-                                  jax.grad(lambda x: jnp.sum(scale_native(x, factor=3.0)))(x))
-    assert _primitives(lambda x: (scale_protocol(x, factor=2.0), scale_native(x, factor=2.0)),
-                       x) == {"jaxbind"}
+    np.testing.assert_array_equal(
+        jax.grad(lambda x: jnp.sum(scale_protocol(x, factor=3.0)[0]))(x),
+        jax.grad(lambda x: jnp.sum(scale_native(x, factor=3.0)))(x),
+    )
+    assert _primitives(
+        lambda x: (scale_protocol(x, factor=2.0), scale_native(x, factor=2.0)), x
+    ) == {"jaxbind"}
     assert scale_native.name == "readme.scale_native"
     assert "readme.scale_native:f" in str(jax.make_jaxpr(lambda x: scale_native(x, factor=1.0))(x))
 
@@ -59,8 +65,9 @@ def test_readme_first_op_runs_and_both_forms_agree():
     """The README's example, as written there: both APIs give the same results."""
     import pathlib
     import re
+
     readme = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
-    section = readme[readme.index("## A first op, in each API"):]
+    section = readme[readme.index("## A first op, in each API") :]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     env: dict = {}
     exec(compile(code, "README.md", "exec"), env)
@@ -74,9 +81,14 @@ def test_readme_first_op_runs_and_both_forms_agree():
 
 # --- pytrees, ShapeDtypeStruct, returning or writing ---------------------------------------
 
-@jaxbind.nonlinear_op(shape=lambda d: {"p": jax.ShapeDtypeStruct(d["a"].shape, d["a"].dtype),
-                                       "s": jax.ShapeDtypeStruct((), d["a"].dtype)},
-                      name="tests.native_prodsum")
+
+@jaxbind.nonlinear_op(
+    shape=lambda d: {
+        "p": jax.ShapeDtypeStruct(d["a"].shape, d["a"].dtype),
+        "s": jax.ShapeDtypeStruct((), d["a"].dtype),
+    },
+    name="tests.native_prodsum",
+)
 def prodsum(d, *, out):  # writes in place: out is the pytree of output arrays
     out["p"][...] = d["a"] * d["b"]
     out["s"][...] = np.sum(d["a"])
@@ -106,31 +118,42 @@ def test_pytrees_in_and_out_with_every_transformation():
     assert set(got) == {"p", "s"} and got["s"].shape == ()
     np.testing.assert_array_equal(got["p"], [2.0, 4.0, 6.0])
     loss = lambda f: lambda d: jnp.sum(f(d)["p"] ** 2) + f(d)["s"]  # noqa: E731
-    for a, b in zip(jax.tree.leaves(jax.grad(loss(prodsum))(D)),
-                    jax.tree.leaves(jax.grad(loss(_prodsum_ref))(D))):
+    for a, b in zip(
+        jax.tree.leaves(jax.grad(loss(prodsum))(D)),
+        jax.tree.leaves(jax.grad(loss(_prodsum_ref))(D)),
+    ):
         np.testing.assert_allclose(a, b)
-    for a, b in zip(jax.tree.leaves(jax.jvp(prodsum, (D,), (D,))),
-                    jax.tree.leaves(jax.jvp(_prodsum_ref, (D,), (D,)))):
+    for a, b in zip(
+        jax.tree.leaves(jax.jvp(prodsum, (D,), (D,))),
+        jax.tree.leaves(jax.jvp(_prodsum_ref, (D,), (D,))),
+    ):
         np.testing.assert_allclose(a, b)
     batched = {"a": jnp.arange(6.0).reshape(2, 3), "b": jnp.ones((2, 3))}
-    for a, b in zip(jax.tree.leaves(jax.vmap(prodsum)(batched)),
-                    jax.tree.leaves(jax.vmap(_prodsum_ref)(batched))):
+    for a, b in zip(
+        jax.tree.leaves(jax.vmap(prodsum)(batched)),
+        jax.tree.leaves(jax.vmap(_prodsum_ref)(batched)),
+    ):
         np.testing.assert_allclose(a, b)
     check(prodsum, D, verbose=False)
 
 
 def test_returning_a_result_of_the_wrong_shape_or_structure_is_a_clear_error():
-    @jaxbind.linear_op(shape=lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
-                       name="tests.native_bad_shape")
+    @jaxbind.linear_op(
+        shape=lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), name="tests.native_bad_shape"
+    )
     def bad(x):
         return x[:1]
 
-    with pytest.raises(Exception, match=r"tests\.native_bad_shape.*returned output 0 with shape "
-                                        r"\(1,\); its shape says \(3,\)"):
+    with pytest.raises(
+        Exception,
+        match=r"tests\.native_bad_shape.*returned output 0 with shape "
+        r"\(1,\); its shape says \(3,\)",
+    ):
         jax.block_until_ready(bad(jnp.ones(3)))
 
-    @jaxbind.linear_op(shape=lambda x: (jax.ShapeDtypeStruct(x.shape, x.dtype),) * 2,
-                       name="tests.native_bad_tree")
+    @jaxbind.linear_op(
+        shape=lambda x: (jax.ShapeDtypeStruct(x.shape, x.dtype),) * 2, name="tests.native_bad_tree"
+    )
     def bad_tree(x):
         return x
 
@@ -139,8 +162,9 @@ def test_returning_a_result_of_the_wrong_shape_or_structure_is_a_clear_error():
 
 
 def test_definitions_after_the_first_call_and_misuse_are_errors():
-    @jaxbind.linear_op(shape=lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
-                       name="tests.native_late")
+    @jaxbind.linear_op(
+        shape=lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), name="tests.native_late"
+    )
     def late(x):
         return 2 * x
 
@@ -154,8 +178,11 @@ def test_definitions_after_the_first_call_and_misuse_are_errors():
 
 
 def test_fixed_argument_and_multilinear_op():
-    @jaxbind.multilinear_op(shape=lambda w, a, b: jax.ShapeDtypeStruct(a.shape, a.dtype),
-                            fixed=1, name="tests.native_weighted_product")
+    @jaxbind.multilinear_op(
+        shape=lambda w, a, b: jax.ShapeDtypeStruct(a.shape, a.dtype),
+        fixed=1,
+        name="tests.native_weighted_product",
+    )
     def wprod(w, a, b):
         return w * a * b
 
@@ -172,8 +199,11 @@ def test_fixed_argument_and_multilinear_op():
 def test_vectorized_op_sees_batch_axes_in_front_and_nests():
     seen = []
 
-    @jaxbind.linear_op(shape=lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), vectorized=True,
-                       name="tests.native_vectorized")
+    @jaxbind.linear_op(
+        shape=lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+        vectorized=True,
+        name="tests.native_vectorized",
+    )
     def rev(x):
         seen.append(x.shape)
         return x[..., ::-1]
@@ -184,21 +214,27 @@ def test_vectorized_op_sees_batch_axes_in_front_and_nests():
     want = jax.vmap(jax.vmap(lambda v: v[::-1], in_axes=1), in_axes=2)(xs)
     np.testing.assert_array_equal(got, want)
     assert seen[-1] == (4, 3, 2)  # one call: outer level first, then inner, then the core
-    np.testing.assert_array_equal(jax.grad(lambda x: jnp.sum(jax.vmap(rev)(x) * xs[0]))(xs[0]),
-                                  jax.vmap(lambda v: v[::-1])(xs[0]))
+    np.testing.assert_array_equal(
+        jax.grad(lambda x: jnp.sum(jax.vmap(rev)(x) * xs[0]))(xs[0]),
+        jax.vmap(lambda v: v[::-1])(xs[0]),
+    )
 
 
 def test_hessian_with_jax_function_derivatives():
-    @jaxbind.nonlinear_op(shape=lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
-                          name="tests.native_sin")
+    @jaxbind.nonlinear_op(
+        shape=lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), name="tests.native_sin"
+    )
     def sin(x):
         return np.sin(x)
 
     sin.def_jvp(jaxbind.jax_function(lambda p, t: jnp.cos(p[0]) * t[0]))
     sin.def_vjp(jaxbind.jax_function(lambda p, ct: (jnp.cos(p[0]) * ct,)))
     x = jnp.linspace(0.1, 1.0, 4)
-    np.testing.assert_allclose(jax.hessian(lambda x: jnp.sum(sin(x) ** 2))(x),
-                               jax.hessian(lambda x: jnp.sum(jnp.sin(x) ** 2))(x), atol=1e-12)
+    np.testing.assert_allclose(
+        jax.hessian(lambda x: jnp.sum(sin(x) ** 2))(x),
+        jax.hessian(lambda x: jnp.sum(jnp.sin(x) ** 2))(x),
+        atol=1e-12,
+    )
 
 
 def test_native_op_exports_and_loads_in_a_fresh_process(tmp_path):
@@ -226,12 +262,108 @@ def test_native_op_exports_and_loads_in_a_fresh_process(tmp_path):
     (tmp_path / "s.py").write_text(script)
     blob = str(tmp_path / "swap.bin")
     for mode in ("export", "load"):
-        proc = subprocess.run([sys.executable, str(tmp_path / "s.py"), blob, mode],
-                              capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [sys.executable, str(tmp_path / "s.py"), blob, mode],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == "[[0.0, 2.0, 4.0], [2.0, 2.0]]"
 
 
 def test_package_is_typed():
     import pathlib
+
     assert (pathlib.Path(jaxbind.__file__).parent / "py.typed").exists()
+
+
+_CELL = """
+import jax, jaxbind
+
+@jaxbind.linear_op(shape=lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), name="tests.cell")
+def cell(x):
+    return {factor} * x
+
+cell.def_transpose(cell.fn)
+
+def _f(out, args, kw):
+    out[0][...] = {factor} * args[0]
+
+cell13 = jaxbind.get_linear_call(_f, _f, lambda x: ((x.shape, x.dtype),), None,
+                                 name="tests.cell13")
+"""
+
+
+def test_a_named_definition_run_again_replaces_its_binding():
+    """A notebook cell (or a module) run again defines its ops again at the same place:
+    the new binding replaces the old one. Another definition under a taken name is refused,
+    as are closures of one definition (they differ by what they close over)."""
+    first, again, edited = {}, {}, {}
+    code = compile(_CELL.format(factor=3), "<cell-a>", "exec")
+    exec(code, first)
+    exec(code, again)
+    x = jnp.ones(2)
+    for ns in (first, again):
+        np.testing.assert_array_equal(ns["cell"](x), [3.0, 3.0])
+        np.testing.assert_array_equal(ns["cell13"](x)[0], [3.0, 3.0])
+    assert again["cell"].binding is not first["cell"].binding
+    assert jaxbind._binding.lookup("tests.cell") is again["cell"].binding
+    with pytest.raises(ValueError, match=r"'tests.cell' is already used.*<cell-a>"):
+        exec(compile(_CELL.format(factor=4), "<cell-b>", "exec"), edited)
+
+    def make(k):
+        def scale(out, args, kw):
+            out[0][...] = k * args[0]
+
+        return scale
+
+    kept = jaxbind.get_linear_call(
+        make(1), None, lambda x: ((x.shape, x.dtype),), None, name="tests.closure_named"
+    )
+    with pytest.raises(ValueError, match="'tests.closure_named' is already used"):
+        jaxbind.get_linear_call(
+            make(2), None, lambda x: ((x.shape, x.dtype),), None, name="tests.closure_named"
+        )
+    np.testing.assert_array_equal(kept(jnp.ones(2))[0], [1.0, 1.0])
+
+
+def test_decorators_take_replace_and_linear_in():
+    @jaxbind.linear_op(
+        shape=lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), name="tests.replaced"
+    )
+    def twice(x):
+        return 2 * x
+
+    @jaxbind.linear_op(
+        shape=lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), name="tests.replaced", replace=True
+    )
+    def thrice(x):
+        return 3 * x
+
+    np.testing.assert_array_equal(thrice(jnp.ones(2)), [3.0, 3.0])
+    assert jaxbind._binding.lookup("tests.replaced") is thrice.binding
+
+    @jaxbind.nonlinear_op(
+        shape=lambda p, v: jax.ShapeDtypeStruct(v.shape, v.dtype),
+        linear_in=(1,),
+        name="tests.native_linear_in",
+    )
+    def scaled(p, v):
+        return np.sin(p) * v
+
+    @scaled.def_jvp
+    def _(primals, tangents):
+        (p, v), (dp, dv) = primals, tangents
+        return np.cos(p) * v * dp + np.sin(p) * dv
+
+    @scaled.def_vjp
+    def _(primals, ct):
+        p, v = primals
+        return np.cos(p) * v * ct, np.sin(p) * ct
+
+    p, v = jnp.linspace(0.1, 1.0, 4), jnp.ones(4)
+    (t,) = jax.linear_transpose(lambda v: scaled(p, v), v)(jnp.arange(4.0))
+    np.testing.assert_allclose(t, np.sin(np.asarray(p)) * np.arange(4.0), rtol=1e-6)
+    with pytest.raises(TypeError, match="'tests.native_linear_in' is a nonlinear op"):
+        jax.linear_transpose(lambda p: scaled(p, v), p)(jnp.ones(4))

@@ -4,9 +4,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.test_util import check_grads
-
 from conftest import FLOAT_DTYPES, random, skip_unless_x64, tol
+from jax.test_util import check_grads
 from reference_ops import nonlinear, nonlinear_ref, power
 
 pytestmark = pytest.mark.parametrize("dtype", FLOAT_DTYPES)
@@ -36,7 +35,7 @@ def test_jvp_and_vjp_match_jax(x64, dtype):
 def test_grad_under_jit_matches_jax(x64, dtype):
     skip_unless_x64(dtype, x64)
     x1, x2 = random((4,), dtype, 6), random((4,), dtype, 7)
-    loss = lambda f: (lambda a, b: jnp.sum(jnp.abs(f(a, b)) ** 2))  # noqa: E731
+    loss = lambda f: lambda a, b: jnp.sum(jnp.abs(f(a, b)) ** 2)  # noqa: E731
     g = jax.jit(jax.grad(loss(lambda a, b: nonlinear(a, b)[0]), argnums=(0, 1)))(x1, x2)
     g_ref = jax.grad(loss(nonlinear_ref), argnums=(0, 1))(x1, x2)
     for got, want in zip(g, g_ref):
@@ -66,8 +65,8 @@ def test_fixed_argument(x64, dtype):
     if np.dtype(dtype).kind == "c":
         pytest.skip("power is tested on real inputs")
     p, x = np.asarray(3.0, dtype), np.abs(random((5,), dtype, 12)) + 0.5
-    np.testing.assert_allclose(power(p, x)[0], x ** 3, rtol=tol(dtype))
+    np.testing.assert_allclose(power(p, x)[0], x**3, rtol=tol(dtype))
     g = jax.grad(lambda x: jnp.sum(power(p, x)[0]))(x)
-    np.testing.assert_allclose(g, 3 * x ** 2, rtol=tol(dtype))
+    np.testing.assert_allclose(g, 3 * x**2, rtol=tol(dtype))
     with pytest.raises(TypeError, match=r"argument 0 is fixed \(first_n_args_fixed=1\)"):
         jax.grad(lambda p: jnp.sum(power(p, x)[0]))(p)

@@ -17,15 +17,22 @@ HERE = pathlib.Path(__file__).parent
 
 @pytest.fixture(scope="module")
 def results():
-    proc = subprocess.run([sys.executable, str(HERE / "sharding_cases.py")], capture_output=True,
-                          text=True, timeout=600, cwd=HERE)
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "sharding_cases.py")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=HERE,
+    )
     found = {}
     for line in proc.stdout.splitlines():
         if line.startswith("{"):
             entry = json.loads(line)
             found[entry["case"]] = entry
     if not found:
-        pytest.fail(f"sharding_cases.py ran no case (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+        pytest.fail(
+            f"sharding_cases.py ran no case (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
+        )
     return found
 
 

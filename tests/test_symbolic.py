@@ -10,9 +10,9 @@ import jax
 import jax.export
 import numpy as np
 import pytest
+from symbolic_cases import CASES, ducc_cases
 
 import jaxbind
-from symbolic_cases import CASES, ducc_cases
 
 HERE = pathlib.Path(__file__).parent
 
@@ -20,6 +20,7 @@ pytestmark = pytest.mark.usefixtures("enable_x64")  # DUCC cases are float64 / c
 
 try:
     import ducc0  # noqa: F401
+
     HAVE_DUCC = True
 except ImportError:
     HAVE_DUCC = False
@@ -57,7 +58,8 @@ LOADER = """
     for name, nsizes in json.loads((here / "cases.json").read_text()).items():
         exp = jax.export.deserialize(bytearray((here / f"{{name}}.bin").read_bytes()))
         for k in range(nsizes):
-            args = [np.load(here / f"{{name}}.{{k}}.arg{{i}}.npy") for i in range(len(exp.in_avals))]
+            args = [np.load(here / f"{{name}}.{{k}}.arg{{i}}.npy")
+                    for i in range(len(exp.in_avals))]
             res = [np.asarray(r) for r in jax.tree.leaves(exp.call(*args))]
             np.savez(here / f"{{name}}.{{k}}.out.npz", *res)
     print("loaded", flush=True)
@@ -77,10 +79,14 @@ def test_symbolic_exports_run_in_a_fresh_process(tmp_path):
     (tmp_path / "cases.json").write_text(json.dumps({n: len(c.sizes) for n, c in cases.items()}))
     script = tmp_path / "load.py"
     script.write_text(textwrap.dedent(LOADER.format(ducc=HAVE_DUCC, where=str(tmp_path))))
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=600, cwd=HERE, env={"PYTHONPATH": str(HERE),
-                                                      "JAX_PLATFORMS": "cpu",
-                                                      "PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=HERE,
+        env={"PYTHONPATH": str(HERE), "JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"},
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     for name, case in cases.items():
         for k, size in enumerate(case.sizes):
@@ -105,6 +111,7 @@ def test_symbolic_export_matches_the_concrete_program(name):
 def test_shape_expressions_reach_the_program():
     """2 * b and b - k are computed from b when the program runs, not fixed at export."""
     from reference_ops import stack3, trim
+
     scope = jax.export.SymbolicScope(("b >= 2",))
     spec = jax.ShapeDtypeStruct(jax.export.symbolic_shape("b, 3", scope=scope), np.float32)
     exp = jaxbind.export(lambda x: (stack3(x)[0], trim(x, k=2)[0]))(spec)
@@ -118,6 +125,7 @@ def test_shape_expressions_reach_the_program():
 
 def test_readme_example_half_spectrum_shape():
     """The README's example: (b, n) -> (2 b, n // 2 + 1)."""
+
     def f(out, args, kwargs_dump):
         x = args[0]
         out[0][...] = np.concatenate([x, -x])[:, : x.shape[1] // 2 + 1]
@@ -130,7 +138,7 @@ def test_readme_example_half_spectrum_shape():
     assert str(exp.out_avals[0].shape) in ("(2*b, floordiv(n, 2) + 1)", "(2*b, n//2 + 1)")
     for shape in ((3, 8), (5, 4), (1, 7)):
         x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-        np.testing.assert_array_equal(exp.call(x), np.concatenate([x, -x])[:, :shape[1] // 2 + 1])
+        np.testing.assert_array_equal(exp.call(x), np.concatenate([x, -x])[:, : shape[1] // 2 + 1])
 
 
 def _double_op(name, abstract, write=None):
@@ -157,25 +165,29 @@ def test_artifact_that_disagrees_with_the_loading_binding_is_refused():
     """The loading process declares other shapes for the same name: refused per size."""
     op = _double_op("tests.sym_declared", lambda x: ((x.shape, x.dtype),))
     blob = jaxbind.export(lambda x: op(x)[0])(_sym("b, 8")).serialize()
-    np.testing.assert_array_equal(jax.export.deserialize(blob).call(np.ones((2, 8), np.float32)),
-                                  2 * np.ones((2, 8)))
+    np.testing.assert_array_equal(
+        jax.export.deserialize(blob).call(np.ones((2, 8), np.float32)), 2 * np.ones((2, 8))
+    )
     op2 = _double_op("tests.sym_declared", lambda x: (((2 * x.shape[0], 8), x.dtype),))
     exp = jax.export.deserialize(blob)
     for b in (1, 3):
-        with pytest.raises(Exception, match=r"tests\.sym_declared.*output 0 is float32\[%d, 8\] "
-                                            r"in the program, but the abstract function declares "
-                                            r"float32\[%d, 8\]" % (b, 2 * b)):
+        with pytest.raises(
+            Exception,
+            match=rf"tests\.sym_declared.*output 0 is float32\[{b}, 8\] "
+            r"in the program, but the abstract function declares "
+            rf"float32\[{2 * b}, 8\]",
+        ):
             exp.call(np.ones((b, 8), np.float32))
     assert op.name == op2.name == "tests.sym_declared"  # both alive until here
 
 
 def test_abstract_function_that_needs_concrete_sizes_says_so():
-    op = _double_op("tests.sym_concrete_only",
-                    lambda x: (((int(x.shape[0]), 8), x.dtype),))
+    op = _double_op("tests.sym_concrete_only", lambda x: (((int(x.shape[0]), 8), x.dtype),))
     with pytest.raises(Exception, match=r"tests\.sym_concrete_only.*symbolic"):
         jaxbind.export(lambda x: op(x)[0])(_sym("b, 8"))
-    np.testing.assert_array_equal(jax.jit(lambda x: op(x)[0])(np.ones((2, 8), np.float32)),
-                                  2 * np.ones((2, 8)))
+    np.testing.assert_array_equal(
+        jax.jit(lambda x: op(x)[0])(np.ones((2, 8), np.float32)), 2 * np.ones((2, 8))
+    )
 
 
 def test_symbolic_keyword_argument_is_refused_with_the_binding_name():
@@ -193,8 +205,12 @@ def test_shape_that_is_neither_int_nor_symbolic_names_binding_and_output():
 def test_dimension_that_may_be_negative_needs_a_constraint():
     """b - k < 0 for a small b: refused at export unless a constraint rules it out."""
     from reference_ops import trim
-    with pytest.raises(ValueError, match=r"reference_ops\._trim.*output 0.*b - 2.*negative.*"
-                                         r"constraints"):
+
+    with pytest.raises(
+        ValueError,
+        match=r"reference_ops\._trim.*output 0.*b - 2.*negative.*"
+        r"constraints",
+    ):
         jaxbind.export(lambda x: trim(x, k=2)[0])(_sym("b"))
     scope = jax.export.SymbolicScope(("b >= 2",))
     spec = jax.ShapeDtypeStruct(jax.export.symbolic_shape("b", scope=scope), np.float32)
@@ -207,10 +223,12 @@ def test_dimension_that_may_be_negative_needs_a_constraint():
 @pytest.mark.skipif(not HAVE_DUCC, reason="needs ducc0")
 def test_ducc_fft_length_must_be_concrete():
     from jaxbind.contrib import jaxducc0
+
     with pytest.raises(TypeError, match=r"r2c.*transformed axis.*symbolic"):
         jaxbind.export(lambda x: jaxducc0.r2c(x)[0])(_sym("n"))
     with pytest.raises(TypeError, match=r"c2r.*lastsize.*symbolic"):
         jaxbind.export(lambda x: jaxducc0.c2r(x, lastsize=2 * x.shape[0] - 2)[0])(
-            _sym("n", np.complex64))
+            _sym("n", np.complex64)
+        )
     # symbolic batch axes and a concrete transformed axis are fine (see symbolic_cases)
     jaxbind.export(lambda x: jaxducc0.r2c(x, axes=(1,))[0])(_sym("b, 8"))

@@ -3,10 +3,10 @@
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from reference_ops import axpy, bilinear, flip2, flipsum, matvec, nonlinear, power
 
 import jaxbind
 from jaxbind.testing import check
-from reference_ops import axpy, bilinear, flip2, flipsum, matvec, nonlinear, power
 
 
 def _rand(shape, dtype=np.float64, seed=0):
@@ -21,9 +21,16 @@ def _rand(shape, dtype=np.float64, seed=0):
 def test_reference_ops_pass(enable_x64, dtype):
     report = check(matvec, _rand((4, 3), dtype, 1), _rand((3,), dtype, 2), verbose=False)
     names = {r.check for r in report}
-    assert {"abstract vs callable: written", "eager vs callable", "jit vs eager", "determinism",
-            "jvp vs finite differences", "vjp vs jvp (dot product)", "transpose adjointness",
-            "vmap vs loop"} <= names
+    assert {
+        "abstract vs callable: written",
+        "eager vs callable",
+        "jit vs eager",
+        "determinism",
+        "jvp vs finite differences",
+        "vjp vs jvp (dot product)",
+        "transpose adjointness",
+        "vmap vs loop",
+    } <= names
     check(axpy, _rand((5,), dtype, 3), _rand((5,), dtype, 4), scale=1.5, verbose=False)
     check(bilinear, _rand((5,), dtype, 5), _rand((5,), dtype, 6), verbose=False)
     check(nonlinear, _rand((5,), dtype, 7), _rand((5,), dtype, 8), verbose=False)
@@ -37,6 +44,7 @@ def test_fixed_arguments_are_not_differentiated(enable_x64):
 
 
 # --- deliberately wrong bindings -----------------------------------------------------
+
 
 def _mv(out, args, kd):
     a, x = args
@@ -57,8 +65,14 @@ def _mv_T_wrong(out, args, kd):
 
 
 def test_catches_a_wrong_transpose(enable_x64, capsys):
-    op = jaxbind.get_linear_call(_mv, _mv_T_wrong, _mv_abstract, _mv_abstract_T,
-                                 first_n_args_fixed=1, name="tests.wrong_transpose")
+    op = jaxbind.get_linear_call(
+        _mv,
+        _mv_T_wrong,
+        _mv_abstract,
+        _mv_abstract_T,
+        first_n_args_fixed=1,
+        name="tests.wrong_transpose",
+    )
     with pytest.raises(AssertionError) as info:
         check(op, _rand((3, 3), seed=1), _rand((3,), seed=2))
     text = str(info.value)
@@ -74,8 +88,14 @@ def _mv_T_conj(out, args, kd):
 
 
 def test_catches_an_extra_conjugate(enable_x64):
-    op = jaxbind.get_linear_call(_mv, _mv_T_conj, _mv_abstract, _mv_abstract_T,
-                                 first_n_args_fixed=1, name="tests.conjugating_transpose")
+    op = jaxbind.get_linear_call(
+        _mv,
+        _mv_T_conj,
+        _mv_abstract,
+        _mv_abstract_T,
+        first_n_args_fixed=1,
+        name="tests.conjugating_transpose",
+    )
     a = _rand((3, 2), np.complex128, 3)
     with pytest.raises(AssertionError, match=r"transpose adjointness \[argument 1, complex128\]"):
         check(op, a, _rand((2,), np.complex128, 4), verbose=False)
@@ -102,8 +122,9 @@ def _same(*args, **k):
 
 
 def test_catches_a_wrong_jvp(enable_x64):
-    op = jaxbind.get_nonlinear_call(_sq, (_sq_jvp_wrong, _sq_vjp), _same, _same,
-                                    name="tests.wrong_jvp")
+    op = jaxbind.get_nonlinear_call(
+        _sq, (_sq_jvp_wrong, _sq_vjp), _same, _same, name="tests.wrong_jvp"
+    )
     with pytest.raises(AssertionError) as info:
         check(op, _rand((4,), seed=5), verbose=False)
     assert "- jvp vs finite differences [argument 0 -> output 0, float64]" in str(info.value)
@@ -123,8 +144,11 @@ def _writes_a_copy(out, args, kd):
 def test_catches_unwritten_outputs(enable_x64):
     for f, frac in ((_writes_half, "50%"), (_writes_a_copy, "100%")):
         op = jaxbind.get_linear_call(f, None, _same, None, name=f"tests.unwritten_{f.__name__}")
-        with pytest.raises(AssertionError, match=rf"abstract vs callable: written \[output 0, "
-                                                 rf"float64\].*{frac} of the elements left"):
+        with pytest.raises(
+            AssertionError,
+            match=rf"abstract vs callable: written \[output 0, "
+            rf"float64\].*{frac} of the elements left",
+        ):
             check(op, _rand((6,), seed=6), verbose=False)
 
 
@@ -133,8 +157,13 @@ def _wrong_shape_abstract(x, **k):
 
 
 def test_catches_an_abstract_function_that_disagrees(enable_x64):
-    op = jaxbind.get_linear_call(lambda out, args, kd: out[0].__setitem__(..., args[0]), None,
-                                 _wrong_shape_abstract, None, name="tests.wrong_abstract")
+    op = jaxbind.get_linear_call(
+        lambda out, args, kd: out[0].__setitem__(..., args[0]),
+        None,
+        _wrong_shape_abstract,
+        None,
+        name="tests.wrong_abstract",
+    )
     with pytest.raises(AssertionError, match=r"callable runs \[f.*could not broadcast"):
         check(op, _rand((4,), seed=7), verbose=False)
 

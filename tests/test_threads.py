@@ -14,8 +14,9 @@ def _make(scale):
         k = jaxbind.load_kwargs(kwargs_dump)["offset"]
         out[0][...] = scale * args[0] + k
 
-    return jaxbind.get_linear_call(f, None, lambda x, **k: ((x.shape, x.dtype),), None,
-                                   name=f"tests.threaded_{scale}")
+    return jaxbind.get_linear_call(
+        f, None, lambda x, **k: ((x.shape, x.dtype),), None, name=f"tests.threaded_{scale}"
+    )
 
 
 def test_eight_threads_two_hundred_calls_each():

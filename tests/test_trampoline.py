@@ -17,18 +17,26 @@ def _raw_call(x, out=None, **attrs):
     return jax.block_until_ready(call(x, **attrs))
 
 
-def _attrs(binding="tests.nope", role="f", fmt=2, blob=None, digest=None, levels=0, flags=b"\0",
-           n_fixed=0):
+def _attrs(
+    binding="tests.nope", role="f", fmt=2, blob=None, digest=None, levels=0, flags=b"\0", n_fixed=0
+):
     """Call attributes as a program of call format `fmt` carries them (valid digest)."""
     blob = blob if blob is not None else _kwargs.encode_kwargs({}).blob
-    attrs = dict(jaxbind_format=np.int32(fmt), binding=binding, role=role,
-                 kwargs=np.frombuffer(blob, np.uint8))
+    attrs = dict(
+        jaxbind_format=np.int32(fmt),
+        binding=binding,
+        role=role,
+        kwargs=np.frombuffer(blob, np.uint8),
+    )
     if fmt == 1:
         auto = _callformat.site_digest(binding, role, blob)
     else:
         auto = _callformat.site_digest(binding, role, blob, levels, flags, n_fixed)
-        attrs.update(loop_levels=np.int32(levels), loop_batched=np.frombuffer(flags, np.uint8),
-                     n_fixed=np.int32(n_fixed))
+        attrs.update(
+            loop_levels=np.int32(levels),
+            loop_batched=np.frombuffer(flags, np.uint8),
+            n_fixed=np.int32(n_fixed),
+        )
     attrs["site"] = np.int64(digest if digest is not None else auto)
     return attrs
 
@@ -42,8 +50,9 @@ def test_unknown_binding_is_a_clean_error(fmt):
 
 
 def test_newer_call_format_names_both_versions():
-    with pytest.raises(Exception, match="call format 99, but this jaxbind reads formats 1 to 2; "
-                       "upgrade jaxbind"):
+    with pytest.raises(
+        Exception, match="call format 99, but this jaxbind reads formats 1 to 2; upgrade jaxbind"
+    ):
         _raw_call(jnp.ones(3), **_attrs(fmt=99))
 
 
@@ -54,8 +63,11 @@ def test_missing_attributes():
         _raw_call(jnp.ones(3), jaxbind_format=np.int32(1))
     attrs = _attrs("tests.double")
     del attrs["n_fixed"]
-    with pytest.raises(Exception, match="'tests.double'.*lacks one of the attributes "
-                                        "'loop_levels', 'loop_batched', 'n_fixed'"):
+    with pytest.raises(
+        Exception,
+        match="'tests.double'.*lacks one of the attributes "
+        "'loop_levels', 'loop_batched', 'n_fixed'",
+    ):
         _raw_call(jnp.ones(3), **attrs)
 
 
@@ -63,8 +75,13 @@ def _double(out, args, kwargs_dump):
     out[0][...] = 2 * args[0]
 
 
-double = jaxbind.get_linear_call(_double, _double, lambda x: ((x.shape, x.dtype),),
-                                 lambda x: ((x.shape, x.dtype),), name="tests.double")
+double = jaxbind.get_linear_call(
+    _double,
+    _double,
+    lambda x: ((x.shape, x.dtype),),
+    lambda x: ((x.shape, x.dtype),),
+    name="tests.double",
+)
 
 
 @pytest.mark.parametrize("fmt", [1, 2])
@@ -82,16 +99,19 @@ def test_unknown_role_is_a_clean_error(role):
 
 @pytest.mark.parametrize("fmt", [1, 2])
 def test_hand_made_calls_of_both_formats_run(fmt):
-    np.testing.assert_allclose(_raw_call(jnp.arange(3.0), **_attrs("tests.double", fmt=fmt)),
-                               [0, 2, 4])
+    np.testing.assert_allclose(
+        _raw_call(jnp.arange(3.0), **_attrs("tests.double", fmt=fmt)), [0, 2, 4]
+    )
 
 
 def test_outputs_that_differ_from_the_abstract_function_are_refused():
     """A program may not hand the callable buffers its abstract function does not declare."""
     x = jnp.arange(3.0)
-    for out, what in ((jax.ShapeDtypeStruct((5,), x.dtype), r"output 0 is float32\[5\]"),
-                      (jax.ShapeDtypeStruct((3,), jnp.int32), r"output 0 is int32\[3\]"),
-                      ((jax.ShapeDtypeStruct((3,), x.dtype),) * 2, "gives it 2 outputs")):
+    for out, what in (
+        (jax.ShapeDtypeStruct((5,), x.dtype), r"output 0 is float32\[5\]"),
+        (jax.ShapeDtypeStruct((3,), jnp.int32), r"output 0 is int32\[3\]"),
+        ((jax.ShapeDtypeStruct((3,), x.dtype),) * 2, "gives it 2 outputs"),
+    ):
         with pytest.raises(Exception, match=f"'tests.double'.*{what}.*declares"):
             _raw_call(x, out=out, **_attrs("tests.double"))
     np.testing.assert_allclose(_raw_call(x, **_attrs("tests.double")), [0, 2, 4])  # still fine
@@ -102,9 +122,11 @@ def test_abstract_function_failing_on_the_buffers_is_a_clean_error():
         if x.shape[0] > 4:
             raise ValueError("at most 4 elements")
         return ((x.shape, x.dtype),)
+
     op = jaxbind.get_linear_call(_double, None, abstract, None, name="tests.at_most_4")  # noqa
-    with pytest.raises(Exception, match="'tests.at_most_4'.*abstract function fails.*"
-                                        "at most 4 elements"):
+    with pytest.raises(
+        Exception, match="'tests.at_most_4'.*abstract function fails.*at most 4 elements"
+    ):
         _raw_call(jnp.ones(6), **_attrs("tests.at_most_4"))
 
 
@@ -114,6 +136,7 @@ def test_each_new_buffer_signature_is_checked_once_per_site():
     def abstract(x, **kwargs):
         calls.append(x.shape)
         return ((x.shape, x.dtype),)
+
     op = jaxbind.get_linear_call(_double, None, abstract, None, name="tests.checks_once")  # noqa
     for n in (3, 3, 4, 3, 4, 4):  # one site, two signatures
         _raw_call(jnp.ones(n), **_attrs("tests.checks_once"))
@@ -129,8 +152,9 @@ def test_kwargs_are_decoded_once_per_call_site():
         kw.pop("k")  # callables may pop: each call gets a fresh dict
         out[0][...] = args[0]
 
-    op = jaxbind.get_linear_call(f, None, lambda x, **k: ((x.shape, x.dtype),), None,
-                                 name="tests.records_dumps")
+    op = jaxbind.get_linear_call(
+        f, None, lambda x, **k: ((x.shape, x.dtype),), None, name="tests.records_dumps"
+    )
     fn = jax.jit(lambda x: op(x, k=np.arange(3), s="text")[0])
     for _ in range(5):
         fn(jnp.ones(2))
@@ -161,6 +185,7 @@ def test_equal_kwargs_hit_the_jit_cache():
 
 def test_load_kwargs_accepts_jaxbind13_dumps():
     import pickle
+
     blob = np.frombuffer(pickle.dumps({"a": 1}), np.uint8)
     assert jaxbind.load_kwargs(blob) == {"a": 1}
     with pytest.raises(TypeError, match="expects the kwargs_dump argument"):
@@ -176,15 +201,17 @@ def test_extension_reports_its_build():
 # The trampoline reuses a site's array views from one call to the next (only the
 # data pointer changes). These check that reuse never hands a callable a stale view.
 
+
 def _seen_shapes_op(name):
     seen = []
 
     def f(out, args, kwargs_dump):
-        seen.append((args[0].shape, out[0].shape, args[0].flags.writeable,
-                     out[0].flags.writeable))
+        seen.append((args[0].shape, out[0].shape, args[0].flags.writeable, out[0].flags.writeable))
         out[0][...] = 2 * args[0]
-    op = jaxbind.get_linear_call(f, f, lambda x: ((x.shape, x.dtype),),
-                                 lambda x: ((x.shape, x.dtype),), name=name)
+
+    op = jaxbind.get_linear_call(
+        f, f, lambda x: ((x.shape, x.dtype),), lambda x: ((x.shape, x.dtype),), name=name
+    )
     return op, seen
 
 
@@ -206,8 +233,10 @@ def test_view_reshaped_by_the_callable_is_not_reused():
         x.shape = (6,)  # legal on a view: changes this array object only
         out[0].shape = (6,)
         out[0][...] = x + 1
-    op = jaxbind.get_nonlinear_call(f, (None, None), lambda x: ((x.shape, x.dtype),), None,
-                                    name="tests.reshaping_callable")
+
+    op = jaxbind.get_nonlinear_call(
+        f, (None, None), lambda x: ((x.shape, x.dtype),), None, name="tests.reshaping_callable"
+    )
     fn = jax.jit(lambda x: op(x)[0])
     x = jnp.arange(6.0).reshape(2, 3)
     for _ in range(3):

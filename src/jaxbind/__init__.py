@@ -34,10 +34,10 @@ from . import _lowering, _rules, _runtime  # noqa: E402
 from ._api import Op, get_linear_call, get_nonlinear_call  # noqa: E402
 from ._binding import jax_function  # noqa: E402
 from ._errors import ExportedDefaultNameWarning  # noqa: E402
-from ._native import NativeOp, linear_op, multilinear_op, nonlinear_op  # noqa: E402
 from ._export import export, export_safety_checks  # noqa: E402
 from ._gpu import CallContext, CudaArray, current_call  # noqa: E402
 from ._kwargs import load_kwargs  # noqa: E402
+from ._native import NativeOp, linear_op, multilinear_op, nonlinear_op  # noqa: E402
 
 _rules.register_rules()  # trace time: the jaxbind primitive's rules
 _lowering.register_targets()  # XLA: the FFI handlers
@@ -47,6 +47,21 @@ from . import testing  # noqa: E402, F401  (jaxbind.testing.check)
 
 __version__ = "2.0.0.dev0"
 
-__all__ = ["CallContext", "CudaArray", "ExportedDefaultNameWarning", "NativeOp", "Op", "current_call", "export",
-           "export_safety_checks", "get_linear_call", "get_nonlinear_call", "jax_function",
-           "linear_op", "load_kwargs", "multilinear_op", "nonlinear_op", "__version__"]
+__all__ = [
+    "CallContext",
+    "CudaArray",
+    "ExportedDefaultNameWarning",
+    "NativeOp",
+    "Op",
+    "current_call",
+    "export",
+    "export_safety_checks",
+    "get_linear_call",
+    "get_nonlinear_call",
+    "jax_function",
+    "linear_op",
+    "load_kwargs",
+    "multilinear_op",
+    "nonlinear_op",
+    "__version__",
+]

@@ -12,8 +12,8 @@ import numpy as np
 from ._binding import describe_role
 from ._compat import InconclusiveDimensionOperation, ShapedArray, output_aval
 from ._dtypes import check_supported
-from ._errors import add_context
 from ._effects import effects_of
+from ._errors import add_context
 from ._jaxfn import eval_shapes
 from ._spec import CallSpec
 
@@ -28,8 +28,7 @@ def call_abstract(spec: CallSpec, avals, batch_axes=None):
     if binding.jax_function_for(role) is not None:  # batched by jaxbind's loop, never natively
         assert batch_axes is None
         unbatched = replace(spec, batch_axes=None, out_batch_axes=None)
-        outs = [(tuple(o.shape), np.dtype(o.dtype), None)
-                for o in eval_shapes(unbatched, avals)]
+        outs = [(tuple(o.shape), np.dtype(o.dtype), None) for o in eval_shapes(unbatched, avals)]
         _check_jax_function(spec, avals, outs)
         return outs
     if spec.out_hint is not None and not binding.has_abstract(role):
@@ -48,14 +47,19 @@ def call_abstract(spec: CallSpec, avals, batch_axes=None):
         result = fn(*avals, **kwargs)
     except InconclusiveDimensionOperation as exc:
         shapes = ", ".join(a.str_short() for a in avals)
-        raise add_context(exc, f"{where} failed for arguments ({shapes}): it got symbolic "
-                               "dimensions (jax.export shape polymorphism) and needed their "
-                               "values. Compute output shapes with them as with integers "
-                               "(2 * n, n // 2 + 1, n - k), without int() or comparisons that "
-                               "depend on their values")
+        add_context(
+            exc,
+            f"{where} failed for arguments ({shapes}): it got symbolic "
+            "dimensions (jax.export shape polymorphism) and needed their "
+            "values. Compute output shapes with them as with integers "
+            "(2 * n, n // 2 + 1, n - k), without int() or comparisons that "
+            "depend on their values",
+        )
+        raise
     except Exception as exc:
         shapes = ", ".join(a.str_short() for a in avals)
-        raise add_context(exc, f"{where} failed for arguments ({shapes})")
+        add_context(exc, f"{where} failed for arguments ({shapes})")
+        raise
     return check_result(result, where, batched=batch_axes is not None)
 
 
@@ -71,23 +75,29 @@ def _check_jax_function(spec: CallSpec, avals, outs) -> None:
         if not binding.has_abstract("f"):
             return
         what = "the tangents of the op's outputs (its abstract function at the primals)"
-        want = [(shape, dtype) for shape, dtype, _ in call_abstract(
-            spec.derive("f", binding.first_n_args_fixed, None, None), avals[:n])]
+        want = [
+            (shape, dtype)
+            for shape, dtype, _ in call_abstract(
+                spec.derive("f", binding.first_n_args_fixed, None, None), avals[:n]
+            )
+        ]
     else:
         what = "the cotangents of its inputs that are not fixed"
-        want = [(tuple(a.shape), np.dtype(a.dtype))
-                for a in avals[binding.first_n_args_fixed:n]]
+        want = [(tuple(a.shape), np.dtype(a.dtype)) for a in avals[binding.first_n_args_fixed : n]]
     got = [(shape, dtype) for shape, dtype, _ in outs]
 
     def same(a, b):  # integer and boolean values have float0 tangents: shape only
         return a[0] == b[0] and (a[1] == b[1] or not jax.dtypes.issubdtype(b[1], np.inexact))
 
     if len(got) != len(want) or not all(same(g, w) for g, w in zip(got, want)):
+
         def text(items):
             return "[" + ", ".join(f"{d.name}{list(s)}" for s, d in items) + "]"
+
         raise TypeError(
             f"jaxbind: {describe_role(spec.role)} of '{binding.name}' is a JAX function "
-            f"and returned {text(got)}, but it must return {what}: {text(want)}")
+            f"and returned {text(got)}, but it must return {what}: {text(want)}"
+        )
 
 
 def _from_hint(spec: CallSpec, avals, batch_axes):
@@ -98,38 +108,46 @@ def _from_hint(spec: CallSpec, avals, batch_axes):
     """
     if batch_axes is None:
         return [(shape, dtype, None) for shape, dtype in spec.out_hint]
-    levels = next(tuple(a.shape[k] for k in reversed(ax)) for a, ax in zip(avals, batch_axes)
-                  if ax)
+    levels = next(tuple(a.shape[k] for k in reversed(ax)) for a, ax in zip(avals, batch_axes) if ax)
     return [(levels + tuple(shape), dtype, 0) for shape, dtype in spec.out_hint]
 
 
 def check_result(result, where, batched):
     """[(shape, dtype, out_batch_axis | None)] from what an abstract function returned."""
     if not isinstance(result, (tuple, list)):
-        raise TypeError(f"{where} returned {type(result).__name__}; it must return a tuple "
-                        "with one (shape, dtype) or (shape, dtype, out_batch_axis) per output")
+        raise TypeError(
+            f"{where} returned {type(result).__name__}; it must return a tuple "
+            "with one (shape, dtype) or (shape, dtype, out_batch_axis) per output"
+        )
     outs = []
     for i, entry in enumerate(result):
         if not isinstance(entry, (tuple, list)) or len(entry) not in (2, 3):
-            raise TypeError(f"{where}: output {i} is {entry!r}; expected (shape, dtype) or "
-                            "(shape, dtype, out_batch_axis)")
+            raise TypeError(
+                f"{where}: output {i} is {entry!r}; expected (shape, dtype) or "
+                "(shape, dtype, out_batch_axis)"
+            )
         shape, dtype = _shape(entry[0], f"{where}: output {i}"), entry[1]
         try:
             dtype = np.dtype(dtype)
         except TypeError:
-            raise TypeError(f"{where}: output {i} has dtype {dtype!r}, which is not a "
-                            "NumPy dtype") from None
+            raise TypeError(
+                f"{where}: output {i} has dtype {dtype!r}, which is not a NumPy dtype"
+            ) from None
         check_supported(dtype, f"{where}: output {i}")
         axis = None
         if len(entry) == 3 and batched:  # unbatched, JAXbind 1.3 ignores it (often "()")
             try:
                 axis = operator.index(entry[2])
             except TypeError:
-                raise TypeError(f"{where}: output {i} has out_batch_axis {entry[2]!r}; when "
-                                "batch_axes is set it must be an integer") from None
+                raise TypeError(
+                    f"{where}: output {i} has out_batch_axis {entry[2]!r}; when "
+                    "batch_axes is set it must be an integer"
+                ) from None
             if not -len(shape) <= axis < max(len(shape), 1):
-                raise ValueError(f"{where}: output {i} has out_batch_axis {axis}, "
-                                 f"outside its {len(shape)} dimensions")
+                raise ValueError(
+                    f"{where}: output {i} has out_batch_axis {axis}, "
+                    f"outside its {len(shape)} dimensions"
+                )
             axis %= max(len(shape), 1)
         outs.append((shape, jax.dtypes.canonicalize_dtype(dtype), axis))
     return outs
@@ -145,8 +163,10 @@ def _shape(shape, where):
     try:
         dims = tuple(d if is_symbolic_dim(d) else operator.index(d) for d in shape)
     except TypeError:
-        raise TypeError(f"{where} has shape {shape!r}, which is not a tuple of integers "
-                        "(or of symbolic dimensions, under jax.export)") from None
+        raise TypeError(
+            f"{where} has shape {shape!r}, which is not a tuple of integers "
+            "(or of symbolic dimensions, under jax.export)"
+        ) from None
     for d in dims:
         try:
             negative = d < 0
@@ -154,16 +174,18 @@ def _shape(shape, where):
             raise ValueError(
                 f"{where} has the dimension {d}, which is negative for some values of its "
                 f"symbols; state the bound when exporting, e.g. jax.export.symbolic_shape(..., "
-                f"constraints=(\"{d} >= 0\",))") from None
+                f'constraints=("{d} >= 0",))'
+            ) from None
         if negative:
             raise ValueError(f"{where} has negative dimensions {shape}")
     size = 1
     for d in dims:
         if not is_symbolic_dim(d):
             size *= d
-    if size >= 2 ** 63:
-        raise ValueError(f"{where} has shape {shape}, with {size} elements: more than a 64-bit "
-                         "size can count")
+    if size >= 2**63:
+        raise ValueError(
+            f"{where} has shape {shape}, with {size} elements: more than a 64-bit size can count"
+        )
     return dims
 
 
@@ -179,43 +201,58 @@ def _check_aliases(spec: CallSpec, avals, outs):
     where = f"jaxbind: '{spec.name}' input_output_aliases"
     for i, k in spec.binding.aliases:
         if i >= len(avals) or k >= len(outs):
-            raise ValueError(f"{where}: the call has {len(avals)} inputs and {len(outs)} "
-                             f"outputs, so input {i} cannot share memory with output {k}")
+            raise ValueError(
+                f"{where}: the call has {len(avals)} inputs and {len(outs)} "
+                f"outputs, so input {i} cannot share memory with output {k}"
+            )
         a, o = avals[i], outs[k]
         if a.shape != o.shape or a.dtype != o.dtype:
-            raise TypeError(f"{where}: input {i} ({a.str_short()}) and output {k} "
-                            f"({o.str_short()}) must have the same shape and dtype to share "
-                            "memory" + (" (when batched natively, the abstract function must "
-                                        "put the output's batch axes where the input has them)"
-                                        if spec.batch_axes is not None else ""))
+            raise TypeError(
+                f"{where}: input {i} ({a.str_short()}) and output {k} "
+                f"({o.str_short()}) must have the same shape and dtype to share "
+                "memory"
+                + (
+                    " (when batched natively, the abstract function must "
+                    "put the output's batch axes where the input has them)"
+                    if spec.batch_axes is not None
+                    else ""
+                )
+            )
 
 
 def _output_avals(avals, spec: CallSpec):
     where = f"jaxbind: '{spec.name}' ({describe_role(spec.role)})"
     if len(avals) <= spec.n_fixed and spec.role == "f":
-        raise TypeError(f"{where} got {len(avals)} arguments, but first_n_args_fixed="
-                        f"{spec.n_fixed}; at least one argument must not be fixed")
+        raise TypeError(
+            f"{where} got {len(avals)} arguments, but first_n_args_fixed="
+            f"{spec.n_fixed}; at least one argument must not be fixed"
+        )
     for i, aval in enumerate(avals):
         if not isinstance(aval, ShapedArray):
             raise TypeError(f"{where}: argument {i} is {aval}, not an array")
         check_supported(aval.dtype, f"{where}: argument {i}")
     linear_in = spec.binding.linear_in
     if spec.role == "f" and linear_in and max(linear_in) >= len(avals):
-        raise TypeError(f"{where}: linear_in={list(linear_in)} names argument "
-                        f"{max(linear_in)}, but the op was called with {len(avals)} arguments")
+        raise TypeError(
+            f"{where}: linear_in={list(linear_in)} names argument "
+            f"{max(linear_in)}, but the op was called with {len(avals)} arguments"
+        )
     if spec.binding.jax_function_for(spec.role) is not None:  # a JVP or VJP in JAX code
         if spec.batch_axes is None:  # evaluated and checked against the op's shapes
-            return tuple(output_aval(shape, dtype, avals)
-                         for shape, dtype, _ in call_abstract(spec, avals))
-        core = [ShapedArray(tuple(np.delete(np.asarray(a.shape, dtype=object), list(ax))),
-                            a.dtype) for a, ax in zip(avals, spec.batch_axes)]
+            return tuple(
+                output_aval(shape, dtype, avals) for shape, dtype, _ in call_abstract(spec, avals)
+            )
+        core = [
+            ShapedArray(tuple(np.delete(np.asarray(a.shape, dtype=object), list(ax))), a.dtype)
+            for a, ax in zip(avals, spec.batch_axes)
+        ]
         call_abstract(replace(spec, batch_axes=None, out_batch_axes=None), core)  # checks
         outs = eval_shapes(spec, avals)
         return tuple(output_aval(o.shape, o.dtype, avals) for o in outs)
     if spec.batch_axes is not None and not spec.binding.can_batch:
         # batched by jaxbind's loop: batch axes lead every batched input and output
-        levels = next(a.shape[:len(ax)] for a, ax in zip(avals, spec.batch_axes) if ax)
-        core = [ShapedArray(a.shape[len(ax):], a.dtype) for a, ax in zip(avals, spec.batch_axes)]
+        levels = next(a.shape[: len(ax)] for a, ax in zip(avals, spec.batch_axes) if ax)
+        core = [ShapedArray(a.shape[len(ax) :], a.dtype) for a, ax in zip(avals, spec.batch_axes)]
         outs = call_abstract(spec, core)
         return tuple(output_aval(levels + shape, dtype, avals) for shape, dtype, _ in outs)
     outs = call_abstract(spec, avals, spec.batch_axes)

@@ -48,14 +48,25 @@ def _bind_transposed(args, spec: CallSpec):
     if spec.batch_axes is None:
         return bind(spec, *args)
     front = lambda axes: tuple(reversed(range(len(axes))))  # noqa: E731
-    args = [moveaxis(a, _front_perm(ax), range(len(ax))) if ax else a
-            for a, ax in zip(args, spec.batch_axes)]
-    fspec = replace(spec.derive(spec.role, spec.n_fixed, tuple(map(front, spec.batch_axes)),
-                                tuple(map(front, spec.out_batch_axes)), spec.n_lead),
-                    out_hint=spec.out_hint)
+    args = [
+        moveaxis(a, _front_perm(ax), range(len(ax))) if ax else a
+        for a, ax in zip(args, spec.batch_axes)
+    ]
+    fspec = replace(
+        spec.derive(
+            spec.role,
+            spec.n_fixed,
+            tuple(map(front, spec.batch_axes)),
+            tuple(map(front, spec.out_batch_axes)),
+            spec.n_lead,
+        ),
+        out_hint=spec.out_hint,
+    )
     outs = bind(fspec, *args)
-    return [moveaxis(o, range(len(ax)), _front_perm(ax)) if ax else o
-            for o, ax in zip(outs, spec.out_batch_axes)]
+    return [
+        moveaxis(o, range(len(ax)), _front_perm(ax)) if ax else o
+        for o, ax in zip(outs, spec.out_batch_axes)
+    ]
 
 
 def _core_shape(aval, axes):
@@ -79,7 +90,8 @@ def _checked(spec: CallSpec, results, args):
         raise TypeError(
             f"jaxbind: the transpose of '{spec.name}' ({describe_role(spec.role)}) produced "
             f"{len(results)} cotangents for {len(args)} inputs; the transposed abstract "
-            "function must give one output per input after the fixed ones, in order")
+            "function must give one output per input after the fixed ones, in order"
+        )
     out = []
     for r, a in zip(results, args):
         if not is_undefined_primal(a):
@@ -90,7 +102,8 @@ def _checked(spec: CallSpec, results, args):
                 f"jaxbind: the transpose of '{spec.name}' ({describe_role(spec.role)}) produced a "
                 f"cotangent {r.dtype}{list(r.shape)} for an input {a.aval.str_short()}; the "
                 "transposed abstract function must give each output the shape and dtype of the "
-                "corresponding input (batch axes first when batched natively)")
+                "corresponding input (batch axes first when batched natively)"
+            )
         out.append(r)
     return out
 
@@ -103,13 +116,13 @@ def _is_linear_role(spec: CallSpec) -> bool:
 
 def _fixed_error(spec: CallSpec, index: int, action: str) -> Exception:
     binding = spec.binding
-    if binding.kind is Kind.NONLINEAR and spec.role != "f" and \
-            index >= binding.first_n_args_fixed:
+    if binding.kind is Kind.NONLINEAR and spec.role != "f" and index >= binding.first_n_args_fixed:
         if action == "transposed":
             return TypeError(
                 f"jaxbind: {describe_role(spec.role)} of '{binding.name}' is linear in its "
                 f"tangents or cotangents only; it cannot be transposed with respect to the "
-                f"primal input {index}")
+                f"primal input {index}"
+            )
         order = binding.order()
         return NotImplementedError(
             f"jaxbind: '{binding.name}' is a nonlinear op differentiable to order {order} "
@@ -117,18 +130,19 @@ def _fixed_error(spec: CallSpec, index: int, action: str) -> Exception:
             f"'{binding.name}' differentiated with respect to its primal input {index}. Give "
             "get_nonlinear_call JAX functions (jaxbind ops, or functions marked with "
             "jaxbind.jax_function) as f_jvp and f_vjp to differentiate further, or write "
-            "the function in JAX")
+            "the function in JAX"
+        )
     return TypeError(
         f"jaxbind: '{binding.name}' argument {index} is fixed (first_n_args_fixed="
         f"{binding.first_n_args_fixed}) and cannot be {action}; move it after the fixed "
-        "arguments or use jax.custom_jvp")
+        "arguments or use jax.custom_jvp"
+    )
 
 
 def _differentiable_primal(spec: CallSpec, index: int) -> bool:
     """Whether a primal argument of a JVP or VJP role can be differentiated (second order)."""
     binding = spec.binding
-    return (index >= binding.first_n_args_fixed
-            and binding.jax_function_for(spec.role) is not None)
+    return index >= binding.first_n_args_fixed and binding.jax_function_for(spec.role) is not None
 
 
 def _jvp_in_primals(spec: CallSpec, primals, tangents, which):
@@ -141,8 +155,11 @@ def _jvp_in_primals(spec: CallSpec, primals, tangents, which):
             args[i] = v
         return fn(*args)
 
-    _, tans = jax.jvp(along, tuple(primals[i] for i in which),
-                      tuple(instantiate_zeros(tangents[i]) for i in which))
+    _, tans = jax.jvp(
+        along,
+        tuple(primals[i] for i in which),
+        tuple(instantiate_zeros(tangents[i]) for i in which),
+    )
     return list(tans)
 
 
@@ -174,8 +191,11 @@ def jvp_rule(primals, tangents, *, spec: CallSpec):
                 raise _fixed_error(spec, i, "differentiated")
             in_primals.append(i)
     outs = bind(spec, *primals)
-    live = [i for i in range(n, len(primals))
-            if type(tangents[i]) is not ad.Zero and _has_tangent(primals[i])]
+    live = [
+        i
+        for i in range(n, len(primals))
+        if type(tangents[i]) is not ad.Zero and _has_tangent(primals[i])
+    ]
     if not live and not in_primals:
         return outs, [zero_tangent(o) for o in outs]
 
@@ -190,7 +210,7 @@ def jvp_rule(primals, tangents, *, spec: CallSpec):
         tans = bind(jvp_spec, *primals, *map(_tangent_arg, primals[n:], tangents[n:]))
     else:  # multilinear: product rule, one term per argument with a tangent
         for i in live:
-            term = bind(spec, *primals[:i], tangents[i], *primals[i + 1:])
+            term = bind(spec, *primals[:i], tangents[i], *primals[i + 1 :])
             tans = term if tans is None else [a + b for a, b in zip(tans, term)]
     if in_primals:
         more = _jvp_in_primals(spec, primals, tangents, in_primals)
@@ -206,15 +226,19 @@ def _transpose_nonlinear(cts, args, lin, spec: CallSpec):
     """
     binding = spec.binding
     if not lin or not set(lin) <= set(binding.linear_in) or binding.derivatives[1] is None:
-        why = (f"it is declared linear in arguments {list(binding.linear_in)}"
-               if binding.linear_in else "no arguments are declared linear (linear_in)")
+        why = (
+            f"it is declared linear in arguments {list(binding.linear_in)}"
+            if binding.linear_in
+            else "no arguments are declared linear (linear_in)"
+        )
         if binding.linear_in and binding.derivatives[1] is None:
             why += ", but it has no VJP"
-        raise TypeError(f"jaxbind: '{binding.name}' is a nonlinear op; it cannot be transposed "
-                        f"with respect to arguments {lin}: {why}")
+        raise TypeError(
+            f"jaxbind: '{binding.name}' is a nonlinear op; it cannot be transposed "
+            f"with respect to arguments {lin}: {why}"
+        )
     n, ba, oba = spec.n_fixed, spec.batch_axes, spec.out_batch_axes
-    primals = [jnp.zeros(a.aval.shape, a.aval.dtype) if is_undefined_primal(a) else a
-               for a in args]
+    primals = [jnp.zeros(a.aval.shape, a.aval.dtype) if is_undefined_primal(a) else a for a in args]
     t_spec = spec.derive("vjp", len(args), _cat(ba, oba), ba and ba[n:])
     t_spec = _hinted(t_spec, args[n:], ba and ba[n:])
     res = _bind_transposed([*primals, *cts], t_spec)
@@ -248,14 +272,16 @@ def transpose_rule(cts, *args, spec: CallSpec):
         if len(lin) != 1:
             raise TypeError(
                 f"jaxbind: '{binding.name}' is multilinear, i.e. linear in each argument "
-                f"separately; it cannot be transposed with respect to arguments {lin} at once")
+                f"separately; it cannot be transposed with respect to arguments {lin} at once"
+            )
         i = lin[0]
-        rest = args[:i] + args[i + 1:]
-        t_spec = spec.derive(f"T{i}", n, _cat(ba and (ba[:i] + ba[i + 1:]), oba),
-                             ba and (ba[i],), n_lead=len(rest))
-        t_spec = _hinted(t_spec, args[i:i + 1], ba and (ba[i],))
+        rest = args[:i] + args[i + 1 :]
+        t_spec = spec.derive(
+            f"T{i}", n, _cat(ba and (ba[:i] + ba[i + 1 :]), oba), ba and (ba[i],), n_lead=len(rest)
+        )
+        t_spec = _hinted(t_spec, args[i : i + 1], ba and (ba[i],))
         res = _bind_transposed([*rest, *cts], t_spec)
-        return [None] * i + _checked(spec, res, args[i:i + 1]) + [None] * (len(args) - i - 1)
+        return [None] * i + _checked(spec, res, args[i : i + 1]) + [None] * (len(args) - i - 1)
 
     # Multilinear transpose "T<i>": args = (the other arguments of f, cotangents of f).
     i, m = int(spec.role[1:]), spec.n_lead
@@ -264,24 +290,26 @@ def transpose_rule(cts, *args, spec: CallSpec):
     lead_ba = ba and list(ba[:m])
     if all(k >= m for k in lin):  # transpose back to f, w.r.t. its cotangent arguments
         f_args = lead[:i] + [ct] + lead[i:]
-        f_spec = spec.derive("f", n, ba and tuple(lead_ba[:i] + [oba[0]] + lead_ba[i:]),
-                             ba and ba[m:])
+        f_spec = spec.derive(
+            "f", n, ba and tuple(lead_ba[:i] + [oba[0]] + lead_ba[i:]), ba and ba[m:]
+        )
         res = _bind_transposed(f_args, f_spec)
         return [None] * m + _checked(spec, res, args[m:])
     if len(lin) != 1:
         raise TypeError(
             f"jaxbind: '{binding.name}' ({describe_role(spec.role)}) is linear in each argument "
-            f"separately; it cannot be transposed with respect to arguments {lin} at once")
+            f"separately; it cannot be transposed with respect to arguments {lin} at once"
+        )
     k = lin[0]
     j = k if k < i else k + 1  # position of the wanted argument in f's signature
     full = lead[:i] + [ct] + lead[i:]
-    rest = full[:j] + full[j + 1:]
+    rest = full[:j] + full[j + 1 :]
     if ba is not None:
         full_ba = lead_ba[:i] + [oba[0]] + lead_ba[i:]
-        rest_ba, out_ba = tuple(full_ba[:j] + full_ba[j + 1:]) + tuple(ba[m:]), (full_ba[j],)
+        rest_ba, out_ba = tuple(full_ba[:j] + full_ba[j + 1 :]) + tuple(ba[m:]), (full_ba[j],)
     else:
         rest_ba = out_ba = None
     t_spec = spec.derive(f"T{j}", n, rest_ba, out_ba, n_lead=len(rest))
-    t_spec = _hinted(t_spec, args[k:k + 1], out_ba)
+    t_spec = _hinted(t_spec, args[k : k + 1], out_ba)
     res = _bind_transposed([*rest, *cot], t_spec)
-    return [None] * k + _checked(spec, res, args[k:k + 1]) + [None] * (len(args) - k - 1)
+    return [None] * k + _checked(spec, res, args[k : k + 1]) + [None] * (len(args) - k - 1)

@@ -84,13 +84,18 @@ class Op(OpBase):
         if len(args) <= binding.first_n_args_fixed:
             raise TypeError(
                 f"jaxbind: '{binding.name}' got {len(args)} positional arguments but has "
-                f"first_n_args_fixed={binding.first_n_args_fixed}; it needs at least one more")
+                f"first_n_args_fixed={binding.first_n_args_fixed}; it needs at least one more"
+            )
         if binding.can_batch and "batch_axes" in kwargs:
-            raise TypeError(f"jaxbind: '{binding.name}': the keyword argument 'batch_axes' is "
-                            "reserved for jaxbind's batching protocol")
+            raise TypeError(
+                f"jaxbind: '{binding.name}': the keyword argument 'batch_axes' is "
+                "reserved for jaxbind's batching protocol"
+            )
         dump = encode_kwargs(kwargs, where=f"'{binding.name}'") if kwargs else _NO_KWARGS
-        args = [a if isinstance(a, jax.Array) else _as_array(binding.name, i, a)
-                for i, a in enumerate(args)]
+        args = [
+            a if isinstance(a, jax.Array) else _as_array(binding.name, i, a)
+            for i, a in enumerate(args)
+        ]
         spec = CallSpec(binding, "f", binding.first_n_args_fixed, dump)
         if any(isinstance(a, jax.core.Tracer) for a in args):
             return bind(spec, *args)
@@ -112,14 +117,17 @@ class Op(OpBase):
 def _as_array(name: str, index: int, value):
     """A positional argument as a JAX array, or an error that says what it is instead."""
     if isinstance(value, jax.ShapeDtypeStruct):
-        raise TypeError(f"jaxbind: '{name}': argument {index} is a jax.ShapeDtypeStruct, which "
-                        "has a shape but no values; pass an array, or use jax.eval_shape(op, "
-                        "...) for the output shapes")
+        raise TypeError(
+            f"jaxbind: '{name}': argument {index} is a jax.ShapeDtypeStruct, which "
+            "has a shape but no values; pass an array, or use jax.eval_shape(op, "
+            "...) for the output shapes"
+        )
     try:
         array = jnp.asarray(value)
     except TypeError as exc:
-        raise TypeError(f"jaxbind: '{name}': argument {index} ({type(value).__name__}) is not "
-                        f"an array: {exc}") from None
+        raise TypeError(
+            f"jaxbind: '{name}': argument {index} ({type(value).__name__}) is not an array: {exc}"
+        ) from None
     return array
 
 
@@ -169,8 +177,9 @@ def _nested(cache: dict, spec: CallSpec, exc: RecursionError, args):
         except RecursionError as again:
             if not str(again).startswith("Recursively calling jit"):
                 raise
-    raise RecursionError(f"jaxbind: '{spec.binding.name}' called itself eagerly more than "
-                         "1000 levels deep") from exc
+    raise RecursionError(
+        f"jaxbind: '{spec.binding.name}' called itself eagerly more than 1000 levels deep"
+    ) from exc
 
 
 def _binder(spec: CallSpec):
@@ -205,17 +214,23 @@ def _aliases(value, n_fixed) -> tuple:
     if value is None:
         return ()
     if not isinstance(value, dict) or not all(
-            type(k) is int and type(v) is int and k >= 0 and v >= 0 for k, v in value.items()):
-        raise TypeError("jaxbind: input_output_aliases must be a dict {input index: output "
-                        f"index}} of non-negative ints, got {value!r}")
+        type(k) is int and type(v) is int and k >= 0 and v >= 0 for k, v in value.items()
+    ):
+        raise TypeError(
+            "jaxbind: input_output_aliases must be a dict {input index: output "
+            f"index}} of non-negative ints, got {value!r}"
+        )
     if len(set(value.values())) != len(value):
-        raise ValueError(f"jaxbind: input_output_aliases {value!r} aliases one output with "
-                         "several inputs")
+        raise ValueError(
+            f"jaxbind: input_output_aliases {value!r} aliases one output with several inputs"
+        )
     fixed = [k for k in value if k < n_fixed]
     if fixed:
-        raise ValueError(f"jaxbind: input_output_aliases: input {fixed[0]} is fixed "
-                         f"(first_n_args_fixed={n_fixed}); only inputs after the fixed ones can "
-                         "share memory with an output")
+        raise ValueError(
+            f"jaxbind: input_output_aliases: input {fixed[0]} is fixed "
+            f"(first_n_args_fixed={n_fixed}); only inputs after the fixed ones can "
+            "share memory with an output"
+        )
     return tuple(sorted(value.items()))
 
 
@@ -233,12 +248,15 @@ def _linear_in(linear_in, first_n_args_fixed) -> tuple:
     except TypeError:  # not iterable
         ok = False
     if not ok:
-        raise TypeError(f"jaxbind: linear_in must be a sequence of argument indices, got "
-                        f"{linear_in!r}")
+        raise TypeError(
+            f"jaxbind: linear_in must be a sequence of argument indices, got {linear_in!r}"
+        )
     args = tuple(sorted(set(linear_in)))
     if any(i < first_n_args_fixed for i in args):
-        raise ValueError(f"jaxbind: linear_in {args} names fixed arguments (first_n_args_fixed="
-                         f"{first_n_args_fixed}); only differentiable arguments can be linear")
+        raise ValueError(
+            f"jaxbind: linear_in {args} names fixed arguments (first_n_args_fixed="
+            f"{first_n_args_fixed}); only differentiable arguments can be linear"
+        )
     return args
 
 
@@ -246,58 +264,104 @@ def _check_body_runs(what: str, fn, name) -> None:
     """A generator or async function returns without running its body: its results
     would never be written. Refused here, as the trampoline refuses a return value."""
     target = fn.func if isinstance(fn, functools.partial) else fn
-    if inspect.isgeneratorfunction(target) or inspect.iscoroutinefunction(target) \
-            or inspect.isasyncgenfunction(target):
+    if (
+        inspect.isgeneratorfunction(target)
+        or inspect.iscoroutinefunction(target)
+        or inspect.isasyncgenfunction(target)
+    ):
         raise TypeError(
             f"jaxbind: {what} of '{name or getattr(target, '__qualname__', target)}' is a "
             f"{'generator' if inspect.isgeneratorfunction(target) else 'coroutine'} function: "
             "calling it returns without running its body, so it would never write its "
-            "results. A callable writes each result into out[k][...] and returns None")
+            "results. A callable writes each result into out[k][...] and returns None"
+        )
 
 
-def _make_op(kind: Kind, f, transposes, derivatives, abstract, abstract_T,
-             first_n_args_fixed, func_can_batch, name, replace, platform_mode,
-             input_output_aliases=None, has_side_effect=False, ordered=False,
-             linear_in=()) -> Op:
+def _make_op(
+    kind: Kind,
+    f,
+    transposes,
+    derivatives,
+    abstract,
+    abstract_T,
+    first_n_args_fixed,
+    func_can_batch,
+    name,
+    replace,
+    platform_mode,
+    input_output_aliases=None,
+    has_side_effect=False,
+    ordered=False,
+    linear_in=(),
+) -> Op:
     if not callable(f):
         raise TypeError(f"jaxbind: f must be callable, got {f!r}")
-    for what, fn in (("f", f), *(((f"f_T[{i}]" if isinstance(transposes, tuple) else "f_T"), t)
-                                 for i, t in enumerate(transposes if isinstance(transposes, tuple)
-                                                       else (transposes,))),
-                     *zip(("f_jvp", "f_vjp"), derivatives or ())):
+    for what, fn in (
+        ("f", f),
+        *(
+            ((f"f_T[{i}]" if isinstance(transposes, tuple) else "f_T"), t)
+            for i, t in enumerate(transposes if isinstance(transposes, tuple) else (transposes,))
+        ),
+        *zip(("f_jvp", "f_vjp"), derivatives or ()),
+    ):
         _check_body_runs(what, fn, name)
     if not callable(abstract):
         raise TypeError(f"jaxbind: abstract must be callable, got {abstract!r}")
-    if isinstance(first_n_args_fixed, bool) or not isinstance(first_n_args_fixed, int) \
-            or first_n_args_fixed < 0:
-        raise TypeError(f"jaxbind: first_n_args_fixed must be a non-negative int, "
-                        f"got {first_n_args_fixed!r}")
+    if (
+        isinstance(first_n_args_fixed, bool)
+        or not isinstance(first_n_args_fixed, int)
+        or first_n_args_fixed < 0
+    ):
+        raise TypeError(
+            f"jaxbind: first_n_args_fixed must be a non-negative int, got {first_n_args_fixed!r}"
+        )
     if platform_mode not in _PLATFORM_MODES:
-        raise ValueError(f"jaxbind: platform_mode must be one of {_PLATFORM_MODES}, "
-                         f"got {platform_mode!r}")
+        raise ValueError(
+            f"jaxbind: platform_mode must be one of {_PLATFORM_MODES}, got {platform_mode!r}"
+        )
     explicit = name is not None
     if explicit and (not isinstance(name, str) or not name):
         raise TypeError(f"jaxbind: name must be a non-empty string, got {name!r}")
     if not explicit:
-        name = f"{getattr(f, '__module__', None) or 'unknown'}." \
-               f"{getattr(f, '__qualname__', None) or type(f).__qualname__}"
-    binding = Binding(name=name, kind=kind, f=f, transposes=transposes, derivatives=derivatives,
-                      abstract=abstract, abstract_T=abstract_T,
-                      first_n_args_fixed=first_n_args_fixed, can_batch=bool(func_can_batch),
-                      platform_mode=platform_mode,
-                      aliases=_aliases(input_output_aliases, first_n_args_fixed),
-                      effect=_effect(has_side_effect, ordered),
-                      linear_in=_linear_in(linear_in, first_n_args_fixed))
+        name = (
+            f"{getattr(f, '__module__', None) or 'unknown'}."
+            f"{getattr(f, '__qualname__', None) or type(f).__qualname__}"
+        )
+    binding = Binding(
+        name=name,
+        kind=kind,
+        f=f,
+        transposes=transposes,
+        derivatives=derivatives,
+        abstract=abstract,
+        abstract_T=abstract_T,
+        first_n_args_fixed=first_n_args_fixed,
+        can_batch=bool(func_can_batch),
+        platform_mode=platform_mode,
+        aliases=_aliases(input_output_aliases, first_n_args_fixed),
+        effect=_effect(has_side_effect, ordered),
+        linear_in=_linear_in(linear_in, first_n_args_fixed),
+    )
     binding, _ = register(binding, explicit_name=explicit, replace=replace)
     return Op(binding)
 
 
-def get_linear_call(f: Callable, f_T: Callable | Sequence[Callable | None] | None, /,
-                    abstract: Callable, abstract_T: Callable | Sequence | None, *,
-                    first_n_args_fixed: int = 0, func_can_batch: bool = False,
-                    name: str | None = None, replace: bool = False,
-                    platform_mode: str = "device", input_output_aliases: dict | None = None,
-                    has_side_effect: bool = False, ordered: bool = False) -> Op:
+def get_linear_call(
+    f: Callable,
+    f_T: Callable | Sequence[Callable | None] | None,
+    /,
+    abstract: Callable,
+    abstract_T: Callable | Sequence | None,
+    *,
+    first_n_args_fixed: int = 0,
+    func_can_batch: bool = False,
+    name: str | None = None,
+    replace: bool = False,
+    platform_mode: str = "device",
+    input_output_aliases: dict | None = None,
+    has_side_effect: bool = False,
+    ordered: bool = False,
+) -> Op:
     """Make a JAX op from a linear (or multilinear) Python function and its transpose.
 
     Args:
@@ -345,23 +409,48 @@ def get_linear_call(f: Callable, f_T: Callable | Sequence[Callable | None] | Non
     if multilinear:
         f_T = tuple(f_T)
         if not isinstance(abstract_T, (tuple, list)) or len(abstract_T) != len(f_T):
-            raise TypeError("jaxbind: with a tuple of transposes f_T, abstract_T must be a "
-                            f"tuple of the same length ({len(f_T)})")
+            raise TypeError(
+                "jaxbind: with a tuple of transposes f_T, abstract_T must be a "
+                f"tuple of the same length ({len(f_T)})"
+            )
         abstract_T = tuple(abstract_T)
     elif f_T is not None and not callable(f_T):
         raise TypeError(f"jaxbind: f_T must be callable, a tuple of callables or None, got {f_T!r}")
-    return _make_op(Kind.MULTILINEAR if multilinear else Kind.LINEAR, f, f_T, None, abstract,
-                    abstract_T, first_n_args_fixed, func_can_batch, name, replace, platform_mode,
-                    input_output_aliases, has_side_effect, ordered)
+    return _make_op(
+        Kind.MULTILINEAR if multilinear else Kind.LINEAR,
+        f,
+        f_T,
+        None,
+        abstract,
+        abstract_T,
+        first_n_args_fixed,
+        func_can_batch,
+        name,
+        replace,
+        platform_mode,
+        input_output_aliases,
+        has_side_effect,
+        ordered,
+    )
 
 
-def get_nonlinear_call(f: Callable, f_derivative: Sequence[Callable | None], /,
-                       abstract: Callable, abstract_reverse: Callable | None, *,
-                       first_n_args_fixed: int = 0, func_can_batch: bool = False,
-                       name: str | None = None, replace: bool = False,
-                       platform_mode: str = "device", input_output_aliases: dict | None = None,
-                       has_side_effect: bool = False, ordered: bool = False,
-                       linear_in: Sequence[int] = ()) -> Op:
+def get_nonlinear_call(
+    f: Callable,
+    f_derivative: Sequence[Callable | None],
+    /,
+    abstract: Callable,
+    abstract_reverse: Callable | None,
+    *,
+    first_n_args_fixed: int = 0,
+    func_can_batch: bool = False,
+    name: str | None = None,
+    replace: bool = False,
+    platform_mode: str = "device",
+    input_output_aliases: dict | None = None,
+    has_side_effect: bool = False,
+    ordered: bool = False,
+    linear_in: Sequence[int] = (),
+) -> Op:
     """Make a JAX op from a nonlinear Python function with its JVP and VJP.
 
     Args:
@@ -403,9 +492,23 @@ def get_nonlinear_call(f: Callable, f_derivative: Sequence[Callable | None], /,
     for what, fn in zip(("f_jvp", "f_vjp"), f_derivative):
         if fn is not None and not callable(fn):
             raise TypeError(f"jaxbind: {what} must be callable or None, got {fn!r}")
-    return _make_op(Kind.NONLINEAR, f, None, tuple(f_derivative), abstract, abstract_reverse,
-                    first_n_args_fixed, func_can_batch, name, replace, platform_mode,
-                    input_output_aliases, has_side_effect, ordered, linear_in)
+    return _make_op(
+        Kind.NONLINEAR,
+        f,
+        None,
+        tuple(f_derivative),
+        abstract,
+        abstract_reverse,
+        first_n_args_fixed,
+        func_can_batch,
+        name,
+        replace,
+        platform_mode,
+        input_output_aliases,
+        has_side_effect,
+        ordered,
+        linear_in,
+    )
 
 
 for _fn in (get_linear_call, get_nonlinear_call):

@@ -46,7 +46,8 @@ def _batch_native(args, dims, spec: CallSpec):
             raise TypeError(
                 f"jaxbind: '{binding.name}' has func_can_batch=True, so its abstract function "
                 f"must return (shape, dtype, out_batch_axis) for each output when batch_axes is "
-                f"set; output {k} has no out_batch_axis")
+                f"set; output {k} has no out_batch_axis"
+            )
         out_dims.append(axis)
     old_out = spec.out_batch_axes if spec.out_batch_axes is not None else ((),) * len(outs)
     new_out = tuple(_shift(axes, d) for axes, d in zip(old_out, out_dims))
@@ -65,8 +66,14 @@ def _align(args, dims, spec: CallSpec):
     """
     old = spec.batch_axes if spec.batch_axes is not None else ((),) * len(args)
     # sizes of the earlier levels; `axes` count positions without the new axis at `d`
-    levels = next((tuple(a.shape[ax + (d is not not_mapped and ax >= d)] for ax in axes)
-                   for a, axes, d in zip(args, old, dims) if axes), ())
+    levels = next(
+        (
+            tuple(a.shape[ax + (d is not not_mapped and ax >= d)] for ax in axes)
+            for a, axes, d in zip(args, old, dims)
+            if axes
+        ),
+        (),
+    )
     size = next(a.shape[d] for a, d in zip(args, dims) if d is not not_mapped)
     new_axes = []
     for i, (x, axes, d) in enumerate(zip(args, old, dims)):
@@ -95,7 +102,7 @@ def _batch_looped(args, dims, spec: CallSpec):
             args[i] = jax.numpy.moveaxis(x, list(reversed(ax)), list(range(len(ax))))
         front.append(tuple(reversed(range(len(ax)))))
     levels = max(len(ax) for ax in front)
-    core = [ShapedArray(a.shape[len(ax):], a.dtype) for a, ax in zip(args, front)]
+    core = [ShapedArray(a.shape[len(ax) :], a.dtype) for a, ax in zip(args, front)]
     n_out = len(call_abstract(replace(spec, batch_axes=None), core))
     out_axes = (tuple(reversed(range(levels))),) * n_out
     new_spec = replace(spec, batch_axes=tuple(front), out_batch_axes=out_axes)

@@ -27,15 +27,25 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["Kind", "Binding", "JaxFunction", "OpBase", "Role", "describe_role", "is_jax_function",
-           "jax_function", "register", "lookup"]
+__all__ = [
+    "Kind",
+    "Binding",
+    "JaxFunction",
+    "OpBase",
+    "Role",
+    "describe_role",
+    "is_jax_function",
+    "jax_function",
+    "register",
+    "lookup",
+]
 
 
 class OpBase:
     """What every jaxbind op is (the Op class of _api derives from it)."""
 
     __slots__ = ()
-    binding: "Binding"
+    binding: Binding
 
 
 class SiteHolder:
@@ -113,7 +123,7 @@ class Binding:
     kind: Kind
     f: Callable
     transposes: Callable | tuple | None  # f_T (linear) or one per argument (multilinear)
-    derivatives: tuple | None            # (f_jvp, f_vjp) for nonlinear ops
+    derivatives: tuple | None  # (f_jvp, f_vjp) for nonlinear ops
     abstract: Callable
     abstract_T: Callable | tuple | None
     first_n_args_fixed: int
@@ -131,21 +141,34 @@ class Binding:
     # its keyword arguments go with the last program that calls it. Programs made
     # elsewhere (jax.export) have no holder here: their sites are kept in a small
     # LRU instead (``_ORPHANS`` at most).
-    holders: weakref.WeakValueDictionary = field(default_factory=weakref.WeakValueDictionary,
-                                                 repr=False, compare=False)
-    orphans: collections.OrderedDict = field(default_factory=collections.OrderedDict,
-                                             repr=False, compare=False)
+    holders: weakref.WeakValueDictionary = field(
+        default_factory=weakref.WeakValueDictionary, repr=False, compare=False
+    )
+    orphans: collections.OrderedDict = field(
+        default_factory=collections.OrderedDict, repr=False, compare=False
+    )
     # whether the name is the callable's qualified name (set when registered)
     default_name: bool = field(default=True, repr=False, compare=False)
     __weakref__: object = field(default=None, init=False, repr=False, compare=False)
 
     def callables(self) -> tuple:
         """Everything user-supplied, to tell equal bindings from clashing ones."""
-        return (self.kind, self.f, self.transposes, self.derivatives, self.abstract,
-                self.abstract_T, self.first_n_args_fixed, self.can_batch, self.platform_mode,
-                self.aliases, self.effect, self.linear_in)
+        return (
+            self.kind,
+            self.f,
+            self.transposes,
+            self.derivatives,
+            self.abstract,
+            self.abstract_T,
+            self.first_n_args_fixed,
+            self.can_batch,
+            self.platform_mode,
+            self.aliases,
+            self.effect,
+            self.linear_in,
+        )
 
-    def holder(self, digest: int) -> "SiteHolder":
+    def holder(self, digest: int) -> SiteHolder:
         """The holder of the site `digest`, for a program being lowered to keep alive."""
         with _lock:
             holder = self.holders.get(digest)
@@ -190,12 +213,14 @@ class Binding:
         elif self.kind is Kind.MULTILINEAR and role.index is not None:
             fn = self.transposes[role.index] if role.index < len(self.transposes) else None
         else:
-            raise LookupError(f"jaxbind: binding '{self.name}' ({self.kind.value}) has no role "
-                              f"{role.text!r}")
+            raise LookupError(
+                f"jaxbind: binding '{self.name}' ({self.kind.value}) has no role {role.text!r}"
+            )
         if fn is None:
             raise NotImplementedError(
                 f"jaxbind: '{self.name}' was given no callable for {role.describe()}; "
-                "pass one to get_linear_call to transpose or differentiate this op")
+                "pass one to get_linear_call to transpose or differentiate this op"
+            )
         return fn
 
     def runtime_callable_for(self, role: str | Role) -> Callable:
@@ -203,9 +228,11 @@ class Binding:
         role = Role.parse(role) if isinstance(role, str) else role
         fn = self.callable_for(role)
         if is_jax_function(fn):
-            raise LookupError(f"jaxbind: {role.describe()} of '{self.name}' is a JAX function, "
-                              "which programs contain inlined; no call of it goes through the "
-                              "trampoline")
+            raise LookupError(
+                f"jaxbind: {role.describe()} of '{self.name}' is a JAX function, "
+                "which programs contain inlined; no call of it goes through the "
+                "trampoline"
+            )
         return fn
 
     def jax_function_for(self, role: str | Role) -> Callable | None:
@@ -236,9 +263,15 @@ class Binding:
         role = Role.parse(role) if isinstance(role, str) else role
         if role.base in ("f", "jvp"):
             return True
-        fn = self.abstract_T if role.index is None else (
-            self.abstract_T[role.index] if isinstance(self.abstract_T, tuple)
-            and role.index < len(self.abstract_T) else None)
+        fn = (
+            self.abstract_T
+            if role.index is None
+            else (
+                self.abstract_T[role.index]
+                if isinstance(self.abstract_T, tuple) and role.index < len(self.abstract_T)
+                else None
+            )
+        )
         return callable(fn)
 
     def abstract_for(self, role: str | Role) -> Callable:
@@ -252,7 +285,8 @@ class Binding:
             fn = self.abstract_T[role.index] if role.index < len(self.abstract_T) else None
         if fn is None or not callable(fn):
             raise NotImplementedError(
-                f"jaxbind: '{self.name}' was given no abstract function for {role.describe()}")
+                f"jaxbind: '{self.name}' was given no abstract function for {role.describe()}"
+            )
         return fn
 
 
@@ -277,8 +311,13 @@ class Role:
         if text in ("f", "T", "jvp", "vjp"):
             return Role(text, text)
         digits = text[1:]
-        if text[:1] == "T" and digits.isascii() and digits.isdigit() and len(digits) <= 6 \
-                and digits == str(int(digits)):
+        if (
+            text[:1] == "T"
+            and digits.isascii()
+            and digits.isdigit()
+            and len(digits) <= 6
+            and digits == str(int(digits))
+        ):
             return Role(text, "T", int(digits))
         raise LookupError(f"there is no role {text!r}")
 
@@ -302,7 +341,7 @@ def describe_role(role: str) -> str:
 
 # name -> Binding, weakly held: a binding lives as long as its op, any jaxpr
 # that uses it, or any compiled program (lowering adds it to the keepalives).
-_registry: "weakref.WeakValueDictionary[str, Binding]" = weakref.WeakValueDictionary()
+_registry: weakref.WeakValueDictionary[str, Binding] = weakref.WeakValueDictionary()
 _lock = threading.RLock()  # register() holds it while a replaced binding drops its sites
 # Registered bindings by (name without suffix, fingerprint of their callables): the
 # only ones that can be equal to a new binding under that name.
@@ -311,8 +350,9 @@ _alike: dict[tuple, weakref.WeakSet] = {}
 _free_suffix: dict[str, int] = {}
 
 
-def register(binding: Binding, *, explicit_name: bool, replace: bool = False
-             ) -> tuple[Binding, bool]:
+def register(
+    binding: Binding, *, explicit_name: bool, replace: bool = False
+) -> tuple[Binding, bool]:
     """Register `binding` under its name; return the binding to use and whether it is new.
 
     An equal binding already registered under the name is reused. A different
@@ -331,11 +371,14 @@ def register(binding: Binding, *, explicit_name: bool, replace: bool = False
                 return other, False
         existing = _registry.get(base)
         if existing is not None and explicit_name:
-            if not replace:
+            if not replace and not _defined_again(existing, binding):
+                where = definition_site(existing.f)
                 raise ValueError(
                     f"jaxbind: the name '{base}' is already used by another binding with "
-                    "different callables; choose another name=, or pass replace=True to "
-                    "replace that binding")
+                    "different callables"
+                    + (f" (defined at {where[0]}:{where[1]})" if where else "")
+                    + "; choose another name=, or pass replace=True to replace that binding"
+                )
             # Its call sites go (the trampoline's cache holds them weakly), so
             # programs compiled for it resolve the name again, to this binding.
             existing.drop_sites()
@@ -353,6 +396,45 @@ def register(binding: Binding, *, explicit_name: bool, replace: bool = False
             weakref.finalize(binding, _forget, key)
         alike.add(binding)
         return binding, True
+
+
+def definition_site(fn) -> tuple | None:
+    """Where the function behind a callable was defined: (file, first line, qualified
+    name, and a hash of the code), through wrappers (``__wrapped__``); None for a closure,
+    a bound method, a partial or a callable object, which differ by their state. A
+    notebook cell or a module run again defines its functions at the same site, so
+    their named bindings replace the earlier ones."""
+    fn = _unwrapped(fn)  # jaxbind's own wrappers (JAX-native API), functools.wraps
+    if not isinstance(fn, types.FunctionType):
+        return None  # bound methods, partials, callable objects: they differ by their state
+    code = getattr(fn, "__code__", None)
+    if code is None or getattr(fn, "__closure__", None):
+        return None  # closures of one definition differ by what they close over
+    return (
+        code.co_filename,
+        code.co_firstlineno,
+        code.co_qualname,
+        hash((code.co_code, repr(code.co_consts))),
+    )
+
+
+def _defined_again(existing: Binding, binding: Binding) -> bool:
+    """Whether `binding` is `existing` defined once more: its function is a new function
+    object from the same definition site (a notebook cell or a module run again)."""
+    site = definition_site(binding.f)
+    return (
+        site is not None
+        and site == definition_site(existing.f)
+        and _unwrapped(binding.f) is not _unwrapped(existing.f)
+    )
+
+
+def _unwrapped(fn):
+    for _ in range(16):
+        if not hasattr(fn, "__wrapped__"):
+            break
+        fn = fn.__wrapped__
+    return fn
 
 
 def _freed(base: str, suffix: int) -> None:
@@ -404,8 +486,11 @@ def same_values(a, b) -> bool:
     if isinstance(a, types.MethodType):
         return a.__self__ is b.__self__ and a.__func__ is b.__func__
     if isinstance(a, functools.partial):
-        return (same_values(a.func, b.func) and same_values(a.args, b.args)
-                and same_values(a.keywords, b.keywords))
+        return (
+            same_values(a.func, b.func)
+            and same_values(a.args, b.args)
+            and same_values(a.keywords, b.keywords)
+        )
     try:
         equal = a == b
     except Exception:

@@ -54,4 +54,5 @@ def check_build(built_against: str, installed: str, oldest_supported: str) -> No
         f"jaxbind needs jaxlib>={needed}, but jaxlib {installed} is installed. jaxbind's "
         f"extension was compiled against the XLA FFI headers of jaxlib {built_against} and "
         f"runs with that jaxlib and every newer one, not with an older one. Upgrade: "
-        f"pip install -U 'jax>={needed}' 'jaxlib>={needed}'")
+        f"pip install -U 'jax>={needed}' 'jaxlib>={needed}'"
+    )

@@ -47,8 +47,14 @@ class Loop(NamedTuple):
 NO_LOOP = Loop(0, ())
 
 
-def site_digest(name: str, role: str, blob: bytes, levels: int | None = None,
-                flags: bytes = b"", n_fixed: int = 0) -> int:
+def site_digest(
+    name: str,
+    role: str,
+    blob: bytes,
+    levels: int | None = None,
+    flags: bytes = b"",
+    n_fixed: int = 0,
+) -> int:
     """Signed 64-bit digest of one call site's attributes.
 
     Format 1 digests cover (name, role, kwargs); format 2 digests also cover
@@ -57,8 +63,11 @@ def site_digest(name: str, role: str, blob: bytes, levels: int | None = None,
     h = hashlib.blake2b(digest_size=8)
     parts = [name.encode(), role.encode(), blob]
     if levels is not None:
-        parts += [int(levels).to_bytes(4, "little", signed=True), bytes(flags),
-                  int(n_fixed).to_bytes(4, "little", signed=True)]
+        parts += [
+            int(levels).to_bytes(4, "little", signed=True),
+            bytes(flags),
+            int(n_fixed).to_bytes(4, "little", signed=True),
+        ]
     for part in parts:
         h.update(len(part).to_bytes(8, "little"))
         h.update(part)

@@ -14,19 +14,46 @@ import warnings
 import jax
 import jax.ffi as ffi  # public since jax 0.4.38
 from jax._src import core as _core  # get_aval: jax 0.7 - 0.12
-from jax.extend.core import Primitive  # jax 0.4.36 - 0.12
-from jax.interpreters import ad, batching, mlir  # jax 0.7 - 0.12
+from jax._src.interpreters import mlir as mlir_internal  # custom_call, ir_attribute: jax 0.7
 from jax._src.lib.mlir import ir  # jax 0.7 - 0.12
 from jax._src.lib.mlir.dialects import hlo  # jax 0.7 - 0.12
-from jax._src.interpreters import mlir as mlir_internal  # custom_call, ir_attribute: jax 0.7
+from jax.extend.core import Primitive  # jax 0.4.36 - 0.12
+from jax.interpreters import ad, batching, mlir  # jax 0.7 - 0.12
 
 __all__ = [
-    "NEWEST_TESTED_JAX", "Primitive", "ShapedArray", "ad", "explain_checkpoint_effects",
-    "batching", "ffi", "instantiate_zeros", "is_undefined_primal", "mlir",
-    "for_export", "not_mapped", "define_primitive", "zero_tangent", "check_jax_version",
-    "hlo", "ir", "mlir_internal", "output_aval", "InconclusiveDimensionOperation", "no_effects",
-    "abstract_token", "XLA_CPU_ROOT_CALL_ABORTS",
-    "FFI_SIDE_EFFECT", "ORDERED_IO_EFFECT", "collect_jax_garbage", "register_cache", "run_once_sharding", "set_sharding", "auto_partitioned_devices", "config_use_shardy", "sdy_sharding_rule", "register_batch_partitionable",
+    "FFI_SIDE_EFFECT",
+    "InconclusiveDimensionOperation",
+    "NEWEST_TESTED_JAX",
+    "ORDERED_IO_EFFECT",
+    "Primitive",
+    "ShapedArray",
+    "XLA_CPU_ROOT_CALL_ABORTS",
+    "abstract_token",
+    "ad",
+    "auto_partitioned_devices",
+    "batching",
+    "check_jax_version",
+    "collect_jax_garbage",
+    "config_use_shardy",
+    "define_primitive",
+    "explain_checkpoint_effects",
+    "ffi",
+    "for_export",
+    "hlo",
+    "instantiate_zeros",
+    "ir",
+    "is_undefined_primal",
+    "mlir",
+    "mlir_internal",
+    "no_effects",
+    "not_mapped",
+    "output_aval",
+    "register_batch_partitionable",
+    "register_cache",
+    "run_once_sharding",
+    "sdy_sharding_rule",
+    "set_sharding",
+    "zero_tangent",
 ]
 
 from ._versions import NEWEST_TESTED_JAX, OLDEST_SUPPORTED_JAX  # noqa: E402
@@ -39,8 +66,9 @@ abstract_token = _core.abstract_token  # jax 0.7 - 0.12
 
 # JAX's own effects (jax 0.7 - 0.12), which jaxbind's calls share (see _effects):
 # ffi_call's side effect and io_callback's ordered one.
-from jax._src.ffi import _FfiEffect as FFI_SIDE_EFFECT  # noqa: E402
 from jax._src.callback import _OrderedIOEffect as ORDERED_IO_EFFECT  # noqa: E402
+from jax._src.ffi import _FfiEffect as FFI_SIDE_EFFECT  # noqa: E402
+
 not_mapped = None  # batching.not_mapped is None in jax 0.7 - 0.12 (not exported in 0.12)
 instantiate_zeros = ad.instantiate_zeros
 is_undefined_primal = ad.is_undefined_primal
@@ -60,8 +88,9 @@ def output_aval(shape, dtype, inputs) -> ShapedArray:
         most = max(inputs, key=lambda a: len(a.mat.varying))
         if not most.mat.varying:
             return ShapedArray(shape, dtype)
-        return ShapedArray(shape, dtype, sharding=_core.get_cur_mesh_sharding(),
-                           manual_axis_type=most.mat)
+        return ShapedArray(
+            shape, dtype, sharding=_core.get_cur_mesh_sharding(), manual_axis_type=most.mat
+        )
     vma = frozenset().union(*(getattr(a, "vma", None) or () for a in inputs))
     if not vma:
         return ShapedArray(shape, dtype)
@@ -129,8 +158,7 @@ def config_use_shardy() -> bool:
     return bool(jax.config.jax_use_shardy_partitioner)
 
 
-def sdy_sharding_rule(rule: str, need_replication: tuple[str, ...], operand_types,
-                      result_types):
+def sdy_sharding_rule(rule: str, need_replication: tuple[str, ...], operand_types, result_types):
     """A Shardy sharding rule attribute from einsum-like notation ("b i, b -> b j").
 
     jax._src.custom_partitioning_sharding_rule: jax 0.7 - 0.12. Factors that must
@@ -139,6 +167,7 @@ def sdy_sharding_rule(rule: str, need_replication: tuple[str, ...], operand_type
     all are pass-through, and the batch partitioner replicates the non-batch axes.
     """
     from jax._src import custom_partitioning_sharding_rule as _rule
+
     if _rule_takes_need_replication():
         parsed = _rule.str_to_sdy_sharding_rule(rule, need_replication_factors=need_replication)
     else:
@@ -151,8 +180,10 @@ def _rule_takes_need_replication() -> bool:
     import inspect
 
     from jax._src import custom_partitioning_sharding_rule as _rule
-    return "need_replication_factors" in inspect.signature(
-        _rule.str_to_sdy_sharding_rule).parameters
+
+    return (
+        "need_replication_factors" in inspect.signature(_rule.str_to_sdy_sharding_rule).parameters
+    )
 
 
 def register_batch_partitionable(target: str) -> None:
@@ -163,8 +194,10 @@ def register_batch_partitionable(target: str) -> None:
     ffi.register_ffi_target_as_batch_partitionable(target)
 
 
-from ._buildcheck import version_tuple as _version_tuple  # noqa: E402
 import jaxlib  # noqa: E402
+
+from ._buildcheck import version_tuple as _version_tuple  # noqa: E402
+
 
 def _find_collect_garbage():
     """jaxlib's function that drops the references JAX still holds to host arrays it was
@@ -252,14 +285,16 @@ def check_jax_version(installed: str = jax.__version__) -> str | None:
     if _version_tuple(installed) < _version_tuple(OLDEST_SUPPORTED_JAX):
         raise ImportError(
             f"jaxbind needs jax>={OLDEST_SUPPORTED_JAX}, found jax {installed}; "
-            f"run: pip install -U 'jax>={OLDEST_SUPPORTED_JAX}'")
+            f"run: pip install -U 'jax>={OLDEST_SUPPORTED_JAX}'"
+        )
     if _version_tuple(installed)[:3] <= _version_tuple(NEWEST_TESTED_JAX)[:3]:
         return None
     message = (
         f"jaxbind was tested with jax up to {NEWEST_TESTED_JAX}, found jax {installed}. "
         "It uses some JAX internals; if something breaks, pin "
         f"'pip install jax=={NEWEST_TESTED_JAX}' or upgrade jaxbind. "
-        "Set JAXBIND_SILENCE_JAX_VERSION_WARNING=1 to hide this warning.")
+        "Set JAXBIND_SILENCE_JAX_VERSION_WARNING=1 to hide this warning."
+    )
     if os.environ.get("JAXBIND_SILENCE_JAX_VERSION_WARNING", "") not in ("", "0"):
         return message
     warnings.warn(message, RuntimeWarning, stacklevel=3)

@@ -47,12 +47,16 @@ def explain_checkpoint(jaxpr) -> str | None:
             names[binding.name] = binding.effect
     if not names:
         return None
-    listed = ", ".join(f"'{n}' ({'ordered=True' if e == 'ordered' else 'has_side_effect=True'})"
-                       for n, e in names.items())
-    return (f"jaxbind: {listed} has side effects, and jax.checkpoint (remat) cannot "
-            "differentiate through calls with side effects: it would run them again when it "
-            "recomputes the forward pass. Call the op outside the checkpointed function, or "
-            "use a binding without has_side_effect/ordered there")
+    listed = ", ".join(
+        f"'{n}' ({'ordered=True' if e == 'ordered' else 'has_side_effect=True'})"
+        for n, e in names.items()
+    )
+    return (
+        f"jaxbind: {listed} has side effects, and jax.checkpoint (remat) cannot "
+        "differentiate through calls with side effects: it would run them again when it "
+        "recomputes the forward pass. Call the op outside the checkpointed function, or "
+        "use a binding without has_side_effect/ordered there"
+    )
 
 
 def _equations(jaxpr):
@@ -62,7 +66,7 @@ def _equations(jaxpr):
     for eqn in jaxpr.eqns:
         yield eqn
         for value in eqn.params.values():
-            for sub in (value if isinstance(value, (tuple, list)) else (value,)):
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
                 if isinstance(sub, ClosedJaxpr):
                     yield from _equations(sub.jaxpr)
                 elif isinstance(sub, Jaxpr):

@@ -17,8 +17,9 @@ def export_safety_checks() -> list:
     targets (CPU and CUDA) keep a versioned call format (see the README), so
     they can be allowed.
     """
-    return [jax.export.DisabledSafetyCheck.custom_call(target)
-            for target in (CPU_TARGET, CUDA_TARGET)]
+    return [
+        jax.export.DisabledSafetyCheck.custom_call(target) for target in (CPU_TARGET, CUDA_TARGET)
+    ]
 
 
 def export(fun, *, disabled_checks=(), **kwargs):
@@ -41,5 +42,6 @@ def export(fun, *, disabled_checks=(), **kwargs):
     """
     if not hasattr(fun, "lower"):
         fun = jax.jit(fun)
-    return jax.export.export(fun, disabled_checks=[*export_safety_checks(), *disabled_checks],
-                             **kwargs)
+    return jax.export.export(
+        fun, disabled_checks=[*export_safety_checks(), *disabled_checks], **kwargs
+    )

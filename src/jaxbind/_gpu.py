@@ -75,8 +75,10 @@ def _dlpack_dtype(dtype: np.dtype) -> tuple[int, int]:
         if dtype.name == "bfloat16":
             found = (4, 16)
         elif dtype.kind not in _DLPACK_KINDS or (dtype.kind == "f" and dtype.itemsize == 1):
-            raise TypeError(f"jaxbind: DLPack has no type for {dtype.name}; use "  # float8
-                            "__cuda_array_interface__ or the raw pointer")
+            raise TypeError(
+                f"jaxbind: DLPack has no type for {dtype.name}; use "  # float8
+                "__cuda_array_interface__ or the raw pointer"
+            )
         else:
             found = (_DLPACK_KINDS[dtype.kind], dtype.itemsize * 8)
         _dlpack_types[dtype] = found
@@ -114,21 +116,29 @@ class CudaArray:
 
     def __repr__(self):
         kind = "input" if self.readonly else "output"
-        return (f"<jaxbind.CudaArray {kind} {self.dtype.name}{list(self.shape)} "
-                f"on cuda:{self.device}>")
+        return (
+            f"<jaxbind.CudaArray {kind} {self.dtype.name}{list(self.shape)} on cuda:{self.device}>"
+        )
 
     @property
     def __cuda_array_interface__(self) -> dict:
-        return {"shape": self.shape, "typestr": self.dtype.str, "descr": [("", self.dtype.str)],
-                "data": (self.ptr, self.readonly), "strides": None, "version": 3,
-                # 0 is not allowed: the legacy default stream is 1
-                "stream": self.stream if self.stream else 1}
+        return {
+            "shape": self.shape,
+            "typestr": self.dtype.str,
+            "descr": [("", self.dtype.str)],
+            "data": (self.ptr, self.readonly),
+            "strides": None,
+            "version": 3,
+            # 0 is not allowed: the legacy default stream is 1
+            "stream": self.stream if self.stream else 1,
+        }
 
     def _not_numpy(self, *args, **kwargs):
         raise TypeError(
             f"jaxbind: {self!r} is a CUDA device buffer, not a NumPy array: in a GPU program a "
             "binding with platform_mode='device' receives CUDA arrays (use cupy.asarray, "
-            "torch.from_dlpack, ...). For a CPU-only library pass platform_mode='host'")
+            "torch.from_dlpack, ...). For a CPU-only library pass platform_mode='host'"
+        )
 
     __array__ = __getitem__ = __setitem__ = __iter__ = _not_numpy
 
@@ -144,11 +154,13 @@ class CudaArray:
             # The consumer works on another stream: that stream waits for XLA's.
             _driver().order(self.stream, stream, self.device)
         code, bits = _dlpack_dtype(self.dtype)
-        return _ext.dlpack_view(self.ptr, list(self.shape), code, bits, _KDL_CUDA, self.device,
-                                self)
+        return _ext.dlpack_view(
+            self.ptr, list(self.shape), code, bits, _KDL_CUDA, self.device, self
+        )
 
 
 # --- the CUDA driver, for host mode and stream synchronisation ------------------
+
 
 class _Driver:
     """The few CUDA driver calls jaxbind needs, from libcuda through ctypes."""
@@ -157,8 +169,9 @@ class _Driver:
         try:
             self.lib = ctypes.CDLL("libcuda.so.1")
         except OSError as exc:
-            raise RuntimeError(f"jaxbind: cannot load the CUDA driver (libcuda.so.1): {exc}"
-                               ) from None
+            raise RuntimeError(
+                f"jaxbind: cannot load the CUDA driver (libcuda.so.1): {exc}"
+            ) from None
         u64, vp, sz = ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t
         self._sig("cuMemcpyDtoHAsync_v2", vp, u64, sz, vp)
         self._sig("cuMemcpyHtoDAsync_v2", u64, vp, sz, vp)
@@ -192,19 +205,25 @@ class _Driver:
             if self.lib.cuEventCreate(ctypes.byref(handle), 0x2) != 0:  # DISABLE_TIMING
                 return self.synchronize(producer)
             event = events[device] = handle
-        if (self.lib.cuEventRecord(event, producer or None) != 0
-                or self.lib.cuStreamWaitEvent(consumer or None, event, 0) != 0):
+        if (
+            self.lib.cuEventRecord(event, producer or None) != 0
+            or self.lib.cuStreamWaitEvent(consumer or None, event, 0) != 0
+        ):
             self.synchronize(producer)
 
     def to_host(self, dst: np.ndarray, src: int, stream: int) -> None:
         if dst.nbytes:
-            self._check(self.lib.cuMemcpyDtoHAsync_v2(dst.ctypes.data, src, dst.nbytes,
-                                                      stream or None), "device-to-host copy")
+            self._check(
+                self.lib.cuMemcpyDtoHAsync_v2(dst.ctypes.data, src, dst.nbytes, stream or None),
+                "device-to-host copy",
+            )
 
     def to_device(self, dst: int, src: np.ndarray, stream: int) -> None:
         if src.nbytes:
-            self._check(self.lib.cuMemcpyHtoDAsync_v2(dst, src.ctypes.data, src.nbytes,
-                                                      stream or None), "host-to-device copy")
+            self._check(
+                self.lib.cuMemcpyHtoDAsync_v2(dst, src.ctypes.data, src.nbytes, stream or None),
+                "host-to-device copy",
+            )
 
 
 _driver_instance = None
@@ -218,6 +237,7 @@ def _driver() -> _Driver:
 
 
 # --- dispatch --------------------------------------------------------------------
+
 
 class _StreamRef:
     """An XLA stream under the CUDA stream protocol (``__cuda_stream__``)."""
@@ -237,6 +257,7 @@ def cupy_stream(stream: int, device: int):
     CuPy 14 deprecates ``ExternalStream`` for ``Stream.from_external``; both work.
     """
     import cupy
+
     from_external = getattr(cupy.cuda.Stream, "from_external", None)
     if from_external is not None:
         return from_external(_StreamRef(stream))
@@ -266,9 +287,9 @@ def _streams_for(stream: int, device: int) -> tuple:
         found = _framework_streams[key] = (cupy_on, torch_on)
     cupy_on, torch_on = found
     # A fresh Device and torch context each call (they hold the state they restore).
-    return ((_NO_CONTEXT, _NO_CONTEXT) if cupy_on is None else
-            (cupy.cuda.Device(device), cupy_on)) + (
-        (_NO_CONTEXT,) if torch_on is None else (torch.cuda.stream(torch_on),))
+    return (
+        (_NO_CONTEXT, _NO_CONTEXT) if cupy_on is None else (cupy.cuda.Device(device), cupy_on)
+    ) + ((_NO_CONTEXT,) if torch_on is None else (torch.cuda.stream(torch_on),))
 
 
 def _element(buffers, levels, k, batched):
@@ -294,7 +315,7 @@ _contexts: dict = {}  # CallContext by (stream, device, mode): one object per st
 
 def dispatch(callable_, kwargs_dump, mode, levels, batched, stream, device, ins, outs):
     """Run one GPU call (called by the CUDA FFI handler, with the GIL held)."""
-    for ptr, shape, code in (*ins, *outs):
+    for _ptr, _shape, code in (*ins, *outs):
         if code not in XLA_ELEMENT_TYPES:
             raise TypeError(f"a buffer has XLA element type {code}, which jaxbind cannot wrap")
     previous = getattr(_local, "context", None)
@@ -315,10 +336,14 @@ def _run_on_device(callable_, kwargs_dump, levels, batched, stream, device, ins,
     cupy_device, cupy_on, torch_on = _streams_for(stream, device)
     with cupy_device, cupy_on, torch_on:
         for k in range(_batch_count(outs, levels)):
-            args = tuple(CudaArray(p, s, d, True, stream, device)
-                         for p, s, d in _element(ins, levels, k, batched))
-            out = tuple(CudaArray(p, s, d, False, stream, device)
-                        for p, s, d in _element(outs, levels, k, ()))
+            args = tuple(
+                CudaArray(p, s, d, True, stream, device)
+                for p, s, d in _element(ins, levels, k, batched)
+            )
+            out = tuple(
+                CudaArray(p, s, d, False, stream, device)
+                for p, s, d in _element(outs, levels, k, ())
+            )
             callable_(out, args, kwargs_dump)
 
 
@@ -339,8 +364,10 @@ def _run_on_host(callable_, kwargs_dump, levels, batched, stream, ins, outs):
         a.flags.writeable = False
     for k in range(_batch_count(outs, levels)):
         if levels:
-            args = tuple(a[np.unravel_index(k, a.shape[:levels])] if (not batched or batched[i])
-                         else a for i, a in enumerate(host_in))
+            args = tuple(
+                a[np.unravel_index(k, a.shape[:levels])] if (not batched or batched[i]) else a
+                for i, a in enumerate(host_in)
+            )
             out = tuple(o[np.unravel_index(k, o.shape[:levels])] for o in host_out)
         else:
             args, out = tuple(host_in), tuple(host_out)

@@ -37,7 +37,8 @@ def _call(spec: CallSpec) -> Callable:
         if not isinstance(out, (tuple, list)) or not all(hasattr(o, "shape") for o in out):
             raise TypeError(
                 f"jaxbind: the {spec.role.upper()} of '{binding.name}' is a JAX function and "
-                f"must return a list or tuple of arrays, one per output; it returned {out!r}")
+                f"must return a list or tuple of arrays, one per output; it returned {out!r}"
+            )
         return list(out)
 
     return call
@@ -53,16 +54,20 @@ def batched_function(spec: CallSpec) -> Callable:
 
     def run(*args):
         # batch levels to the front, outermost first; then one vmap per level
-        front = [moveaxis(a, list(reversed(ax)), list(range(len(ax)))) if ax else a
-                 for a, ax in zip(args, in_axes)]
+        front = [
+            moveaxis(a, list(reversed(ax)), list(range(len(ax)))) if ax else a
+            for a, ax in zip(args, in_axes)
+        ]
         fn = call
         for _ in range(levels):
             fn = jax.vmap(fn, in_axes=tuple(0 if ax else None for ax in in_axes))
         outs = fn(*front)
         if out_axes is None:
             return outs
-        return [moveaxis(o, list(range(len(ax))), list(reversed(ax))) if ax else o
-                for o, ax in zip(outs, out_axes)]
+        return [
+            moveaxis(o, list(range(len(ax))), list(reversed(ax))) if ax else o
+            for o, ax in zip(outs, out_axes)
+        ]
 
     return run
 

@@ -10,7 +10,6 @@ jit cache and the program's attributes see) and decoded back into a
 from __future__ import annotations
 
 import base64
-import functools
 import hashlib
 import json
 import pickle
@@ -33,7 +32,7 @@ _LOCAL_TAG = b"H"
 # digest blob -> kwargs that are not data. Weakly held: an entry lives as long
 # as something uses it (a CallSpec in a jaxpr or cache, a compiled program,
 # which keeps it through the lowering's keepalives, or a resolved call site).
-_local: "weakref.WeakValueDictionary[bytes, KwargsDump]" = weakref.WeakValueDictionary()
+_local: weakref.WeakValueDictionary[bytes, KwargsDump] = weakref.WeakValueDictionary()
 
 
 class NotData(TypeError):
@@ -100,8 +99,10 @@ def _identities(value, out: list) -> list:
     elif isinstance(value, dict):
         for item in value.values():
             _identities(item, out)
-    elif not (value is None or isinstance(value, (bool, int, float, complex, str, bytes,
-                                                     np.ndarray, np.generic))):
+    elif not (
+        value is None
+        or isinstance(value, (bool, int, float, complex, str, bytes, np.ndarray, np.generic))
+    ):
         out.append(id(value))
     return out
 
@@ -148,14 +149,16 @@ def _check_static(name: str, value, where: str):
         raise TypeError(
             f"jaxbind: {where}: keyword argument '{name}' is a JAX array or tracer; "
             "keyword arguments are static (Python values or NumPy arrays) and become part "
-            "of the compiled program. Pass traced values as positional arguments.")
+            "of the compiled program. Pass traced values as positional arguments."
+        )
     if jax.export.is_symbolic_dim(value):
         raise TypeError(
             f"jaxbind: {where}: keyword argument '{name}' is the symbolic dimension {value} "
             "(jax.export shape polymorphism); keyword arguments are static, fixed when the "
             "program is traced, so they cannot depend on a symbolic shape. Keep that "
             "dimension concrete, or let the abstract function and the callable read it "
-            "from the arrays' shapes.")
+            "from the arrays' shapes."
+        )
     if isinstance(value, (list, tuple)):
         for item in value:
             _check_static(name, item, where)
@@ -202,19 +205,20 @@ def _to_data(value, path, large: list | None = None):
     if isinstance(value, dict):
         if not all(isinstance(k, str) for k in value):
             raise NotData(f"{path}: dict keys must be strings")
-        return {"d": [[k, _to_data(v, f"{path}[{k!r}]", large)]
-                      for k, v in sorted(value.items())]}
+        return {"d": [[k, _to_data(v, f"{path}[{k!r}]", large)] for k, v in sorted(value.items())]}
     raise NotData(f"{path}: {type(value).__name__} is not plain data")
 
 
 def _dtype_of(name: str) -> np.dtype:
     if name == "bfloat16":
         import ml_dtypes
+
         return np.dtype(ml_dtypes.bfloat16)
     dtype = np.dtype(name)
     if dtype.kind not in "biufc":
-        raise ValueError(f"jaxbind: keyword arguments hold an array of dtype {name!r}, "
-                         "which is not plain data")
+        raise ValueError(
+            f"jaxbind: keyword arguments hold an array of dtype {name!r}, which is not plain data"
+        )
     return dtype
 
 
@@ -272,7 +276,8 @@ def encode_kwargs(kwargs: Mapping[str, Any], where: str = "jaxbind op") -> Kwarg
     except Exception as exc:
         raise TypeError(
             f"jaxbind: {where}: keyword arguments must be plain data or picklable; "
-            f"{type(exc).__name__}: {exc}") from exc
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
     # Two objects that pickle alike are still two objects (a plan, a handle, anything
     # whose state lives outside its pickle): the digest names the very objects too.
     # Their ids stay theirs while the dump, which holds them, lives.
@@ -333,13 +338,14 @@ def decode_kwargs(blob: bytes) -> KwargsDump:
         if dump is None:
             raise LookupError(
                 "the keyword arguments of this call were not plain data, so they exist only "
-                "in the process that traced it; the program cannot run elsewhere")
+                "in the process that traced it; the program cannot run elsewhere"
+            )
         return dump
     return _decode_data(blob)
 
 
 # blob -> decoded kwargs, weakly held: decoded once while anything uses them.
-_decoded: "weakref.WeakValueDictionary[bytes, KwargsDump]" = weakref.WeakValueDictionary()
+_decoded: weakref.WeakValueDictionary[bytes, KwargsDump] = weakref.WeakValueDictionary()
 
 
 def _decode_data(blob: bytes) -> KwargsDump:
@@ -377,4 +383,5 @@ def load_kwargs(kwargs_dump) -> dict[str, Any]:
         return dict(pickle.loads(bytes(kwargs_dump)))
     raise TypeError(
         "jaxbind.load_kwargs expects the kwargs_dump argument that a jaxbind callable "
-        f"receives, got {type(kwargs_dump).__name__}")
+        f"receives, got {type(kwargs_dump).__name__}"
+    )

@@ -36,9 +36,21 @@ import numpy as np
 
 from . import _ext
 from ._callformat import FORMAT, site_digest
-from ._compat import (XLA_CPU_ROOT_CALL_ABORTS, abstract_token, ffi, for_export, hlo, ir, mlir,
-                      mlir_internal, register_batch_partitionable, run_once_sharding,
-                      set_sharding, auto_partitioned_devices, config_use_shardy)
+from ._compat import (
+    XLA_CPU_ROOT_CALL_ABORTS,
+    abstract_token,
+    auto_partitioned_devices,
+    config_use_shardy,
+    ffi,
+    for_export,
+    hlo,
+    ir,
+    mlir,
+    mlir_internal,
+    register_batch_partitionable,
+    run_once_sharding,
+    set_sharding,
+)
 from ._effects import ORDERED
 from ._errors import ExportedDefaultNameWarning
 from ._jaxfn import batched_function
@@ -70,11 +82,13 @@ def lower_cuda(ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
 
 def _suffix_warning(name: str) -> str:
     base = name.rsplit("#", 1)[0]
-    return (f"jaxbind: exporting '{name}', a default name: several different bindings were "
-            f"made from callables named '{base}' (closures, for example), and the suffix "
-            "counts them in the order they were made. A process that loads this program "
-            f"binds it to whichever binding it made as '{name}', which need not be the same "
-            "one. Give each binding its own name (name=...) when it is meant to be exported")
+    return (
+        f"jaxbind: exporting '{name}', a default name: several different bindings were "
+        f"made from callables named '{base}' (closures, for example), and the suffix "
+        "counts them in the order they were made. A process that loads this program "
+        f"binds it to whichever binding it made as '{name}', which need not be the same "
+        "one. Give each binding its own name (name=...) when it is meant to be exported"
+    )
 
 
 def _lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
@@ -89,10 +103,10 @@ def _lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
             raise TypeError(
                 f"jaxbind: cannot export '{binding.name}': its keyword arguments must be plain "
                 f"data (numbers, strings, bools, None, tuples, lists, dicts, NumPy arrays) to be "
-                f"stored in the artifact, but {reason}")
+                f"stored in the artifact, but {reason}"
+            )
         if binding.default_name and "#" in binding.name:
-            warnings.warn(_suffix_warning(binding.name), ExportedDefaultNameWarning,
-                          stacklevel=2)
+            warnings.warn(_suffix_warning(binding.name), ExportedDefaultNameWarning, stacklevel=2)
     blob = data_blob(kwargs) if exporting else kwargs.blob
     # The program names the binding by string; this keeps the binding (and so
     # its callables) alive for as long as the compiled program exists. Exported
@@ -110,13 +124,17 @@ def _lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
             f"jaxbind: cannot export '{binding.name}': it has side effects "
             f"({'ordered' if effect == 'ordered' else 'has_side_effect=True'}), and jax.export "
             "cannot load programs with effects that are not JAX's own. Export a variant "
-            "without has_side_effect/ordered")
+            "without has_side_effect/ordered"
+        )
     aliases = dict(binding.aliases) if spec.role == "f" else {}
     token = ctx.tokens_in.get(ORDERED) if effect == "ordered" else None
     outer = ctx
     if token is not None:  # the token goes through the call as its first operand and result
-        ctx = dataclasses.replace(ctx, avals_in=[abstract_token, *ctx.avals_in],
-                                  avals_out=[abstract_token, *ctx.avals_out])
+        ctx = dataclasses.replace(
+            ctx,
+            avals_in=[abstract_token, *ctx.avals_in],
+            avals_out=[abstract_token, *ctx.avals_out],
+        )
         args = (token, *args)
         aliases = {i + 1: k + 1 for i, k in aliases.items()}
     loop, n_fixed = spec.loop, spec.n_fixed
@@ -139,19 +157,22 @@ def _lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
                 "(JAX's default partitioner) XLA cannot run a custom call with side effects "
                 "once, on one device; on every device its effects would repeat (and run on "
                 "padding). Call it inside jax.shard_map (once per shard), outside the sharded "
-                "program, or with jax_use_shardy_partitioner=False (then once, on device 0)")
+                "program, or with jax_use_shardy_partitioner=False (then once, on device 0)"
+            )
     if nested:
         lower = functools.partial(_lower_nested, target, aliases, effect is not None)
     elif aliases or effect is not None:
-        lower = ffi.ffi_lowering(target, operand_output_aliases=aliases or None,
-                                 has_side_effect=effect is not None)
+        lower = ffi.ffi_lowering(
+            target, operand_output_aliases=aliases or None, has_side_effect=effect is not None
+        )
     else:
         lower = _lower_ffi[target]
     digest = site_digest(binding.name, spec.role, blob, loop.levels, flags, n_fixed)
     if not exporting:  # the program owns the site it will resolve (see Binding.keep_site)
         ctx.module_context.add_keepalive(binding.holder(digest))
     results = lower(
-        ctx, *args,
+        ctx,
+        *args,
         jaxbind_format=np.int32(FORMAT),
         site=np.int64(digest),
         binding=binding.name,
@@ -176,13 +197,20 @@ def _lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
         token_out, *results = results
         outer.set_tokens_out(outer.tokens_in.update_tokens(mlir.TokenSet({ORDERED: token_out})))
     elif results and not nested and effect is None:  # a tuple-typed call has no rule
-        mark_batch_partitionable(results[0].owner, spec, [a.ndim for a in ctx.avals_in],
-                                 [a.ndim for a in ctx.avals_out])
+        mark_batch_partitionable(
+            results[0].owner, spec, [a.ndim for a in ctx.avals_in], [a.ndim for a in ctx.avals_out]
+        )
     return results
 
 
-def _lower_nested(target: str, aliases: dict[int, int], has_side_effect: bool,
-                  ctx: mlir.LoweringRuleContext, *args, **attributes) -> list:
+def _lower_nested(
+    target: str,
+    aliases: dict[int, int],
+    has_side_effect: bool,
+    ctx: mlir.LoweringRuleContext,
+    *args,
+    **attributes,
+) -> list:
     """The custom call with its results as ((r0, r1, ...),), unpacked by get-tuple-element.
 
     XLA's tuple simplifier folds tuple(gte(c, 0), gte(c, 1)) back into c, but not
@@ -193,14 +221,22 @@ def _lower_nested(target: str, aliases: dict[int, int], has_side_effect: bool,
     types = [mlir_internal.aval_to_ir_type(a) for a in ctx.avals_out]
     inner = ir.TupleType.get_tuple(types)
     call = mlir_internal.custom_call(
-        target, result_types=[ir.TupleType.get_tuple([inner])], operands=list(args),
+        target,
+        result_types=[ir.TupleType.get_tuple([inner])],
+        operands=list(args),
         backend_config={k: mlir_internal.ir_attribute(v) for k, v in attributes.items()},
-        api_version=4, has_side_effect=has_side_effect)
+        api_version=4,
+        has_side_effect=has_side_effect,
+    )
     if aliases:
-        call.attributes["output_operand_aliases"] = ir.ArrayAttr.get([
-            hlo.OutputOperandAlias.get(output_tuple_indices=[0, k], operand_index=i,
-                                       operand_tuple_indices=[])
-            for i, k in aliases.items()])
+        call.attributes["output_operand_aliases"] = ir.ArrayAttr.get(
+            [
+                hlo.OutputOperandAlias.get(
+                    output_tuple_indices=[0, k], operand_index=i, operand_tuple_indices=[]
+                )
+                for i, k in aliases.items()
+            ]
+        )
     packed = hlo.get_tuple_element(call.result, mlir_internal.i32_attr(0))
     return [hlo.get_tuple_element(packed, mlir_internal.i32_attr(k)) for k in range(len(types))]
 
@@ -217,8 +253,7 @@ _GUARDABLE.add(np.dtype(jnp.bfloat16))
 
 def _guarded(args, avals) -> tuple | None:
     """`args` with the small ones guarded; None if a small one cannot be."""
-    small = [aval.size * np.dtype(aval.dtype).itemsize < 2 * _ABORTS_BELOW_BYTES
-             for aval in avals]
+    small = [aval.size * np.dtype(aval.dtype).itemsize < 2 * _ABORTS_BELOW_BYTES for aval in avals]
     if any(s and np.dtype(aval.dtype) not in _GUARDABLE for aval, s in zip(avals, small)):
         return None
     return tuple(_guard(a, aval) if s else a for a, aval, s in zip(args, avals, small))
@@ -234,8 +269,11 @@ def _guard(value: ir.Value, aval) -> ir.Value:
 
 
 def _reduce(value: ir.Value, finfo) -> ir.Value:
-    return hlo.reduce_precision(value, exponent_bits=mlir_internal.i32_attr(finfo.nexp),
-                                mantissa_bits=mlir_internal.i32_attr(finfo.nmant))
+    return hlo.reduce_precision(
+        value,
+        exponent_bits=mlir_internal.i32_attr(finfo.nexp),
+        mantissa_bits=mlir_internal.i32_attr(finfo.nmant),
+    )
 
 
 def register_targets() -> None:

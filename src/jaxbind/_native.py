@@ -77,7 +77,7 @@ class _Tree:
         return f"<pytree {self.treedef}>"
 
     @classmethod
-    def of(cls, treedef) -> "_Tree":
+    def of(cls, treedef) -> _Tree:
         token = cls._by_treedef.get(treedef)
         if token is None:
             token = cls.__new__(cls)
@@ -131,7 +131,7 @@ def _split(leaves, trees):
     """Unflatten consecutive runs of `leaves` into the pytrees `trees`."""
     out, pos = [], 0
     for tree in trees:
-        out.append(jax.tree.unflatten(tree, leaves[pos:pos + tree.num_leaves]))
+        out.append(jax.tree.unflatten(tree, leaves[pos : pos + tree.num_leaves]))
         pos += tree.num_leaves
     return out
 
@@ -158,13 +158,17 @@ class _Callable:
         try:
             results = out_tree.flatten_up_to(result)
         except (TypeError, ValueError) as exc:
-            raise TypeError(f"jaxbind: '{self.native.name}' ({self.what}) returned a result whose "
-                            f"structure is not {out_tree}: {exc}") from None
+            raise TypeError(
+                f"jaxbind: '{self.native.name}' ({self.what}) returned a result whose "
+                f"structure is not {out_tree}: {exc}"
+            ) from None
         for k, (o, r) in enumerate(zip(out, results)):
             r = np.asarray(r)
             if r.shape != o.shape:
-                raise ValueError(f"jaxbind: '{self.native.name}' ({self.what}) returned output {k} "
-                                 f"with shape {r.shape}; its shape says {o.shape}")
+                raise ValueError(
+                    f"jaxbind: '{self.native.name}' ({self.what}) returned output {k} "
+                    f"with shape {r.shape}; its shape says {o.shape}"
+                )
             np.copyto(o, r, casting="same_kind")
 
 
@@ -190,8 +194,17 @@ class NativeOp:
       op: the underlying :class:`jaxbind.Op` (built at the first call).
     """
 
-    def __init__(self, kind: str, fn: Callable, shape: ShapeFn, *, name: str | None,
-                 fixed: int, vectorized: bool, options: dict):
+    def __init__(
+        self,
+        kind: str,
+        fn: Callable,
+        shape: ShapeFn,
+        *,
+        name: str | None,
+        fixed: int,
+        vectorized: bool,
+        options: dict,
+    ):
         if not callable(fn) or not callable(shape):
             raise TypeError("jaxbind: the function and its shape must be callables")
         if isinstance(fixed, bool) or not isinstance(fixed, int) or fixed < 0:
@@ -215,8 +228,10 @@ class NativeOp:
     # --- derivatives -------------------------------------------------------------------
     def _define(self, what: str):
         if self._called:
-            raise RuntimeError(f"jaxbind: '{self.name}' was already called; define its {what} "
-                               "before the first call")
+            raise RuntimeError(
+                f"jaxbind: '{self.name}' was already called; define its {what} "
+                "before the first call"
+            )
 
     def def_transpose(self, fn: Callable | None = None, *, argnum: int | None = None):
         """Define the transpose (decorator). Linear ops: ``fn(*fixed, ct, **kwargs)``
@@ -229,8 +244,10 @@ class NativeOp:
         if self.kind == "nonlinear":
             raise TypeError(f"jaxbind: '{self.name}' is nonlinear: use def_jvp and def_vjp")
         if (self.kind == "multilinear") != (argnum is not None):
-            raise TypeError(f"jaxbind: '{self.name}': def_transpose takes argnum= for "
-                            "multilinear ops, and only for them")
+            raise TypeError(
+                f"jaxbind: '{self.name}': def_transpose takes argnum= for "
+                "multilinear ops, and only for them"
+            )
         self._transposes[argnum] = fn
         self._refresh()
         return fn
@@ -257,8 +274,7 @@ class NativeOp:
 
     def _check_nonlinear(self, what):
         if self.kind != "nonlinear":
-            raise TypeError(f"jaxbind: '{self.name}' is {self.kind}: use def_transpose, "
-                            f"not {what}")
+            raise TypeError(f"jaxbind: '{self.name}' is {self.kind}: use def_transpose, not {what}")
 
     # --- the binding -------------------------------------------------------------------
     def _layout_f(self, ins, outs):
@@ -266,19 +282,20 @@ class NativeOp:
 
     def _layout_T(self, ins, outs):
         args = ins.children()
-        lin = args[self.fixed:]
+        lin = args[self.fixed :]
         out = lin[0] if len(lin) == 1 else jax.tree.structure(tuple(_skeleton(t) for t in lin))
-        return args[:self.fixed] + [outs], out
+        return args[: self.fixed] + [outs], out
 
     def _layout_Ti(self, i):
         def layout(ins, outs):
             args = ins.children()
-            return args[:i] + args[i + 1:] + [outs], args[i]
+            return args[:i] + args[i + 1 :] + [outs], args[i]
+
         return layout
 
     def _primals_tangents(self, ins):
         args = ins.children()
-        return ins, jax.tree.structure(tuple(_skeleton(t) for t in args[self.fixed:]))
+        return ins, jax.tree.structure(tuple(_skeleton(t) for t in args[self.fixed :]))
 
     def _layout_jvp(self, ins, outs):
         primals, tangents = self._primals_tangents(ins)
@@ -292,10 +309,15 @@ class NativeOp:
         ins, outs = _structure(kwargs.pop(IN)), _structure(kwargs.pop(OUT))
         levels = ()
         if batch_axes:  # vectorized: the shape function sees the arrays without batch axes
-            levels = next(tuple(a.shape[k] for k in reversed(ax))
-                          for a, ax in zip(avals, batch_axes) if ax)
-            avals = [jax.ShapeDtypeStruct(tuple(d for k, d in enumerate(a.shape) if k not in ax),
-                                          a.dtype) for a, ax in zip(avals, batch_axes)]
+            levels = next(
+                tuple(a.shape[k] for k in reversed(ax)) for a, ax in zip(avals, batch_axes) if ax
+            )
+            avals = [
+                jax.ShapeDtypeStruct(
+                    tuple(d for k, d in enumerate(a.shape) if k not in ax), a.dtype
+                )
+                for a, ax in zip(avals, batch_axes)
+            ]
         declared = outs.flatten_up_to(self.shape(*_split(list(avals), ins.children()), **kwargs))
         if not batch_axes:
             return tuple((d.shape, d.dtype) for d in declared)
@@ -306,14 +328,24 @@ class NativeOp:
             t = self._transposes.get(None)
             return _Callable(self, t, self._layout_T, "the transpose") if t is not None else None
         n = max(self._transposes, default=-1) + 1
-        return tuple(_Callable(self, self._transposes[i], self._layout_Ti(i),
-                               f"the transpose with respect to argument {i}")
-                     if i in self._transposes else None for i in range(n))
+        return tuple(
+            _Callable(
+                self,
+                self._transposes[i],
+                self._layout_Ti(i),
+                f"the transpose with respect to argument {i}",
+            )
+            if i in self._transposes
+            else None
+            for i in range(n)
+        )
 
     def _derivatives_now(self):
         derivatives = []
-        for fn, layout, what in ((self._jvp, self._layout_jvp, "the JVP"),
-                                 (self._vjp, self._layout_vjp, "the VJP")):
+        for fn, layout, what in (
+            (self._jvp, self._layout_jvp, "the JVP"),
+            (self._vjp, self._layout_vjp, "the VJP"),
+        ):
             if fn is None:
                 derivatives.append(None)
             elif is_jax_function(fn):
@@ -324,8 +356,12 @@ class NativeOp:
         return tuple(derivatives)
 
     def _make(self) -> Op:
-        common = dict(first_n_args_fixed=self.fixed, func_can_batch=self.vectorized,
-                      name=self._explicit_name, **self.options)
+        common = dict(
+            first_n_args_fixed=self.fixed,
+            func_can_batch=self.vectorized,
+            name=self._explicit_name,
+            **self.options,
+        )
         f = _Callable(self, self.fn, self._layout_f, "the function")
         if self.kind == "linear":
             return get_linear_call(f, None, self._abstract, None, **common)
@@ -356,13 +392,14 @@ class NativeOp:
         for this call (used by jaxbind.testing.check)."""
         for key in (IN, OUT):
             if key in kwargs:
-                raise TypeError(f"jaxbind: '{self.name}': the keyword argument '{key}' is "
-                                "reserved")
+                raise TypeError(f"jaxbind: '{self.name}': the keyword argument '{key}' is reserved")
         for i in range(min(self.fixed, len(args))):
-            if jax.tree.structure(args[i]).num_leaves != 1 or \
-                    not jax.tree_util.treedef_is_leaf(jax.tree.structure(args[i])):
-                raise TypeError(f"jaxbind: '{self.name}': fixed argument {i} must be one array, "
-                                "not a pytree")
+            if jax.tree.structure(args[i]).num_leaves != 1 or not jax.tree_util.treedef_is_leaf(
+                jax.tree.structure(args[i])
+            ):
+                raise TypeError(
+                    f"jaxbind: '{self.name}': fixed argument {i} must be one array, not a pytree"
+                )
         leaves, in_tree = jax.tree.flatten(args)
         leaves = [x if isinstance(x, jax.Array) else jnp.asarray(x) for x in leaves]
         specs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves]
@@ -383,21 +420,34 @@ class NativeOp:
 
 def _decorator(kind: str, shape: ShapeFn, name, fixed, vectorized, options):
     def make(fn: Callable) -> NativeOp:
-        return NativeOp(kind, fn, shape, name=name, fixed=fixed, vectorized=vectorized,
-                        options=options)
+        return NativeOp(
+            kind, fn, shape, name=name, fixed=fixed, vectorized=vectorized, options=options
+        )
+
     return make
 
 
-def linear_op(*, shape: ShapeFn, name: str | None = None, fixed: int = 0,
-              vectorized: bool = False, platform_mode: str = "device",
-              input_output_aliases: dict[int, int] | None = None, has_side_effect: bool = False,
-              ordered: bool = False) -> Callable[[Callable], NativeOp]:
+def linear_op(
+    *,
+    shape: ShapeFn,
+    name: str | None = None,
+    replace: bool = False,
+    fixed: int = 0,
+    vectorized: bool = False,
+    platform_mode: str = "device",
+    input_output_aliases: dict[int, int] | None = None,
+    has_side_effect: bool = False,
+    ordered: bool = False,
+) -> Callable[[Callable], NativeOp]:
     """Decorator: a linear op (linear in every argument after the first `fixed`).
 
     Args:
       shape: ``shape(*args, **kwargs)`` with ``jax.ShapeDtypeStruct``-like arguments,
         returning the output's ``jax.ShapeDtypeStruct`` (or a pytree of them).
       name: the binding's name (default: module and qualified name of the function).
+      replace: as for :func:`jaxbind.get_linear_call`: take over a name that another
+        binding has. Not needed to run a notebook cell or a module again: a function
+        defined again at the same place replaces its earlier binding.
       fixed: leading arguments that are parameters (single arrays), not linear inputs.
       vectorized: the callables handle batches themselves: batched arrays arrive
         with their batch axes in front, and results go back the same way.
@@ -411,33 +461,83 @@ def linear_op(*, shape: ShapeFn, name: str | None = None, fixed: int = 0,
     arguments, and returns its result, or writes into ``out=`` if it takes that
     argument. Define the transpose with ``@op.def_transpose``.
     """
-    return _decorator("linear", shape, name, fixed, vectorized,
-                      dict(platform_mode=platform_mode, input_output_aliases=input_output_aliases,
-                           has_side_effect=has_side_effect, ordered=ordered))
+    return _decorator(
+        "linear",
+        shape,
+        name,
+        fixed,
+        vectorized,
+        dict(
+            replace=replace,
+            platform_mode=platform_mode,
+            input_output_aliases=input_output_aliases,
+            has_side_effect=has_side_effect,
+            ordered=ordered,
+        ),
+    )
 
 
-def multilinear_op(*, shape: ShapeFn, name: str | None = None, fixed: int = 0,
-                   vectorized: bool = False, platform_mode: str = "device",
-                   has_side_effect: bool = False,
-                   ordered: bool = False) -> Callable[[Callable], NativeOp]:
+def multilinear_op(
+    *,
+    shape: ShapeFn,
+    name: str | None = None,
+    replace: bool = False,
+    fixed: int = 0,
+    vectorized: bool = False,
+    platform_mode: str = "device",
+    has_side_effect: bool = False,
+    ordered: bool = False,
+) -> Callable[[Callable], NativeOp]:
     """Decorator: an op linear in each argument separately (e.g. a product).
 
     As :func:`linear_op`; define one transpose per argument with
     ``@op.def_transpose(argnum=i)``.
     """
-    return _decorator("multilinear", shape, name, fixed, vectorized,
-                      dict(platform_mode=platform_mode, has_side_effect=has_side_effect,
-                           ordered=ordered))
+    return _decorator(
+        "multilinear",
+        shape,
+        name,
+        fixed,
+        vectorized,
+        dict(
+            replace=replace,
+            platform_mode=platform_mode,
+            has_side_effect=has_side_effect,
+            ordered=ordered,
+        ),
+    )
 
 
-def nonlinear_op(*, shape: ShapeFn, name: str | None = None, fixed: int = 0,
-                 vectorized: bool = False, platform_mode: str = "device",
-                 input_output_aliases: dict[int, int] | None = None,
-                 has_side_effect: bool = False,
-                 ordered: bool = False) -> Callable[[Callable], NativeOp]:
+def nonlinear_op(
+    *,
+    shape: ShapeFn,
+    name: str | None = None,
+    replace: bool = False,
+    fixed: int = 0,
+    vectorized: bool = False,
+    platform_mode: str = "device",
+    input_output_aliases: dict[int, int] | None = None,
+    has_side_effect: bool = False,
+    ordered: bool = False,
+    linear_in: tuple[int, ...] = (),
+) -> Callable[[Callable], NativeOp]:
     """Decorator: a nonlinear op. As :func:`linear_op`; define its derivatives with
     ``@op.def_jvp`` and ``@op.def_vjp`` (callables, or ``jaxbind.jax_function``\\ s for
-    second derivatives)."""
-    return _decorator("nonlinear", shape, name, fixed, vectorized,
-                      dict(platform_mode=platform_mode, input_output_aliases=input_output_aliases,
-                           has_side_effect=has_side_effect, ordered=ordered))
+    second derivatives). ``linear_in``, as for :func:`jaxbind.get_nonlinear_call`: the
+    positions of arguments (single arrays, after the fixed ones) in which the function is
+    jointly linear, so that it transposes in them, through its VJP."""
+    return _decorator(
+        "nonlinear",
+        shape,
+        name,
+        fixed,
+        vectorized,
+        dict(
+            replace=replace,
+            linear_in=linear_in,
+            platform_mode=platform_mode,
+            input_output_aliases=input_output_aliases,
+            has_side_effect=has_side_effect,
+            ordered=ordered,
+        ),
+    )

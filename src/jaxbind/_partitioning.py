@@ -60,4 +60,5 @@ def mark_batch_partitionable(op: ir.Operation, spec: CallSpec, in_ranks, out_ran
         n_in = len(in_ranks)
         rule = ", ".join(mappings[:n_in]) + " -> " + ", ".join(mappings[n_in:])
         op.attributes["sdy.sharding_rule"] = sdy_sharding_rule(
-            rule, tuple(rest), [v.type for v in op.operands], [r.type for r in op.results])
+            rule, tuple(rest), [v.type for v in op.operands], [r.type for r in op.results]
+        )

@@ -20,7 +20,13 @@ __all__ = ["register_rules"]
 
 
 def register_rules() -> None:
-    define_primitive(PRIMITIVE, impl=eager_impl, abstract_eval=abstract_eval,
-                     lowerings={"cpu": lower_cpu, "cuda": lower_cuda},
-                     jvp=jvp_rule, transpose=transpose_rule, batch=batch_rule)
+    define_primitive(
+        PRIMITIVE,
+        impl=eager_impl,
+        abstract_eval=abstract_eval,
+        lowerings={"cpu": lower_cpu, "cuda": lower_cuda},
+        jvp=jvp_rule,
+        transpose=transpose_rule,
+        batch=batch_rule,
+    )
     explain_checkpoint_effects(explain_checkpoint)

@@ -29,7 +29,7 @@ import numpy as np
 from . import _ext, _gpu
 from ._abstract import check_result
 from ._binding import Role, lookup
-from ._callformat import FORMAT, Loop, NO_LOOP, site_digest
+from ._callformat import FORMAT, NO_LOOP, Loop, site_digest
 from ._compat import ShapedArray, collect_jax_garbage
 from ._dtypes import XLA_ELEMENT_TYPES
 from ._kwargs import decode_kwargs, encode_kwargs
@@ -47,8 +47,16 @@ def install() -> None:
     atexit.register(_ext.shutdown)  # handlers stop calling Python once the interpreter exits
 
 
-def resolve_site(fmt: int, name: str, role_text: str, blob: bytes, digest: int, levels: int,
-                 flags: bytes, n_fixed: int):
+def resolve_site(
+    fmt: int,
+    name: str,
+    role_text: str,
+    blob: bytes,
+    digest: int,
+    levels: int,
+    flags: bytes,
+    n_fixed: int,
+):
     """The ``_ext.Site`` for one call site, after checking every attribute of the call.
 
     `levels`, `flags` and `n_fixed` are the format-2 attributes (-1, b"", -1 in format 1,
@@ -59,17 +67,24 @@ def resolve_site(fmt: int, name: str, role_text: str, blob: bytes, digest: int, 
         raise LookupError(
             f"no binding named '{name}' is registered in this process. Import or run the "
             "code that creates it (jaxbind.get_linear_call / get_nonlinear_call) before "
-            "calling the program")
-    expected = (site_digest(name, role_text, blob) if fmt == 1
-                else site_digest(name, role_text, blob, levels, flags, n_fixed))
+            "calling the program"
+        )
+    expected = (
+        site_digest(name, role_text, blob)
+        if fmt == 1
+        else site_digest(name, role_text, blob, levels, flags, n_fixed)
+    )
     if expected != digest:
-        raise ValueError(f"the call attributes of '{name}' are inconsistent (digest mismatch); "
-                         "the program was modified or corrupted")
+        raise ValueError(
+            f"the call attributes of '{name}' are inconsistent (digest mismatch); "
+            "the program was modified or corrupted"
+        )
     try:
         role = Role.parse(role_text)
     except LookupError:
-        raise LookupError(f"jaxbind: binding '{name}' ({binding.kind.value}) has no role "
-                          f"{role_text!r}") from None
+        raise LookupError(
+            f"jaxbind: binding '{name}' ({binding.kind.value}) has no role {role_text!r}"
+        ) from None
     fn, dump = binding.runtime_callable_for(role), decode_kwargs(blob)
     if fmt == 1:
         dump, loop = _format1_loop(binding, dump)
@@ -80,8 +95,9 @@ def resolve_site(fmt: int, name: str, role_text: str, blob: bytes, digest: int, 
             raise ValueError(f"the call's n_fixed ({n_fixed}) is out of range")
     label = f"'{name}' ({role.describe()})" + (", batched" if loop.levels else "")
     check = BufferCheck(binding, role, dump, loop, n_fixed)
-    site = _ext.Site(fn, dump, label, name, loop.levels, list(loop.batched),
-                     binding.platform_mode, check)
+    site = _ext.Site(
+        fn, dump, label, name, loop.levels, list(loop.batched), binding.platform_mode, check
+    )
     binding.keep_site(digest, site)
     return site
 
@@ -101,7 +117,8 @@ def _format1_loop(binding, dump):
     values = dump.to_dict()
     batch_axes = values.pop("batch_axes")  # all leading (see _batching._batch_looped)
     if not isinstance(batch_axes, tuple) or not all(
-            isinstance(ax, tuple) and all(type(a) is int for a in ax) for ax in batch_axes):
+        isinstance(ax, tuple) and all(type(a) is int for a in ax) for ax in batch_axes
+    ):
         raise ValueError("the call's batch axes are not a tuple of tuples of integers")
     levels = max((len(ax) for ax in batch_axes), default=0)
     if not 0 < levels <= _MAX_LEVELS:
@@ -111,9 +128,15 @@ def _format1_loop(binding, dump):
 
 # 32-bit forms: with jax_enable_x64 off when the program was traced, a declared
 # 64-bit dtype became its 32-bit form in the program.
-_NARROW = {np.dtype(a): np.dtype(b) for a, b in (
-    (np.int64, np.int32), (np.uint64, np.uint32), (np.float64, np.float32),
-    (np.complex128, np.complex64))}
+_NARROW = {
+    np.dtype(a): np.dtype(b)
+    for a, b in (
+        (np.int64, np.int32),
+        (np.uint64, np.uint32),
+        (np.float64, np.float32),
+        (np.complex128, np.complex64),
+    )
+}
 
 
 class BufferCheck:
@@ -134,18 +157,22 @@ class BufferCheck:
         try:
             return self._problem(ins, outs)
         except Exception as exc:  # the abstract function itself failed
-            return (f"its abstract function fails for the buffers of this call "
-                    f"({_describe(ins)}): {type(exc).__name__}: {exc}")
+            return (
+                f"its abstract function fails for the buffers of this call "
+                f"({_describe(ins)}): {type(exc).__name__}: {exc}"
+            )
 
     def _avals(self, buffers, what, batched):
         avals = []
         for i, (shape, code) in enumerate(buffers):
             dtype = XLA_ELEMENT_TYPES.get(code)
             if dtype is None:
-                raise TypeError(f"{what} {i} has XLA element type {code}, which jaxbind "
-                                "cannot pass to Python callables")
+                raise TypeError(
+                    f"{what} {i} has XLA element type {code}, which jaxbind "
+                    "cannot pass to Python callables"
+                )
             if self.loop.levels and (batched is None or batched[i]):
-                shape = shape[self.loop.levels:]
+                shape = shape[self.loop.levels :]
             avals.append(ShapedArray(tuple(shape), dtype))
         return avals
 
@@ -165,11 +192,16 @@ class BufferCheck:
                 kwargs["batch_axes"] = kwargs["batch_axes"][:n]
         if binding.can_batch:
             kwargs.setdefault("batch_axes", None)
-        declared = check_result(binding.abstract_for(role)(*in_avals, **kwargs),
-                                "the abstract function", kwargs.get("batch_axes") is not None)
+        declared = check_result(
+            binding.abstract_for(role)(*in_avals, **kwargs),
+            "the abstract function",
+            kwargs.get("batch_axes") is not None,
+        )
         if len(declared) != len(out_avals):
-            return (f"the program gives it {len(out_avals)} outputs, but its abstract function "
-                    f"declares {len(declared)} for inputs ({_describe(ins)})")
+            return (
+                f"the program gives it {len(out_avals)} outputs, but its abstract function "
+                f"declares {len(declared)} for inputs ({_describe(ins)})"
+            )
         # XLA may run this check on a thread where jax_enable_x64 (thread-local under
         # `jax.enable_x64`) is off although the program was traced with it on: then the
         # declared dtypes were canonicalized to 32 bits here, and 64 bits are right too.
@@ -180,15 +212,18 @@ class BufferCheck:
             if narrowed:
                 allowed |= {wide for wide, narrow in _NARROW.items() if narrow == dtype}
             if tuple(shape) != got.shape or got.dtype not in allowed:
-                return (f"output {k} is {got.dtype.name}{list(got.shape)} in the program, but "
-                        f"the abstract function declares {dtype.name}{list(shape)} for inputs "
-                        f"({_describe(ins)})")
+                return (
+                    f"output {k} is {got.dtype.name}{list(got.shape)} in the program, but "
+                    f"the abstract function declares {dtype.name}{list(shape)} for inputs "
+                    f"({_describe(ins)})"
+                )
         return None
 
 
 def _describe(buffers) -> str:
-    return ", ".join(f"{XLA_ELEMENT_TYPES[c].name if c in XLA_ELEMENT_TYPES else c}"
-                     f"{list(s)}" for s, c in buffers)
+    return ", ".join(
+        f"{XLA_ELEMENT_TYPES[c].name if c in XLA_ELEMENT_TYPES else c}{list(s)}" for s, c in buffers
+    )
 
 
 def escaped_views(label, moved, outs, ins) -> None:
@@ -227,8 +262,11 @@ def escaped_views(label, moved, outs, ins) -> None:
         # a memoryview's buffer holds the view's memory, not just the view; a tuple of
         # nothing but views may be the call's own (some Pythons copy it): when unsure,
         # count no holder, which costs a scan, never a missed array
-        if id(referrer) in ours or type(referrer).__name__ == "managedbuffer" or (
-                type(referrer) is tuple and all(id(x) in mine for x in referrer)):
+        if (
+            id(referrer) in ours
+            or type(referrer).__name__ == "managedbuffer"
+            or (type(referrer) is tuple and all(id(x) in mine for x in referrer))
+        ):
             continue
         for item in gc.get_referents(referrer):
             if id(item) in held:
@@ -237,7 +275,7 @@ def escaped_views(label, moved, outs, ins) -> None:
     if not unexplained:
         return
     derived = _move_derived(unexplained, ours)
-    for key, (start, nbytes, view, holders) in unexplained.items():
+    for key, (start, nbytes, _view, holders) in unexplained.items():
         if holders <= held[key] + derived.get(key, 0):
             continue
         warnings.warn(_held_elsewhere(label, start, nbytes), RuntimeWarning, stacklevel=2)
@@ -287,10 +325,12 @@ def _held_elsewhere(label, start, nbytes) -> str:
     text = _aliased(label, start, nbytes)
     if text is not None:
         return text
-    return (f"jaxbind: the callable of {label} let something outside Python (a C "
-            "extension, a raw pointer) keep the memory of one of its input or output arrays. "
-            "That memory is XLA's and is reused after the call; copy what you need to keep "
-            "(np.array(view))")
+    return (
+        f"jaxbind: the callable of {label} let something outside Python (a C "
+        "extension, a raw pointer) keep the memory of one of its input or output arrays. "
+        "That memory is XLA's and is reused after the call; copy what you need to keep "
+        "(np.array(view))"
+    )
 
 
 def _aliased(label, start, nbytes) -> str | None:
@@ -305,12 +345,14 @@ def _aliased(label, start, nbytes) -> str | None:
         except Exception:  # deleted, or not on one device
             continue
         if start <= address < start + max(nbytes, 1):
-            return (f"jaxbind: the callable of {label} made a JAX array ({array.dtype}"
-                    f"{list(array.shape)}) that shares memory with one of its input or output "
-                    "arrays (jax.device_put or jnp.asarray of a view does not copy on the "
-                    "CPU). That memory is XLA's and is reused after the call, so the JAX "
-                    "array will read other data. Copy instead: jnp.array(view, copy=True), "
-                    "or np.array(view) first")
+            return (
+                f"jaxbind: the callable of {label} made a JAX array ({array.dtype}"
+                f"{list(array.shape)}) that shares memory with one of its input or output "
+                "arrays (jax.device_put or jnp.asarray of a view does not copy on the "
+                "CPU). That memory is XLA's and is reused after the call, so the JAX "
+                "array will read other data. Copy instead: jnp.array(view, copy=True), "
+                "or np.array(view) first"
+            )
     return None
 
 
@@ -321,8 +363,10 @@ def format_callback_error(label, etype, value, tb) -> str:
     text = f"{value}"
     if isinstance(value, RecursionError) and text.startswith("Recursively calling jit"):
         text = text.split("\n", 1)[0] + "\n" + _REENTERED_JIT
-    return (f"jaxbind: {label} raised {name}: {text}\n"
-            "Traceback of the callable (most recent call last):\n" + "".join(lines[1:]))
+    return (
+        f"jaxbind: {label} raised {name}: {text}\n"
+        "Traceback of the callable (most recent call last):\n" + "".join(lines[1:])
+    )
 
 
 _REENTERED_JIT = (
@@ -330,4 +374,5 @@ _REENTERED_JIT = (
     "the one now running the callable. JAX refuses that on the same thread (and waits "
     "forever on another one, as it does for jax.pure_callback): the program is not ready "
     "until that first call returns. Call the jitted function once before (outside the "
-    "callable), or call the jaxbind op itself eagerly, which jaxbind allows to recurse.")
+    "callable), or call the jaxbind op itself eagerly, which jaxbind allows to recurse."
+)

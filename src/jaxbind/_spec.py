@@ -26,12 +26,12 @@ BatchAxes = tuple[tuple[int, ...], ...]
 @dataclass(frozen=True, slots=True)
 class CallSpec:
     binding: Binding
-    role: str                 # see _binding: "f", "T", "jvp", "vjp", "T<i>"
-    n_fixed: int              # leading arguments this role is not linear/differentiable in
-    kwargs: KwargsDump        # the user's keyword arguments (batch_axes not included)
-    batch_axes: BatchAxes | None = None      # per input, when batched natively
+    role: str  # see _binding: "f", "T", "jvp", "vjp", "T<i>"
+    n_fixed: int  # leading arguments this role is not linear/differentiable in
+    kwargs: KwargsDump  # the user's keyword arguments (batch_axes not included)
+    batch_axes: BatchAxes | None = None  # per input, when batched natively
     out_batch_axes: BatchAxes | None = None  # per output, when batched natively
-    n_lead: int = 0           # multilinear "T<i>": number of leading (non-cotangent) args
+    n_lead: int = 0  # multilinear "T<i>": number of leading (non-cotangent) args
     # Output (shape, dtype)s without batch axes, for a transpose or VJP whose binding
     # has no abstract function for it: the transpose rule knows them (the primals').
     out_hint: tuple | None = None
@@ -52,8 +52,15 @@ class CallSpec:
         """The spec of another role of the same binding, keeping the keyword arguments."""
         if self.batch_axes is None:
             batch_axes = out_batch_axes = None
-        return replace(self, role=role, n_fixed=n_fixed, batch_axes=batch_axes,
-                       out_batch_axes=out_batch_axes, n_lead=n_lead, out_hint=None)
+        return replace(
+            self,
+            role=role,
+            n_fixed=n_fixed,
+            batch_axes=batch_axes,
+            out_batch_axes=out_batch_axes,
+            n_lead=n_lead,
+            out_hint=None,
+        )
 
     @property
     def loop(self) -> Loop:
@@ -61,8 +68,9 @@ class CallSpec:
         if self.batch_axes is None or self.binding.can_batch:
             return NO_LOOP
         # _batching._batch_looped puts every batch axis first, outermost level at axis 0
-        return Loop(max(len(ax) for ax in self.batch_axes),
-                    tuple(bool(ax) for ax in self.batch_axes))
+        return Loop(
+            max(len(ax) for ax in self.batch_axes), tuple(bool(ax) for ax in self.batch_axes)
+        )
 
     def call_kwargs(self) -> KwargsDump:
         """Keyword arguments as the callables and abstract functions see them."""

@@ -17,23 +17,25 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._api import Op
-from ._native import NativeOp
 from ._binding import Kind
 from ._kwargs import encode_kwargs
+from ._native import NativeOp
 
 __all__ = ["check", "CheckResult", "CheckReport"]
 
 # Default tolerances (relative) and finite-difference steps per precision.
-_TOL = {"single": dict(exact=1e-5, fd=3e-2, dot=1e-4, eps=1e-3),
-        "double": dict(exact=1e-11, fd=1e-5, dot=1e-10, eps=1e-6)}
+_TOL = {
+    "single": dict(exact=1e-5, fd=3e-2, dot=1e-4, eps=1e-3),
+    "double": dict(exact=1e-11, fd=1e-5, dot=1e-10, eps=1e-6),
+}
 
 
 @dataclass(frozen=True)
 class CheckResult:
     """One row of a check report."""
 
-    check: str    # which check, e.g. "jvp vs finite differences"
-    target: str   # which argument or output
+    check: str  # which check, e.g. "jvp vs finite differences"
+    target: str  # which argument or output
     dtype: str
     error: float  # relative error (or fraction of bad elements)
     tol: float
@@ -52,12 +54,21 @@ class CheckReport(list):
 
     def __str__(self):
         rows = [("check", "target", "dtype", "error", "tol", "")]
-        rows += [(r.check, r.target, r.dtype, f"{r.error:.2e}", f"{r.tol:.0e}",
-                  ("ok" if r.ok else "FAIL") + (f"  {r.detail}" if r.detail else ""))
-                 for r in self]
+        rows += [
+            (
+                r.check,
+                r.target,
+                r.dtype,
+                f"{r.error:.2e}",
+                f"{r.tol:.0e}",
+                ("ok" if r.ok else "FAIL") + (f"  {r.detail}" if r.detail else ""),
+            )
+            for r in self
+        ]
         widths = [max(len(row[k]) for row in rows) for k in range(5)]
-        return "\n".join("  ".join(c.ljust(w) for c, w in zip(row[:5], widths)) + "  " + row[5]
-                         for row in rows)
+        return "\n".join(
+            "  ".join(c.ljust(w) for c, w in zip(row[:5], widths)) + "  " + row[5] for row in rows
+        )
 
 
 def _precision(dtype) -> str:
@@ -146,8 +157,9 @@ def _run_callable(op: Op, args, avals, kwargs):
     return runs[1], unwritten, None
 
 
-def check(op, *args, rtol=None, eps=None, batch_size=3, seed=0, verbose=True,
-          **kwargs) -> CheckReport:
+def check(
+    op, *args, rtol=None, eps=None, batch_size=3, seed=0, verbose=True, **kwargs
+) -> CheckReport:
     """Check a jaxbind op on example inputs; raise AssertionError on any failure.
 
     Checks, each reported per argument or output with its dtype:
@@ -187,8 +199,10 @@ def check(op, *args, rtol=None, eps=None, batch_size=3, seed=0, verbose=True,
         followed by the whole table.
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"jaxbind.testing.check: batch_size must be a positive int (the size "
-                         f"of the vmap checks' batch), got {batch_size!r}")
+        raise ValueError(
+            f"jaxbind.testing.check: batch_size must be a positive int (the size "
+            f"of the vmap checks' batch), got {batch_size!r}"
+        )
     op, args, kwargs = _unwrap(op, args, kwargs)
     binding = op.binding
     rng = np.random.default_rng(seed)
@@ -211,26 +225,40 @@ def check(op, *args, rtol=None, eps=None, batch_size=3, seed=0, verbose=True,
         report.append(CheckResult("callable runs", "f", "-", np.inf, 0.0, error))
         return _finish(report, binding, verbose)
     for name, av, frac in zip(out_names, out_avals, unwritten):
-        report.append(CheckResult("abstract vs callable: written", name, str(av.dtype), frac, 0.0,
-                                  f"{frac:.0%} of the elements left unwritten" if frac else ""))
+        report.append(
+            CheckResult(
+                "abstract vs callable: written",
+                name,
+                str(av.dtype),
+                frac,
+                0.0,
+                f"{frac:.0%} of the elements left unwritten" if frac else "",
+            )
+        )
 
     eager = call(*args)
     for name, av, d, e in zip(out_names, out_avals, direct, eager):
-        report.append(CheckResult("eager vs callable", name, str(av.dtype), _rel(e, d),
-                                  tol("exact", av.dtype)))
+        report.append(
+            CheckResult(
+                "eager vs callable", name, str(av.dtype), _rel(e, d), tol("exact", av.dtype)
+            )
+        )
     jitted = jax.jit(call)
     first, second = jitted(*args), jitted(*args)
     for name, av, e, j1, j2 in zip(out_names, out_avals, eager, first, second):
-        report.append(CheckResult("jit vs eager", name, str(av.dtype), _rel(j1, e),
-                                  tol("exact", av.dtype)))
+        report.append(
+            CheckResult("jit vs eager", name, str(av.dtype), _rel(j1, e), tol("exact", av.dtype))
+        )
         same = np.array_equal(np.asarray(j1), np.asarray(j2), equal_nan=True)
         report.append(CheckResult("determinism", name, str(av.dtype), 0.0 if same else 1.0, 0.0))
 
     diff = [i for i in range(n_fixed, len(args)) if _inexact(args[i])]
     has_fwd = binding.kind is not Kind.NONLINEAR or binding.derivatives[0] is not None
-    has_rev = (binding.kind is Kind.LINEAR and binding.transposes is not None) or \
-        (binding.kind is Kind.MULTILINEAR) or \
-        (binding.kind is Kind.NONLINEAR and binding.derivatives[1] is not None)
+    has_rev = (
+        (binding.kind is Kind.LINEAR and binding.transposes is not None)
+        or (binding.kind is Kind.MULTILINEAR)
+        or (binding.kind is Kind.NONLINEAR and binding.derivatives[1] is not None)
+    )
 
     for i in diff:
         x = args[i]
@@ -244,15 +272,26 @@ def check(op, *args, rtol=None, eps=None, batch_size=3, seed=0, verbose=True,
         v = _random_like(x, rng)
         if has_fwd:
             _, tan = jax.jvp(f_i, (jnp.asarray(x),), (jnp.asarray(v),))
-            h = (eps if eps is not None else tol("eps", x.dtype)) * max(1.0, float(np.max(np.abs(x), initial=0.0)))
+            h = (eps if eps is not None else tol("eps", x.dtype)) * max(
+                1.0, float(np.max(np.abs(x), initial=0.0))
+            )
             hi = np.asarray(x + h * v, dtype=x.dtype)
             lo = np.asarray(x - h * v, dtype=x.dtype)
             with np.errstate(over="ignore", invalid="ignore"):
-                fd = [(np.asarray(a, np.complex128) - np.asarray(b, np.complex128)) / (2 * h)
-                      for a, b in zip(f_i(hi), f_i(lo))]
+                fd = [
+                    (np.asarray(a, np.complex128) - np.asarray(b, np.complex128)) / (2 * h)
+                    for a, b in zip(f_i(hi), f_i(lo))
+                ]
             for name, t, d in zip(out_names, tan, fd):
-                report.append(CheckResult("jvp vs finite differences", f"{target} -> {name}", dt,
-                                          _rel(t, d), tol("fd", x.dtype)))
+                report.append(
+                    CheckResult(
+                        "jvp vs finite differences",
+                        f"{target} -> {name}",
+                        dt,
+                        _rel(t, d),
+                        tol("fd", x.dtype),
+                    )
+                )
         if has_rev:
             u = [_random_like(np.zeros(av.shape, av.dtype), rng) for av in out_avals]
             _, vjp = jax.vjp(f_i, jnp.asarray(x))
@@ -261,12 +300,22 @@ def check(op, *args, rtol=None, eps=None, batch_size=3, seed=0, verbose=True,
             if has_fwd:  # `tan` is the JVP along v computed above
                 lhs = sum(_pair(c, t) for c, t in zip(u, tan))
                 scale = max(abs(lhs), np.linalg.norm(np.asarray(ct)) * np.linalg.norm(v), 1e-30)
-                report.append(CheckResult("vjp vs jvp (dot product)", target, dt,
-                                          abs(lhs - rhs) / scale, tol("dot", x.dtype)))
+                report.append(
+                    CheckResult(
+                        "vjp vs jvp (dot product)",
+                        target,
+                        dt,
+                        abs(lhs - rhs) / scale,
+                        tol("dot", x.dtype),
+                    )
+                )
             if binding.kind in (Kind.LINEAR, Kind.MULTILINEAR):
+
                 def lin_i(xi, i=i):  # a linear op is affine in one argument: zero the others
-                    full = [a if k < n_fixed or binding.kind is Kind.MULTILINEAR
-                            else np.zeros_like(a) for k, a in enumerate(args)]
+                    full = [
+                        a if k < n_fixed or binding.kind is Kind.MULTILINEAR else np.zeros_like(a)
+                        for k, a in enumerate(args)
+                    ]
                     full[i] = xi
                     return call(*full)
 
@@ -274,29 +323,70 @@ def check(op, *args, rtol=None, eps=None, batch_size=3, seed=0, verbose=True,
                 lhs = sum(_pair(c, y) for c, y in zip(u, lin_i(v)))
                 rhs = _pair(tr, v)
                 scale = max(abs(lhs), np.linalg.norm(np.asarray(tr)) * np.linalg.norm(v), 1e-30)
-                report.append(CheckResult("transpose adjointness", target, dt,
-                                          abs(lhs - rhs) / scale, tol("dot", x.dtype)))
+                report.append(
+                    CheckResult(
+                        "transpose adjointness",
+                        target,
+                        dt,
+                        abs(lhs - rhs) / scale,
+                        tol("dot", x.dtype),
+                    )
+                )
 
     if binding.order() >= 2 and has_fwd and has_rev and binding.kind is Kind.NONLINEAR:
-        _second_order(report, call, args, [i for i in diff if not np.iscomplexobj(args[i])],
-                      out_avals, rng, tol, eps)
+        _second_order(
+            report,
+            call,
+            args,
+            [i for i in diff if not np.iscomplexobj(args[i])],
+            out_avals,
+            rng,
+            tol,
+            eps,
+        )
 
     # vmap vs loop: each input batched alone, then all together
-    batched = [np.stack([args[i] if not _inexact(args[i]) or b == 0
-                         else args[i] + (0.1 * b) * _random_like(args[i], rng).real.astype(args[i].dtype)
-                         for b in range(batch_size)]) for i in range(len(args))]
-    for which in [[i] for i in range(len(args))] + ([list(range(len(args)))] if len(args) > 1 else []):
+    batched = [
+        np.stack(
+            [
+                args[i]
+                if not _inexact(args[i]) or b == 0
+                else args[i] + (0.1 * b) * _random_like(args[i], rng).real.astype(args[i].dtype)
+                for b in range(batch_size)
+            ]
+        )
+        for i in range(len(args))
+    ]
+    for which in [[i] for i in range(len(args))] + (
+        [list(range(len(args)))] if len(args) > 1 else []
+    ):
         in_axes = [0 if i in which else None for i in range(len(args))]
-        vm = jax.vmap(call, in_axes=in_axes)(*[batched[i] if i in which else args[i]
-                                               for i in range(len(args))])
+        vm = jax.vmap(call, in_axes=in_axes)(
+            *[batched[i] if i in which else args[i] for i in range(len(args))]
+        )
         for k, av in enumerate(out_avals):
-            loop = np.stack([np.asarray(call(*[batched[i][b] if i in which else args[i]
-                                               for i in range(len(args))])[k])
-                             for b in range(batch_size)])
-            target = ("all inputs" if len(which) > 1 else f"argument {which[0]}") + \
-                f" -> {out_names[k]}"
-            report.append(CheckResult("vmap vs loop", target, str(av.dtype), _rel(vm[k], loop),
-                                      tol("exact", av.dtype) * 10))
+            loop = np.stack(
+                [
+                    np.asarray(
+                        call(*[batched[i][b] if i in which else args[i] for i in range(len(args))])[
+                            k
+                        ]
+                    )
+                    for b in range(batch_size)
+                ]
+            )
+            target = (
+                "all inputs" if len(which) > 1 else f"argument {which[0]}"
+            ) + f" -> {out_names[k]}"
+            report.append(
+                CheckResult(
+                    "vmap vs loop",
+                    target,
+                    str(av.dtype),
+                    _rel(vm[k], loop),
+                    tol("exact", av.dtype) * 10,
+                )
+            )
     return _finish(report, binding, verbose)
 
 
@@ -328,16 +418,25 @@ def _second_order(report, call, args, diff, out_avals, rng, tol, eps):
     norm = lambda t: float(np.sqrt(sum(np.sum(np.abs(np.asarray(a)) ** 2) for a in t)))  # noqa: E731
     scale = max(abs(lhs), norm(hv) * norm(w), 1e-30)
     target = "arguments " + ", ".join(map(str, diff))
-    report.append(CheckResult("hessian symmetry", target, dt, abs(lhs - rhs) / scale,
-                              tol("dot", xs[0].dtype)))
+    report.append(
+        CheckResult("hessian symmetry", target, dt, abs(lhs - rhs) / scale, tol("dot", xs[0].dtype))
+    )
     h = (eps if eps is not None else tol("eps", xs[0].dtype)) * max(
-        1.0, max(float(np.max(np.abs(np.asarray(x)), initial=0.0)) for x in xs))
+        1.0, max(float(np.max(np.abs(np.asarray(x)), initial=0.0)) for x in xs)
+    )
     hi = grad(*(x + h * d for x, d in zip(xs, v)))
     lo = grad(*(x - h * d for x, d in zip(xs, v)))
     fd = [(np.asarray(a, np.float64) - np.asarray(b, np.float64)) / (2 * h) for a, b in zip(hi, lo)]
     error = max(_rel(a, b) for a, b in zip(hv, fd))
-    report.append(CheckResult("hessian-vector product vs finite differences", target, dt, error,
-                              tol("fd", xs[0].dtype)))
+    report.append(
+        CheckResult(
+            "hessian-vector product vs finite differences",
+            target,
+            dt,
+            error,
+            tol("fd", xs[0].dtype),
+        )
+    )
 
 
 def _finish(report: CheckReport, binding, verbose: bool) -> CheckReport:
@@ -345,8 +444,13 @@ def _finish(report: CheckReport, binding, verbose: bool) -> CheckReport:
         print(f"jaxbind.testing.check('{binding.name}'):\n{report}")
     failures = report.failures()
     if failures:
-        lines = [f"- {r.check} [{r.target}, {r.dtype}]: error {r.error:.3g} > tol {r.tol:.0e}"
-                 + (f" ({r.detail})" if r.detail else "") for r in failures]
-        raise AssertionError(f"jaxbind.testing.check: '{binding.name}' failed {len(failures)} "
-                             "check(s):\n" + "\n".join(lines) + "\n\n" + str(report))
+        lines = [
+            f"- {r.check} [{r.target}, {r.dtype}]: error {r.error:.3g} > tol {r.tol:.0e}"
+            + (f" ({r.detail})" if r.detail else "")
+            for r in failures
+        ]
+        raise AssertionError(
+            f"jaxbind.testing.check: '{binding.name}' failed {len(failures)} "
+            "check(s):\n" + "\n".join(lines) + "\n\n" + str(report)
+        )
     return report

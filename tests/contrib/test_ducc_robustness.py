@@ -15,11 +15,10 @@ from __future__ import annotations
 import itertools
 import math
 
-import numpy as np
-import pytest
-
 import jax
 import jax.numpy as jnp
+import numpy as np
+import pytest
 
 pytest.importorskip("ducc0")
 
@@ -76,14 +75,16 @@ def _double(args):
     return [a.astype(jnp.complex128 if jnp.iscomplexobj(a) else jnp.float64) for a in args]
 
 
-PRECISION_CASES = list(itertools.product((1, 2, 3), (1, 2, 3), (np.complex64, np.complex128),
-                                          ("default", "fine")))
+PRECISION_CASES = list(
+    itertools.product((1, 2, 3), (1, 2, 3), (np.complex64, np.complex128), ("default", "fine"))
+)
 
 
 def _precision_case(seed, kind, d, dtype, eps):
     """(rng, eps, tolerance against double precision) for one case of PRECISION_CASES."""
-    rng = np.random.default_rng(seed + 100 * kind + 10 * d + (dtype == np.complex64) * 5
-                                + (eps == "fine"))
+    rng = np.random.default_rng(
+        seed + 100 * kind + 10 * d + (dtype == np.complex64) * 5 + (eps == "fine")
+    )
     eps = 1e-6 if eps == "default" else FINE[dtype]
     tol = 1e-4 if dtype == np.complex64 else (1e-5 if eps == 1e-6 else 1e-12)
     return rng, eps, tol
@@ -101,8 +102,9 @@ def test_every_precision_and_eps_matches_the_double_precision_transform(kind, d,
 
     weights = _cplx(rng, want.shape, dtype)
     grads = jax.grad(_loss(fn, weights), argnums=tuple(range(1 + len(pts))))(v, *pts)
-    wants = jax.grad(_loss(ref, weights.astype(jnp.complex128)),
-                     argnums=tuple(range(1 + len(pts))))(*_double([v, *pts]))
+    wants = jax.grad(
+        _loss(ref, weights.astype(jnp.complex128)), argnums=tuple(range(1 + len(pts)))
+    )(*_double([v, *pts]))
     for i, (g, w) in enumerate(zip(grads, wants)):
         assert g.dtype == (v if i == 0 else pts[0]).dtype
         assert _rel(g, w) < tol, f"gradient {i}"
@@ -114,16 +116,18 @@ def test_plans_in_every_precision_match_the_double_precision_transform(kind, d, 
     v, pts = _inputs(kind, d, dtype, rng)
     pts = [np.asarray(p[0]) for p in pts]  # a plan's points are concrete and unbatched
     v = v[0]  # (3, ...): three transforms through one plan
-    plan = jaxducc0.NufftPlan(kind, GRIDS[d] if kind != 3 else None, *pts, eps=eps,
-                              iflag=1 if kind == 1 else -1)
+    plan = jaxducc0.NufftPlan(
+        kind, GRIDS[d] if kind != 3 else None, *pts, eps=eps, iflag=1 if kind == 1 else -1
+    )
     ref = _call(kind, d, 1e-13)
     got, want = plan(v), ref(*_double([v, *(jnp.asarray(p) for p in pts)]))
     assert got.dtype == dtype
     assert _rel(got, want) < tol
     weights = _cplx(rng, want.shape, dtype)
     g = jax.grad(lambda v: jnp.sum(jnp.real(weights * plan(v))))(v)
-    w = jax.grad(lambda v: jnp.sum(jnp.real(weights * ref(v, *_double(
-        [jnp.asarray(p) for p in pts])))))(v.astype(jnp.complex128))
+    w = jax.grad(
+        lambda v: jnp.sum(jnp.real(weights * ref(v, *_double([jnp.asarray(p) for p in pts]))))
+    )(v.astype(jnp.complex128))
     assert g.dtype == dtype and _rel(g, w) < tol
 
 
@@ -135,6 +139,7 @@ def test_type3_limits_come_from_ducc_and_are_coarser_than_types_1_and_2():
 
 
 # --- non-finite points ---------------------------------------------------------------
+
 
 def _bad(x, i, value=np.nan):
     return jnp.asarray(x).at[..., i].set(value)
@@ -155,8 +160,10 @@ def test_a_non_finite_point_gives_nan_where_it_enters(value):
     # type 2 and type 3 with a bad target: only the outputs at that point
     # (type 3's internal grid depends on the targets' extent: equal to its accuracy)
     sb = _bad(s, 3, value)
-    for got, clean, i in ((jaxducc0.nufft2(f, xb), jaxducc0.nufft2(f, x), 7),
-                          (jaxducc0.nufft3(c, x, sb, eps=1e-12), jaxducc0.nufft3(c, x, s), 3)):
+    for got, clean, i in (
+        (jaxducc0.nufft2(f, xb), jaxducc0.nufft2(f, x), 7),
+        (jaxducc0.nufft3(c, x, sb, eps=1e-12), jaxducc0.nufft3(c, x, s), 3),
+    ):
         assert jnp.isnan(got[i]) and jnp.isnan(got[i].imag)
         keep = np.arange(got.shape[0]) != i
         assert _rel(got[keep], clean[keep]) < 1e-5
@@ -186,8 +193,7 @@ def test_non_finite_uvw_or_frequencies_give_nan_visibilities():
     rng = np.random.default_rng(8)
     uvw = rng.uniform(-100, 100, (20, 3))
     freq = np.array([1e9, 1.1e9])
-    kw = dict(pixsize_x=1e-5, pixsize_y=1e-5, npix_x=32, npix_y=32, epsilon=1e-7,
-              do_wgridding=True)
+    kw = dict(pixsize_x=1e-5, pixsize_y=1e-5, npix_x=32, npix_y=32, epsilon=1e-7, do_wgridding=True)
     op = jaxducc0.get_wgridder(**kw)
     image = jnp.asarray(rng.normal(size=(32, 32)))
     clean = op(uvw, freq, image)[0]
@@ -207,24 +213,29 @@ def test_channels_in_any_order_match_the_sorted_ones_and_bad_frequencies_are_nam
     rng = np.random.default_rng(9)
     uvw = rng.uniform(-100, 100, (20, 3))
     freq = np.array([1e9, 1.2e9, 1.1e9])
-    op = jaxducc0.get_wgridder(pixsize_x=1e-5, pixsize_y=1e-5, npix_x=32, npix_y=32,
-                               epsilon=1e-7, do_wgridding=True)
+    op = jaxducc0.get_wgridder(
+        pixsize_x=1e-5, pixsize_y=1e-5, npix_x=32, npix_y=32, epsilon=1e-7, do_wgridding=True
+    )
     image = jnp.asarray(rng.normal(size=(32, 32)))
     got = op(uvw, freq, image)[0]
     for c in range(3):
         # (the gridder's grid depends on the frequencies it sees: equal to its accuracy)
-        assert _rel(got[:, c], op(uvw, freq[c:c + 1], image)[0][:, 0]) < 1e-6
+        assert _rel(got[:, c], op(uvw, freq[c : c + 1], image)[0][:, 0]) < 1e-6
     vis = _cplx(rng, got.shape, np.complex128)
     back = jax.linear_transpose(lambda im: op(uvw, freq, im)[0], image)(vis)[0]
     order = np.argsort(freq)
     want = jax.linear_transpose(lambda im: op(uvw, freq[order], im)[0], image)(vis[:, order])[0]
     assert _rel(back, want) < 1e-12
-    with pytest.raises(Exception, match=r"jaxducc0.get_wgridder: channel frequencies must be "
-                                        r"> 0, got -1000000000.0 for channel 1"):
+    with pytest.raises(
+        Exception,
+        match=r"jaxducc0.get_wgridder: channel frequencies must be "
+        r"> 0, got -1000000000.0 for channel 1",
+    ):
         op(uvw, np.array([1e9, -1e9]), image)[0].block_until_ready()
 
 
 # --- empty inputs ---------------------------------------------------------------------
+
 
 def test_no_points_give_zeros_or_empty_results():
     c0 = jnp.zeros((0,), jnp.complex128)
@@ -246,8 +257,11 @@ def test_no_points_give_zeros_or_empty_results():
     assert t2(f)[0].shape == (0,)
     assert jnp.array_equal(jax.linear_transpose(lambda g: t2(g)[0], f)(c0)[0], jnp.zeros(8))
 
-    for kind, n_modes, pts in ((1, (8,), (np.zeros(0),)), (2, (8,), (np.zeros(0),)),
-                               (3, None, (np.zeros(0), np.ones(4)))):
+    for kind, n_modes, pts in (
+        (1, (8,), (np.zeros(0),)),
+        (2, (8,), (np.zeros(0),)),
+        (3, None, (np.zeros(0), np.ones(4))),
+    ):
         plan = jaxducc0.NufftPlan(kind, n_modes, *pts, dtype=np.complex128)
         values = c0 if kind != 2 else f
         out = plan(values)
@@ -264,22 +278,26 @@ def test_an_empty_grid_or_batch_gives_empty_or_zero_results():
 
 
 def test_empty_arrays_through_the_ffts_and_the_gridder():
-    for op, x in ((jaxducc0.c2c, jnp.zeros((0, 4), jnp.complex64)),
-                  (jaxducc0.genuine_fht, jnp.zeros((3, 0))),
-                  (jaxducc0.r2c, jnp.zeros((0, 6)))):
+    for op, x in (
+        (jaxducc0.c2c, jnp.zeros((0, 4), jnp.complex64)),
+        (jaxducc0.genuine_fht, jnp.zeros((3, 0))),
+        (jaxducc0.r2c, jnp.zeros((0, 6))),
+    ):
         y = op(x)[0]
         assert y.size == 0
         assert jax.jit(lambda x: op(x)[0])(x).shape == y.shape
     assert jaxducc0.c2r(jnp.zeros((0, 4), complex), lastsize=6)[0].shape == (0, 6)
 
-    op = jaxducc0.get_wgridder(pixsize_x=1e-5, pixsize_y=1e-5, npix_x=16, npix_y=16,
-                               epsilon=1e-6, do_wgridding=False)
+    op = jaxducc0.get_wgridder(
+        pixsize_x=1e-5, pixsize_y=1e-5, npix_x=16, npix_y=16, epsilon=1e-6, do_wgridding=False
+    )
     image = jnp.ones((16, 16))
     for nrows, nchan in ((0, 2), (4, 0)):
         uvw, freq = np.ones((nrows, 3)), np.full(nchan, 1e9)
         assert op(uvw, freq, image)[0].shape == (nrows, nchan)
         back = jax.linear_transpose(lambda im: op(uvw, freq, im)[0], image)(
-            jnp.zeros((nrows, nchan), complex))[0]
+            jnp.zeros((nrows, nchan), complex)
+        )[0]
         assert jnp.array_equal(back, jnp.zeros((16, 16)))
 
 
@@ -291,8 +309,9 @@ PTS = np.zeros((5, 1))
 
 
 def _wg(**kw):
-    base = dict(pixsize_x=1e-5, pixsize_y=1e-5, npix_x=32, npix_y=32, epsilon=1e-6,
-                do_wgridding=False)
+    base = dict(
+        pixsize_x=1e-5, pixsize_y=1e-5, npix_x=32, npix_y=32, epsilon=1e-6, do_wgridding=False
+    )
     return lambda: jaxducc0.get_wgridder(**{**base, **kw})
 
 
@@ -302,45 +321,70 @@ def _traced(fn, *avals):
 
 BAD = {
     "c2c float32": (_traced(lambda x: jaxducc0.c2c(x), R), "c2c: x must be complex"),
-    "c2c int32": (_traced(lambda x: jaxducc0.c2c(x), jax.ShapeDtypeStruct((4,), jnp.int32)),
-                  "c2c: x must be complex"),
+    "c2c int32": (
+        _traced(lambda x: jaxducc0.c2c(x), jax.ShapeDtypeStruct((4,), jnp.int32)),
+        "c2c: x must be complex",
+    ),
     "c2c nthreads": (_traced(lambda x: jaxducc0.c2c(x, nthreads=-1), C), "c2c: nthreads"),
     "c2c inorm": (_traced(lambda x: jaxducc0.c2c(x, inorm=3), C), "c2c: inorm"),
     "c2c repeated axis": (_traced(lambda x: jaxducc0.c2c(x, axes=(0, -1)), C), "twice"),
     "c2c axis out of range": (_traced(lambda x: jaxducc0.c2c(x, axes=(2,)), C), "out of range"),
-    "c2c unknown option": (_traced(lambda x: jaxducc0.c2c(x, fast=True), C),
-                           "c2c: unknown keyword"),
-    "c2c overwriting input": (_traced(lambda x: jaxducc0.c2c(x, allow_overwriting_input=True),
-                                      C), "c2c: unknown keyword"),
-    "genuine_fht complex": (_traced(lambda x: jaxducc0.genuine_fht(x), C),
-                            "genuine_fht: x must be float"),
+    "c2c unknown option": (
+        _traced(lambda x: jaxducc0.c2c(x, fast=True), C),
+        "c2c: unknown keyword",
+    ),
+    "c2c overwriting input": (
+        _traced(lambda x: jaxducc0.c2c(x, allow_overwriting_input=True), C),
+        "c2c: unknown keyword",
+    ),
+    "genuine_fht complex": (
+        _traced(lambda x: jaxducc0.genuine_fht(x), C),
+        "genuine_fht: x must be float",
+    ),
     "r2c no axes": (_traced(lambda x: jaxducc0.r2c(x, axes=()), R), "r2c: axes is empty"),
     "r2c complex": (_traced(lambda x: jaxducc0.r2c(x), C), "r2c: x must be float"),
-    "r2c length 0": (_traced(lambda x: jaxducc0.r2c(x), jax.ShapeDtypeStruct((0,), jnp.float32)),
-                     "r2c: the last transformed axis has length 0"),
+    "r2c length 0": (
+        _traced(lambda x: jaxducc0.r2c(x), jax.ShapeDtypeStruct((0,), jnp.float32)),
+        "r2c: the last transformed axis has length 0",
+    ),
     "c2r lastsize 0": (_traced(lambda x: jaxducc0.c2r(x, lastsize=0), C), "c2r: lastsize"),
     "c2r real": (_traced(lambda x: jaxducc0.c2r(x, lastsize=14), R), "c2r: x must be complex"),
-    "get_nufft epsilon 0": (lambda: jaxducc0.get_nufft(PTS, (8,), nufft_type=1, epsilon=0),
-                            "get_nufft: epsilon"),
-    "get_nufft epsilon nan": (lambda: jaxducc0.get_nufft(PTS, (8,), nufft_type=1,
-                                                         epsilon=float("nan")),
-                              "get_nufft: epsilon"),
-    "get_nufft 4-D grid": (lambda: jaxducc0.get_nufft(np.zeros((5, 4)), (4, 4, 4, 4),
-                                                      nufft_type=1), "get_nufft: grid_shape"),
-    "get_nufft nthreads": (lambda: jaxducc0.get_nufft(PTS, (8,), nufft_type=1, nthreads=-1),
-                           "get_nufft: nthreads"),
-    "get_nufft periodicity": (lambda: jaxducc0.get_nufft(PTS, (8,), nufft_type=1,
-                                                         periodicity=0), "get_nufft: periodicity"),
-    "get_nufft unknown option": (lambda: jaxducc0.get_nufft(PTS, (8,), nufft_type=1, nu=3),
-                                 "get_nufft: unknown keyword"),
-    "get_nufft sigma": (lambda: jaxducc0.get_nufft(PTS, (8,), nufft_type=1, sigma_min=1.0,
-                                                   sigma_max=2.0), "get_nufft: DUCC needs"),
-    "get_nufft int coord": (_traced(lambda c: jaxducc0.get_nufft(np.zeros((5, 1), np.int32), (8,),
-                                                                 nufft_type=1)(c), C),
-                            "get_nufft: coord must be float"),
-    "get_nufft coord shape": (_traced(lambda c: jaxducc0.get_nufft(np.zeros((5, 2)), (8,),
-                                                                   nufft_type=1)(c), C),
-                              "get_nufft: coord must be"),
+    "get_nufft epsilon 0": (
+        lambda: jaxducc0.get_nufft(PTS, (8,), nufft_type=1, epsilon=0),
+        "get_nufft: epsilon",
+    ),
+    "get_nufft epsilon nan": (
+        lambda: jaxducc0.get_nufft(PTS, (8,), nufft_type=1, epsilon=float("nan")),
+        "get_nufft: epsilon",
+    ),
+    "get_nufft 4-D grid": (
+        lambda: jaxducc0.get_nufft(np.zeros((5, 4)), (4, 4, 4, 4), nufft_type=1),
+        "get_nufft: grid_shape",
+    ),
+    "get_nufft nthreads": (
+        lambda: jaxducc0.get_nufft(PTS, (8,), nufft_type=1, nthreads=-1),
+        "get_nufft: nthreads",
+    ),
+    "get_nufft periodicity": (
+        lambda: jaxducc0.get_nufft(PTS, (8,), nufft_type=1, periodicity=0),
+        "get_nufft: periodicity",
+    ),
+    "get_nufft unknown option": (
+        lambda: jaxducc0.get_nufft(PTS, (8,), nufft_type=1, nu=3),
+        "get_nufft: unknown keyword",
+    ),
+    "get_nufft sigma": (
+        lambda: jaxducc0.get_nufft(PTS, (8,), nufft_type=1, sigma_min=1.0, sigma_max=2.0),
+        "get_nufft: DUCC needs",
+    ),
+    "get_nufft int coord": (
+        _traced(lambda c: jaxducc0.get_nufft(np.zeros((5, 1), np.int32), (8,), nufft_type=1)(c), C),
+        "get_nufft: coord must be float",
+    ),
+    "get_nufft coord shape": (
+        _traced(lambda c: jaxducc0.get_nufft(np.zeros((5, 2)), (8,), nufft_type=1)(c), C),
+        "get_nufft: coord must be",
+    ),
     "sht nside 0": (lambda: jaxducc0.get_healpix_sht(0, 2, 2, 0), "get_healpix_sht: nside"),
     "sht mmax > lmax": (lambda: jaxducc0.get_healpix_sht(2, 2, 3, 0), "mmax must be <= lmax"),
     "sht lmax < spin": (lambda: jaxducc0.get_healpix_sht(2, 1, 1, 2), "lmax must be >= spin"),
@@ -353,33 +397,66 @@ BAD = {
     "wgridder pixsize": (_wg(pixsize_x=-1e-5), "get_wgridder: pixsize_x"),
     "wgridder nthreads": (_wg(nthreads=-1), "get_wgridder: nthreads"),
     "wgridder unknown option": (_wg(wgt=np.ones(3)), "get_wgridder: unknown keyword"),
-    "wgridder uvw shape": (_traced(lambda im: _wg()()(np.zeros((4, 2)), np.ones(1), im),
-                                   jax.ShapeDtypeStruct((32, 32), jnp.float64)),
-                           "get_wgridder: uvw must be"),
-    "wgridder complex uvw": (_traced(lambda im: _wg()()(np.zeros((4, 3), complex), np.ones(1), im),
-                                     jax.ShapeDtypeStruct((32, 32), jnp.float64)),
-                             "get_wgridder: uvw must be real"),
-    "nufft1 eps 0": (lambda: jaxducc0.nufft1(8, jnp.ones(5, complex), jnp.zeros(5), eps=0),
-                     "nufft1: eps"),
-    "nufft2 eps nan": (lambda: jaxducc0.nufft2(jnp.ones(8, complex), jnp.zeros(5), eps=math.nan),
-                       "nufft2: eps"),
-    "nufft3 eps inf": (lambda: jaxducc0.nufft3(jnp.ones(5, complex), jnp.zeros(5), jnp.zeros(3),
-                                               eps=math.inf), "nufft3: eps"),
-    "nufft1 nthreads": (lambda: jaxducc0.nufft1(8, jnp.ones(5, complex), jnp.zeros(5),
-                                                opts=jaxducc0.Opts(nthreads=-1)),
-                        "nufft1: opts.nthreads"),
-    "nufft1 negative grid": (lambda: jaxducc0.nufft1(-8, jnp.ones(5, complex), jnp.zeros(5)),
-                             "nufft1: each output_shape length"),
-    "nufft_points nthreads": (lambda: jaxducc0.nufft_points(
-        jnp.ones((1, 8), complex), jnp.zeros((1, 5)), nufft_type=2, sign=1, eps=1e-6,
-        nthreads=-1), "nufft_points: nthreads"),
+    "wgridder uvw shape": (
+        _traced(
+            lambda im: _wg()()(np.zeros((4, 2)), np.ones(1), im),
+            jax.ShapeDtypeStruct((32, 32), jnp.float64),
+        ),
+        "get_wgridder: uvw must be",
+    ),
+    "wgridder complex uvw": (
+        _traced(
+            lambda im: _wg()()(np.zeros((4, 3), complex), np.ones(1), im),
+            jax.ShapeDtypeStruct((32, 32), jnp.float64),
+        ),
+        "get_wgridder: uvw must be real",
+    ),
+    "nufft1 eps 0": (
+        lambda: jaxducc0.nufft1(8, jnp.ones(5, complex), jnp.zeros(5), eps=0),
+        "nufft1: eps",
+    ),
+    "nufft2 eps nan": (
+        lambda: jaxducc0.nufft2(jnp.ones(8, complex), jnp.zeros(5), eps=math.nan),
+        "nufft2: eps",
+    ),
+    "nufft3 eps inf": (
+        lambda: jaxducc0.nufft3(jnp.ones(5, complex), jnp.zeros(5), jnp.zeros(3), eps=math.inf),
+        "nufft3: eps",
+    ),
+    "nufft1 nthreads": (
+        lambda: jaxducc0.nufft1(
+            8, jnp.ones(5, complex), jnp.zeros(5), opts=jaxducc0.Opts(nthreads=-1)
+        ),
+        "nufft1: opts.nthreads",
+    ),
+    "nufft1 negative grid": (
+        lambda: jaxducc0.nufft1(-8, jnp.ones(5, complex), jnp.zeros(5)),
+        "nufft1: each output_shape length",
+    ),
+    "nufft_points nthreads": (
+        lambda: jaxducc0.nufft_points(
+            jnp.ones((1, 8), complex),
+            jnp.zeros((1, 5)),
+            nufft_type=2,
+            sign=1,
+            eps=1e-6,
+            nthreads=-1,
+        ),
+        "nufft_points: nthreads",
+    ),
     "plan eps 0": (lambda: jaxducc0.NufftPlan(2, (8,), np.zeros(5), eps=0), "NufftPlan: eps"),
-    "plan real dtype": (lambda: jaxducc0.NufftPlan(2, (8,), np.zeros(5), dtype=np.float32),
-                        "nufft_plan: dtype must be complex"),
-    "plan ragged points": (lambda: jaxducc0.NufftPlan(2, (8, 8), np.zeros(5), np.zeros(4)),
-                           "nufft_plan: the coordinate arrays of one point set"),
-    "plan negative grid": (lambda: jaxducc0.NufftPlan(1, (-8,), np.zeros(5)),
-                           "NufftPlan: each n_modes length"),
+    "plan real dtype": (
+        lambda: jaxducc0.NufftPlan(2, (8,), np.zeros(5), dtype=np.float32),
+        "nufft_plan: dtype must be complex",
+    ),
+    "plan ragged points": (
+        lambda: jaxducc0.NufftPlan(2, (8, 8), np.zeros(5), np.zeros(4)),
+        "nufft_plan: the coordinate arrays of one point set",
+    ),
+    "plan negative grid": (
+        lambda: jaxducc0.NufftPlan(1, (-8,), np.zeros(5)),
+        "NufftPlan: each n_modes length",
+    ),
 }
 
 

@@ -36,8 +36,12 @@ def _ftol(dtype):
 def _close(got, want, rtol):
     got, want = np.asarray(got), np.asarray(want)
     scale = max(np.max(np.abs(want)), 1e-30)
-    assert got.shape == want.shape and got.dtype == want.dtype, (got.shape, want.shape, got.dtype,
-                                                                 want.dtype)
+    assert got.shape == want.shape and got.dtype == want.dtype, (
+        got.shape,
+        want.shape,
+        got.dtype,
+        want.dtype,
+    )
     err = np.max(np.abs(got - want)) / scale
     assert err <= rtol, f"relative error {err:.2e} > {rtol:.0e}"
 
@@ -55,24 +59,38 @@ def _adjoint_error(f, x, y):
 def _vmap_vs_loop(f, x, axis, rtol, out_axis=None):
     out_axis = axis if out_axis is None else out_axis
     got = jax.vmap(f, in_axes=axis, out_axes=out_axis)(x)
-    want = np.stack([np.asarray(f(np.take(x, b, axis=axis))) for b in range(x.shape[axis])],
-                    axis=out_axis)
+    want = np.stack(
+        [np.asarray(f(np.take(x, b, axis=axis))) for b in range(x.shape[axis])], axis=out_axis
+    )
     _close(got, want, rtol)
 
 
 # --- c2c and genuine_fht -------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("kwargs", [{}, dict(axes=(0,)), dict(axes=(-1,), forward=False, inorm=2),
-                                    dict(inorm=1, nthreads=2)], ids=str)
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, dict(axes=(0,)), dict(axes=(-1,), forward=False, inorm=2), dict(inorm=1, nthreads=2)],
+    ids=str,
+)
 def test_c2c_matches_numpy_and_ducc(dtype, kwargs):
     x = _rand((6, 8), dtype, 1, complex_=True)
     got = jax.jit(lambda x: jaxducc0.c2c(x, **kwargs)[0])(x)
     axes = kwargs.get("axes", (0, 1))
-    ref = np.fft.fftn(x, axes=axes) if kwargs.get("forward", True) else \
-        np.fft.ifftn(x, axes=axes) * np.prod([x.shape[a] for a in axes])
-    ref = ref / {0: 1, 1: np.sqrt(np.prod([x.shape[a] for a in axes])),
-                 2: np.prod([x.shape[a] for a in axes])}[kwargs.get("inorm", 0)]
+    ref = (
+        np.fft.fftn(x, axes=axes)
+        if kwargs.get("forward", True)
+        else np.fft.ifftn(x, axes=axes) * np.prod([x.shape[a] for a in axes])
+    )
+    ref = (
+        ref
+        / {
+            0: 1,
+            1: np.sqrt(np.prod([x.shape[a] for a in axes])),
+            2: np.prod([x.shape[a] for a in axes]),
+        }[kwargs.get("inorm", 0)]
+    )
     _close(got, ref.astype(x.dtype), _ftol(dtype))
     _close(got, ducc0.fft.c2c(x, **kwargs), _ftol(dtype))
 
@@ -81,8 +99,11 @@ def test_c2c_matches_numpy_and_ducc(dtype, kwargs):
 def test_genuine_fht_matches_ducc(dtype):
     x = _rand((5, 8), dtype, 2)
     _close(jaxducc0.genuine_fht(x)[0], ducc0.fft.genuine_fht(x), _ftol(dtype))
-    _close(jaxducc0.genuine_fht(x, axes=(1,), inorm=2)[0],
-           ducc0.fft.genuine_fht(x, axes=(1,), inorm=2), _ftol(dtype))
+    _close(
+        jaxducc0.genuine_fht(x, axes=(1,), inorm=2)[0],
+        ducc0.fft.genuine_fht(x, axes=(1,), inorm=2),
+        _ftol(dtype),
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -96,8 +117,9 @@ def test_fft_adjointness_and_grads(dtype):
     assert _adjoint_error(lambda x: jaxducc0.genuine_fht(x)[0], xr, yr) < 10 * _ftol(dtype)
     if dtype == np.float64:
         check_grads(lambda x: jaxducc0.c2c(x, inorm=1)[0], (x,), order=2, modes=("fwd", "rev"))
-        check_grads(lambda x: jaxducc0.genuine_fht(x, inorm=1)[0], (xr,), order=2,
-                    modes=("fwd", "rev"))
+        check_grads(
+            lambda x: jaxducc0.genuine_fht(x, inorm=1)[0], (xr,), order=2, modes=("fwd", "rev")
+        )
 
 
 @pytest.mark.parametrize("axis", [0, 1, 2])
@@ -109,22 +131,32 @@ def test_fft_vmap_matches_loop_on_any_batch_axis(axis):
     # nested vmap and grad through the natively batched op
     f = jax.vmap(jax.vmap(lambda v: jaxducc0.c2c(v)[0]), in_axes=1, out_axes=1)
     _close(f(x), np.fft.fft(x, axis=2), 1e-12)
-    g = jax.grad(lambda x: jnp.sum(jnp.abs(jax.vmap(lambda v: jaxducc0.c2c(v)[0], axis)(x)) ** 2))(x)
-    g_ref = jax.grad(lambda x: jnp.sum(jnp.abs(jnp.fft.fftn(x, axes=[a for a in range(3)
-                                                                       if a != axis])) ** 2))(x)
+    g = jax.grad(lambda x: jnp.sum(jnp.abs(jax.vmap(lambda v: jaxducc0.c2c(v)[0], axis)(x)) ** 2))(
+        x
+    )
+    g_ref = jax.grad(
+        lambda x: jnp.sum(jnp.abs(jnp.fft.fftn(x, axes=[a for a in range(3) if a != axis])) ** 2)
+    )(x)
     _close(g, g_ref, 1e-12)
 
 
 # --- r2c / c2r -------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", [8, 7])
 def test_real_fft_pair_matches_numpy(dtype, n):
     x = _rand((3, n), dtype, 8)
-    _close(jaxducc0.r2c(x)[0], np.fft.rfftn(x).astype(np.result_type(dtype, np.complex64)),
-           _ftol(dtype))
-    _close(jaxducc0.r2c(x, axes=(1,), forward=False)[0],
-           np.conj(np.fft.rfft(x, axis=1)).astype(np.result_type(dtype, np.complex64)), _ftol(dtype))
+    _close(
+        jaxducc0.r2c(x)[0],
+        np.fft.rfftn(x).astype(np.result_type(dtype, np.complex64)),
+        _ftol(dtype),
+    )
+    _close(
+        jaxducc0.r2c(x, axes=(1,), forward=False)[0],
+        np.conj(np.fft.rfft(x, axis=1)).astype(np.result_type(dtype, np.complex64)),
+        _ftol(dtype),
+    )
     c = np.fft.rfftn(x).astype(np.result_type(dtype, np.complex64))
     back = jaxducc0.c2r(c, lastsize=n, forward=False, inorm=2)[0]
     _close(back, x, 10 * _ftol(dtype))
@@ -146,11 +178,13 @@ def test_real_fft_adjoint_is_not_the_inverse(dtype, n):
     _close(t, t_ref, 10 * _ftol(dtype))
     if dtype == np.float64:
         check_grads(lambda x: jaxducc0.r2c(x, inorm=1)[0], (x,), order=2, modes=("fwd", "rev"))
-        check_grads(lambda c: jaxducc0.c2r(c, lastsize=n, inorm=1)[0], (y,), order=2,
-                    modes=("fwd", "rev"))
+        check_grads(
+            lambda c: jaxducc0.c2r(c, lastsize=n, inorm=1)[0], (y,), order=2, modes=("fwd", "rev")
+        )
 
 
 # --- HEALPix SHT -------------------------------------------------------------------------
+
 
 def _realalm(ncomp, lmax, mmax, dtype, seed):
     x = _rand((ncomp, 2 * jaxducc0.nalm(lmax, mmax) - lmax - 1), dtype, seed)
@@ -169,8 +203,8 @@ def test_healpix_sht_matches_ducc(dtype, spin):
     got = jax.jit(lambda x: op(x)[0])(x)
     # reference: complex alm built by hand, DUCC called directly
     alm = np.empty((ncomp, jaxducc0.nalm(lmax, mmax)), np.result_type(dtype, np.complex64))
-    alm[:, :lmax + 1] = x[:, :lmax + 1]
-    alm[:, lmax + 1:] = (x[:, lmax + 1::2] + 1j * x[:, lmax + 2::2]) / np.sqrt(2.0)
+    alm[:, : lmax + 1] = x[:, : lmax + 1]
+    alm[:, lmax + 1 :] = (x[:, lmax + 1 :: 2] + 1j * x[:, lmax + 2 :: 2]) / np.sqrt(2.0)
     geom = ducc0.healpix.Healpix_Base(nside, "RING").sht_info()
     ref = ducc0.sht.synthesis(alm=alm, lmax=lmax, mmax=mmax, spin=spin, **geom)
     tol = 1e-4 if dtype == np.float32 else 1e-10
@@ -189,6 +223,7 @@ def test_healpix_sht_vmap_matches_loop():
 
 # --- wgridder ------------------------------------------------------------------------------
 
+
 def _vis_setup(dtype):
     rng = np.random.default_rng(13)
     nrow, nchan, npix = 50, 3, 32
@@ -197,8 +232,14 @@ def _vis_setup(dtype):
     uvw = (rng.random((nrow, 3)) - 0.5) * np.array([2000, 2000, 100])
     image = rng.random((npix, npix)).astype(dtype)
     eps = 1e-5 if dtype == np.float32 else 1e-10
-    kw = dict(pixsize_x=pixsize, pixsize_y=pixsize, npix_x=npix, npix_y=npix, epsilon=eps,
-              do_wgridding=True)
+    kw = dict(
+        pixsize_x=pixsize,
+        pixsize_y=pixsize,
+        npix_x=npix,
+        npix_y=npix,
+        epsilon=eps,
+        do_wgridding=True,
+    )
     return uvw, freq, image, kw
 
 
@@ -208,14 +249,21 @@ def test_wgridder_matches_ducc_and_is_adjoint(dtype):
     op = jaxducc0.get_wgridder(**kw)
     vis = jax.jit(lambda u, f, x: op(u, f, x)[0])(uvw, freq, image)
     ref = ducc0.wgridder.experimental.dirty2vis(
-        uvw=uvw, freq=freq, dirty=image, **{k: v for k, v in kw.items() if "npix" not in k})
+        uvw=uvw, freq=freq, dirty=image, **{k: v for k, v in kw.items() if "npix" not in k}
+    )
     tol = 1e-4 if dtype == np.float32 else 1e-9
     _close(vis, ref, tol)
     y = _rand(vis.shape, dtype, 14, complex_=True)
     assert _adjoint_error(lambda x: op(uvw, freq, x)[0], image, y) < tol
     if dtype == np.float64:
-        check_grads(lambda x: op(uvw, freq, x)[0], (image,), order=2, modes=("fwd", "rev"),
-                    atol=1e-6, rtol=1e-6)
+        check_grads(
+            lambda x: op(uvw, freq, x)[0],
+            (image,),
+            order=2,
+            modes=("fwd", "rev"),
+            atol=1e-6,
+            rtol=1e-6,
+        )
 
 
 def test_wgridder_vmap_over_images_matches_loop():
@@ -228,6 +276,7 @@ def test_wgridder_vmap_over_images_matches_loop():
 
 
 # --- NUFFT -------------------------------------------------------------------------------
+
 
 def _nufft_direct(coord, grid_shape, forward):
     """Dense matrix of the type-2 NUFFT (grid -> points), most negative mode first."""
@@ -273,20 +322,26 @@ def test_bad_inputs_name_the_op():
 
 def test_jaxbind_testing_check_passes_for_every_op():
     from jaxbind.testing import check
+
     x = _rand((4, 6), np.float64, 20, complex_=True)
     check(jaxducc0.c2c, x, forward=False, inorm=1, verbose=False)
     check(jaxducc0.genuine_fht, np.real(x), verbose=False)
     from jaxbind.contrib.ducc.fft import _r2c_op  # the op behind r2c, which adds n=
+
     check(_r2c_op, np.real(x), n=6, verbose=False)
     check(jaxducc0.get_healpix_sht(4, 6, 6, 0), _realalm(1, 6, 6, np.float64, 21), verbose=False)
     uvw, freq, image, kw = _vis_setup(np.float64)
     check(jaxducc0.get_wgridder(**kw), uvw, freq, image, batch_size=2, verbose=False)
     coord = np.random.default_rng(22).uniform(-np.pi, np.pi, (30, 1))
-    check(jaxducc0.get_nufft(coord, (8,), nufft_type=2, epsilon=1e-11),
-          _rand((8,), np.float64, 23, complex_=True), verbose=False)
+    check(
+        jaxducc0.get_nufft(coord, (8,), nufft_type=2, epsilon=1e-11),
+        _rand((8,), np.float64, 23, complex_=True),
+        verbose=False,
+    )
 
 
 # --- the real alm layout helpers ---------------------------------------------------------
+
 
 @pytest.mark.parametrize("lmax, mmax", [(5, 5), (12, 10)])
 def test_realalm_helpers_round_trip_in_numpy_and_jax(lmax, mmax):
@@ -294,8 +349,9 @@ def test_realalm_helpers_round_trip_in_numpy_and_jax(lmax, mmax):
     x = _rand((2, n), np.float64, 21)
     alm = jaxducc0.realalm_to_alm(x, lmax)
     assert isinstance(alm, np.ndarray) and alm.shape == (2, jaxducc0.nalm(lmax, mmax))
-    by_hand = np.concatenate([x[:, :lmax + 1] + 0j,
-                              (x[:, lmax + 1::2] + 1j * x[:, lmax + 2::2]) / np.sqrt(2.0)], 1)
+    by_hand = np.concatenate(
+        [x[:, : lmax + 1] + 0j, (x[:, lmax + 1 :: 2] + 1j * x[:, lmax + 2 :: 2]) / np.sqrt(2.0)], 1
+    )
     np.testing.assert_allclose(alm, by_hand, rtol=1e-15)
     np.testing.assert_allclose(jaxducc0.alm_to_realalm(alm, lmax), x, rtol=1e-14)
     jitted = jax.jit(lambda v: jaxducc0.alm_to_realalm(jaxducc0.realalm_to_alm(v, lmax), lmax))
@@ -312,7 +368,7 @@ def test_sht_of_public_realalm_matches_ducc_with_complex_alm():
     lmax = mmax = 7
     op = jaxducc0.get_healpix_sht(4, lmax, mmax, 0)
     alm = _rand((1, jaxducc0.nalm(lmax, mmax)), np.float64, 22, complex_=True)
-    alm[:, :lmax + 1] = alm[:, :lmax + 1].real  # m = 0: real for a real map
+    alm[:, : lmax + 1] = alm[:, : lmax + 1].real  # m = 0: real for a real map
     got = op(jaxducc0.alm_to_realalm(alm, lmax))[0]
     geom = ducc0.healpix.Healpix_Base(4, "RING").sht_info()
     ref = ducc0.sht.synthesis(alm=alm, lmax=lmax, mmax=mmax, spin=0, **geom)

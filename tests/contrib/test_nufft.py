@@ -10,11 +10,10 @@ from __future__ import annotations
 import itertools
 from functools import partial
 
-import numpy as np
-import pytest
-
 import jax
 import jax.numpy as jnp
+import numpy as np
+import pytest
 
 pytest.importorskip("ducc0")
 
@@ -31,8 +30,9 @@ def _x64(enable_x64):
 
 
 def _modes(grid, modeord):
-    ks = jnp.meshgrid(*[jnp.asarray(mode_numbers(n, modeord), jnp.float64) for n in grid],
-                      indexing="ij")
+    ks = jnp.meshgrid(
+        *[jnp.asarray(mode_numbers(n, modeord), jnp.float64) for n in grid], indexing="ij"
+    )
     return jnp.stack([k.ravel() for k in ks])  # (d, prod(grid))
 
 
@@ -156,10 +156,8 @@ def test_vmap_over_points_and_values(kind):
     got = jax.vmap(fast, in_axes=(None,) + (0,) * len(pts))(v, *pts)
     want = jnp.stack([ref(v, *(p[i] for p in pts)) for i in range(3)])
     assert _rel(got, want) < 1e-10
-    gx = jax.vmap(jax.grad(lambda x, vv: jnp.sum(jnp.abs(fast(vv, x, *xs[1:])) ** 2)))(
-        pts[0], vs)
-    gr = jax.vmap(jax.grad(lambda x, vv: jnp.sum(jnp.abs(ref(vv, x, *xs[1:])) ** 2)))(
-        pts[0], vs)
+    gx = jax.vmap(jax.grad(lambda x, vv: jnp.sum(jnp.abs(fast(vv, x, *xs[1:])) ** 2)))(pts[0], vs)
+    gr = jax.vmap(jax.grad(lambda x, vv: jnp.sum(jnp.abs(ref(vv, x, *xs[1:])) ** 2)))(pts[0], vs)
     assert _rel(gx, gr) < 1e-9
 
 
@@ -177,8 +175,10 @@ def test_leading_dimensions_broadcast_as_in_jax_finufft():
     got = jaxducc0.nufft2(f, x1, y1, eps=1e-12)
     assert got.shape == (4, 9) and _rel(got, dense2(f, x1, y1)) < 1e-10
     # the y=None, z=None style, and a scalar output shape in 1-D
-    assert _rel(jaxducc0.nufft1(7, c[0, 0], x1, None, None, eps=1e-12),
-                dense1((7,), c[0, 0], x1)) < 1e-10
+    assert (
+        _rel(jaxducc0.nufft1(7, c[0, 0], x1, None, None, eps=1e-12), dense1((7,), c[0, 0], x1))
+        < 1e-10
+    )
 
 
 def test_single_precision_and_eps_clamped():
@@ -214,27 +214,50 @@ def test_check_passes_on_the_core_op(kind):
 def test_check_passes_on_the_jax_finufft_form():
     rng = np.random.default_rng(5)
     x, y = rng.uniform(-3, 3, (2, 8))
-    report = check(partial(jaxducc0.nufft_points.op, nufft_type=2, sign=-1, eps=1e-12, modeord=1,
-                           nthreads=1, grid=None),
-                   _cplx(rng, (1, 5, 4)), np.stack([x, y]), verbose=False)
+    report = check(
+        partial(
+            jaxducc0.nufft_points.op,
+            nufft_type=2,
+            sign=-1,
+            eps=1e-12,
+            modeord=1,
+            nthreads=1,
+            grid=None,
+        ),
+        _cplx(rng, (1, 5, 4)),
+        np.stack([x, y]),
+        verbose=False,
+    )
     assert not report.failures()
 
 
-@pytest.mark.parametrize("call,match", [
-    (lambda: jaxducc0.nufft1(8, jnp.ones(5), jnp.zeros(5)), "complex64 or complex128"),
-    (lambda: jaxducc0.nufft1((8, 8), jnp.ones(5, complex), jnp.zeros(5)), "output_shape"),
-    (lambda: jaxducc0.nufft2(jnp.ones((8,), complex), jnp.zeros(5, jnp.float32)),
-     "float64"),
-    (lambda: jaxducc0.nufft2(jnp.ones((2, 3, 8), complex), jnp.zeros(5)), "leading dim"),
-    (lambda: jaxducc0.nufft1(8, jnp.ones(4, complex), jnp.zeros(5)), "number of points"),
-    (lambda: jaxducc0.nufft3(jnp.ones(5, complex), jnp.zeros(5), jnp.zeros(5), jnp.zeros(3)),
-     "as many target"),
-    (lambda: jaxducc0.nufft2(jnp.ones((8,), complex), jnp.zeros(5),
-                             opts=jaxducc0.Opts(modeord=2)), "modeord"),
-    (lambda: jaxducc0.nufft2(jnp.ones((8,), complex)), "coordinate arrays"),
-    (lambda: jaxducc0.nufft_points(jnp.ones((1, 8), complex), jnp.zeros((1, 5)),
-                                   nufft_type=4, sign=1, eps=1e-6), "nufft_type"),
-])
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda: jaxducc0.nufft1(8, jnp.ones(5), jnp.zeros(5)), "complex64 or complex128"),
+        (lambda: jaxducc0.nufft1((8, 8), jnp.ones(5, complex), jnp.zeros(5)), "output_shape"),
+        (lambda: jaxducc0.nufft2(jnp.ones((8,), complex), jnp.zeros(5, jnp.float32)), "float64"),
+        (lambda: jaxducc0.nufft2(jnp.ones((2, 3, 8), complex), jnp.zeros(5)), "leading dim"),
+        (lambda: jaxducc0.nufft1(8, jnp.ones(4, complex), jnp.zeros(5)), "number of points"),
+        (
+            lambda: jaxducc0.nufft3(jnp.ones(5, complex), jnp.zeros(5), jnp.zeros(5), jnp.zeros(3)),
+            "as many target",
+        ),
+        (
+            lambda: jaxducc0.nufft2(
+                jnp.ones((8,), complex), jnp.zeros(5), opts=jaxducc0.Opts(modeord=2)
+            ),
+            "modeord",
+        ),
+        (lambda: jaxducc0.nufft2(jnp.ones((8,), complex)), "coordinate arrays"),
+        (
+            lambda: jaxducc0.nufft_points(
+                jnp.ones((1, 8), complex), jnp.zeros((1, 5)), nufft_type=4, sign=1, eps=1e-6
+            ),
+            "nufft_type",
+        ),
+    ],
+)
 def test_bad_inputs_name_the_function(call, match):
     with pytest.raises((TypeError, ValueError), match=match) as info:
         call()
@@ -244,6 +267,7 @@ def test_bad_inputs_name_the_function(call, match):
 def test_same_results_as_jax_finufft_when_installed():
     jf = pytest.importorskip("jax_finufft")
     from jax_finufft.options import Opts
+
     rng = np.random.default_rng(6)
     x, y = (jnp.asarray(rng.uniform(-np.pi, np.pi, (2, 30))) for _ in range(2))
     s, t = (jnp.asarray(rng.uniform(-8, 8, (2, 20))) for _ in range(2))
@@ -254,8 +278,11 @@ def test_same_results_as_jax_finufft_when_installed():
             (lambda m, o: m.nufft1((8, 6), c, x, y, eps=1e-9, opts=o)),
             (lambda m, o: m.nufft2(f, x, y, eps=1e-9, opts=o)),
             (lambda m, o: m.nufft3(c, x, y, s, t, eps=1e-9, iflag=1, opts=o)),
-            (lambda m, o: jax.grad(lambda p: jnp.sum(jnp.abs(m.nufft2(f, p, y, eps=1e-9,
-                                                                      opts=o)) ** 2))(x)),
+            (
+                lambda m, o: jax.grad(
+                    lambda p: jnp.sum(jnp.abs(m.nufft2(f, p, y, eps=1e-9, opts=o)) ** 2)
+                )(x)
+            ),
         ]
         for fn in pairs:
             a = fn(jaxducc0, jaxducc0.Opts(modeord=modeord))
@@ -275,25 +302,28 @@ def test_linear_transpose_in_the_values(kind):
 
 # --- plans ---------------------------------------------------------------------------
 
+
 def _planned(kind, iflag, modeord, rng, d=2, m=13, k=9):
     grid = GRIDS[d]
     pts = [rng.uniform(-np.pi, np.pi, m) for _ in range(d)]
     if kind == 3:
         pts += [rng.uniform(-6, 6, k) for _ in range(d)]
     opts = jaxducc0.Opts(modeord=modeord)
-    plan = jaxducc0.NufftPlan(kind, None if kind == 3 else grid, *pts, iflag=iflag, eps=1e-12,
-                              opts=opts)
+    plan = jaxducc0.NufftPlan(
+        kind, None if kind == 3 else grid, *pts, iflag=iflag, eps=1e-12, opts=opts
+    )
     jpts = [jnp.asarray(p) for p in pts]
     kw = dict(iflag=iflag, eps=1e-12, opts=opts)
-    fast = {1: lambda v: jaxducc0.nufft1(grid, v, *jpts, **kw),
-            2: lambda v: jaxducc0.nufft2(v, *jpts, **kw),
-            3: lambda v: jaxducc0.nufft3(v, *jpts, **kw)}[kind]
+    fast = {
+        1: lambda v: jaxducc0.nufft1(grid, v, *jpts, **kw),
+        2: lambda v: jaxducc0.nufft2(v, *jpts, **kw),
+        3: lambda v: jaxducc0.nufft3(v, *jpts, **kw),
+    }[kind]
     v = _cplx(rng, (3,) + (grid if kind == 2 else (m,)))
     return plan, fast, v
 
 
-@pytest.mark.parametrize("kind,iflag,modeord", list(itertools.product((1, 2, 3), (1, -1),
-                                                                      (0, 1))))
+@pytest.mark.parametrize("kind,iflag,modeord", list(itertools.product((1, 2, 3), (1, -1), (0, 1))))
 def test_plan_matches_the_unplanned_transform(kind, iflag, modeord):
     rng = np.random.default_rng(50 + kind)
     plan, fast, v = _planned(kind, iflag, modeord, rng)

@@ -1,13 +1,14 @@
 """Write the golden artifacts in tests/data/ (run from tests/: python data/make_golden.py).
 
 Each case of export_cases.py (and each case of symbolic_cases.GOLDEN, exported
-with symbolic shapes and recorded at two or more sizes under "runs") becomes <case>-format<N>-jax<V>.bin (the
-serialized jax.export artifact) and a .json beside it (JAX version, jaxbind
-call format, arguments and expected results). test_export.py checks that every
-golden artifact that the running JAX promises to read loads and gives the
-recorded results. Never delete old ones; add new ones when the call format
-changes, and write a set with each JAX that CI tests. A JAX used here must be
-listed in jax_releases.json (its release date decides which JAX reads it).
+with symbolic shapes and recorded at two or more sizes under "runs") becomes
+<case>-format<N>-jax<V>.bin (the serialized jax.export artifact) and a .json
+beside it (JAX version, jaxbind call format, arguments and expected results).
+test_export.py checks that every golden artifact that the running JAX promises
+to read loads and gives the recorded results. Never delete old ones; add new
+ones when the call format changes, and write a set with each JAX that CI tests.
+A JAX used here must be listed in jax_releases.json (its release date decides
+which JAX reads it).
 
 The artifacts carry no debug locations: every source file is excluded from
 JAX's user frames, so each operation's location is only its name (for
@@ -40,9 +41,11 @@ from jax._src.lib.mlir import ir, passmanager  # jax 0.7 - 0.12
 
 HERE = pathlib.Path(__file__).parent
 sys.path.insert(0, str(HERE.parent))
-import jaxbind  # noqa: E402
 from export_cases import CASES  # noqa: E402
-from symbolic_cases import CASES as SYMBOLIC_CASES, GOLDEN as SYMBOLIC_GOLDEN  # noqa: E402
+from symbolic_cases import CASES as SYMBOLIC_CASES  # noqa: E402
+from symbolic_cases import GOLDEN as SYMBOLIC_GOLDEN  # noqa: E402
+
+import jaxbind  # noqa: E402
 from jaxbind import _ext  # noqa: E402
 
 source_info_util.register_exclusion("/")  # no frame is a user frame: no file locations
@@ -75,7 +78,7 @@ def strip_locations(path: pathlib.Path) -> None:
 
 
 if "--strip" in sys.argv[1:]:
-    for name in sys.argv[sys.argv.index("--strip") + 1:]:
+    for name in sys.argv[sys.argv.index("--strip") + 1 :]:
         strip_locations(pathlib.Path(name))
     sys.exit(0)
 
@@ -104,9 +107,17 @@ for name, (fn, args) in CASES.items():
         continue
     (HERE / f"{stem}.bin").write_bytes(blob)
     expected = [np.asarray(r).tolist() for r in jax.tree.leaves(jax.jit(fn)(*args))]
-    (HERE / f"{stem}.json").write_text(json.dumps(
-        {"jax": jax.__version__, "jaxbind": jaxbind.__version__, "call_format": _ext.call_format,
-         "args": [np.asarray(a).tolist() for a in args], "expected": expected}))
+    (HERE / f"{stem}.json").write_text(
+        json.dumps(
+            {
+                "jax": jax.__version__,
+                "jaxbind": jaxbind.__version__,
+                "call_format": _ext.call_format,
+                "args": [np.asarray(a).tolist() for a in args],
+                "expected": expected,
+            }
+        )
+    )
     print("wrote", f"{stem}.bin")
 
 # Symbolic shapes: one artifact, recorded with its expected results at several sizes.
@@ -122,10 +133,22 @@ for name in SYMBOLIC_GOLDEN:
     runs = []
     for k, size in enumerate(case.sizes):
         args = case.args(size, seed=k)
-        runs.append({"args": [a.tolist() for a in args],
-                     "expected": [np.asarray(r).tolist() for r in jax.tree.leaves(case.ref(*args))]})
+        runs.append(
+            {
+                "args": [a.tolist() for a in args],
+                "expected": [np.asarray(r).tolist() for r in jax.tree.leaves(case.ref(*args))],
+            }
+        )
     (HERE / f"{stem}.bin").write_bytes(blob)
-    (HERE / f"{stem}.json").write_text(json.dumps(
-        {"jax": jax.__version__, "jaxbind": jaxbind.__version__, "call_format": _ext.call_format,
-         "symbolic": [s for s, _ in case.specs], "runs": runs}))
+    (HERE / f"{stem}.json").write_text(
+        json.dumps(
+            {
+                "jax": jax.__version__,
+                "jaxbind": jaxbind.__version__,
+                "call_format": _ext.call_format,
+                "symbolic": [s for s, _ in case.specs],
+                "runs": runs,
+            }
+        )
+    )
     print("wrote", f"{stem}.bin")

@@ -17,14 +17,21 @@ def _op(abstract, name, f=_copy):
     return jaxbind.get_linear_call(f, None, abstract, None, name=f"reliability.{name}")
 
 
-@pytest.mark.parametrize("result, error, match", [
-    ([((3,), np.float32)][0], TypeError, r"output 0 is \(3,\)"),                 # not nested
-    ({"shape": (3,)}, TypeError, "returned dict"),                                # wrong container
-    ((((3,), np.float32, 0, 1),), TypeError, "expected \\(shape, dtype\\)"),      # too long
-    ((((3,), "float17"),), TypeError, "'float17', which is not a NumPy dtype"),   # unknown dtype
-    ((((3,), np.dtype("U5")),), TypeError, "has dtype str160, which jaxbind cannot"),  # unsupported
-    ((((-3,), np.float32),), ValueError, "negative dimensions"),                  # negative dim
-])
+@pytest.mark.parametrize(
+    "result, error, match",
+    [
+        ([((3,), np.float32)][0], TypeError, r"output 0 is \(3,\)"),  # not nested
+        ({"shape": (3,)}, TypeError, "returned dict"),  # wrong container
+        ((((3,), np.float32, 0, 1),), TypeError, "expected \\(shape, dtype\\)"),  # too long
+        ((((3,), "float17"),), TypeError, "'float17', which is not a NumPy dtype"),  # unknown dtype
+        (
+            (((3,), np.dtype("U5")),),
+            TypeError,
+            "has dtype str160, which jaxbind cannot",
+        ),  # unsupported
+        ((((-3,), np.float32),), ValueError, "negative dimensions"),  # negative dim
+    ],
+)
 def test_bad_abstract_results(result, error, match):
     op = _op(lambda x: result, f"bad_{abs(hash(str(result)))}")
     with pytest.raises(error, match=match) as info:
@@ -38,8 +45,11 @@ def test_callable_raising_keeps_the_process_alive():
 
     op = _op(lambda x: ((x.shape, x.dtype),), "raises", boom)
     for _ in range(20):
-        with pytest.raises(Exception, match="'reliability.raises' \\(the function\\) raised "
-                                            "ZeroDivisionError: division by zero in the kernel"):
+        with pytest.raises(
+            Exception,
+            match="'reliability.raises' \\(the function\\) raised "
+            "ZeroDivisionError: division by zero in the kernel",
+        ):
             jax.block_until_ready(jax.jit(lambda x: op(x)[0])(jnp.ones(3)))
 
 
@@ -55,8 +65,9 @@ def test_writing_into_a_copy_is_caught_by_check():
 
 def test_unpicklable_kwargs():
     op = _op(lambda x, **k: ((x.shape, x.dtype),), "kwargs")
-    with pytest.raises(TypeError, match="'reliability.kwargs': keyword arguments must be plain "
-                                        "data or picklable"):
+    with pytest.raises(
+        TypeError, match="'reliability.kwargs': keyword arguments must be plain data or picklable"
+    ):
         op(jnp.ones(3), callback=lambda: 0)
 
 
@@ -72,7 +83,7 @@ def test_wrong_number_of_arguments():
         op()
 
 
-_ROOT_CALL_PROGRAMS = r'''
+_ROOT_CALL_PROGRAMS = r"""
 import jax, jax.numpy as jnp, numpy as np, jaxbind
 
 def double(out, args, kd):
@@ -131,9 +142,10 @@ for rows in (8191, 8192, 1 << 16):
         got = jax.jit(jax.vmap(lambda v: one(v)[0]))(cat(a.astype(t), a.astype(t)))
         np.testing.assert_array_equal(np.asarray(got), 2 * np.ones((4, 2 * rows), t))
 big = jnp.ones((4, 1 << 16), jnp.float32)
-assert "reduce-precision" not in jax.jit(jax.vmap(lambda v: one(v)[0])).lower(big).compile().as_text()
+hlo = jax.jit(jax.vmap(lambda v: one(v)[0])).lower(big).compile().as_text()
+assert "reduce-precision" not in hlo
 print("sizes ok")
-'''
+"""
 
 
 def test_a_concatenate_feeding_the_programs_root_call_compiles():
@@ -141,9 +153,25 @@ def test_a_concatenate_feeding_the_programs_root_call_compiles():
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-c", _ROOT_CALL_PROGRAMS], capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", _ROOT_CALL_PROGRAMS], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    names = ("one", "two", "alias", "effect", "ordered", "stack", "complex", "transpose", "vmap",
-             "vmap_int", "vmap_complex", "nested_jit", "cond", "special", "sizes")
+    names = (
+        "one",
+        "two",
+        "alias",
+        "effect",
+        "ordered",
+        "stack",
+        "complex",
+        "transpose",
+        "vmap",
+        "vmap_int",
+        "vmap_complex",
+        "nested_jit",
+        "cond",
+        "special",
+        "sizes",
+    )
     assert proc.stdout.split() == [w for n in names for w in (n, "ok")]

@@ -59,14 +59,18 @@ def programs(draw):
     n_in = draw(st.integers(0, 3))
     n_out = draw(st.integers(1, 3))
     inputs = [(draw(dims), draw(st.sampled_from(DTYPES))) for _ in range(n_in)]
-    outputs = [(draw(dims), draw(st.sampled_from([np.float32, np.float64, np.int32])))
-               for _ in range(n_out)]
+    outputs = [
+        (draw(dims), draw(st.sampled_from([np.float32, np.float64, np.int32])))
+        for _ in range(n_out)
+    ]
     role = draw(st.sampled_from(["f", "T", "jvp", "vjp", "T0", "T99", "", "f\x00", "ü"]))
     fmt = draw(st.sampled_from([1, 1, 2, 2, 2, 0, -5, 2**31 - 1]))
     kwargs, levels = {}, 0
-    loop = dict(levels=draw(st.integers(-2, 5)),
-                flags=bytes(draw(st.lists(st.integers(0, 2), min_size=0, max_size=5))),
-                n_fixed=draw(st.integers(-2, 4)))
+    loop = dict(
+        levels=draw(st.integers(-2, 5)),
+        flags=bytes(draw(st.lists(st.integers(0, 2), min_size=0, max_size=5))),
+        n_fixed=draw(st.integers(-2, 4)),
+    )
     if fmt == 2:
         levels = max(loop["levels"], 0)
     elif draw(st.booleans()):  # format 1: the batch loop comes from kwargs
@@ -77,10 +81,15 @@ def programs(draw):
     if draw(st.booleans()):
         kwargs["scale"] = draw(st.integers(-3, 3))
     if draw(st.booleans()):  # declare the program's own output shapes: the check passes
-        kwargs["out"] = {"t": [{"t": [list(shape[levels:]), np.dtype(dtype).name]}
-                               for shape, dtype in outputs]}
-    blob = b"J" + json.dumps({"d": sorted([k, v] for k, v in kwargs.items())},
-                             separators=(",", ":")).encode()
+        kwargs["out"] = {
+            "t": [{"t": [list(shape[levels:]), np.dtype(dtype).name]} for shape, dtype in outputs]
+        }
+    blob = (
+        b"J"
+        + json.dumps(
+            {"d": sorted([k, v] for k, v in kwargs.items())}, separators=(",", ":")
+        ).encode()
+    )
     if draw(st.integers(0, 9)) == 0:  # sometimes not even valid JSON or tag
         blob = draw(st.binary(min_size=0, max_size=12))
     name = draw(st.sampled_from(["fuzz.marker", "fuzz.marker", "no.such.binding"]))
@@ -92,15 +101,23 @@ def programs(draw):
 def test_crafted_calls_raise_cleanly_or_write_every_output(program):
     inputs, outputs, role, blob, name, fmt, loop = program
     args = [np.zeros(shape, dtype) for shape, dtype in inputs]
-    attrs = dict(jaxbind_format=np.int32(fmt), binding=name, role=role,
-                 kwargs=np.frombuffer(blob, np.uint8) if blob else np.zeros(0, np.uint8))
+    attrs = dict(
+        jaxbind_format=np.int32(fmt),
+        binding=name,
+        role=role,
+        kwargs=np.frombuffer(blob, np.uint8) if blob else np.zeros(0, np.uint8),
+    )
     if fmt == 1:
         attrs["site"] = np.int64(_callformat.site_digest(name, role, blob))
     else:
         attrs["site"] = np.int64(_callformat.site_digest(name, role, blob, **loop))
-        attrs.update(loop_levels=np.int32(loop["levels"]), n_fixed=np.int32(loop["n_fixed"]),
-                     loop_batched=np.frombuffer(loop["flags"], np.uint8) if loop["flags"]
-                     else np.zeros(0, np.uint8))
+        attrs.update(
+            loop_levels=np.int32(loop["levels"]),
+            n_fixed=np.int32(loop["n_fixed"]),
+            loop_batched=np.frombuffer(loop["flags"], np.uint8)
+            if loop["flags"]
+            else np.zeros(0, np.uint8),
+        )
     call = jax.ffi.ffi_call(CPU_TARGET, [jax.ShapeDtypeStruct(s, d) for s, d in outputs])
     try:  # JAX may refuse to build some of these programs at all: nothing ran, fine
         compiled = jax.jit(lambda *a: call(*a, **attrs)).lower(*args).compile()

@@ -46,9 +46,8 @@ ROUTES = {
     "list of the input": lambda out, args, keep: keep.append(args[0]),
     "list of the output": lambda out, args, keep: keep.append(out[0]),
     "the tuples": lambda out, args, keep: keep.append((out, args)),
-    "an attribute": lambda out, args, keep: keep.append(setattr(h := _Holder(), "x", args[0])
-                                                       or h),
-    "a closure": lambda out, args, keep: keep.append((lambda x=args[0]: x)),
+    "an attribute": lambda out, args, keep: keep.append(setattr(h := _Holder(), "x", args[0]) or h),
+    "a closure": lambda out, args, keep: keep.append(lambda x=args[0]: x),
     "a slice of the input": lambda out, args, keep: keep.append(args[0][::2]),
     "a slice of the output": lambda out, args, keep: keep.append(out[0][1:]),
     "a reshape": lambda out, args, keep: keep.append(args[0].reshape(-1, 2)),
@@ -157,6 +156,9 @@ def test_a_jax_array_aliasing_a_view_is_named_in_a_warning():
         made.append(jax.device_put(out[0]))
 
     op = _op("device_put_of_a_view", f)
-    with pytest.warns(RuntimeWarning, match=r"'reliability.device_put_of_a_view' \(the function"
-                                            r"\) made a JAX array .* jnp.array\(view, copy=True"):
+    with pytest.warns(
+        RuntimeWarning,
+        match=r"'reliability.device_put_of_a_view' \(the function"
+        r"\) made a JAX array .* jnp.array\(view, copy=True",
+    ):
         jax.jit(lambda x: op(x * 2)[0])(jnp.ones(1000)).block_until_ready()

@@ -31,8 +31,12 @@ SIZE = 256 * 1024 + 7  # the arrays of this test (no other test uses this size)
 
 def _big_dumps():
     gc.collect()
-    return [d for d in gc.get_objects() if isinstance(d, KwargsDump)
-            and any(isinstance(v, np.ndarray) and v.size == SIZE for v in d._values.values())]
+    return [
+        d
+        for d in gc.get_objects()
+        if isinstance(d, KwargsDump)
+        and any(isinstance(v, np.ndarray) and v.size == SIZE for v in d._values.values())
+    ]
 
 
 @pytest.mark.parametrize("how", ["eager", "jit", "grad"])

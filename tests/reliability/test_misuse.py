@@ -35,20 +35,26 @@ def test_a_callable_that_returns_its_result_is_an_error_naming_the_binding(jit):
     def returns(out, args, kw):
         return 2 * args[0]
 
-    op = jaxbind.get_linear_call(returns, returns, _shape, _shape,
-                                 name=f"reliability.returns_{jit}")
+    op = jaxbind.get_linear_call(
+        returns, returns, _shape, _shape, name=f"reliability.returns_{jit}"
+    )
     call = jax.jit(lambda x: op(x)[0]) if jit else (lambda x: op(x)[0])
-    with pytest.raises(Exception, match=r"reliability.returns_.*returned a ndarray instead of "
-                                        r"None.*out\[k\]\[\.\.\.\] = result.*linear_op"):
+    with pytest.raises(
+        Exception,
+        match=r"reliability.returns_.*returned a ndarray instead of "
+        r"None.*out\[k\]\[\.\.\.\] = result.*linear_op",
+    ):
         jax.block_until_ready(call(jnp.ones(3)))
 
 
 @pytest.mark.parametrize("kind", ["generator", "coroutine"])
 def test_a_callable_whose_body_never_runs_is_refused_when_the_op_is_made(kind):
     if kind == "generator":
+
         def body(out, args, kw):
             yield out
     else:
+
         async def body(out, args, kw):
             out[0][...] = args[0]
 
@@ -80,8 +86,10 @@ def test_changing_the_keyword_arguments_inside_a_call_reaches_no_other_call():
 
 
 def test_changing_keyword_arguments_in_the_jax_native_api_reaches_no_other_call():
-    @jaxbind.nonlinear_op(shape=lambda x, **kw: jax.ShapeDtypeStruct(x.shape, x.dtype),
-                          name="reliability.native_mutates_kwargs")
+    @jaxbind.nonlinear_op(
+        shape=lambda x, **kw: jax.ShapeDtypeStruct(x.shape, x.dtype),
+        name="reliability.native_mutates_kwargs",
+    )
     def scaled(x, *, opts):
         opts["scale"] *= 3
         return x * opts["scale"]
@@ -143,7 +151,8 @@ def test_a_callable_running_at_exit_finishes_before_the_interpreter_stops(tmp_pa
     back in Python when the interpreter stops them.
     """
     script = tmp_path / "exit_while_running.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import threading, time
         import jax, jax.numpy as jnp, numpy as np
         import jaxbind
@@ -168,10 +177,16 @@ def test_a_callable_running_at_exit_finishes_before_the_interpreter_stops(tmp_pa
             threading.Thread(target=once, daemon=True).start()
         started.wait()
         print("main done", flush=True)
-    """))
+    """)
+    )
     for _ in range(3):
-        proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                              timeout=120, cwd=pathlib.Path(__file__).parent)
+        proc = subprocess.run(
+            [sys.executable, str(script)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=pathlib.Path(__file__).parent,
+        )
         assert "main done" in proc.stdout
         assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
         assert "FATAL" not in proc.stderr
@@ -193,23 +208,45 @@ def _good_vjp(x, ct):
 
 @pytest.mark.parametrize("wrong", ["shape", "count", "dtype"])
 def test_a_jax_function_derivative_returning_the_wrong_shape_is_an_error(wrong):
-    bad = {"shape": lambda x, t: [t[:2]], "count": lambda x, t: [t, t],
-           "dtype": lambda x, t: [t.astype(jnp.float16)]}[wrong]
-    shape = (lambda x: ((x.shape, x.dtype),))
-    bad_jvp = jaxbind.get_nonlinear_call(_sin, (jaxbind.jax_function(bad), _good_vjp), shape,
-                                         None, name=f"reliability.bad_jvp_{wrong}")
-    bad_vjp = jaxbind.get_nonlinear_call(_sin, (_good_jvp, jaxbind.jax_function(bad)), shape,
-                                         None, name=f"reliability.bad_vjp_{wrong}")
+    bad = {
+        "shape": lambda x, t: [t[:2]],
+        "count": lambda x, t: [t, t],
+        "dtype": lambda x, t: [t.astype(jnp.float16)],
+    }[wrong]
+    shape = lambda x: ((x.shape, x.dtype),)
+    bad_jvp = jaxbind.get_nonlinear_call(
+        _sin,
+        (jaxbind.jax_function(bad), _good_vjp),
+        shape,
+        None,
+        name=f"reliability.bad_jvp_{wrong}",
+    )
+    bad_vjp = jaxbind.get_nonlinear_call(
+        _sin,
+        (_good_jvp, jaxbind.jax_function(bad)),
+        shape,
+        None,
+        name=f"reliability.bad_vjp_{wrong}",
+    )
     x = jnp.ones(3)
-    for route in (lambda: jax.jvp(lambda x: bad_jvp(x)[0], (x,), (x,)),
-                  lambda: jax.jacfwd(lambda x: bad_jvp(x)[0])(x),
-                  lambda: jax.vmap(lambda x: jax.jvp(lambda x: bad_jvp(x)[0], (x,), (x,)))(
-                      jnp.ones((2, 3)))):
-        with pytest.raises(TypeError, match=rf"the JVP of 'reliability.bad_jvp_{wrong}' is a "
-                                            r"JAX function and returned .* tangents of the op"):
+    for route in (
+        lambda: jax.jvp(lambda x: bad_jvp(x)[0], (x,), (x,)),
+        lambda: jax.jacfwd(lambda x: bad_jvp(x)[0])(x),
+        lambda: jax.vmap(lambda x: jax.jvp(lambda x: bad_jvp(x)[0], (x,), (x,)))(jnp.ones((2, 3))),
+    ):
+        with pytest.raises(
+            TypeError,
+            match=rf"the JVP of 'reliability.bad_jvp_{wrong}' is a "
+            r"JAX function and returned .* tangents of the op",
+        ):
             route()
-    for route in (lambda: jax.grad(lambda x: bad_vjp(x)[0].sum())(x),
-                  lambda: jax.vmap(jax.grad(lambda x: bad_vjp(x)[0].sum()))(jnp.ones((2, 3)))):
-        with pytest.raises(TypeError, match=rf"the VJP of 'reliability.bad_vjp_{wrong}' is a "
-                                            r"JAX function and returned .* cotangents"):
+    for route in (
+        lambda: jax.grad(lambda x: bad_vjp(x)[0].sum())(x),
+        lambda: jax.vmap(jax.grad(lambda x: bad_vjp(x)[0].sum()))(jnp.ones((2, 3))),
+    ):
+        with pytest.raises(
+            TypeError,
+            match=rf"the VJP of 'reliability.bad_vjp_{wrong}' is a "
+            r"JAX function and returned .* cotangents",
+        ):
             route()

@@ -5,7 +5,6 @@ import jax.numpy as jnp
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from reference_ops import axpy, axpy_ref, bilinear, flipsum, flipsum_loop, flipsum_ref
 
 shapes = st.lists(st.integers(0, 4), min_size=0, max_size=3).map(tuple)
@@ -25,8 +24,12 @@ def _arr(shape, dtype, seed):
 @given(shape=shapes, dtype=dtypes, scale=st.floats(-4, 4, allow_nan=False), seed=st.integers(0, 9))
 def test_linear_op_forward_and_transpose(shape, dtype, scale, seed):
     x, y = _arr(shape, dtype, seed), _arr(shape, dtype, seed + 1)
-    np.testing.assert_allclose(jax.jit(lambda x, y: axpy(x, y, scale=scale)[0])(x, y),
-                               axpy_ref(x, y, np.float32(scale)), rtol=2e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        jax.jit(lambda x, y: axpy(x, y, scale=scale)[0])(x, y),
+        axpy_ref(x, y, np.float32(scale)),
+        rtol=2e-5,
+        atol=1e-5,
+    )
     ct = _arr(shape, dtype, seed + 2)
     tx, ty = jax.linear_transpose(lambda x, y: axpy(x, y, scale=scale)[0], x, y)(ct)
     np.testing.assert_allclose(tx, np.float32(scale) * ct, rtol=2e-5, atol=1e-5)
@@ -62,10 +65,13 @@ def test_vmap_any_in_axes_matches_jax(case, native):
     got = jax.vmap(lambda x, y: op(x, y)[0], in_axes=in_axes)(x, y)
     want = jax.vmap(flipsum_ref, in_axes=in_axes)(x, y)
     np.testing.assert_allclose(got, want, rtol=1e-6)
-    g = jax.grad(lambda x, y: jnp.sum(jax.vmap(lambda x, y: op(x, y)[0], in_axes=in_axes)(x, y)
-                                      ** 2), argnums=(0, 1))(x, y)
-    g_ref = jax.grad(lambda x, y: jnp.sum(jax.vmap(flipsum_ref, in_axes=in_axes)(x, y) ** 2),
-                     argnums=(0, 1))(x, y)
+    g = jax.grad(
+        lambda x, y: jnp.sum(jax.vmap(lambda x, y: op(x, y)[0], in_axes=in_axes)(x, y) ** 2),
+        argnums=(0, 1),
+    )(x, y)
+    g_ref = jax.grad(
+        lambda x, y: jnp.sum(jax.vmap(flipsum_ref, in_axes=in_axes)(x, y) ** 2), argnums=(0, 1)
+    )(x, y)
     for a, b in zip(g, g_ref):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
@@ -74,7 +80,7 @@ def test_vmap_any_in_axes_matches_jax(case, native):
 @given(shape=shapes, dtype=dtypes, seed=st.integers(0, 9))
 def test_bilinear_grad_matches_jax(shape, dtype, seed):
     x, y = _arr(shape, dtype, seed), _arr(shape, dtype, seed + 1)
-    loss = lambda f: (lambda x, y: jnp.sum(jnp.abs(f(x, y)) ** 2))  # noqa: E731
+    loss = lambda f: lambda x, y: jnp.sum(jnp.abs(f(x, y)) ** 2)  # noqa: E731
     g = jax.grad(loss(lambda x, y: bilinear(x, y)[0]), argnums=(0, 1))(x, y)
     g_ref = jax.grad(loss(lambda x, y: x * y), argnums=(0, 1))(x, y)
     for a, b in zip(g, g_ref):

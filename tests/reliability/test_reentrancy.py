@@ -49,17 +49,23 @@ _INTERRUPTED = textwrap.dedent("""
 def test_an_interrupted_callable_reaches_the_caller_as_keyboard_interrupt(tmp_path, mode, how):
     if how == "signal":  # Ctrl-C while the callable sleeps
         body = "time.sleep(30)"
-        before = ("threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()")
+        before = "threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()"
     else:  # a callable that raises KeyboardInterrupt itself, as input() does on Ctrl-C
         body = "raise KeyboardInterrupt"
         before = "pass"
     script = tmp_path / "interrupted.py"
     script.write_text(_INTERRUPTED.format(body=body, before=before))
-    proc = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True,
-                          timeout=120, cwd=pathlib.Path(__file__).parent)
+    proc = subprocess.run(
+        [sys.executable, str(script), mode],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=pathlib.Path(__file__).parent,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.splitlines() == ["KeyboardInterrupt 0", "KeyboardInterrupt 1"], \
+    assert proc.stdout.splitlines() == ["KeyboardInterrupt 0", "KeyboardInterrupt 1"], (
         proc.stdout + proc.stderr[-3000:]
+    )
 
 
 def test_a_callable_may_call_its_own_op_eagerly():
@@ -73,14 +79,16 @@ def test_a_callable_may_call_its_own_op_eagerly():
         else:
             out[0][...] = args[0]
 
-    op = jaxbind.get_linear_call(halve_then_recurse, None, _shape, None,
-                                 name="reliability.recursive")
+    op = jaxbind.get_linear_call(
+        halve_then_recurse, None, _shape, None, name="reliability.recursive"
+    )
     for levels in (3, 0, 5, 2):  # cold, then warm, then deeper than before
         depth["left"] = levels
-        np.testing.assert_array_equal(op(jnp.ones(3))[0], 2.0 ** levels * np.ones(3))
+        np.testing.assert_array_equal(op(jnp.ones(3))[0], 2.0**levels * np.ones(3))
         depth["left"] = levels
-        np.testing.assert_array_equal(jax.jit(lambda x: op(x)[0])(jnp.ones(3)),
-                                      2.0 ** levels * np.ones(3))
+        np.testing.assert_array_equal(
+            jax.jit(lambda x: op(x)[0])(jnp.ones(3)), 2.0**levels * np.ones(3)
+        )
     # with keyword arguments, and in the JAX-native API
     depth["left"] = 2
 
@@ -97,8 +105,9 @@ def test_a_callable_may_call_its_own_op_eagerly():
 
     left = {"n": 3}
 
-    @jaxbind.linear_op(shape=lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
-                       name="reliability.rec_native")
+    @jaxbind.linear_op(
+        shape=lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), name="reliability.rec_native"
+    )
     def native(x):
         if left["n"] > 0:
             left["n"] -= 1
@@ -122,8 +131,11 @@ def test_a_jitted_function_entered_again_while_cold_is_explained():
 
     op = jaxbind.get_linear_call(reenters, None, _shape, None, name="reliability.reenters")
     g = jax.jit(lambda x: op(x)[0])
-    with pytest.raises(Exception, match=r"(?s)'reliability.reenters'.*Recursively calling jit"
-                                        r".*Call the jitted function once before"):
+    with pytest.raises(
+        Exception,
+        match=r"(?s)'reliability.reenters'.*Recursively calling jit"
+        r".*Call the jitted function once before",
+    ):
         g(jnp.ones(3)).block_until_ready()
     state["entered"] = False  # warm now: entering it again is fine
     np.testing.assert_array_equal(g(jnp.ones(3)), np.ones(3))
@@ -146,8 +158,9 @@ def test_a_thread_started_by_a_callable_may_run_other_programs():
         else:
             out[0][...] = args[0]
 
-    op = jaxbind.get_linear_call(waits_for_thread, None, _shape, None,
-                                 name="reliability.waits_for_thread")
+    op = jaxbind.get_linear_call(
+        waits_for_thread, None, _shape, None, name="reliability.waits_for_thread"
+    )
     expected = 1 + np.sin(1.0) + 1
     np.testing.assert_allclose(h(jnp.ones(3)), np.sin(1.0) + expected, rtol=1e-6)
     np.testing.assert_allclose(op(jnp.ones(3))[0], expected, rtol=1e-6)

@@ -65,15 +65,17 @@ def test_1000_bindings_created_and_dropped_leave_no_trace():
         op = _make(k)
         assert float(jax.jit(lambda x: op(x, tag=k)[0])(x)[0]) == k
         assert float(op(x, tag=k)[0][0]) == k  # eager, with keyword arguments
-        assert float(op(x)[0][0]) == k         # eager, the fast path
+        assert float(op(x)[0][0]) == k  # eager, the fast path
         del op
         if k % 100 == 99:
             jax.clear_caches()
     jax.clear_caches()
     gc.collect()
     growth = _rss_mb() - before
-    print(f"\n1000 bindings created and dropped: resident memory grew by {growth:.1f} MB; "
-          f"registry {len(_binding.registered_names())} names, {_ext.site_count()} sites")
+    print(
+        f"\n1000 bindings created and dropped: resident memory grew by {growth:.1f} MB; "
+        f"registry {len(_binding.registered_names())} names, {_ext.site_count()} sites"
+    )
     assert growth < 20
     assert len(_binding.registered_names()) == names
     assert _ext.site_count() == sites

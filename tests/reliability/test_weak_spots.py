@@ -3,8 +3,8 @@
 import re
 
 import jax
-import jax.test_util
 import jax.numpy as jnp
+import jax.test_util
 import numpy as np
 import pytest
 
@@ -31,28 +31,36 @@ def test_a_keyword_argument_named_self_reaches_the_callable():
     assert float(with_self(jnp.ones(2), self=3.0)[0][0]) == 3.0
 
 
-@pytest.mark.parametrize("value,match", [
-    (jax.ShapeDtypeStruct((2,), jnp.float32), "argument 0 is a jax.ShapeDtypeStruct"),
-    (jax.random.key(0), r"argument 0 has dtype key<fry>.*jax.random.key_data"),
-    ("text", r"argument 0 \(str\) is not an array"),
-])
+@pytest.mark.parametrize(
+    "value,match",
+    [
+        (jax.ShapeDtypeStruct((2,), jnp.float32), "argument 0 is a jax.ShapeDtypeStruct"),
+        (jax.random.key(0), r"argument 0 has dtype key<fry>.*jax.random.key_data"),
+        ("text", r"argument 0 \(str\) is not an array"),
+    ],
+)
 def test_a_positional_argument_that_is_not_an_array_is_named(value, match):
     with pytest.raises(TypeError, match=rf"'reliability.weak_spots'.*{match}"):
         op(value)
 
 
 def test_a_shape_too_large_to_count_is_an_error_naming_the_binding():
-    huge = jaxbind.get_linear_call(_double, None, lambda x: (((2 ** 62, 4), x.dtype),), None,
-                                   name="reliability.huge")
+    huge = jaxbind.get_linear_call(
+        _double, None, lambda x: (((2**62, 4), x.dtype),), None, name="reliability.huge"
+    )
     with pytest.raises(ValueError, match="'reliability.huge'.*more than a 64-bit size"):
         jax.eval_shape(huge, jnp.ones(2))
 
 
 def test_linear_in_naming_a_missing_argument_is_an_error():
-    lin = jaxbind.get_nonlinear_call(_double, (None, None), _shape, None,
-                                     name="reliability.linear_in_5", linear_in=(5,))
-    with pytest.raises(TypeError, match=r"'reliability.linear_in_5'.*linear_in=\[5\] names "
-                                        r"argument 5, but the op was called with 1"):
+    lin = jaxbind.get_nonlinear_call(
+        _double, (None, None), _shape, None, name="reliability.linear_in_5", linear_in=(5,)
+    )
+    with pytest.raises(
+        TypeError,
+        match=r"'reliability.linear_in_5'.*linear_in=\[5\] names "
+        r"argument 5, but the op was called with 1",
+    ):
         lin(jnp.ones(2))
 
 
@@ -100,8 +108,12 @@ def _shape_vjp(x, n, ct, **k):
 
 
 times_count = jaxbind.get_nonlinear_call(
-    _times_count, (_times_count_jvp, _times_count_vjp), _shape, _shape_vjp,
-    name="reliability.times_count")
+    _times_count,
+    (_times_count_jvp, _times_count_vjp),
+    _shape,
+    _shape_vjp,
+    name="reliability.times_count",
+)
 
 
 @pytest.mark.parametrize("count_dtype", [jnp.int32, jnp.uint8, jnp.bool_])
@@ -118,8 +130,7 @@ def test_grad_through_an_integer_input_that_is_not_fixed(count_dtype):
     ct_x, ct_n = pullback(jnp.ones(4))
     np.testing.assert_allclose(ct_x, np.asarray(n, np.float32))
     assert ct_n.dtype == jax.dtypes.float0
-    jax.test_util.check_grads(lambda x: times_count(x, n)[0], (x,), order=1,
-                              modes=["fwd", "rev"])
+    jax.test_util.check_grads(lambda x: times_count(x, n)[0], (x,), order=1, modes=["fwd", "rev"])
 
 
 def test_an_integer_output_has_a_float0_tangent():
@@ -139,8 +150,12 @@ def test_an_integer_output_has_a_float0_tangent():
 
 def test_a_transposed_abstract_function_with_too_few_outputs_is_named():
     short = jaxbind.get_nonlinear_call(
-        _times_count, (_times_count_jvp, _times_count_vjp), _shape, _shape,
-        name="reliability.short_vjp")
+        _times_count,
+        (_times_count_jvp, _times_count_vjp),
+        _shape,
+        _shape,
+        name="reliability.short_vjp",
+    )
     n = jnp.arange(3, dtype=jnp.int32)
     with pytest.raises(TypeError, match=r"'reliability.short_vjp'.*1 cotangents for 2 inputs"):
         jax.jit(jax.grad(lambda x: short(x, n)[0].sum()))(jnp.ones(3))
@@ -149,6 +164,7 @@ def test_a_transposed_abstract_function_with_too_few_outputs_is_named():
 def _closure(k):
     def scale(out, args, kw):
         out[0][...] = k * args[0]
+
     return scale
 
 
@@ -193,27 +209,31 @@ def test_exporting_a_default_name_with_a_suffix_warns():
     with pytest.warns(jaxbind.ExportedDefaultNameWarning, match=rf"'{second.name}'.*name="):
         jaxbind.export(lambda x: second(x)[0])(jnp.ones(2))
     import warnings
+
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         if "#" not in first.name:  # the first closure of this name, when nothing else holds it
             jaxbind.export(lambda x: first(x)[0])(jnp.ones(2))
-        named = jaxbind.get_linear_call(_closure(4), None, _shape, None,
-                                        name="reliability.closure_named")
+        named = jaxbind.get_linear_call(
+            _closure(4), None, _shape, None, name="reliability.closure_named"
+        )
         jaxbind.export(lambda x: named(x)[0])(jnp.ones(2))
 
 
 @pytest.mark.parametrize("effect", ["ordered", "has_side_effect"])
 @pytest.mark.parametrize("jit", [False, True])
 def test_checkpoint_over_an_effectful_op_is_an_error_naming_the_binding(effect, jit):
-    effectful = jaxbind.get_linear_call(_double, _double, _shape, _shape,
-                                        name=f"reliability.remat_{effect}", **{effect: True})
+    effectful = jaxbind.get_linear_call(
+        _double, _double, _shape, _shape, name=f"reliability.remat_{effect}", **{effect: True}
+    )
     inner = jax.checkpoint(lambda x: jnp.sin(effectful(x)[0]).sum())
     grad = jax.grad(lambda x: inner(x) + x.sum())
     try:
         got = (jax.jit(grad) if jit else grad)(jnp.ones(3))
     except NotImplementedError as exc:
-        assert re.search(rf"'reliability.remat_{effect}' \({effect}=True\).*jax.checkpoint",
-                         str(exc)), exc
+        assert re.search(
+            rf"'reliability.remat_{effect}' \({effect}=True\).*jax.checkpoint", str(exc)
+        ), exc
     else:  # jax 0.12 allows ffi_call's unordered effect in remat: then it is right
         assert effect == "has_side_effect"
         np.testing.assert_allclose(got, 2 * np.cos(2.0) + 1, rtol=1e-6)
@@ -232,10 +252,12 @@ def _nan(out, args, kw):
 def test_debug_nans_names_the_binding(how):
     nan_op = jaxbind.get_linear_call(_nan, _nan, _shape, _shape, name="reliability.nan_op")
     x = jnp.ones(3)
-    run = {"eager": lambda: nan_op(x),
-           "jit": lambda: jax.jit(lambda x: 2 * nan_op(x)[0])(x),
-           "grad": lambda: jax.grad(lambda x: jnp.sum(x * op(x)[0]) + 0 * nan_op(x)[0][0])(x),
-           "transpose": lambda: jax.linear_transpose(lambda x: nan_op(x)[0], x)(x)}[how]
+    run = {
+        "eager": lambda: nan_op(x),
+        "jit": lambda: jax.jit(lambda x: 2 * nan_op(x)[0])(x),
+        "grad": lambda: jax.grad(lambda x: jnp.sum(x * op(x)[0]) + 0 * nan_op(x)[0][0])(x),
+        "transpose": lambda: jax.linear_transpose(lambda x: nan_op(x)[0], x)(x),
+    }[how]
     with jax.debug_nans(True):
         with pytest.raises(FloatingPointError, match=r"encountered in reliability.nan_op"):
             run()

@@ -31,12 +31,35 @@ from .ducc.finufft import Opts, nufft1, nufft2, nufft3
 from .ducc.nufft import get_nufft
 from .ducc.nufft_plan import NufftPlan
 from .ducc.nufft_points import nufft_points
-from .ducc.sht import (alm_to_realalm, get_healpix_sht, nalm, realalm_ell, realalm_size,
-                       realalm_to_alm)
-from .ducc.sht import _healpix_geometry, _realalm_to_alm  # noqa: F401  (JAXbind 1.3's tests)
+from .ducc.sht import (  # noqa: F401  (JAXbind 1.3's tests)
+    _healpix_geometry,
+    _realalm_to_alm,
+    alm_to_realalm,
+    get_healpix_sht,
+    nalm,
+    realalm_ell,
+    realalm_size,
+    realalm_to_alm,
+)
 from .ducc.wgridder import get_wgridder
 
-__all__ = ["c2c", "genuine_fht", "r2c", "c2r", "get_healpix_sht", "nalm", "realalm_size",
-           "realalm_ell", "realalm_to_alm", "alm_to_realalm", "get_wgridder", "get_nufft",
-           "nufft1", "nufft2", "nufft3", "Opts", "nufft_points",
-           "NufftPlan"]
+__all__ = [
+    "c2c",
+    "genuine_fht",
+    "r2c",
+    "c2r",
+    "get_healpix_sht",
+    "nalm",
+    "realalm_size",
+    "realalm_ell",
+    "realalm_to_alm",
+    "alm_to_realalm",
+    "get_wgridder",
+    "get_nufft",
+    "nufft1",
+    "nufft2",
+    "nufft3",
+    "Opts",
+    "nufft_points",
+    "NufftPlan",
+]

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import threading
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 
@@ -41,16 +41,30 @@ def _runs(transform: str, ndim: int, single: bool, eps: float, sigma) -> bool:
     values = np.ones(2, cplx)
     try:
         if transform == "nufft":
-            ducc0.nufft.nu2u(points=values, coord=pts, forward=True, epsilon=eps,
-                             out=np.empty((16,) * ndim, cplx), **extra)
+            ducc0.nufft.nu2u(
+                points=values,
+                coord=pts,
+                forward=True,
+                epsilon=eps,
+                out=np.empty((16,) * ndim, cplx),
+                **extra,
+            )
         elif transform == "nufft3":
-            ducc0.nufft.experimental.nu2nu(points_in=values, coord_in=pts, coord_out=pts,
-                                           forward=True, epsilon=eps, **extra)
+            ducc0.nufft.experimental.nu2nu(
+                points_in=values, coord_in=pts, coord_out=pts, forward=True, epsilon=eps, **extra
+            )
         elif transform in ("wgridder", "wgridder_w"):
             uvw = np.array([[10.0, 20.0, 1.0], [-30.0, 5.0, -2.0]])
             ducc0.wgridder.experimental.dirty2vis(
-                uvw=uvw, freq=np.array([1e9]), dirty=np.ones((32, 32), real), pixsize_x=1e-5,
-                pixsize_y=1e-5, epsilon=eps, do_wgridding=transform == "wgridder_w", **extra)
+                uvw=uvw,
+                freq=np.array([1e9]),
+                dirty=np.ones((32, 32), real),
+                pixsize_x=1e-5,
+                pixsize_y=1e-5,
+                epsilon=eps,
+                do_wgridding=transform == "wgridder_w",
+                **extra,
+            )
         else:  # pragma: no cover - internal misuse
             raise ValueError(transform)
     except RuntimeError:
@@ -58,7 +72,7 @@ def _runs(transform: str, ndim: int, single: bool, eps: float, sigma) -> bool:
     return True
 
 
-@lru_cache(maxsize=None)
+@cache
 def _finest(transform: str, ndim: int, single: bool, sigma) -> float:
     hi = 1e-1
     if not _runs(transform, ndim, single, hi, sigma):  # pragma: no cover - a DUCC we do not know

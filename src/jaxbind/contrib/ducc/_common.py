@@ -13,18 +13,21 @@ import operator
 import numpy as np
 
 try:
-    import ducc0
+    import ducc0  # noqa: F401  (only whether it is installed)
 except ImportError as exc:  # pragma: no cover - exercised only without ducc0
     raise ImportError(
         "jaxbind.contrib.jaxducc0 needs the ducc0 package; install it with "
-        "pip install 'jaxbind[ducc]'") from exc
+        "pip install 'jaxbind[ducc]'"
+    ) from exc
 
 # DUCC runs on the CPU: inside GPU programs, jaxbind copies the operands to the host
 # and the results back (see "GPU buffers" in the README).
 _MODE = "host"
 
-_COMPLEX = {np.dtype(np.float32): np.dtype(np.complex64),
-            np.dtype(np.float64): np.dtype(np.complex128)}
+_COMPLEX = {
+    np.dtype(np.float32): np.dtype(np.complex64),
+    np.dtype(np.float64): np.dtype(np.complex128),
+}
 _REAL = {c: r for r, c in _COMPLEX.items()}
 
 
@@ -32,18 +35,22 @@ def _complex_of(dtype, what):
     try:
         return _COMPLEX[np.dtype(dtype)]
     except KeyError:
-        raise TypeError(f"jaxducc0.{what}: expected float32 or float64 input, got {dtype}") from None
+        raise TypeError(
+            f"jaxducc0.{what}: expected float32 or float64 input, got {dtype}"
+        ) from None
 
 
 def _real_of(dtype, what):
     try:
         return _REAL[np.dtype(dtype)]
     except KeyError:
-        raise TypeError(f"jaxducc0.{what}: expected complex64 or complex128 input, "
-                        f"got {dtype}") from None
+        raise TypeError(
+            f"jaxducc0.{what}: expected complex64 or complex128 input, got {dtype}"
+        ) from None
 
 
 # --- parameter checks (trace time) -------------------------------------------------
+
 
 def check_int(op: str, name: str, value, minimum: int | None = 0) -> int:
     """`value` as a Python int of at least `minimum`; bools and floats are refused."""
@@ -52,8 +59,9 @@ def check_int(op: str, name: str, value, minimum: int | None = 0) -> int:
     try:
         value = operator.index(value)
     except TypeError:
-        raise TypeError(f"jaxducc0.{op}: {name} must be an integer, got "
-                        f"{type(value).__name__} {value!r}") from None
+        raise TypeError(
+            f"jaxducc0.{op}: {name} must be an integer, got {type(value).__name__} {value!r}"
+        ) from None
     if minimum is not None and value < minimum:
         raise ValueError(f"jaxducc0.{op}: {name} must be >= {minimum}, got {value}")
     return value
@@ -69,8 +77,9 @@ def check_positive(op: str, name: str, value) -> float:
     try:
         value = float(value)
     except (TypeError, ValueError):
-        raise TypeError(f"jaxducc0.{op}: {name} must be a real number, got "
-                        f"{type(value).__name__} {value!r}") from None
+        raise TypeError(
+            f"jaxducc0.{op}: {name} must be a real number, got {type(value).__name__} {value!r}"
+        ) from None
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"jaxducc0.{op}: {name} must be a finite number > 0, got {value}")
     return value
@@ -86,8 +95,9 @@ def check_kwargs(op: str, kwargs, allowed) -> None:
     """Keyword arguments passed through to DUCC must be ones its function takes."""
     unknown = sorted(set(kwargs) - set(allowed))
     if unknown:
-        raise TypeError(f"jaxducc0.{op}: unknown keyword argument(s) {unknown}; it takes "
-                        f"{sorted(allowed)}")
+        raise TypeError(
+            f"jaxducc0.{op}: unknown keyword argument(s) {unknown}; it takes {sorted(allowed)}"
+        )
 
 
 def check_sigma(op: str, kwargs: dict, allowed: str, within) -> None:

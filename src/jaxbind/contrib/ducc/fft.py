@@ -1,4 +1,6 @@
-"""FFT-like transforms: complex FFT, Hartley, real FFT pair; batch axes become untransformed DUCC axes."""
+"""FFT-like transforms: complex FFT, Hartley, real FFT pair.
+
+Batch axes become untransformed DUCC axes."""
 
 from __future__ import annotations
 
@@ -8,8 +10,18 @@ import numpy as np
 from jax.export import is_symbolic_dim
 
 from ... import get_linear_call, load_kwargs
-from ._common import (_COMPLEX, _MODE, _REAL, _complex_of, _real_of, check_choice, check_int,
-                      check_kwargs, check_nthreads, ducc0)
+from ._common import (
+    _COMPLEX,
+    _MODE,
+    _REAL,
+    _complex_of,
+    _real_of,
+    check_choice,
+    check_int,
+    check_kwargs,
+    check_nthreads,
+    ducc0,
+)
 
 __all__ = ["c2c", "genuine_fht", "r2c", "c2r"]
 
@@ -17,12 +29,19 @@ __all__ = ["c2c", "genuine_fht", "r2c", "c2r"]
 
 # Keyword arguments each transform passes to its ducc0.fft function; others are refused
 # (``allow_overwriting_input`` above all: the inputs are XLA's buffers, read-only).
-_OPTIONS = {"c2c": ("forward", "inorm", "nthreads"), "genuine_fht": ("inorm", "nthreads"),
-            "r2c": ("forward", "inorm", "nthreads"), "c2r": ("forward", "inorm", "nthreads")}
+_OPTIONS = {
+    "c2c": ("forward", "inorm", "nthreads"),
+    "genuine_fht": ("inorm", "nthreads"),
+    "r2c": ("forward", "inorm", "nthreads"),
+    "c2r": ("forward", "inorm", "nthreads"),
+}
 _INTERNAL = ("axes", "batch_axes", "n")
-_HINT = {"c2c": "; use r2c for real input, or cast it to complex",
-         "genuine_fht": "; the Hartley transform is real to real", "r2c": "; use c2c for "
-         "complex input", "c2r": ""}
+_HINT = {
+    "c2c": "; use r2c for real input, or cast it to complex",
+    "genuine_fht": "; the Hartley transform is real to real",
+    "r2c": "; use c2c for complex input",
+    "c2r": "",
+}
 
 
 def _fft_axes(ndim, kwargs, op="fft"):
@@ -33,19 +52,19 @@ def _fft_axes(ndim, kwargs, op="fft"):
     axes = kwargs.pop("axes", None)
     if axes is None:
         if not core:
-            raise ValueError(f"jaxducc0.{op}: the input is a scalar; it needs an axis to "
-                             "transform")
+            raise ValueError(f"jaxducc0.{op}: the input is a scalar; it needs an axis to transform")
         return core
     axes = [axes] if isinstance(axes, (int, np.integer)) else list(axes)
     if not axes:
-        raise ValueError(f"jaxducc0.{op}: axes is empty; give at least one axis to transform "
-                         "(or None for all)")
-    if any(isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, np.integer))
-           for a in axes):
+        raise ValueError(
+            f"jaxducc0.{op}: axes is empty; give at least one axis to transform (or None for all)"
+        )
+    if any(isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, np.integer)) for a in axes):
         raise TypeError(f"jaxducc0.{op}: axes must be integers, got {axes}")
     if not all(-len(core) <= a < len(core) for a in axes):
-        raise ValueError(f"jaxducc0.{op}: axes {axes} out of range for an array with "
-                         f"{len(core)} dimensions")
+        raise ValueError(
+            f"jaxducc0.{op}: axes {axes} out of range for an array with {len(core)} dimensions"
+        )
     picked = [core[a] for a in axes]  # negative axes count from the last core axis
     if len(set(picked)) != len(picked):
         raise ValueError(f"jaxducc0.{op}: axes {axes} name an axis twice")
@@ -68,6 +87,7 @@ def _check(op, x, kwargs, kind):
 
 
 # --- complex FFT and Hartley transform ----------------------------------------------
+
 
 def _same_shape_abstract(x, *, op, kind, **kwargs):
     batch = kwargs.get("batch_axes")
@@ -95,9 +115,15 @@ def _fht(out, args, kwargs_dump):
 
 # Both transforms have symmetric matrices, so each is its own transpose.
 _c2c_abstract = partial(_same_shape_abstract, op="c2c", kind="complex")
-c2c = get_linear_call(_c2c, _c2c, _c2c_abstract, _c2c_abstract,
-                      func_can_batch=True, name="jaxducc0.c2c",
-                      platform_mode=_MODE)
+c2c = get_linear_call(
+    _c2c,
+    _c2c,
+    _c2c_abstract,
+    _c2c_abstract,
+    func_can_batch=True,
+    name="jaxducc0.c2c",
+    platform_mode=_MODE,
+)
 c2c.__doc__ = """Complex FFT, ``c2c(x, *, axes=None, forward=True, inorm=0, nthreads=1)``.
 
 x: complex64 or complex128 array; returns ``[y]`` of the same shape and dtype.
@@ -109,9 +135,15 @@ an empty result.
 """
 
 _fht_abstract = partial(_same_shape_abstract, op="genuine_fht", kind="real")
-genuine_fht = get_linear_call(_fht, _fht, _fht_abstract, _fht_abstract,
-                              func_can_batch=True, name="jaxducc0.genuine_fht",
-                              platform_mode=_MODE)
+genuine_fht = get_linear_call(
+    _fht,
+    _fht,
+    _fht_abstract,
+    _fht_abstract,
+    func_can_batch=True,
+    name="jaxducc0.genuine_fht",
+    platform_mode=_MODE,
+)
 genuine_fht.__doc__ = """Hartley transform, ``genuine_fht(x, *, axes=None, inorm=0, nthreads=1)``.
 
 x: float32 or float64 array; returns ``[y]`` of the same shape and dtype. The
@@ -121,6 +153,7 @@ transform); it is symmetric and so its own transpose.
 
 
 # --- the real FFT pair ----------------------------------------------------------------
+
 
 def _hermitian_weights(n, length, axis, ndim, dtype):
     """Weights along the half-spectrum axis: 1 at k=0 (and k=n/2 for even n), 2 elsewhere."""
@@ -171,9 +204,15 @@ def _r2c_abstract_T(ct, **kwargs):
     return ((tuple(shape), _real_of(ct.dtype, "r2c"), batch[-1] if batch else None),)
 
 
-_r2c_op = get_linear_call(_r2c, _r2c_T, _r2c_abstract, _r2c_abstract_T, func_can_batch=True,
-                          name="jaxducc0.r2c",
-                          platform_mode=_MODE)
+_r2c_op = get_linear_call(
+    _r2c,
+    _r2c_T,
+    _r2c_abstract,
+    _r2c_abstract_T,
+    func_can_batch=True,
+    name="jaxducc0.r2c",
+    platform_mode=_MODE,
+)
 
 
 def _c2r(out, args, kwargs_dump):
@@ -203,8 +242,10 @@ def _c2r_abstract(x, **kwargs):
     shape = list(x.shape)
     n = kwargs["n"]
     if n // 2 + 1 != shape[axes[-1]]:
-        raise ValueError(f"jaxducc0.c2r: lastsize={n} needs {n // 2 + 1} input elements along "
-                         f"the last transformed axis, got {shape[axes[-1]]}")
+        raise ValueError(
+            f"jaxducc0.c2r: lastsize={n} needs {n // 2 + 1} input elements along "
+            f"the last transformed axis, got {shape[axes[-1]]}"
+        )
     shape[axes[-1]] = n
     return ((tuple(shape), _real_of(x.dtype, "c2r"), batch[-1] if batch else None),)
 
@@ -216,9 +257,15 @@ def _c2r_abstract_T(ct, **kwargs):
     return ((tuple(shape), _complex_of(ct.dtype, "c2r"), batch[-1] if batch else None),)
 
 
-_c2r_op = get_linear_call(_c2r, _c2r_T, _c2r_abstract, _c2r_abstract_T, func_can_batch=True,
-                          name="jaxducc0.c2r",
-                          platform_mode=_MODE)
+_c2r_op = get_linear_call(
+    _c2r,
+    _c2r_T,
+    _c2r_abstract,
+    _c2r_abstract_T,
+    func_can_batch=True,
+    name="jaxducc0.c2r",
+    platform_mode=_MODE,
+)
 
 
 def r2c(x, *, axes=None, forward=True, inorm=0, nthreads=1, **kwargs):
@@ -231,13 +278,17 @@ def r2c(x, *, axes=None, forward=True, inorm=0, nthreads=1, **kwargs):
     """
     n = x.shape[_fft_axes(np.ndim(x), {"axes": axes}, "r2c")[-1]]
     if is_symbolic_dim(n):
-        raise TypeError(f"jaxducc0.r2c: the last transformed axis has the symbolic length {n}; "
-                        "its length is a parameter of the transform, so under jax.export "
-                        "only the other (batch) axes may be symbolic")
+        raise TypeError(
+            f"jaxducc0.r2c: the last transformed axis has the symbolic length {n}; "
+            "its length is a parameter of the transform, so under jax.export "
+            "only the other (batch) axes may be symbolic"
+        )
     if n == 0:
-        raise ValueError(f"jaxducc0.r2c: the last transformed axis has length 0 (input of "
-                         f"shape {tuple(np.shape(x))}); the real FFT needs at least one "
-                         "element there")
+        raise ValueError(
+            f"jaxducc0.r2c: the last transformed axis has length 0 (input of "
+            f"shape {tuple(np.shape(x))}); the real FFT needs at least one "
+            "element there"
+        )
     return _r2c_op(x, axes=axes, forward=forward, inorm=inorm, nthreads=nthreads, n=n, **kwargs)
 
 
@@ -249,9 +300,12 @@ def c2r(x, *, lastsize, axes=None, forward=True, inorm=0, nthreads=1, **kwargs):
     ``c2r(r2c(x)[0], lastsize=n, forward=False, inorm=2)`` inverts ``r2c``.
     """
     if is_symbolic_dim(lastsize):
-        raise TypeError(f"jaxducc0.c2r: lastsize is the symbolic dimension {lastsize}; it is a "
-                        "parameter of the transform, so under jax.export only the batch axes "
-                        "may be symbolic")
+        raise TypeError(
+            f"jaxducc0.c2r: lastsize is the symbolic dimension {lastsize}; it is a "
+            "parameter of the transform, so under jax.export only the batch axes "
+            "may be symbolic"
+        )
     lastsize = check_int("c2r", "lastsize", lastsize, 1)
-    return _c2r_op(x, axes=axes, forward=forward, inorm=inorm, nthreads=nthreads, n=lastsize,
-                   **kwargs)
+    return _c2r_op(
+        x, axes=axes, forward=forward, inorm=inorm, nthreads=nthreads, n=lastsize, **kwargs
+    )

@@ -66,8 +66,9 @@ def _settings(fn: str, opts) -> tuple[int, int]:
     modeord = int(getattr(opts, "modeord", 0) or 0)
     if modeord not in (0, 1):
         raise ValueError(f"jaxducc0.{fn}: opts.modeord must be 0 or 1, got {modeord}")
-    nthreads = check_int(fn, "opts.nthreads (0: all hardware threads)",
-                         getattr(opts, "nthreads", 0) or 0)
+    nthreads = check_int(
+        fn, "opts.nthreads (0: all hardware threads)", getattr(opts, "nthreads", 0) or 0
+    )
     return modeord, nthreads
 
 
@@ -79,8 +80,10 @@ def _coords(fn: str, coords, what: str):
     try:
         return jnp.broadcast_arrays(*coords)
     except ValueError as exc:
-        raise ValueError(f"jaxducc0.{fn}: the {what} do not broadcast together: "
-                         f"{[tuple(c.shape) for c in coords]}") from exc
+        raise ValueError(
+            f"jaxducc0.{fn}: the {what} do not broadcast together: "
+            f"{[tuple(c.shape) for c in coords]}"
+        ) from exc
 
 
 def _run(fn, kind, values, points, targets, *, sign, eps, modeord, nthreads, grid):
@@ -88,8 +91,9 @@ def _run(fn, kind, values, points, targets, *, sign, eps, modeord, nthreads, gri
     values = jnp.asarray(values)
     real = _REAL.get(np.dtype(values.dtype))
     if real is None:
-        raise TypeError(f"jaxducc0.{fn}: the values must be complex64 or complex128, got "
-                        f"{values.dtype}")
+        raise TypeError(
+            f"jaxducc0.{fn}: the values must be complex64 or complex128, got {values.dtype}"
+        )
     d = len(points)
     points = _coords(fn, points, "point coordinates")
     pshape, m = points[0].shape[:-1], points[0].shape[-1]
@@ -99,14 +103,18 @@ def _run(fn, kind, values, points, targets, *, sign, eps, modeord, nthreads, gri
         try:
             pshape = tuple(np.broadcast_shapes(pshape, tshape))
         except ValueError as exc:
-            raise ValueError(f"jaxducc0.{fn}: the leading dimensions of the points {pshape} "
-                             f"and of the targets {tshape} do not broadcast") from exc
+            raise ValueError(
+                f"jaxducc0.{fn}: the leading dimensions of the points {pshape} "
+                f"and of the targets {tshape} do not broadcast"
+            ) from exc
         points = [jnp.broadcast_to(p, pshape + (m,)) for p in points]
         targets = [jnp.broadcast_to(q, pshape + (k,)) for q in targets]
     for c in (*points, *targets):
         if np.dtype(c.dtype) != real:
-            raise TypeError(f"jaxducc0.{fn}: coordinates must be {real} for {values.dtype} "
-                            f"values, got {c.dtype}")
+            raise TypeError(
+                f"jaxducc0.{fn}: coordinates must be {real} for {values.dtype} "
+                f"values, got {c.dtype}"
+            )
 
     n_core = d if kind == 2 else 1
     nb = values.ndim - n_core
@@ -116,45 +124,61 @@ def _run(fn, kind, values, points, targets, *, sign, eps, modeord, nthreads, gri
         targets = [q[..., None, :] for q in targets]
     elif nb != len(pshape):
         want = "(..., *grid)" if kind == 2 else "(..., npoints)"
-        raise ValueError(f"jaxducc0.{fn}: values of shape {tuple(values.shape)} do not match "
-                         f"{d}-D points with leading dimensions {pshape}: values must be "
-                         f"{want} with as many leading dimensions as the points, or one more")
+        raise ValueError(
+            f"jaxducc0.{fn}: values of shape {tuple(values.shape)} do not match "
+            f"{d}-D points with leading dimensions {pshape}: values must be "
+            f"{want} with as many leading dimensions as the points, or one more"
+        )
     core = tuple(values.shape[nb:])
     if kind != 2 and core != (m,):
-        raise ValueError(f"jaxducc0.{fn}: values of shape {tuple(values.shape)} for {m} "
-                         "points: the last dimension must be the number of points")
+        raise ValueError(
+            f"jaxducc0.{fn}: values of shape {tuple(values.shape)} for {m} "
+            "points: the last dimension must be the number of points"
+        )
     try:
         bshape = tuple(np.broadcast_shapes(tuple(values.shape[:nb]), pshape))
     except ValueError as exc:
-        raise ValueError(f"jaxducc0.{fn}: the leading dimensions of the values "
-                         f"{tuple(values.shape[:nb])} and of the points {pshape} do not "
-                         "broadcast") from exc
+        raise ValueError(
+            f"jaxducc0.{fn}: the leading dimensions of the values "
+            f"{tuple(values.shape[:nb])} and of the points {pshape} do not "
+            "broadcast"
+        ) from exc
     values = jnp.broadcast_to(values, bshape + core)
 
-    own = [i for i in range(nb) if pshape[i] != 1]       # the points differ along these
-    shared = [i for i in range(nb) if pshape[i] == 1]    # ... and are shared along these
+    own = [i for i in range(nb) if pshape[i] != 1]  # the points differ along these
+    shared = [i for i in range(nb) if pshape[i] == 1]  # ... and are shared along these
     n_own = math.prod(bshape[i] for i in own)
     n_shared = math.prod(bshape[i] for i in shared)
     tail = list(range(nb, values.ndim))
     v = jnp.transpose(values, own + shared + tail).reshape((n_own, n_shared) + core)
 
     def rows(cs, n):  # coordinates (..., n) -> (n_own, d, n)
-        flat = [jnp.transpose(jnp.broadcast_to(c, tuple(bshape[i] if i in own else 1
-                                                        for i in range(nb)) + (n,)),
-                              own + shared + [nb]).reshape(n_own, n) for c in cs]
+        flat = [
+            jnp.transpose(
+                jnp.broadcast_to(c, tuple(bshape[i] if i in own else 1 for i in range(nb)) + (n,)),
+                own + shared + [nb],
+            ).reshape(n_own, n)
+            for c in cs
+        ]
         return jnp.stack(flat, axis=1)
 
     xs = rows(points, m)
     args = (v, xs) + ((rows(targets, k),) if kind == 3 else ())
-    call = partial(nufft_points, nufft_type=kind, sign=sign, eps=eps, modeord=modeord,
-                   nthreads=nthreads, grid=grid)
+    call = partial(
+        nufft_points,
+        nufft_type=kind,
+        sign=sign,
+        eps=eps,
+        modeord=modeord,
+        nthreads=nthreads,
+        grid=grid,
+    )
     if n_own == 1:
         out = call(*(a[0] for a in args))[0][None]
     else:
         out = jax.vmap(lambda *a: call(*a)[0])(*args)
     out_core = tuple(out.shape[2:])
-    out = out.reshape(tuple(bshape[i] for i in own) + tuple(bshape[i] for i in shared)
-                      + out_core)
+    out = out.reshape(tuple(bshape[i] for i in own) + tuple(bshape[i] for i in shared) + out_core)
     inverse = np.argsort(own + shared).tolist() + list(range(nb, nb + len(out_core)))
     return jnp.transpose(out, inverse)
 
@@ -166,16 +190,24 @@ def _sign(iflag) -> int:
 def _split(fn, points, n):
     points = [p for p in points if p is not None]
     if not n[0] <= len(points) <= n[1]:
-        raise ValueError(f"jaxducc0.{fn}: takes {n[0]}-{n[1]} coordinate arrays, got "
-                         f"{len(points)}")
+        raise ValueError(f"jaxducc0.{fn}: takes {n[0]}-{n[1]} coordinate arrays, got {len(points)}")
     return points
 
 
-@partial(jax.jit, static_argnames=("fn", "kind", "sign", "eps", "modeord", "nthreads",
-                                   "grid"))
+@partial(jax.jit, static_argnames=("fn", "kind", "sign", "eps", "modeord", "nthreads", "grid"))
 def _jitted(values, points, targets, *, fn, kind, sign, eps, modeord, nthreads, grid):
-    return _run(fn, kind, values, list(points), list(targets), sign=sign, eps=eps,
-                modeord=modeord, nthreads=nthreads, grid=grid)
+    return _run(
+        fn,
+        kind,
+        values,
+        list(points),
+        list(targets),
+        sign=sign,
+        eps=eps,
+        modeord=modeord,
+        nthreads=nthreads,
+        grid=grid,
+    )
 
 
 def nufft1(output_shape, source, *points, iflag: int = 1, eps: float = 1e-6, opts=None):
@@ -193,15 +225,27 @@ def nufft1(output_shape, source, *points, iflag: int = 1, eps: float = 1e-6, opt
       ``(..., *output_shape)``.
     """
     points = _split("nufft1", points, (1, 3))
-    grid = tuple(check_int("nufft1", "each output_shape length", n)
-                 for n in np.atleast_1d(output_shape))
+    grid = tuple(
+        check_int("nufft1", "each output_shape length", n) for n in np.atleast_1d(output_shape)
+    )
     if len(grid) != len(points):
-        raise ValueError(f"jaxducc0.nufft1: output_shape {tuple(grid)} has {len(grid)} "
-                         f"dimensions, but {len(points)} coordinate arrays were given")
+        raise ValueError(
+            f"jaxducc0.nufft1: output_shape {tuple(grid)} has {len(grid)} "
+            f"dimensions, but {len(points)} coordinate arrays were given"
+        )
     modeord, nthreads = _settings("nufft1", opts)
-    return _jitted(source, tuple(points), (), fn="nufft1", kind=1, sign=_sign(iflag),
-                   eps=check_positive("nufft1", "eps", eps), modeord=modeord,
-                   nthreads=nthreads, grid=grid)
+    return _jitted(
+        source,
+        tuple(points),
+        (),
+        fn="nufft1",
+        kind=1,
+        sign=_sign(iflag),
+        eps=check_positive("nufft1", "eps", eps),
+        modeord=modeord,
+        nthreads=nthreads,
+        grid=grid,
+    )
 
 
 def nufft2(source, *points, iflag: int = -1, eps: float = 1e-6, opts=None):
@@ -219,9 +263,18 @@ def nufft2(source, *points, iflag: int = -1, eps: float = 1e-6, opts=None):
     """
     points = _split("nufft2", points, (1, 3))
     modeord, nthreads = _settings("nufft2", opts)
-    return _jitted(source, tuple(points), (), fn="nufft2", kind=2, sign=_sign(iflag),
-                   eps=check_positive("nufft2", "eps", eps), modeord=modeord,
-                   nthreads=nthreads, grid=None)
+    return _jitted(
+        source,
+        tuple(points),
+        (),
+        fn="nufft2",
+        kind=2,
+        sign=_sign(iflag),
+        eps=check_positive("nufft2", "eps", eps),
+        modeord=modeord,
+        nthreads=nthreads,
+        grid=None,
+    )
 
 
 def nufft3(source, *points, iflag: int = -1, eps: float = 1e-6, opts=None):
@@ -241,10 +294,21 @@ def nufft3(source, *points, iflag: int = -1, eps: float = 1e-6, opts=None):
     """
     points = _split("nufft3", points, (2, 6))
     if len(points) % 2:
-        raise ValueError("jaxducc0.nufft3: takes as many target as source coordinate arrays, "
-                         f"got {len(points)} arrays in all")
+        raise ValueError(
+            "jaxducc0.nufft3: takes as many target as source coordinate arrays, "
+            f"got {len(points)} arrays in all"
+        )
     d = len(points) // 2
     modeord, nthreads = _settings("nufft3", opts)
-    return _jitted(source, tuple(points[:d]), tuple(points[d:]), fn="nufft3", kind=3,
-                   sign=_sign(iflag), eps=check_positive("nufft3", "eps", eps), modeord=modeord,
-                   nthreads=nthreads, grid=None)
+    return _jitted(
+        source,
+        tuple(points[:d]),
+        tuple(points[d:]),
+        fn="nufft3",
+        kind=3,
+        sign=_sign(iflag),
+        eps=check_positive("nufft3", "eps", eps),
+        modeord=modeord,
+        nthreads=nthreads,
+        grid=None,
+    )

@@ -8,8 +8,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from ... import get_linear_call, load_kwargs
-from ._common import (_COMPLEX, _MODE, _real_of, check_choice, check_int, check_kwargs,
-                      check_nthreads, check_positive, check_sigma)
+from ._common import (
+    _COMPLEX,
+    _MODE,
+    _real_of,
+    check_choice,
+    check_int,
+    check_kwargs,
+    check_nthreads,
+    check_positive,
+    check_sigma,
+)
 from .nufft_points import _transform
 
 __all__ = ["get_nufft"]
@@ -28,9 +37,20 @@ def _nufft_apply(out, args, kwargs_dump, transposed):
     kind = 3 - kw["nufft_type"] if transposed else kw["nufft_type"]
     options = {k: kw[k] for k in _DUCC_OPTIONS if k in kw}
     options["periodicity"] = kw["periodicity"]
-    _transform(out[0][None], values[None], coord.T, None,
-               dict(nufft_type=kind, sign=-1 if kw["forward"] else 1, eps=kw["epsilon"],
-                    nthreads=kw["nthreads"], modeord=kw["fft_order"], ducc_options=options))
+    _transform(
+        out[0][None],
+        values[None],
+        coord.T,
+        None,
+        dict(
+            nufft_type=kind,
+            sign=-1 if kw["forward"] else 1,
+            eps=kw["epsilon"],
+            nthreads=kw["nthreads"],
+            modeord=kw["fft_order"],
+            ducc_options=options,
+        ),
+    )
 
 
 def _nufft(out, args, kwargs_dump):
@@ -44,8 +64,10 @@ def _nufft_T(out, args, kwargs_dump):
 def _nufft_shapes(coord, kind, kwargs):
     grid = tuple(kwargs["grid_shape"])
     if len(coord.shape) != 2 or coord.shape[1] != len(grid):
-        raise ValueError(f"jaxducc0.{OP}: coord must be (npoints, {len(grid)}) for a "
-                         f"{len(grid)}-D grid, got {tuple(coord.shape)}")
+        raise ValueError(
+            f"jaxducc0.{OP}: coord must be (npoints, {len(grid)}) for a "
+            f"{len(grid)}-D grid, got {tuple(coord.shape)}"
+        )
     if np.dtype(coord.dtype) not in _COMPLEX:
         raise TypeError(f"jaxducc0.{OP}: coord must be float32 or float64, got {coord.dtype}")
     return (grid, (coord.shape[0],)) if kind == 1 else ((coord.shape[0],), grid)
@@ -54,8 +76,10 @@ def _nufft_shapes(coord, kind, kwargs):
 def _nufft_abstract(coord, values, **kwargs):
     shape_in, shape_out = _nufft_shapes(coord, kwargs["nufft_type"], kwargs)[::-1]
     if values.shape != shape_in:
-        raise ValueError(f"jaxducc0.{OP} (type {kwargs['nufft_type']}): expected values of "
-                         f"shape {shape_in}, got {values.shape}")
+        raise ValueError(
+            f"jaxducc0.{OP} (type {kwargs['nufft_type']}): expected values of "
+            f"shape {shape_in}, got {values.shape}"
+        )
     _real_of(values.dtype, "nufft")
     return ((shape_out, values.dtype),)
 
@@ -65,13 +89,29 @@ def _nufft_abstract_T(coord, ct, **kwargs):
     return ((shape_in, ct.dtype),)
 
 
-_nufft_op = get_linear_call(_nufft, _nufft_T, _nufft_abstract, _nufft_abstract_T,
-                            first_n_args_fixed=1, name="jaxducc0.nufft",
-                            platform_mode=_MODE)
+_nufft_op = get_linear_call(
+    _nufft,
+    _nufft_T,
+    _nufft_abstract,
+    _nufft_abstract_T,
+    first_n_args_fixed=1,
+    name="jaxducc0.nufft",
+    platform_mode=_MODE,
+)
 
 
-def get_nufft(coord, grid_shape, *, nufft_type, forward=True, epsilon=1e-6, nthreads=1,
-              periodicity=2 * np.pi, fft_order=False, **kwargs):
+def get_nufft(
+    coord,
+    grid_shape,
+    *,
+    nufft_type,
+    forward=True,
+    epsilon=1e-6,
+    nthreads=1,
+    periodicity=2 * np.pi,
+    fft_order=False,
+    **kwargs,
+):
     """A non-uniform FFT (``ducc0.nufft``) with fixed points, linear in the values.
 
     Args:
@@ -98,13 +138,21 @@ def get_nufft(coord, grid_shape, *, nufft_type, forward=True, epsilon=1e-6, nthr
     if not 1 <= len(grid) <= 3:
         raise ValueError(f"jaxducc0.{OP}: grid_shape must have 1-3 dimensions, got {grid}")
     check_kwargs(OP, kwargs, _DUCC_OPTIONS)
-    check_sigma(OP, kwargs, "1.2 <= sigma_min < sigma_max <= 2.5",
-                lambda lo, hi: 1.2 <= lo < hi <= 2.5)
+    check_sigma(
+        OP, kwargs, "1.2 <= sigma_min < sigma_max <= 2.5", lambda lo, hi: 1.2 <= lo < hi <= 2.5
+    )
     if "verbosity" in kwargs:
         kwargs["verbosity"] = check_int(OP, "verbosity", kwargs["verbosity"])
     coord = jnp.asarray(coord)
-    return partial(_nufft_op, coord, grid_shape=grid, nufft_type=nufft_type,
-                   forward=bool(forward), epsilon=check_positive(OP, "epsilon", epsilon),
-                   nthreads=check_nthreads(OP, nthreads),
-                   periodicity=check_positive(OP, "periodicity", periodicity),
-                   fft_order=bool(fft_order), **kwargs)
+    return partial(
+        _nufft_op,
+        coord,
+        grid_shape=grid,
+        nufft_type=nufft_type,
+        forward=bool(forward),
+        epsilon=check_positive(OP, "epsilon", epsilon),
+        nthreads=check_nthreads(OP, nthreads),
+        periodicity=check_positive(OP, "periodicity", periodicity),
+        fft_order=bool(fft_order),
+        **kwargs,
+    )

@@ -69,6 +69,7 @@ def best_epsilon(ndim: int, single: bool, nufft_type: int = 1) -> float:
 
 # --- the callable: DUCC on NumPy views ---------------------------------------------
 
+
 def _finite_columns(coords):
     """None if every point (a column of the (d, M) coordinates) is finite, else the mask."""
     if coords is None or np.isfinite(coords).all():
@@ -103,8 +104,9 @@ def _transform(out, values, xs, qs, kw):
     single = values.dtype == np.complex64
     extra = kw.get("ducc_options", {})  # get_nufft's: periodicity, sigma_min/max, verbosity
     sigma = (extra["sigma_min"], extra["sigma_max"]) if "sigma_min" in extra else None
-    eps, in_double = working_precision("nufft3" if kind == 3 else "nufft", xs.shape[0], single,
-                                       kw["eps"], sigma)
+    eps, in_double = working_precision(
+        "nufft3" if kind == 3 else "nufft", xs.shape[0], single, kw["eps"], sigma
+    )
     target = out
     if in_double:  # single precision cannot reach eps: compute in double, round back
         values, xs = values.astype(np.complex128), xs.astype(np.float64)
@@ -113,14 +115,17 @@ def _transform(out, values, xs, qs, kw):
     common = dict(forward=forward, epsilon=eps, nthreads=kw["nthreads"], **extra)
     coord = xs.T  # (M, d), a strided view of the (d, M) buffer: no copy
     if kind == 1:
-        ducc0.nufft.nu2u(points=values, coord=coord, out=target,
-                         fft_order=bool(kw["modeord"]), **common)
+        ducc0.nufft.nu2u(
+            points=values, coord=coord, out=target, fft_order=bool(kw["modeord"]), **common
+        )
     elif kind == 2:
-        ducc0.nufft.u2nu(grid=values, coord=coord, out=target,
-                         fft_order=bool(kw["modeord"]), **common)
+        ducc0.nufft.u2nu(
+            grid=values, coord=coord, out=target, fft_order=bool(kw["modeord"]), **common
+        )
     else:
-        ducc0.nufft.experimental.nu2nu(points_in=values, coord_in=coord, coord_out=qs.T,
-                                       points_out=target, **common)
+        ducc0.nufft.experimental.nu2nu(
+            points_in=values, coord_in=coord, coord_out=qs.T, points_out=target, **common
+        )
     if in_double:
         out[...] = target
     if dst_ok is not None:
@@ -135,6 +140,7 @@ def _call(out, args, kwargs_dump):
 
 # --- shapes ----------------------------------------------------------------------
 
+
 def _abstract(values, xs, *rest, nufft_type, grid=None, **_):
     """Output shape of one call; every inconsistency is an error naming the op."""
     what = f"{NAME} (type {nufft_type})"
@@ -142,20 +148,23 @@ def _abstract(values, xs, *rest, nufft_type, grid=None, **_):
     if real is None:
         raise TypeError(f"{what}: values must be complex64 or complex128, got {values.dtype}")
     if len(xs.shape) != 2 or not 1 <= xs.shape[0] <= 3:
-        raise ValueError(f"{what}: points must be (ndim, npoints) with ndim 1-3, got "
-                         f"{tuple(xs.shape)}")
+        raise ValueError(
+            f"{what}: points must be (ndim, npoints) with ndim 1-3, got {tuple(xs.shape)}"
+        )
     if np.dtype(xs.dtype) != real:
-        raise TypeError(f"{what}: points must be {real} for {values.dtype} values, got "
-                        f"{xs.dtype}")
+        raise TypeError(f"{what}: points must be {real} for {values.dtype} values, got {xs.dtype}")
     d, m = xs.shape
     if nufft_type == 2:
         if len(values.shape) != 1 + d:
-            raise ValueError(f"{what}: values must be (ntrans, *grid) with a {d}-D grid, got "
-                             f"{tuple(values.shape)}")
+            raise ValueError(
+                f"{what}: values must be (ntrans, *grid) with a {d}-D grid, got "
+                f"{tuple(values.shape)}"
+            )
         return (((values.shape[0], m), values.dtype),)
     if len(values.shape) != 2 or values.shape[1] != m:
-        raise ValueError(f"{what}: values must be (ntrans, {m}) for {m} points, got "
-                         f"{tuple(values.shape)}")
+        raise ValueError(
+            f"{what}: values must be (ntrans, {m}) for {m} points, got {tuple(values.shape)}"
+        )
     if nufft_type == 1:
         grid = tuple(grid)
         if len(grid) != d:
@@ -163,12 +172,14 @@ def _abstract(values, xs, *rest, nufft_type, grid=None, **_):
         return (((values.shape[0], *grid), values.dtype),)
     (qs,) = rest
     if len(qs.shape) != 2 or qs.shape[0] != d or np.dtype(qs.dtype) != real:
-        raise ValueError(f"{what}: target points must be {real} ({d}, npoints), got "
-                         f"{qs.dtype}{list(qs.shape)}")
+        raise ValueError(
+            f"{what}: target points must be {real} ({d}, npoints), got {qs.dtype}{list(qs.shape)}"
+        )
     return (((values.shape[0], qs.shape[1]), values.dtype),)
 
 
 # --- derivatives: NUFFTs of k-weighted data (JAX functions, so differentiable again) --
+
 
 def _apply(values, xs, qs, kw, kind=None, grid=None):
     """The op itself, as called from its derivatives (possibly another type)."""
@@ -249,16 +260,29 @@ def _vjp(values, xs, *rest, **kw):
     v_bar = _apply(ct, qs, xs, kw)
     rx = _stacked([_isx(ct, qs[a], kw) for a in range(d)], qs, xs, kw)
     rq = _stacked([_isx(values, xs[a], kw) for a in range(d)], xs, qs, kw)
-    return [v_bar, jnp.stack([_re_dot(values, rx[a], real) for a in range(d)]),
-            jnp.stack([_re_dot(ct, rq[a], real) for a in range(d)])]
+    return [
+        v_bar,
+        jnp.stack([_re_dot(values, rx[a], real) for a in range(d)]),
+        jnp.stack([_re_dot(ct, rq[a], real) for a in range(d)]),
+    ]
 
 
-_op = get_nonlinear_call(_call, (_jvp, _vjp), _abstract, None, name=NAME, platform_mode=_MODE,
-                         linear_in=(0,))
+_op = get_nonlinear_call(
+    _call, (_jvp, _vjp), _abstract, None, name=NAME, platform_mode=_MODE, linear_in=(0,)
+)
 
 
-def nufft_points(values, xs, *qs, nufft_type: int, sign: int, eps: float, modeord: int = 0,
-                 nthreads: int = 1, grid=None):
+def nufft_points(
+    values,
+    xs,
+    *qs,
+    nufft_type: int,
+    sign: int,
+    eps: float,
+    modeord: int = 0,
+    nthreads: int = 1,
+    grid=None,
+):
     """A NUFFT of type 1, 2 or 3, differentiable in the values and in the points.
 
     Args:
@@ -283,8 +307,10 @@ def nufft_points(values, xs, *qs, nufft_type: int, sign: int, eps: float, modeor
     if nufft_type not in (1, 2, 3):
         raise ValueError(f"{NAME}: nufft_type must be 1, 2 or 3, got {nufft_type!r}")
     if len(qs) != (nufft_type == 3):
-        raise TypeError(f"{NAME}: type {nufft_type} takes "
-                        f"{'values, xs and qs' if nufft_type == 3 else 'values and xs'}")
+        raise TypeError(
+            f"{NAME}: type {nufft_type} takes "
+            f"{'values, xs and qs' if nufft_type == 3 else 'values and xs'}"
+        )
     if sign not in (1, -1):
         raise ValueError(f"{NAME}: sign must be +1 or -1, got {sign!r}")
     if modeord not in (0, 1):
@@ -295,9 +321,17 @@ def nufft_points(values, xs, *qs, nufft_type: int, sign: int, eps: float, modeor
         grid = tuple(check_int(OP, "each grid length", n) for n in np.atleast_1d(grid))
     else:
         grid = None
-    return _op(values, xs, *qs, nufft_type=int(nufft_type), sign=int(sign),
-               eps=check_positive(OP, "eps", eps), modeord=int(modeord),
-               nthreads=check_nthreads(OP, nthreads), grid=grid)
+    return _op(
+        values,
+        xs,
+        *qs,
+        nufft_type=int(nufft_type),
+        sign=int(sign),
+        eps=check_positive(OP, "eps", eps),
+        modeord=int(modeord),
+        nthreads=check_nthreads(OP, nthreads),
+        grid=grid,
+    )
 
 
 nufft_points.op = _op  # the jaxbind op itself, e.g. for jaxbind.testing.check

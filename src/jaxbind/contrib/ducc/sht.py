@@ -12,10 +12,17 @@ import numpy as np
 from ... import get_linear_call, load_kwargs
 from ._common import _COMPLEX, _MODE, check_int, check_nthreads, ducc0
 
-__all__ = ["get_healpix_sht", "nalm", "realalm_size", "realalm_ell", "realalm_to_alm",
-           "alm_to_realalm"]
+__all__ = [
+    "get_healpix_sht",
+    "nalm",
+    "realalm_size",
+    "realalm_ell",
+    "realalm_to_alm",
+    "alm_to_realalm",
+]
 
 # --- HEALPix spherical-harmonic synthesis ---------------------------------------
+
 
 def nalm(lmax, mmax):
     """Number of complex a_lm coefficients for maximum moments ``lmax``, ``mmax``."""
@@ -32,8 +39,9 @@ def realalm_ell(lmax, mmax):
 
     Useful for power spectra: ``S = C_ell[realalm_ell(lmax, mmax)]``.
     """
-    return np.concatenate([np.arange(lmax + 1)] +
-                          [np.repeat(np.arange(m, lmax + 1), 2) for m in range(1, mmax + 1)])
+    return np.concatenate(
+        [np.arange(lmax + 1)] + [np.repeat(np.arange(m, lmax + 1), 2) for m in range(1, mmax + 1)]
+    )
 
 
 def _xp(x):
@@ -50,8 +58,8 @@ def realalm_to_alm(x, lmax):
     """
     xp = _xp(x)
     x = xp.asarray(x)
-    m0 = x[..., :lmax + 1]
-    rest = (x[..., lmax + 1::2] + 1j * x[..., lmax + 2::2]) / np.sqrt(2.0)
+    m0 = x[..., : lmax + 1]
+    rest = (x[..., lmax + 1 :: 2] + 1j * x[..., lmax + 2 :: 2]) / np.sqrt(2.0)
     return xp.concatenate([m0.astype(rest.dtype), rest], axis=-1)
 
 
@@ -63,9 +71,9 @@ def alm_to_realalm(alm, lmax):
     """
     xp = _xp(alm)
     alm = xp.asarray(alm)
-    rest = alm[..., lmax + 1:] * np.sqrt(2.0)
+    rest = alm[..., lmax + 1 :] * np.sqrt(2.0)
     pairs = xp.stack([rest.real, rest.imag], axis=-1).reshape(*rest.shape[:-1], -1)
-    return xp.concatenate([alm[..., :lmax + 1].real, pairs], axis=-1)
+    return xp.concatenate([alm[..., : lmax + 1].real, pairs], axis=-1)
 
 
 @functools.lru_cache(maxsize=32)
@@ -77,20 +85,25 @@ def _healpix_geometry(nside):
 def _realalm_to_alm(x, lmax):
     """Real alm layout -> complex: [a_l0 (real), then (re, im) of m > 0, times sqrt(2)]."""
     alm = np.empty((x.shape[0], (x.shape[1] + lmax + 1) // 2), dtype=_COMPLEX[x.dtype])
-    alm[:, :lmax + 1] = x[:, :lmax + 1]
-    alm[:, lmax + 1:] = x[:, lmax + 1:].view(alm.dtype) * (np.sqrt(2.0) / 2)
+    alm[:, : lmax + 1] = x[:, : lmax + 1]
+    alm[:, lmax + 1 :] = x[:, lmax + 1 :].view(alm.dtype) * (np.sqrt(2.0) / 2)
     return alm
 
 
 def _alm_to_realalm(alm, lmax, out):
-    out[:, :lmax + 1] = alm[:, :lmax + 1].real
-    out[:, lmax + 1:] = alm[:, lmax + 1:].view(out.dtype) * np.sqrt(2.0)
+    out[:, : lmax + 1] = alm[:, : lmax + 1].real
+    out[:, lmax + 1 :] = alm[:, lmax + 1 :].view(out.dtype) * np.sqrt(2.0)
 
 
 def _sht_args(kwargs):
     geometry = _healpix_geometry(kwargs["nside"])
-    return dict(spin=kwargs["spin"], lmax=kwargs["lmax"], mmax=kwargs["mmax"],
-                nthreads=kwargs["nthreads"], **geometry)
+    return dict(
+        spin=kwargs["spin"],
+        lmax=kwargs["lmax"],
+        mmax=kwargs["mmax"],
+        nthreads=kwargs["nthreads"],
+        **geometry,
+    )
 
 
 def _sht(out, args, kwargs_dump):
@@ -114,8 +127,10 @@ def _ncomp(spin):
 def _sht_abstract(x, **kwargs):
     ncomp, n = _ncomp(kwargs["spin"]), 2 * nalm(kwargs["lmax"], kwargs["mmax"]) - kwargs["lmax"] - 1
     if x.shape != (ncomp, n) or x.dtype not in _COMPLEX:
-        raise ValueError(f"jaxducc0.get_healpix_sht: expected real alm of shape {(ncomp, n)} "
-                         f"and dtype float32/float64, got {x.shape} {x.dtype}")
+        raise ValueError(
+            f"jaxducc0.get_healpix_sht: expected real alm of shape {(ncomp, n)} "
+            f"and dtype float32/float64, got {x.shape} {x.dtype}"
+        )
     return (((ncomp, 12 * kwargs["nside"] ** 2), x.dtype),)
 
 
@@ -124,9 +139,9 @@ def _sht_abstract_T(m, **kwargs):
     return (((ncomp, n), m.dtype),)
 
 
-_healpix_sht = get_linear_call(_sht, _sht_T, _sht_abstract, _sht_abstract_T,
-                               name="jaxducc0.healpix_sht",
-                               platform_mode=_MODE)
+_healpix_sht = get_linear_call(
+    _sht, _sht_T, _sht_abstract, _sht_abstract_T, name="jaxducc0.healpix_sht", platform_mode=_MODE
+)
 
 
 def get_healpix_sht(nside, lmax, mmax, spin, nthreads=1):
@@ -156,5 +171,11 @@ def get_healpix_sht(nside, lmax, mmax, spin, nthreads=1):
         raise ValueError(f"jaxducc0.{op}: mmax must be <= lmax, got mmax={mmax}, lmax={lmax}")
     if lmax < spin:
         raise ValueError(f"jaxducc0.{op}: lmax must be >= spin, got lmax={lmax}, spin={spin}")
-    return partial(_healpix_sht, nside=nside, lmax=lmax, mmax=mmax, spin=spin,
-                   nthreads=check_nthreads(op, nthreads))
+    return partial(
+        _healpix_sht,
+        nside=nside,
+        lmax=lmax,
+        mmax=mmax,
+        spin=spin,
+        nthreads=check_nthreads(op, nthreads),
+    )

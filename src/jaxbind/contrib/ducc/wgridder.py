@@ -8,8 +8,17 @@ import numpy as np
 
 from ... import get_linear_call, load_kwargs
 from ._accuracy import working_precision
-from ._common import (_MODE, _complex_of, _real_of, check_int, check_kwargs, check_nthreads,
-                      check_positive, check_sigma, ducc0)
+from ._common import (
+    _MODE,
+    _complex_of,
+    _real_of,
+    check_int,
+    check_kwargs,
+    check_nthreads,
+    check_positive,
+    check_sigma,
+    ducc0,
+)
 
 _NAN = complex(np.nan, np.nan)  # what a non-finite point gives where it enters
 
@@ -18,11 +27,20 @@ __all__ = ["get_wgridder"]
 OP = "get_wgridder"
 # Options passed to both ducc0.wgridder.experimental.dirty2vis and vis2dirty. Array
 # options (wgt, mask) would be static kwargs, not data: they are refused.
-_DUCC_OPTIONS = ("flip_u", "flip_w", "divide_by_n", "sigma_min", "sigma_max", "center_x",
-                 "center_y", "allow_nshift")
+_DUCC_OPTIONS = (
+    "flip_u",
+    "flip_w",
+    "divide_by_n",
+    "sigma_min",
+    "sigma_max",
+    "center_x",
+    "center_y",
+    "allow_nshift",
+)
 
 
 # --- radio interferometry: the wgridder ----------------------------------------
+
 
 def _geometry(uvw, freq):
     """What DUCC is given for the data's uvw and freq, and where they were changed.
@@ -36,8 +54,9 @@ def _geometry(uvw, freq):
     rows_ok, chans_ok = np.isfinite(uvw).all(axis=1), np.isfinite(freq)
     if (freq[chans_ok] <= 0).any():
         i = int(np.flatnonzero(chans_ok & (freq <= 0))[0])
-        raise ValueError(f"jaxducc0.{OP}: channel frequencies must be > 0, got {freq[i]} for "
-                         f"channel {i}")
+        raise ValueError(
+            f"jaxducc0.{OP}: channel frequencies must be > 0, got {freq[i]} for channel {i}"
+        )
     if rows_ok.all():
         rows_ok = None
     else:
@@ -57,10 +76,10 @@ def _settings(kwargs, single):
     """DUCC's keyword arguments, with the accuracy it can reach; whether to go double."""
     kwargs = dict(kwargs)
     del kwargs["npix_x"], kwargs["npix_y"]
-    sigma = ((kwargs["sigma_min"], kwargs["sigma_max"]) if "sigma_min" in kwargs else None)
+    sigma = (kwargs["sigma_min"], kwargs["sigma_max"]) if "sigma_min" in kwargs else None
     kwargs["epsilon"], in_double = working_precision(
-        "wgridder_w" if kwargs["do_wgridding"] else "wgridder", 2, single, kwargs["epsilon"],
-        sigma)
+        "wgridder_w" if kwargs["do_wgridding"] else "wgridder", 2, single, kwargs["epsilon"], sigma
+    )
     return kwargs, in_double
 
 
@@ -75,8 +94,7 @@ def _dirty2vis(out, args, kwargs_dump):
     if in_double or order is not None:  # compute elsewhere, then convert or reorder
         target = np.empty(vis.shape, np.complex128 if in_double else vis.dtype)
         dirty = dirty.astype(np.float64) if in_double else dirty
-    ducc0.wgridder.experimental.dirty2vis(uvw=uvw, freq=freq, dirty=dirty, vis=target,
-                                          **kwargs)
+    ducc0.wgridder.experimental.dirty2vis(uvw=uvw, freq=freq, dirty=dirty, vis=target, **kwargs)
     if order is not None:
         vis[:, order] = target
     elif target is not vis:
@@ -103,16 +121,22 @@ def _vis2dirty(out, args, kwargs_dump):
     vis = vis.conj() if order is None else vis[:, order].conj()
     target = np.empty(dirty.shape, np.float64) if in_double else dirty
     ducc0.wgridder.experimental.vis2dirty(
-        uvw=uvw, freq=freq, vis=vis.astype(np.complex128) if in_double else vis, dirty=target,
-        **kwargs)
+        uvw=uvw,
+        freq=freq,
+        vis=vis.astype(np.complex128) if in_double else vis,
+        dirty=target,
+        **kwargs,
+    )
     if in_double:
         dirty[...] = target
 
 
 def _check_geometry(uvw, freq):
     if len(uvw.shape) != 2 or uvw.shape[1] != 3 or len(freq.shape) != 1:
-        raise ValueError(f"jaxducc0.{OP}: uvw must be (nrows, 3) and freq (nchan,), got "
-                         f"{tuple(uvw.shape)} and {tuple(freq.shape)}")
+        raise ValueError(
+            f"jaxducc0.{OP}: uvw must be (nrows, 3) and freq (nchan,), got "
+            f"{tuple(uvw.shape)} and {tuple(freq.shape)}"
+        )
     for name, a in (("uvw", uvw), ("freq", freq)):
         if not np.issubdtype(np.dtype(a.dtype), np.floating):
             raise TypeError(f"jaxducc0.{OP}: {name} must be real (float), got {a.dtype}")
@@ -121,8 +145,10 @@ def _check_geometry(uvw, freq):
 def _dirty2vis_abstract(uvw, freq, dirty, **kwargs):
     _check_geometry(uvw, freq)
     if tuple(dirty.shape) != (kwargs["npix_x"], kwargs["npix_y"]):
-        raise ValueError(f"jaxducc0.{OP}: image must be {(kwargs['npix_x'], kwargs['npix_y'])}, "
-                         f"got {tuple(dirty.shape)}")
+        raise ValueError(
+            f"jaxducc0.{OP}: image must be {(kwargs['npix_x'], kwargs['npix_y'])}, "
+            f"got {tuple(dirty.shape)}"
+        )
     return (((uvw.shape[0], freq.shape[0]), _complex_of(dirty.dtype, OP)),)
 
 
@@ -131,13 +157,30 @@ def _vis2dirty_abstract(uvw, freq, vis, **kwargs):
     return (((kwargs["npix_x"], kwargs["npix_y"]), _real_of(vis.dtype, OP)),)
 
 
-_wgridder = get_linear_call(_dirty2vis, _vis2dirty, _dirty2vis_abstract, _vis2dirty_abstract,
-                            first_n_args_fixed=2, name="jaxducc0.wgridder",
-                            platform_mode=_MODE)
+_wgridder = get_linear_call(
+    _dirty2vis,
+    _vis2dirty,
+    _dirty2vis_abstract,
+    _vis2dirty_abstract,
+    first_n_args_fixed=2,
+    name="jaxducc0.wgridder",
+    platform_mode=_MODE,
+)
 
 
-def get_wgridder(*, pixsize_x, pixsize_y, npix_x, npix_y, epsilon, do_wgridding, nthreads=1,
-                 flip_v=False, verbosity=0, **kwargs):
+def get_wgridder(
+    *,
+    pixsize_x,
+    pixsize_y,
+    npix_x,
+    npix_y,
+    epsilon,
+    do_wgridding,
+    nthreads=1,
+    flip_v=False,
+    verbosity=0,
+    **kwargs,
+):
     """The DUCC (w-)gridder as a linear JAX op from sky image to visibilities.
 
     Args:
@@ -174,10 +217,16 @@ def get_wgridder(*, pixsize_x, pixsize_y, npix_x, npix_y, epsilon, do_wgridding,
         if n % 2:
             raise ValueError(f"jaxducc0.{OP}: {name} must be even (DUCC's gridder), got {n}")
         npix.append(n)
-    return partial(_wgridder, pixsize_x=check_positive(OP, "pixsize_x", pixsize_x),
-                   pixsize_y=check_positive(OP, "pixsize_y", pixsize_y), npix_x=npix[0],
-                   npix_y=npix[1], epsilon=check_positive(OP, "epsilon", epsilon),
-                   do_wgridding=bool(do_wgridding), nthreads=check_nthreads(OP, nthreads),
-                   flip_v=bool(flip_v), verbosity=check_int(OP, "verbosity", verbosity),
-                   **kwargs)
-
+    return partial(
+        _wgridder,
+        pixsize_x=check_positive(OP, "pixsize_x", pixsize_x),
+        pixsize_y=check_positive(OP, "pixsize_y", pixsize_y),
+        npix_x=npix[0],
+        npix_y=npix[1],
+        epsilon=check_positive(OP, "epsilon", epsilon),
+        do_wgridding=bool(do_wgridding),
+        nthreads=check_nthreads(OP, nthreads),
+        flip_v=bool(flip_v),
+        verbosity=check_int(OP, "verbosity", verbosity),
+        **kwargs,
+    )
