@@ -52,7 +52,7 @@ def test_platform_mode_is_checked_and_part_of_the_binding():
         platform_mode="host",
         name="gpu_plumbing.host_double",
     )
-    assert host.binding.platform_mode == "host"
+    assert host.binding.options.platform_mode == "host"
     # On the CPU, host mode behaves as the default
     np.testing.assert_array_equal(jax.jit(lambda x: host(x)[0])(jnp.arange(3.0)), [0, 2, 4])
     with pytest.raises(ValueError, match="already used"):

@@ -367,3 +367,54 @@ def test_decorators_take_replace_and_linear_in():
     np.testing.assert_allclose(t, np.sin(np.asarray(p)) * np.arange(4.0), rtol=1e-6)
     with pytest.raises(TypeError, match="'tests.native_linear_in' is a nonlinear op"):
         jax.linear_transpose(lambda p: scaled(p, v), p)(jnp.ones(4))
+
+
+_OPTION_VALUES = {
+    "platform_mode": "host",
+    "input_output_aliases": {0: 0},
+    "has_side_effect": True,
+    "ordered": True,
+    "linear_in": (0,),
+}
+
+
+@pytest.mark.parametrize("option", sorted(_OPTION_VALUES))
+def test_both_apis_take_every_option_into_one_options_value(option):
+    from jaxbind._options import OPTION_NAMES
+
+    assert set(OPTION_NAMES) == set(_OPTION_VALUES)  # a new option needs a value here
+    value = _OPTION_VALUES[option]
+
+    def f(out, args, kw):
+        out[0][...] = args[0]
+
+    def fn(x):
+        return np.asarray(x)
+
+    shape = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype)
+    classic = jaxbind.get_nonlinear_call(
+        f, (None, None), lambda x: ((x.shape, x.dtype),), None, **{option: value}
+    )
+    native = jaxbind.nonlinear_op(shape=shape, **{option: value})(fn)
+    assert classic.binding.options == native.binding.options
+    x = jnp.arange(3.0)
+    np.testing.assert_array_equal(classic(x)[0], x)
+    np.testing.assert_array_equal(native(x), x)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: jaxbind.get_linear_call(
+            lambda out, args, kw: None,
+            None,
+            lambda x: ((x.shape, x.dtype),),
+            None,
+            platfrom_mode="host",
+        ),
+        lambda: jaxbind.multilinear_op(shape=lambda x: x, platfrom_mode="host"),
+    ],
+)
+def test_a_misspelt_option_is_refused_with_the_options_listed(make):
+    with pytest.raises(TypeError, match=r"unknown option 'platfrom_mode'.*platform_mode"):
+        make()

@@ -40,7 +40,7 @@ def call_abstract(spec: CallSpec, avals, batch_axes=None):
         if batch_axes is not None:
             batch_axes = batch_axes[: spec.n_fixed]
     kwargs = spec.kwargs.to_dict()
-    if binding.can_batch:
+    if binding.options.vectorized:
         kwargs["batch_axes"] = batch_axes
     where = f"jaxbind: abstract function of '{binding.name}' ({describe_role(role)})"
     try:
@@ -78,12 +78,12 @@ def _check_jax_function(spec: CallSpec, avals, outs) -> None:
         want = [
             (shape, dtype)
             for shape, dtype, _ in call_abstract(
-                spec.derive("f", binding.first_n_args_fixed, None, None), avals[:n]
+                spec.derive("f", binding.options.fixed, None, None), avals[:n]
             )
         ]
     else:
         what = "the cotangents of its inputs that are not fixed"
-        want = [(tuple(a.shape), np.dtype(a.dtype)) for a in avals[binding.first_n_args_fixed : n]]
+        want = [(tuple(a.shape), np.dtype(a.dtype)) for a in avals[binding.options.fixed : n]]
     got = [(shape, dtype) for shape, dtype, _ in outs]
 
     def same(a, b):  # integer and boolean values have float0 tangents: shape only
@@ -192,14 +192,14 @@ def _shape(shape, where):
 def abstract_eval(*avals, spec: CallSpec):
     """Effectful abstract evaluation of the jaxbind primitive: (output avals, effects)."""
     outs = _output_avals(avals, spec)
-    if spec.binding.aliases and spec.role == "f":
+    if spec.binding.options.aliases and spec.role == "f":
         _check_aliases(spec, avals, outs)
     return outs, effects_of(spec)
 
 
 def _check_aliases(spec: CallSpec, avals, outs):
     where = f"jaxbind: '{spec.name}' input_output_aliases"
-    for i, k in spec.binding.aliases:
+    for i, k in spec.binding.options.aliases:
         if i >= len(avals) or k >= len(outs):
             raise ValueError(
                 f"{where}: the call has {len(avals)} inputs and {len(outs)} "
@@ -231,7 +231,7 @@ def _output_avals(avals, spec: CallSpec):
         if not isinstance(aval, ShapedArray):
             raise TypeError(f"{where}: argument {i} is {aval}, not an array")
         check_supported(aval.dtype, f"{where}: argument {i}")
-    linear_in = spec.binding.linear_in
+    linear_in = spec.binding.options.linear_in
     if spec.role == "f" and linear_in and max(linear_in) >= len(avals):
         raise TypeError(
             f"{where}: linear_in={list(linear_in)} names argument "
@@ -249,7 +249,7 @@ def _output_avals(avals, spec: CallSpec):
         call_abstract(replace(spec, batch_axes=None, out_batch_axes=None), core)  # checks
         outs = eval_shapes(spec, avals)
         return tuple(output_aval(o.shape, o.dtype, avals) for o in outs)
-    if spec.batch_axes is not None and not spec.binding.can_batch:
+    if spec.batch_axes is not None and not spec.binding.options.vectorized:
         # batched by jaxbind's loop: batch axes lead every batched input and output
         levels = next(a.shape[: len(ax)] for a, ax in zip(avals, spec.batch_axes) if ax)
         core = [ShapedArray(a.shape[len(ax) :], a.dtype) for a, ax in zip(avals, spec.batch_axes)]

@@ -116,7 +116,7 @@ def _is_linear_role(spec: CallSpec) -> bool:
 
 def _fixed_error(spec: CallSpec, index: int, action: str) -> Exception:
     binding = spec.binding
-    if binding.kind is Kind.NONLINEAR and spec.role != "f" and index >= binding.first_n_args_fixed:
+    if binding.kind is Kind.NONLINEAR and spec.role != "f" and index >= binding.options.fixed:
         if action == "transposed":
             return TypeError(
                 f"jaxbind: {describe_role(spec.role)} of '{binding.name}' is linear in its "
@@ -134,7 +134,7 @@ def _fixed_error(spec: CallSpec, index: int, action: str) -> Exception:
         )
     return TypeError(
         f"jaxbind: '{binding.name}' argument {index} is fixed (first_n_args_fixed="
-        f"{binding.first_n_args_fixed}) and cannot be {action}; move it after the fixed "
+        f"{binding.options.fixed}) and cannot be {action}; move it after the fixed "
         "arguments or use jax.custom_jvp"
     )
 
@@ -142,7 +142,7 @@ def _fixed_error(spec: CallSpec, index: int, action: str) -> Exception:
 def _differentiable_primal(spec: CallSpec, index: int) -> bool:
     """Whether a primal argument of a JVP or VJP role can be differentiated (second order)."""
     binding = spec.binding
-    return index >= binding.first_n_args_fixed and binding.jax_function_for(spec.role) is not None
+    return index >= binding.options.fixed and binding.jax_function_for(spec.role) is not None
 
 
 def _jvp_in_primals(spec: CallSpec, primals, tangents, which):
@@ -225,13 +225,13 @@ def _transpose_nonlinear(cts, args, lin, spec: CallSpec):
     of them (zeros here) gives their cotangents: the transpose.
     """
     binding = spec.binding
-    if not lin or not set(lin) <= set(binding.linear_in) or binding.derivatives[1] is None:
+    if not lin or not set(lin) <= set(binding.options.linear_in) or binding.derivatives[1] is None:
         why = (
-            f"it is declared linear in arguments {list(binding.linear_in)}"
-            if binding.linear_in
+            f"it is declared linear in arguments {list(binding.options.linear_in)}"
+            if binding.options.linear_in
             else "no arguments are declared linear (linear_in)"
         )
-        if binding.linear_in and binding.derivatives[1] is None:
+        if binding.options.linear_in and binding.derivatives[1] is None:
             why += ", but it has no VJP"
         raise TypeError(
             f"jaxbind: '{binding.name}' is a nonlinear op; it cannot be transposed "

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from ._binding import Binding, Kind, OpBase, register
 from ._compat import register_cache
 from ._kwargs import encode_kwargs
+from ._options import OPTION_DOCS, Options, declare
 from ._primitive import PRIMITIVE, bind
 from ._spec import CallSpec
 
@@ -75,18 +76,18 @@ class Op(OpBase):
                 if not isinstance(a, jax.Array) or isinstance(a, jax.core.Tracer):
                     break
             else:
-                if len(args) > self.binding.first_n_args_fixed:
+                if len(args) > self.binding.options.fixed:
                     try:
                         return self._eager_plain(*args)
                     except RecursionError as exc:
                         return _nested(self._eager_calls, self._eager_plain_spec, exc, args)
         binding = self.binding
-        if len(args) <= binding.first_n_args_fixed:
+        if len(args) <= binding.options.fixed:
             raise TypeError(
                 f"jaxbind: '{binding.name}' got {len(args)} positional arguments but has "
-                f"first_n_args_fixed={binding.first_n_args_fixed}; it needs at least one more"
+                f"first_n_args_fixed={binding.options.fixed}; it needs at least one more"
             )
-        if binding.can_batch and "batch_axes" in kwargs:
+        if binding.options.vectorized and "batch_axes" in kwargs:
             raise TypeError(
                 f"jaxbind: '{binding.name}': the keyword argument 'batch_axes' is "
                 "reserved for jaxbind's batching protocol"
@@ -96,7 +97,7 @@ class Op(OpBase):
             a if isinstance(a, jax.Array) else _as_array(binding.name, i, a)
             for i, a in enumerate(args)
         ]
-        spec = CallSpec(binding, "f", binding.first_n_args_fixed, dump)
+        spec = CallSpec(binding, "f", binding.options.fixed, dump)
         if any(isinstance(a, jax.core.Tracer) for a in args):
             return bind(spec, *args)
         try:
@@ -107,7 +108,7 @@ class Op(OpBase):
     @functools.cached_property
     def _eager_plain_spec(self) -> CallSpec:
         binding = self.binding
-        return CallSpec(binding, "f", binding.first_n_args_fixed, _NO_KWARGS)
+        return CallSpec(binding, "f", binding.options.fixed, _NO_KWARGS)
 
     @functools.cached_property
     def _eager_plain(self):
@@ -207,59 +208,6 @@ def eager_impl(*args, spec: CallSpec):
 _NO_KWARGS = encode_kwargs({})
 
 
-_PLATFORM_MODES = ("device", "host")
-
-
-def _aliases(value, n_fixed) -> tuple:
-    if value is None:
-        return ()
-    if not isinstance(value, dict) or not all(
-        type(k) is int and type(v) is int and k >= 0 and v >= 0 for k, v in value.items()
-    ):
-        raise TypeError(
-            "jaxbind: input_output_aliases must be a dict {input index: output "
-            f"index}} of non-negative ints, got {value!r}"
-        )
-    if len(set(value.values())) != len(value):
-        raise ValueError(
-            f"jaxbind: input_output_aliases {value!r} aliases one output with several inputs"
-        )
-    fixed = [k for k in value if k < n_fixed]
-    if fixed:
-        raise ValueError(
-            f"jaxbind: input_output_aliases: input {fixed[0]} is fixed "
-            f"(first_n_args_fixed={n_fixed}); only inputs after the fixed ones can "
-            "share memory with an output"
-        )
-    return tuple(sorted(value.items()))
-
-
-def _effect(has_side_effect, ordered) -> str | None:
-    if not isinstance(has_side_effect, bool) or not isinstance(ordered, bool):
-        raise TypeError("jaxbind: has_side_effect and ordered must be bools")
-    if ordered:
-        return "ordered"
-    return "unordered" if has_side_effect else None
-
-
-def _linear_in(linear_in, first_n_args_fixed) -> tuple:
-    try:
-        ok = all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in linear_in)
-    except TypeError:  # not iterable
-        ok = False
-    if not ok:
-        raise TypeError(
-            f"jaxbind: linear_in must be a sequence of argument indices, got {linear_in!r}"
-        )
-    args = tuple(sorted(set(linear_in)))
-    if any(i < first_n_args_fixed for i in args):
-        raise ValueError(
-            f"jaxbind: linear_in {args} names fixed arguments (first_n_args_fixed="
-            f"{first_n_args_fixed}); only differentiable arguments can be linear"
-        )
-    return args
-
-
 def _check_body_runs(what: str, fn, name) -> None:
     """A generator or async function returns without running its body: its results
     would never be written. Refused here, as the trampoline refuses a return value."""
@@ -277,23 +225,19 @@ def _check_body_runs(what: str, fn, name) -> None:
         )
 
 
-def _make_op(
+def make_op(
     kind: Kind,
     f,
     transposes,
     derivatives,
     abstract,
     abstract_T,
-    first_n_args_fixed,
-    func_can_batch,
-    name,
-    replace,
-    platform_mode,
-    input_output_aliases=None,
-    has_side_effect=False,
-    ordered=False,
-    linear_in=(),
+    options: Options,
+    name: str | None,
+    replace: bool,
 ) -> Op:
+    """The op of a binding made from the user's functions and checked options (both
+    APIs end here)."""
     if not callable(f):
         raise TypeError(f"jaxbind: f must be callable, got {f!r}")
     for what, fn in (
@@ -307,18 +251,6 @@ def _make_op(
         _check_body_runs(what, fn, name)
     if not callable(abstract):
         raise TypeError(f"jaxbind: abstract must be callable, got {abstract!r}")
-    if (
-        isinstance(first_n_args_fixed, bool)
-        or not isinstance(first_n_args_fixed, int)
-        or first_n_args_fixed < 0
-    ):
-        raise TypeError(
-            f"jaxbind: first_n_args_fixed must be a non-negative int, got {first_n_args_fixed!r}"
-        )
-    if platform_mode not in _PLATFORM_MODES:
-        raise ValueError(
-            f"jaxbind: platform_mode must be one of {_PLATFORM_MODES}, got {platform_mode!r}"
-        )
     explicit = name is not None
     if explicit and (not isinstance(name, str) or not name):
         raise TypeError(f"jaxbind: name must be a non-empty string, got {name!r}")
@@ -335,12 +267,7 @@ def _make_op(
         derivatives=derivatives,
         abstract=abstract,
         abstract_T=abstract_T,
-        first_n_args_fixed=first_n_args_fixed,
-        can_batch=bool(func_can_batch),
-        platform_mode=platform_mode,
-        aliases=_aliases(input_output_aliases, first_n_args_fixed),
-        effect=_effect(has_side_effect, ordered),
-        linear_in=_linear_in(linear_in, first_n_args_fixed),
+        options=options,
     )
     binding, _ = register(binding, explicit_name=explicit, replace=replace)
     return Op(binding)
@@ -357,10 +284,7 @@ def get_linear_call(
     func_can_batch: bool = False,
     name: str | None = None,
     replace: bool = False,
-    platform_mode: str = "device",
-    input_output_aliases: dict | None = None,
-    has_side_effect: bool = False,
-    ordered: bool = False,
+    **options,
 ) -> Op:
     """Make a JAX op from a linear (or multilinear) Python function and its transpose.
 
@@ -383,23 +307,8 @@ def get_linear_call(
         binding by this name.
       replace: let this binding take over an explicit ``name`` already used by a
         different binding (otherwise that is an error).
-      platform_mode: how GPU programs call the callables. ``"device"`` (default):
-        with zero-copy CUDA arrays of the device buffers (``CudaArray``: CUDA array
-        interface and DLPack) and XLA's stream (``jaxbind.current_call()``).
-        ``"host"``: with NumPy copies on the host, for CPU-only libraries; the
-        outputs are copied back. On the CPU both modes pass NumPy views.
-      input_output_aliases: ``{input index: output index}``: the output shares the
-        input's memory (as ``ffi_call``'s argument), so the callable updates it in
-        place: ``out[k]`` holds the input's values when the callable starts. With
-        the input donated (``jax.jit(..., donate_argnums=...)``) nothing is copied;
-        otherwise XLA copies the input first. Shapes and dtypes must match. Applies
-        to ``f``; derivatives and transposes get fresh outputs.
-      has_side_effect: the callables do something besides writing their outputs;
-        calls are never removed as dead code nor merged with identical calls
-        (see "Side effects" in the README).
-      ordered: also keep program order among ordered jaxbind calls (and
-        ``io_callback(ordered=True)``), through ``jit``, ``scan``, ``while_loop``
-        and ``cond``; implies ``has_side_effect``.
+      **options: ``platform_mode``, ``input_output_aliases``, ``has_side_effect``,
+        ``ordered``: see "Options" below.
 
     Returns:
       An :class:`Op`. It supports ``jit``, ``jvp``, ``grad``/``vjp``,
@@ -416,22 +325,11 @@ def get_linear_call(
         abstract_T = tuple(abstract_T)
     elif f_T is not None and not callable(f_T):
         raise TypeError(f"jaxbind: f_T must be callable, a tuple of callables or None, got {f_T!r}")
-    return _make_op(
-        Kind.MULTILINEAR if multilinear else Kind.LINEAR,
-        f,
-        f_T,
-        None,
-        abstract,
-        abstract_T,
-        first_n_args_fixed,
-        func_can_batch,
-        name,
-        replace,
-        platform_mode,
-        input_output_aliases,
-        has_side_effect,
-        ordered,
+    kind = Kind.MULTILINEAR if multilinear else Kind.LINEAR
+    options = declare(
+        "get_linear_call", kind.value, first_n_args_fixed, func_can_batch, options, native=False
     )
+    return make_op(kind, f, f_T, None, abstract, abstract_T, options, name, replace)
 
 
 def get_nonlinear_call(
@@ -445,11 +343,7 @@ def get_nonlinear_call(
     func_can_batch: bool = False,
     name: str | None = None,
     replace: bool = False,
-    platform_mode: str = "device",
-    input_output_aliases: dict | None = None,
-    has_side_effect: bool = False,
-    ordered: bool = False,
-    linear_in: Sequence[int] = (),
+    **options,
 ) -> Op:
     """Make a JAX op from a nonlinear Python function with its JVP and VJP.
 
@@ -472,16 +366,8 @@ def get_nonlinear_call(
       func_can_batch: as for :func:`get_linear_call`.
       name: as for :func:`get_linear_call`.
       replace: as for :func:`get_linear_call`.
-      platform_mode: as for :func:`get_linear_call`.
-      input_output_aliases: as for :func:`get_linear_call`.
-      has_side_effect: as for :func:`get_linear_call`.
-      ordered: as for :func:`get_linear_call`.
-      linear_in: indices of arguments in which ``f`` is linear, jointly, when the
-        others are held fixed (a NUFFT is linear in its values, not in its points).
-        ``jax.linear_transpose`` (and a transpose inside any program) with respect
-        to these arguments, the others known, then works: jaxbind computes it with
-        the VJP at zero values, whose cotangents for these arguments are the
-        transpose.
+      **options: ``platform_mode``, ``input_output_aliases``, ``has_side_effect``,
+        ``ordered`` and ``linear_in``: see "Options" below.
 
     Returns:
       An :class:`Op`, differentiable in forward and reverse mode: to first order
@@ -492,25 +378,22 @@ def get_nonlinear_call(
     for what, fn in zip(("f_jvp", "f_vjp"), f_derivative):
         if fn is not None and not callable(fn):
             raise TypeError(f"jaxbind: {what} must be callable or None, got {fn!r}")
-    return _make_op(
+    options = declare(
+        "get_nonlinear_call", "nonlinear", first_n_args_fixed, func_can_batch, options, native=False
+    )
+    return make_op(
         Kind.NONLINEAR,
         f,
         None,
         tuple(f_derivative),
         abstract,
         abstract_reverse,
-        first_n_args_fixed,
-        func_can_batch,
+        options,
         name,
         replace,
-        platform_mode,
-        input_output_aliases,
-        has_side_effect,
-        ordered,
-        linear_in,
     )
 
 
 for _fn in (get_linear_call, get_nonlinear_call):
     if _fn.__doc__ is not None:  # None under python -OO, which strips docstrings
-        _fn.__doc__ += _CALLABLE_CONTRACT
+        _fn.__doc__ += OPTION_DOCS + _CALLABLE_CONTRACT

@@ -30,7 +30,7 @@ def _shift(axes: tuple[int, ...], new: int) -> tuple[int, ...]:
 
 def batch_rule(args, dims, *, spec: CallSpec):
     # A role computed by a JAX function (_jaxfn) is vmapped by jaxbind, like the loop.
-    if spec.binding.can_batch and spec.binding.jax_function_for(spec.role) is None:
+    if spec.binding.options.vectorized and spec.binding.jax_function_for(spec.role) is None:
         return _batch_native(args, dims, spec)
     return _batch_looped(args, dims, spec)
 

@@ -27,6 +27,8 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ._options import Options
+
 __all__ = [
     "Kind",
     "Binding",
@@ -126,15 +128,8 @@ class Binding:
     derivatives: tuple | None  # (f_jvp, f_vjp) for nonlinear ops
     abstract: Callable
     abstract_T: Callable | tuple | None
-    first_n_args_fixed: int
-    can_batch: bool
-    platform_mode: str = "device"  # GPU calls: "device" (CUDA arrays) or "host" (NumPy copies)
-    # input_output_aliases of the function (role "f"): ((input, output), ...)
-    aliases: tuple = ()
-    # side effects of every callable: None, "unordered" or "ordered" (see _effects)
-    effect: str | None = None
-    # nonlinear ops: arguments in which f is (jointly) linear, so f transposes in them
-    linear_in: tuple = ()
+    # fixed arguments, native batching, GPU mode, aliases, effects, linear_in (_options)
+    options: Options
     # Call sites resolved for programs that call this binding. A program compiled in
     # this process owns its sites: its lowering keeps a SiteHolder alive (weakly
     # listed here by digest) and the resolver puts the site in it, so the site and
@@ -160,12 +155,7 @@ class Binding:
             self.derivatives,
             self.abstract,
             self.abstract_T,
-            self.first_n_args_fixed,
-            self.can_batch,
-            self.platform_mode,
-            self.aliases,
-            self.effect,
-            self.linear_in,
+            self.options,
         )
 
     def holder(self, digest: int) -> SiteHolder:

@@ -29,7 +29,7 @@ ORDERED = ORDERED_IO_EFFECT
 
 def effects_of(spec) -> set:
     """The effects of one call: every role of a binding has the binding's effect."""
-    effect = spec.binding.effect
+    effect = spec.binding.options.effect
     if effect is None:
         return no_effects
     return {ORDERED} if effect == "ordered" else {SIDE_EFFECT}
@@ -42,9 +42,9 @@ def explain_checkpoint(jaxpr) -> str | None:
 
     names = {}
     for eqn in _equations(jaxpr):
-        if eqn.primitive is PRIMITIVE and eqn.params["spec"].binding.effect is not None:
+        if eqn.primitive is PRIMITIVE and eqn.params["spec"].binding.options.effect is not None:
             binding = eqn.params["spec"].binding
-            names[binding.name] = binding.effect
+            names[binding.name] = binding.options.effect
     if not names:
         return None
     listed = ", ".join(

@@ -118,7 +118,7 @@ def _lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
             blob = kwargs.blob
         if is_local(kwargs):  # process-local kwargs live as long as the program
             ctx.module_context.add_keepalive(kwargs)
-    effect = binding.effect
+    effect = binding.options.effect
     if exporting and effect is not None:
         raise TypeError(
             f"jaxbind: cannot export '{binding.name}': it has side effects "
@@ -126,7 +126,7 @@ def _lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
             "cannot load programs with effects that are not JAX's own. Export a variant "
             "without has_side_effect/ordered"
         )
-    aliases = dict(binding.aliases) if spec.role == "f" else {}
+    aliases = dict(binding.options.aliases) if spec.role == "f" else {}
     token = ctx.tokens_in.get(ORDERED) if effect == "ordered" else None
     outer = ctx
     if token is not None:  # the token goes through the call as its first operand and result

@@ -39,10 +39,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._api import Op, get_linear_call, get_nonlinear_call
-from ._binding import JaxFunction, is_jax_function, jax_function
+from ._api import Op, make_op
+from ._binding import JaxFunction, Kind, is_jax_function, jax_function
 from ._errors import add_context
 from ._kwargs import load_kwargs
+from ._options import Options, declare
 
 __all__ = ["NativeOp", "linear_op", "multilinear_op", "nonlinear_op"]
 
@@ -201,17 +202,14 @@ class NativeOp:
         shape: ShapeFn,
         *,
         name: str | None,
-        fixed: int,
-        vectorized: bool,
-        options: dict,
+        replace: bool,
+        options: Options,
     ):
         if not callable(fn) or not callable(shape):
             raise TypeError("jaxbind: the function and its shape must be callables")
-        if isinstance(fixed, bool) or not isinstance(fixed, int) or fixed < 0:
-            raise TypeError(f"jaxbind: fixed must be a non-negative int, got {fixed!r}")
-        self.kind, self.fn, self.shape = kind, fn, shape
-        self.fixed, self.vectorized, self.options = fixed, bool(vectorized), options
-        self._explicit_name = name
+        self.kind, self.fn, self.shape, self.options = kind, fn, shape, options
+        self.fixed, self.vectorized = options.fixed, options.vectorized
+        self._explicit_name, self._replace = name, replace
         self._transposes: dict[int | None, Callable] = {}
         self._jvp: Callable | None = None
         self._vjp: Callable | None = None
@@ -356,18 +354,23 @@ class NativeOp:
         return tuple(derivatives)
 
     def _make(self) -> Op:
-        common = dict(
-            first_n_args_fixed=self.fixed,
-            func_can_batch=self.vectorized,
-            name=self._explicit_name,
-            **self.options,
-        )
+        """The binding, registered now with the function alone; def_* add the rest."""
         f = _Callable(self, self.fn, self._layout_f, "the function")
-        if self.kind == "linear":
-            return get_linear_call(f, None, self._abstract, None, **common)
-        if self.kind == "multilinear":
-            return get_linear_call(f, (), self._abstract, (), **common)
-        return get_nonlinear_call(f, (None, None), self._abstract, None, **common)
+        kind = Kind(self.kind)
+        transposes = {Kind.LINEAR: None, Kind.MULTILINEAR: ()}.get(kind)
+        derivatives = (None, None) if kind is Kind.NONLINEAR else None
+        abstract_T = () if kind is Kind.MULTILINEAR else None
+        return make_op(
+            kind,
+            f,
+            transposes,
+            derivatives,
+            self._abstract,
+            abstract_T,
+            self.options,
+            self._explicit_name,
+            self._replace,
+        )
 
     def _refresh(self):
         """Give the registered binding the derivatives defined so far (before any call)."""
@@ -418,11 +421,11 @@ class NativeOp:
         return jax.tree.unflatten(_structure(call_kwargs[OUT]), results)
 
 
-def _decorator(kind: str, shape: ShapeFn, name, fixed, vectorized, options):
+def _decorator(what: str, kind: str, shape: ShapeFn, name, replace, fixed, vectorized, options):
+    checked = declare(what, kind, fixed, vectorized, options, native=True)
+
     def make(fn: Callable) -> NativeOp:
-        return NativeOp(
-            kind, fn, shape, name=name, fixed=fixed, vectorized=vectorized, options=options
-        )
+        return NativeOp(kind, fn, shape, name=name, replace=replace, options=checked)
 
     return make
 
@@ -434,10 +437,7 @@ def linear_op(
     replace: bool = False,
     fixed: int = 0,
     vectorized: bool = False,
-    platform_mode: str = "device",
-    input_output_aliases: dict[int, int] | None = None,
-    has_side_effect: bool = False,
-    ordered: bool = False,
+    **options,
 ) -> Callable[[Callable], NativeOp]:
     """Decorator: a linear op (linear in every argument after the first `fixed`).
 
@@ -451,30 +451,15 @@ def linear_op(
       fixed: leading arguments that are parameters (single arrays), not linear inputs.
       vectorized: the callables handle batches themselves: batched arrays arrive
         with their batch axes in front, and results go back the same way.
-      platform_mode: as for :func:`jaxbind.get_linear_call`.
-      input_output_aliases: as for :func:`jaxbind.get_linear_call`, with indices of
-        array leaves.
-      has_side_effect: as for :func:`jaxbind.get_linear_call`.
-      ordered: as for :func:`jaxbind.get_linear_call`.
+      **options: ``platform_mode``, ``input_output_aliases`` (indices of array
+        leaves), ``has_side_effect``, ``ordered``: the options of both APIs (see
+        :func:`jaxbind.get_linear_call`).
 
     The decorated function gets NumPy arrays (pytrees as given) and the keyword
     arguments, and returns its result, or writes into ``out=`` if it takes that
     argument. Define the transpose with ``@op.def_transpose``.
     """
-    return _decorator(
-        "linear",
-        shape,
-        name,
-        fixed,
-        vectorized,
-        dict(
-            replace=replace,
-            platform_mode=platform_mode,
-            input_output_aliases=input_output_aliases,
-            has_side_effect=has_side_effect,
-            ordered=ordered,
-        ),
-    )
+    return _decorator("linear_op", "linear", shape, name, replace, fixed, vectorized, options)
 
 
 def multilinear_op(
@@ -484,9 +469,7 @@ def multilinear_op(
     replace: bool = False,
     fixed: int = 0,
     vectorized: bool = False,
-    platform_mode: str = "device",
-    has_side_effect: bool = False,
-    ordered: bool = False,
+    **options,
 ) -> Callable[[Callable], NativeOp]:
     """Decorator: an op linear in each argument separately (e.g. a product).
 
@@ -494,17 +477,7 @@ def multilinear_op(
     ``@op.def_transpose(argnum=i)``.
     """
     return _decorator(
-        "multilinear",
-        shape,
-        name,
-        fixed,
-        vectorized,
-        dict(
-            replace=replace,
-            platform_mode=platform_mode,
-            has_side_effect=has_side_effect,
-            ordered=ordered,
-        ),
+        "multilinear_op", "multilinear", shape, name, replace, fixed, vectorized, options
     )
 
 
@@ -515,29 +488,12 @@ def nonlinear_op(
     replace: bool = False,
     fixed: int = 0,
     vectorized: bool = False,
-    platform_mode: str = "device",
-    input_output_aliases: dict[int, int] | None = None,
-    has_side_effect: bool = False,
-    ordered: bool = False,
-    linear_in: tuple[int, ...] = (),
+    **options,
 ) -> Callable[[Callable], NativeOp]:
     """Decorator: a nonlinear op. As :func:`linear_op`; define its derivatives with
     ``@op.def_jvp`` and ``@op.def_vjp`` (callables, or ``jaxbind.jax_function``\\ s for
-    second derivatives). ``linear_in``, as for :func:`jaxbind.get_nonlinear_call`: the
-    positions of arguments (single arrays, after the fixed ones) in which the function is
-    jointly linear, so that it transposes in them, through its VJP."""
-    return _decorator(
-        "nonlinear",
-        shape,
-        name,
-        fixed,
-        vectorized,
-        dict(
-            replace=replace,
-            linear_in=linear_in,
-            platform_mode=platform_mode,
-            input_output_aliases=input_output_aliases,
-            has_side_effect=has_side_effect,
-            ordered=ordered,
-        ),
-    )
+    second derivatives). Its options include ``linear_in``, as for
+    :func:`jaxbind.get_nonlinear_call`: the positions of arguments (single arrays, after
+    the fixed ones) in which the function is jointly linear, so that it transposes in
+    them, through its VJP."""
+    return _decorator("nonlinear_op", "nonlinear", shape, name, replace, fixed, vectorized, options)

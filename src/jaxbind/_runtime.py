@@ -96,7 +96,7 @@ def resolve_site(
     label = f"'{name}' ({role.describe()})" + (", batched" if loop.levels else "")
     check = BufferCheck(binding, role, dump, loop, n_fixed)
     site = _ext.Site(
-        fn, dump, label, name, loop.levels, list(loop.batched), binding.platform_mode, check
+        fn, dump, label, name, loop.levels, list(loop.batched), binding.options.platform_mode, check
     )
     binding.keep_site(digest, site)
     return site
@@ -112,7 +112,7 @@ def _loop(levels: int, flags: bytes) -> Loop:
 
 def _format1_loop(binding, dump):
     """Format 1 kept jaxbind's loop in the keyword arguments, as "batch_axes"."""
-    if binding.can_batch or "batch_axes" not in dump._values:
+    if binding.options.vectorized or "batch_axes" not in dump._values:
         return dump, NO_LOOP
     values = dump.to_dict()
     batch_axes = values.pop("batch_axes")  # all leading (see _batching._batch_looped)
@@ -186,11 +186,11 @@ class BufferCheck:
         if role.base == "jvp":  # the JVP's outputs are shaped like f's, at the primals
             n = self.n_fixed
             if n is None:  # format 1: primals, then tangents of the non-fixed ones
-                n = (len(in_avals) + binding.first_n_args_fixed) // 2
+                n = (len(in_avals) + binding.options.fixed) // 2
             in_avals = in_avals[:n]
-            if binding.can_batch and isinstance(kwargs.get("batch_axes"), tuple):
+            if binding.options.vectorized and isinstance(kwargs.get("batch_axes"), tuple):
                 kwargs["batch_axes"] = kwargs["batch_axes"][:n]
-        if binding.can_batch:
+        if binding.options.vectorized:
             kwargs.setdefault("batch_axes", None)
         declared = check_result(
             binding.abstract_for(role)(*in_avals, **kwargs),

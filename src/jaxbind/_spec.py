@@ -65,7 +65,7 @@ class CallSpec:
     @property
     def loop(self) -> Loop:
         """jaxbind's own batch loop for this call (none when batched natively or unbatched)."""
-        if self.batch_axes is None or self.binding.can_batch:
+        if self.batch_axes is None or self.binding.options.vectorized:
             return NO_LOOP
         # _batching._batch_looped puts every batch axis first, outermost level at axis 0
         return Loop(
@@ -74,6 +74,6 @@ class CallSpec:
 
     def call_kwargs(self) -> KwargsDump:
         """Keyword arguments as the callables and abstract functions see them."""
-        if not self.binding.can_batch:
+        if not self.binding.options.vectorized:
             return self.kwargs
         return self.kwargs.with_extra(batch_axes=self.batch_axes)  # JAXbind's protocol

@@ -134,7 +134,7 @@ def _run_callable(op: Op, args, avals, kwargs):
     """Call f directly on sentinel-filled outputs; -> (outputs, unwritten fractions, error)."""
     binding = op.binding
     dump = encode_kwargs(kwargs)
-    if binding.can_batch:
+    if binding.options.vectorized:
         dump = dump.with_extra(batch_axes=None)
     inputs = []
     for a in args:
@@ -207,7 +207,7 @@ def check(
     binding = op.binding
     rng = np.random.default_rng(seed)
     args = tuple(np.asarray(a) for a in args)
-    n_fixed = binding.first_n_args_fixed
+    n_fixed = binding.options.fixed
     report = CheckReport()
 
     def tol(kind, dtype):

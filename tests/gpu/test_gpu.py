@@ -244,7 +244,7 @@ def test_host_mode_ducc_fft_on_gpu_data():
     pytest.importorskip("ducc0")
     from jaxbind.contrib import jaxducc0
 
-    assert jaxducc0.c2c.binding.platform_mode == "host"
+    assert jaxducc0.c2c.binding.options.platform_mode == "host"
     host_c2c = jaxbind.get_linear_call(
         jaxducc0.c2c.binding.f,
         jaxducc0.c2c.binding.transposes,

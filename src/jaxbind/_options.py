@@ -1,0 +1,167 @@
+"""Options: what an op declares besides its functions, one value for both APIs.
+
+`get_linear_call` / `get_nonlinear_call` and the decorators `linear_op`,
+`multilinear_op`, `nonlinear_op` take the same options, under the names each API
+has always used for the fixed arguments and for native batching
+(``first_n_args_fixed`` / ``fixed``, ``func_can_batch`` / ``vectorized``), and
+the same names for everything else. Both build one `Options` with `declare`,
+which checks every value; a binding keeps it (``binding.options``), and every
+rule reads it from there. An option added here exists in both APIs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["OPTION_DOCS", "OPTION_NAMES", "PLATFORM_MODES", "Options", "declare"]
+
+PLATFORM_MODES = ("device", "host")
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """An op's options, checked.
+
+    Attributes:
+      fixed: how many leading arguments of the function are parameters (not
+        differentiated, not transposed, not batched natively as inputs).
+      vectorized: the callables handle batches themselves (native batching).
+      platform_mode: how GPU programs hand buffers to callables: "device" or "host".
+      aliases: ((input, output), ...): outputs of the function that share an
+        input's memory (``input_output_aliases``).
+      effect: None, "unordered" (``has_side_effect``) or "ordered".
+      linear_in: nonlinear ops: arguments in which the function is jointly linear.
+    """
+
+    fixed: int = 0
+    vectorized: bool = False
+    platform_mode: str = "device"
+    aliases: tuple = ()
+    effect: str | None = None
+    linear_in: tuple = ()
+
+
+# The options both APIs accept under the same name (besides fixed and vectorized).
+OPTION_NAMES = (
+    "platform_mode",
+    "input_output_aliases",
+    "has_side_effect",
+    "ordered",
+    "linear_in",
+)
+
+# Appended to the docstrings of get_linear_call and get_nonlinear_call; the decorators
+# of the JAX-native API refer to it.
+OPTION_DOCS = """
+    Options (keyword arguments of both APIs):
+
+    - ``platform_mode``: how GPU programs call the callables. ``"device"`` (default):
+      with zero-copy CUDA arrays of the device buffers (``CudaArray``: CUDA array
+      interface and DLPack) and XLA's stream (``jaxbind.current_call()``).
+      ``"host"``: with NumPy copies on the host, for CPU-only libraries; the
+      outputs are copied back. On the CPU both modes pass NumPy views.
+    - ``input_output_aliases``: ``{input index: output index}``: the output shares the
+      input's memory (as ``ffi_call``'s argument), so the callable updates it in
+      place: ``out[k]`` holds the input's values when the callable starts. With
+      the input donated (``jax.jit(..., donate_argnums=...)``) nothing is copied;
+      otherwise XLA copies the input first. Shapes and dtypes must match. Applies
+      to ``f``; derivatives and transposes get fresh outputs.
+    - ``has_side_effect``: the callables do something besides writing their outputs;
+      calls are never removed as dead code nor merged with identical calls
+      (see "Side effects" in the README).
+    - ``ordered``: also keep program order among ordered jaxbind calls (and
+      ``io_callback(ordered=True)``), through ``jit``, ``scan``, ``while_loop``
+      and ``cond``; implies ``has_side_effect``.
+    - ``linear_in`` (nonlinear ops): indices of arguments in which ``f`` is linear,
+      jointly, when the others are held fixed (a NUFFT is linear in its values, not
+      in its points). ``jax.linear_transpose`` (and a transpose inside any program)
+      with respect to these arguments, the others known, then works: jaxbind
+      computes it with the VJP at zero values, whose cotangents for these arguments
+      are the transpose.
+"""
+
+
+def declare(what: str, kind: str, fixed, vectorized, options: dict, *, native: bool) -> Options:
+    """Check the options that `what` (the API function or decorator) was given for an op
+    of `kind` ("linear", "multilinear", "nonlinear"), and return them as one value.
+    `native`: the caller is the JAX-native API, which names two options differently."""
+    fixed_name, vectorized_name = (
+        ("fixed", "vectorized") if native else ("first_n_args_fixed", "func_can_batch")
+    )
+    unknown = sorted(set(options) - set(OPTION_NAMES))
+    if unknown:
+        raise TypeError(
+            f"jaxbind.{what}: unknown option {unknown[0]!r}; the options are name, replace, "
+            f"{fixed_name}, {vectorized_name}, {', '.join(OPTION_NAMES)}"
+        )
+    if isinstance(fixed, bool) or not isinstance(fixed, int) or fixed < 0:
+        raise TypeError(f"jaxbind: {fixed_name} must be a non-negative int, got {fixed!r}")
+    platform_mode = options.get("platform_mode", "device")
+    if platform_mode not in PLATFORM_MODES:
+        raise ValueError(
+            f"jaxbind: platform_mode must be one of {PLATFORM_MODES}, got {platform_mode!r}"
+        )
+    linear_in = options.get("linear_in", ())
+    if linear_in and kind != "nonlinear":
+        raise TypeError(
+            "jaxbind: linear_in is an option of nonlinear ops; linear and multilinear ops "
+            "are linear in all their arguments after the fixed ones already"
+        )
+    return Options(
+        fixed=fixed,
+        vectorized=bool(vectorized),
+        platform_mode=platform_mode,
+        aliases=_aliases(options.get("input_output_aliases"), fixed, fixed_name),
+        effect=_effect(options.get("has_side_effect", False), options.get("ordered", False)),
+        linear_in=_linear_in(linear_in, fixed, fixed_name),
+    )
+
+
+def _aliases(value, fixed: int, fixed_name: str) -> tuple:
+    if value is None:
+        return ()
+    if not isinstance(value, dict) or not all(
+        type(k) is int and type(v) is int and k >= 0 and v >= 0 for k, v in value.items()
+    ):
+        raise TypeError(
+            "jaxbind: input_output_aliases must be a dict {input index: output "
+            f"index}} of non-negative ints, got {value!r}"
+        )
+    if len(set(value.values())) != len(value):
+        raise ValueError(
+            f"jaxbind: input_output_aliases {value!r} aliases one output with several inputs"
+        )
+    fixed_inputs = [k for k in value if k < fixed]
+    if fixed_inputs:
+        raise ValueError(
+            f"jaxbind: input_output_aliases: input {fixed_inputs[0]} is fixed "
+            f"({fixed_name}={fixed}); only inputs after the fixed ones can "
+            "share memory with an output"
+        )
+    return tuple(sorted(value.items()))
+
+
+def _effect(has_side_effect, ordered) -> str | None:
+    if not isinstance(has_side_effect, bool) or not isinstance(ordered, bool):
+        raise TypeError("jaxbind: has_side_effect and ordered must be bools")
+    if ordered:
+        return "ordered"
+    return "unordered" if has_side_effect else None
+
+
+def _linear_in(linear_in, fixed: int, fixed_name: str) -> tuple:
+    try:
+        ok = all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in linear_in)
+    except TypeError:  # not iterable
+        ok = False
+    if not ok:
+        raise TypeError(
+            f"jaxbind: linear_in must be a sequence of argument indices, got {linear_in!r}"
+        )
+    args = tuple(sorted(set(linear_in)))
+    if any(i < fixed for i in args):
+        raise ValueError(
+            f"jaxbind: linear_in {args} names fixed arguments ({fixed_name}="
+            f"{fixed}); only differentiable arguments can be linear"
+        )
+    return args
