@@ -1,5 +1,4 @@
 import jax
-import numpy as np
 import pytest
 
 
@@ -18,26 +17,6 @@ def enable_x64():
     jax.config.update("jax_enable_x64", True)
     yield
     jax.config.update("jax_enable_x64", old)
-
-
-FLOAT_DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
-
-
-def skip_unless_x64(dtype, x64):
-    if np.dtype(dtype) in (np.float64, np.complex128) and not x64:
-        pytest.skip("64-bit dtype needs jax_enable_x64")
-
-
-def random(shape, dtype, seed=0):
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal(shape)
-    if np.dtype(dtype).kind == "c":
-        x = x + 1j * rng.standard_normal(shape)
-    return x.astype(dtype)
-
-
-def tol(dtype):
-    return 2e-5 if np.dtype(dtype) in (np.float32, np.complex64) else 1e-12
 
 
 # --- GPU tests (tests/gpu/): only where JAX has a CUDA backend --------------------

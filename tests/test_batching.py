@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import random
+from helpers import random
 from reference_ops import (
     axpy,
     axpy_ref,

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import FLOAT_DTYPES, random, skip_unless_x64, tol
+from helpers import FLOAT_DTYPES, random, skip_unless_x64, tol
 from jax.test_util import check_grads
 from reference_ops import nonlinear, nonlinear_ref, power
 

@@ -3,23 +3,16 @@
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import random
 from reference_ops import axpy, bilinear, flip2, flipsum, matvec, nonlinear, power
 
 import jaxbind
 from jaxbind.testing import check
 
 
-def _rand(shape, dtype=np.float64, seed=0):
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal(shape)
-    if np.dtype(dtype).kind == "c":
-        x = x + 1j * rng.standard_normal(shape)
-    return x.astype(dtype)
-
-
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
 def test_reference_ops_pass(enable_x64, dtype):
-    report = check(matvec, _rand((4, 3), dtype, 1), _rand((3,), dtype, 2), verbose=False)
+    report = check(matvec, random((4, 3), dtype, 1), random((3,), dtype, 2), verbose=False)
     names = {r.check for r in report}
     assert {
         "abstract vs callable: written",
@@ -31,15 +24,15 @@ def test_reference_ops_pass(enable_x64, dtype):
         "transpose adjointness",
         "vmap vs loop",
     } <= names
-    check(axpy, _rand((5,), dtype, 3), _rand((5,), dtype, 4), scale=1.5, verbose=False)
-    check(bilinear, _rand((5,), dtype, 5), _rand((5,), dtype, 6), verbose=False)
-    check(nonlinear, _rand((5,), dtype, 7), _rand((5,), dtype, 8), verbose=False)
-    check(flip2, _rand((3, 4), dtype, 9), verbose=False)
-    check(flipsum, _rand((3, 4), dtype, 10), _rand((3, 4), dtype, 11), verbose=False)
+    check(axpy, random((5,), dtype, 3), random((5,), dtype, 4), scale=1.5, verbose=False)
+    check(bilinear, random((5,), dtype, 5), random((5,), dtype, 6), verbose=False)
+    check(nonlinear, random((5,), dtype, 7), random((5,), dtype, 8), verbose=False)
+    check(flip2, random((3, 4), dtype, 9), verbose=False)
+    check(flipsum, random((3, 4), dtype, 10), random((3, 4), dtype, 11), verbose=False)
 
 
 def test_fixed_arguments_are_not_differentiated(enable_x64):
-    report = check(power, np.float64(3.0), np.abs(_rand((4,), seed=12)) + 1, verbose=False)
+    report = check(power, np.float64(3.0), np.abs(random((4,), seed=12)) + 1, verbose=False)
     assert not any("argument 0" in r.target for r in report if "jvp" in r.check)
 
 
@@ -74,7 +67,7 @@ def test_catches_a_wrong_transpose(enable_x64, capsys):
         name="tests.wrong_transpose",
     )
     with pytest.raises(AssertionError) as info:
-        check(op, _rand((3, 3), seed=1), _rand((3,), seed=2))
+        check(op, random((3, 3), seed=1), random((3,), seed=2))
     text = str(info.value)
     assert "'tests.wrong_transpose' failed" in text
     assert "- transpose adjointness [argument 1, float64]" in text
@@ -96,11 +89,11 @@ def test_catches_an_extra_conjugate(enable_x64):
         first_n_args_fixed=1,
         name="tests.conjugating_transpose",
     )
-    a = _rand((3, 2), np.complex128, 3)
+    a = random((3, 2), np.complex128, 3)
     with pytest.raises(AssertionError, match=r"transpose adjointness \[argument 1, complex128\]"):
-        check(op, a, _rand((2,), np.complex128, 4), verbose=False)
+        check(op, a, random((2,), np.complex128, 4), verbose=False)
     # with real inputs the conjugate does nothing, and the op passes
-    check(op, a.real.copy(), _rand((2,), np.float64, 4), verbose=False)
+    check(op, a.real.copy(), random((2,), np.float64, 4), verbose=False)
 
 
 def _sq(out, args, kd):
@@ -126,7 +119,7 @@ def test_catches_a_wrong_jvp(enable_x64):
         _sq, (_sq_jvp_wrong, _sq_vjp), _same, _same, name="tests.wrong_jvp"
     )
     with pytest.raises(AssertionError) as info:
-        check(op, _rand((4,), seed=5), verbose=False)
+        check(op, random((4,), seed=5), verbose=False)
     assert "- jvp vs finite differences [argument 0 -> output 0, float64]" in str(info.value)
     assert "- vjp vs jvp (dot product) [argument 0, float64]" in str(info.value)
 
@@ -149,7 +142,7 @@ def test_catches_unwritten_outputs(enable_x64):
             match=rf"abstract vs callable: written \[output 0, "
             rf"float64\].*{frac} of the elements left",
         ):
-            check(op, _rand((6,), seed=6), verbose=False)
+            check(op, random((6,), seed=6), verbose=False)
 
 
 def _wrong_shape_abstract(x, **k):
@@ -165,7 +158,7 @@ def test_catches_an_abstract_function_that_disagrees(enable_x64):
         name="tests.wrong_abstract",
     )
     with pytest.raises(AssertionError, match=r"callable runs \[f.*could not broadcast"):
-        check(op, _rand((4,), seed=7), verbose=False)
+        check(op, random((4,), seed=7), verbose=False)
 
 
 _counter = [0]
@@ -179,11 +172,11 @@ def _nondeterministic(out, args, kd):
 def test_catches_nondeterminism(enable_x64):
     op = jaxbind.get_linear_call(_nondeterministic, None, _same, None, name="tests.nondet")
     with pytest.raises(AssertionError, match=r"determinism \[output 0, float64\]"):
-        check(op, _rand((3,), seed=8), verbose=False)
+        check(op, random((3,), seed=8), verbose=False)
 
 
 def test_report_table(enable_x64, capsys):
-    check(axpy, _rand((3,)), _rand((3,)))
+    check(axpy, random((3,)), random((3,)))
     out = capsys.readouterr().out
     assert "jaxbind.testing.check('reference_ops._axpy')" in out
     assert "transpose adjointness" in out and "ok" in out

@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
-import operator
 from dataclasses import replace
 
 import jax
 import jax.export  # a submodule: not loaded by "import jax"
 import numpy as np
 
-from ._binding import describe_role
+from ._avals import check_result, check_supported
 from ._compat import InconclusiveDimensionOperation, ShapedArray, output_aval
-from ._dtypes import check_supported
 from ._effects import effects_of
-from ._errors import add_context
+from ._errors import about, add_context
 from ._jaxfn import eval_shapes
+from ._roles import describe_role
 from ._spec import CallSpec
 
-is_symbolic_dim = jax.export.is_symbolic_dim  # public since jax 0.4.30
-
-__all__ = ["abstract_eval", "call_abstract", "check_result"]
+__all__ = ["abstract_eval", "call_abstract"]
 
 
 def call_abstract(spec: CallSpec, avals, batch_axes=None):
@@ -112,83 +109,6 @@ def _from_hint(spec: CallSpec, avals, batch_axes):
     return [(levels + tuple(shape), dtype, 0) for shape, dtype in spec.out_hint]
 
 
-def check_result(result, where, batched):
-    """[(shape, dtype, out_batch_axis | None)] from what an abstract function returned."""
-    if not isinstance(result, (tuple, list)):
-        raise TypeError(
-            f"{where} returned {type(result).__name__}; it must return a tuple "
-            "with one (shape, dtype) or (shape, dtype, out_batch_axis) per output"
-        )
-    outs = []
-    for i, entry in enumerate(result):
-        if not isinstance(entry, (tuple, list)) or len(entry) not in (2, 3):
-            raise TypeError(
-                f"{where}: output {i} is {entry!r}; expected (shape, dtype) or "
-                "(shape, dtype, out_batch_axis)"
-            )
-        shape, dtype = _shape(entry[0], f"{where}: output {i}"), entry[1]
-        try:
-            dtype = np.dtype(dtype)
-        except TypeError:
-            raise TypeError(
-                f"{where}: output {i} has dtype {dtype!r}, which is not a NumPy dtype"
-            ) from None
-        check_supported(dtype, f"{where}: output {i}")
-        axis = None
-        if len(entry) == 3 and batched:  # unbatched, JAXbind 1.3 ignores it (often "()")
-            try:
-                axis = operator.index(entry[2])
-            except TypeError:
-                raise TypeError(
-                    f"{where}: output {i} has out_batch_axis {entry[2]!r}; when "
-                    "batch_axes is set it must be an integer"
-                ) from None
-            if not -len(shape) <= axis < max(len(shape), 1):
-                raise ValueError(
-                    f"{where}: output {i} has out_batch_axis {axis}, "
-                    f"outside its {len(shape)} dimensions"
-                )
-            axis %= max(len(shape), 1)
-        outs.append((shape, jax.dtypes.canonicalize_dtype(dtype), axis))
-    return outs
-
-
-def _shape(shape, where):
-    """A declared shape as a tuple of ints and JAX symbolic dimensions (jax.export).
-
-    Symbolic dimensions (``b``, ``2 * b``, ``n // 2 + 1``) come from abstract
-    functions that compute with the shapes of symbolic inputs; XLA evaluates them
-    for the concrete shapes when the program runs.
-    """
-    try:
-        dims = tuple(d if is_symbolic_dim(d) else operator.index(d) for d in shape)
-    except TypeError:
-        raise TypeError(
-            f"{where} has shape {shape!r}, which is not a tuple of integers "
-            "(or of symbolic dimensions, under jax.export)"
-        ) from None
-    for d in dims:
-        try:
-            negative = d < 0
-        except InconclusiveDimensionOperation:  # e.g. b - 2: negative for b < 2
-            raise ValueError(
-                f"{where} has the dimension {d}, which is negative for some values of its "
-                f"symbols; state the bound when exporting, e.g. jax.export.symbolic_shape(..., "
-                f'constraints=("{d} >= 0",))'
-            ) from None
-        if negative:
-            raise ValueError(f"{where} has negative dimensions {shape}")
-    size = 1
-    for d in dims:
-        if not is_symbolic_dim(d):
-            size *= d
-    if size >= 2**63:
-        raise ValueError(
-            f"{where} has shape {shape}, with {size} elements: more than a 64-bit size can count"
-        )
-    return dims
-
-
 def abstract_eval(*avals, spec: CallSpec):
     """Effectful abstract evaluation of the jaxbind primitive: (output avals, effects)."""
     outs = _output_avals(avals, spec)
@@ -198,7 +118,7 @@ def abstract_eval(*avals, spec: CallSpec):
 
 
 def _check_aliases(spec: CallSpec, avals, outs):
-    where = f"jaxbind: '{spec.name}' input_output_aliases"
+    where = f"{about(spec.name)} input_output_aliases"
     for i, k in spec.binding.options.aliases:
         if i >= len(avals) or k >= len(outs):
             raise ValueError(
@@ -221,7 +141,7 @@ def _check_aliases(spec: CallSpec, avals, outs):
 
 
 def _output_avals(avals, spec: CallSpec):
-    where = f"jaxbind: '{spec.name}' ({describe_role(spec.role)})"
+    where = f"{about(spec.name, spec.role)}"
     if len(avals) <= spec.n_fixed and spec.role == "f":
         raise TypeError(
             f"{where} got {len(avals)} arguments, but first_n_args_fixed="

@@ -16,10 +16,12 @@ import jax
 import jax.numpy as jnp
 from jax.numpy import moveaxis
 
-from ._binding import Kind, describe_role
+from ._binding import Kind
 from ._compat import ad, instantiate_zeros, is_undefined_primal, zero_tangent
+from ._errors import about
 from ._jaxfn import batched_function
 from ._primitive import bind
+from ._roles import describe_role
 from ._spec import CallSpec
 
 __all__ = ["jvp_rule", "transpose_rule"]
@@ -125,7 +127,7 @@ def _fixed_error(spec: CallSpec, index: int, action: str) -> Exception:
             )
         order = binding.order()
         return NotImplementedError(
-            f"jaxbind: '{binding.name}' is a nonlinear op differentiable to order {order} "
+            f"{about(binding.name)} is a nonlinear op differentiable to order {order} "
             f"only; a derivative of order {order + 1} needs {describe_role(spec.role)} of "
             f"'{binding.name}' differentiated with respect to its primal input {index}. Give "
             "get_nonlinear_call JAX functions (jaxbind ops, or functions marked with "
@@ -133,7 +135,7 @@ def _fixed_error(spec: CallSpec, index: int, action: str) -> Exception:
             "the function in JAX"
         )
     return TypeError(
-        f"jaxbind: '{binding.name}' argument {index} is fixed (first_n_args_fixed="
+        f"{about(binding.name)} argument {index} is fixed (first_n_args_fixed="
         f"{binding.options.fixed}) and cannot be {action}; move it after the fixed "
         "arguments or use jax.custom_jvp"
     )
@@ -234,7 +236,7 @@ def _transpose_nonlinear(cts, args, lin, spec: CallSpec):
         if binding.options.linear_in and binding.derivatives[1] is None:
             why += ", but it has no VJP"
         raise TypeError(
-            f"jaxbind: '{binding.name}' is a nonlinear op; it cannot be transposed "
+            f"{about(binding.name)} is a nonlinear op; it cannot be transposed "
             f"with respect to arguments {lin}: {why}"
         )
     n, ba, oba = spec.n_fixed, spec.batch_axes, spec.out_batch_axes
@@ -271,7 +273,7 @@ def transpose_rule(cts, *args, spec: CallSpec):
     if spec.role == "f":  # multilinear: linear in each argument separately
         if len(lin) != 1:
             raise TypeError(
-                f"jaxbind: '{binding.name}' is multilinear, i.e. linear in each argument "
+                f"{about(binding.name)} is multilinear, i.e. linear in each argument "
                 f"separately; it cannot be transposed with respect to arguments {lin} at once"
             )
         i = lin[0]
@@ -297,7 +299,7 @@ def transpose_rule(cts, *args, spec: CallSpec):
         return [None] * m + _checked(spec, res, args[m:])
     if len(lin) != 1:
         raise TypeError(
-            f"jaxbind: '{binding.name}' ({describe_role(spec.role)}) is linear in each argument "
+            f"{about(binding.name, spec.role)} is linear in each argument "
             f"separately; it cannot be transposed with respect to arguments {lin} at once"
         )
     k = lin[0]

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 
 from ._binding import Binding, Kind, OpBase, register
 from ._compat import register_cache
+from ._errors import about
 from ._kwargs import encode_kwargs
 from ._options import OPTION_DOCS, Options, declare
 from ._primitive import PRIMITIVE, bind
@@ -84,12 +85,12 @@ class Op(OpBase):
         binding = self.binding
         if len(args) <= binding.options.fixed:
             raise TypeError(
-                f"jaxbind: '{binding.name}' got {len(args)} positional arguments but has "
+                f"{about(binding.name)} got {len(args)} positional arguments but has "
                 f"first_n_args_fixed={binding.options.fixed}; it needs at least one more"
             )
         if binding.options.vectorized and "batch_axes" in kwargs:
             raise TypeError(
-                f"jaxbind: '{binding.name}': the keyword argument 'batch_axes' is "
+                f"{about(binding.name)}: the keyword argument 'batch_axes' is "
                 "reserved for jaxbind's batching protocol"
             )
         dump = encode_kwargs(kwargs, where=f"'{binding.name}'") if kwargs else _NO_KWARGS
@@ -119,7 +120,7 @@ def _as_array(name: str, index: int, value):
     """A positional argument as a JAX array, or an error that says what it is instead."""
     if isinstance(value, jax.ShapeDtypeStruct):
         raise TypeError(
-            f"jaxbind: '{name}': argument {index} is a jax.ShapeDtypeStruct, which "
+            f"{about(name)}: argument {index} is a jax.ShapeDtypeStruct, which "
             "has a shape but no values; pass an array, or use jax.eval_shape(op, "
             "...) for the output shapes"
         )
@@ -127,7 +128,7 @@ def _as_array(name: str, index: int, value):
         array = jnp.asarray(value)
     except TypeError as exc:
         raise TypeError(
-            f"jaxbind: '{name}': argument {index} ({type(value).__name__}) is not an array: {exc}"
+            f"{about(name)}: argument {index} ({type(value).__name__}) is not an array: {exc}"
         ) from None
     return array
 
@@ -179,7 +180,7 @@ def _nested(cache: dict, spec: CallSpec, exc: RecursionError, args):
             if not str(again).startswith("Recursively calling jit"):
                 raise
     raise RecursionError(
-        f"jaxbind: '{spec.binding.name}' called itself eagerly more than 1000 levels deep"
+        f"{about(spec.binding.name)} called itself eagerly more than 1000 levels deep"
     ) from exc
 
 

@@ -17,6 +17,7 @@ import jax
 
 from ._abstract import call_abstract
 from ._compat import ShapedArray, not_mapped
+from ._errors import about
 from ._primitive import bind
 from ._spec import CallSpec
 
@@ -44,7 +45,7 @@ def _batch_native(args, dims, spec: CallSpec):
     for k, (_, _, axis) in enumerate(outs):
         if axis is None:
             raise TypeError(
-                f"jaxbind: '{binding.name}' has func_can_batch=True, so its abstract function "
+                f"{about(binding.name)} has func_can_batch=True, so its abstract function "
                 f"must return (shape, dtype, out_batch_axis) for each output when batch_axes is "
                 f"set; output {k} has no out_batch_axis"
             )

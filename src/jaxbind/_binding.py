@@ -1,16 +1,8 @@
 """Bindings: the user's callables for one op, their roles, and the name registry.
 
-A binding holds everything `get_linear_call` / `get_nonlinear_call` were
-given. Each role is one callable of the binding plus the abstract function
-that describes its outputs:
-
-  linear       "f" (f, abstract)        <-> "T" (f_T, abstract_T)
-  multilinear  "f" (f, abstract);  "T<i>" (f_T[i], abstract_T[i]), the
-               transpose with respect to argument i
-  nonlinear    "f" (f, abstract);  "jvp" (f_jvp, abstract) <-> "vjp" (f_vjp, abstract_T)
-
-Roles travel as text (in the CallSpec and in a program's ``role`` attribute)
-and are parsed once into a :class:`Role`.
+A binding holds everything an op was defined with: its functions, one per role
+(see _roles), the abstract functions that describe their outputs, and its
+Options (see _options).
 
 Bindings are registered by name so that a compiled program, which names its
 binding by string, can find the callable again (see _runtime.resolve_site).
@@ -27,15 +19,15 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ._errors import about
 from ._options import Options
+from ._roles import Role
 
 __all__ = [
     "Kind",
     "Binding",
     "JaxFunction",
     "OpBase",
-    "Role",
-    "describe_role",
     "is_jax_function",
     "jax_function",
     "register",
@@ -208,7 +200,7 @@ class Binding:
             )
         if fn is None:
             raise NotImplementedError(
-                f"jaxbind: '{self.name}' was given no callable for {role.describe()}; "
+                f"{about(self.name)} was given no callable for {role.describe()}; "
                 "pass one to get_linear_call to transpose or differentiate this op"
             )
         return fn
@@ -275,58 +267,9 @@ class Binding:
             fn = self.abstract_T[role.index] if role.index < len(self.abstract_T) else None
         if fn is None or not callable(fn):
             raise NotImplementedError(
-                f"jaxbind: '{self.name}' was given no abstract function for {role.describe()}"
+                f"{about(self.name)} was given no abstract function for {role.describe()}"
             )
         return fn
-
-
-@dataclass(frozen=True, slots=True)
-class Role:
-    """One callable of a binding: "f", "T", "jvp", "vjp", or "T<i>" (multilinear).
-
-    Attributes:
-      text: the role as programs and CallSpecs carry it.
-      base: "f", "T", "jvp" or "vjp".
-      index: i for the multilinear transpose "T<i>", else None.
-    """
-
-    text: str
-    base: str
-    index: int | None = None
-
-    @staticmethod
-    @functools.lru_cache(maxsize=1024)
-    def parse(text: str) -> Role:
-        """The role named by `text`; LookupError for anything else (it may come from a file)."""
-        if text in ("f", "T", "jvp", "vjp"):
-            return Role(text, text)
-        digits = text[1:]
-        if (
-            text[:1] == "T"
-            and digits.isascii()
-            and digits.isdigit()
-            and len(digits) <= 6
-            and digits == str(int(digits))
-        ):
-            return Role(text, "T", int(digits))
-        raise LookupError(f"there is no role {text!r}")
-
-    def describe(self) -> str:
-        if self.base == "f":
-            return "the function"
-        if self.index is not None:
-            return f"the transpose with respect to argument {self.index}"
-        if self.base == "T":
-            return "the transpose"
-        return f"the {self.base.upper()}"
-
-
-def describe_role(role: str) -> str:
-    """Words for a role, for messages ("the transpose", "the JVP", ...)."""
-    try:
-        return Role.parse(role).describe()
-    except LookupError:
-        return f"role {role!r}"
 
 
 # name -> Binding, weakly held: a binding lives as long as its op, any jaxpr

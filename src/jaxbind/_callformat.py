@@ -5,7 +5,7 @@ A compiled or exported program names its jaxbind calls by these FFI attributes
 
 - ``jaxbind_format`` (int32): the format version, 2. Format 1 programs still run.
 - ``binding`` (str): the binding's name; the process must have created it.
-- ``role`` (str): which of the binding's callables, see :class:`jaxbind._binding.Role`.
+- ``role`` (str): which of the binding's callables, see :class:`jaxbind._roles.Role`.
 - ``kwargs`` (uint8 array): the keyword arguments the callables receive, encoded
   (see _kwargs); for a natively batched call they include ``batch_axes``.
 - ``loop_levels`` (int32) and ``loop_batched`` (one uint8 flag per input):

@@ -5,7 +5,17 @@
 
 from __future__ import annotations
 
-__all__ = ["ExportedDefaultNameWarning", "add_context"]
+from ._roles import describe_role
+
+__all__ = ["ExportedDefaultNameWarning", "add_context", "about"]
+
+
+def about(name: str, role: str | None = None) -> str:
+    """How every message about one binding starts: ``jaxbind: 'name'``, with the role when
+    one is meant (``jaxbind: 'mymod.fft' (the transpose)``)."""
+    if role is None:
+        return f"jaxbind: '{name}'"
+    return f"jaxbind: '{name}' ({describe_role(role)})"
 
 
 def add_context(exc: BaseException, text: str) -> BaseException:

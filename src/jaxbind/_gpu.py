@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _ext
-from ._dtypes import XLA_ELEMENT_TYPES
+from ._avals import XLA_ELEMENT_TYPES
 
 __all__ = ["CallContext", "CudaArray", "current_call", "dispatch"]
 

@@ -52,7 +52,7 @@ from ._compat import (
     set_sharding,
 )
 from ._effects import ORDERED
-from ._errors import ExportedDefaultNameWarning
+from ._errors import ExportedDefaultNameWarning, about
 from ._jaxfn import batched_function
 from ._kwargs import data_blob, is_local, localized, not_data_reason
 from ._partitioning import mark_batch_partitionable, num_batch_dims
@@ -151,7 +151,7 @@ def _lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
         devices = auto_partitioned_devices(ctx)
         if devices > 1 and config_use_shardy():
             raise TypeError(
-                f"jaxbind: '{binding.name}' has side effects "
+                f"{about(binding.name)} has side effects "
                 f"({'ordered=True' if effect == 'ordered' else 'has_side_effect=True'}) and is "
                 f"called in a program that XLA partitions over {devices} devices. Under Shardy "
                 "(JAX's default partitioner) XLA cannot run a custom call with side effects "

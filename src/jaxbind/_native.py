@@ -41,7 +41,7 @@ import numpy as np
 
 from ._api import Op, make_op
 from ._binding import JaxFunction, Kind, is_jax_function, jax_function
-from ._errors import add_context
+from ._errors import about, add_context
 from ._kwargs import load_kwargs
 from ._options import Options, declare
 
@@ -160,14 +160,14 @@ class _Callable:
             results = out_tree.flatten_up_to(result)
         except (TypeError, ValueError) as exc:
             raise TypeError(
-                f"jaxbind: '{self.native.name}' ({self.what}) returned a result whose "
+                f"{about(self.native.name)} ({self.what}) returned a result whose "
                 f"structure is not {out_tree}: {exc}"
             ) from None
         for k, (o, r) in enumerate(zip(out, results)):
             r = np.asarray(r)
             if r.shape != o.shape:
                 raise ValueError(
-                    f"jaxbind: '{self.native.name}' ({self.what}) returned output {k} "
+                    f"{about(self.native.name)} ({self.what}) returned output {k} "
                     f"with shape {r.shape}; its shape says {o.shape}"
                 )
             np.copyto(o, r, casting="same_kind")
@@ -227,8 +227,7 @@ class NativeOp:
     def _define(self, what: str):
         if self._called:
             raise RuntimeError(
-                f"jaxbind: '{self.name}' was already called; define its {what} "
-                "before the first call"
+                f"{about(self.name)} was already called; define its {what} before the first call"
             )
 
     def def_transpose(self, fn: Callable | None = None, *, argnum: int | None = None):
@@ -240,10 +239,10 @@ class NativeOp:
             return functools.partial(self.def_transpose, argnum=argnum)
         self._define("transpose")
         if self.kind == "nonlinear":
-            raise TypeError(f"jaxbind: '{self.name}' is nonlinear: use def_jvp and def_vjp")
+            raise TypeError(f"{about(self.name)} is nonlinear: use def_jvp and def_vjp")
         if (self.kind == "multilinear") != (argnum is not None):
             raise TypeError(
-                f"jaxbind: '{self.name}': def_transpose takes argnum= for "
+                f"{about(self.name)}: def_transpose takes argnum= for "
                 "multilinear ops, and only for them"
             )
         self._transposes[argnum] = fn
@@ -272,7 +271,7 @@ class NativeOp:
 
     def _check_nonlinear(self, what):
         if self.kind != "nonlinear":
-            raise TypeError(f"jaxbind: '{self.name}' is {self.kind}: use def_transpose, not {what}")
+            raise TypeError(f"{about(self.name)} is {self.kind}: use def_transpose, not {what}")
 
     # --- the binding -------------------------------------------------------------------
     def _layout_f(self, ins, outs):
@@ -395,13 +394,13 @@ class NativeOp:
         for this call (used by jaxbind.testing.check)."""
         for key in (IN, OUT):
             if key in kwargs:
-                raise TypeError(f"jaxbind: '{self.name}': the keyword argument '{key}' is reserved")
+                raise TypeError(f"{about(self.name)}: the keyword argument '{key}' is reserved")
         for i in range(min(self.fixed, len(args))):
             if jax.tree.structure(args[i]).num_leaves != 1 or not jax.tree_util.treedef_is_leaf(
                 jax.tree.structure(args[i])
             ):
                 raise TypeError(
-                    f"jaxbind: '{self.name}': fixed argument {i} must be one array, not a pytree"
+                    f"{about(self.name)}: fixed argument {i} must be one array, not a pytree"
                 )
         leaves, in_tree = jax.tree.flatten(args)
         leaves = [x if isinstance(x, jax.Array) else jnp.asarray(x) for x in leaves]

@@ -27,12 +27,12 @@ import jax
 import numpy as np
 
 from . import _ext, _gpu
-from ._abstract import check_result
-from ._binding import Role, lookup
+from ._avals import XLA_ELEMENT_TYPES, check_result
+from ._binding import lookup
 from ._callformat import FORMAT, NO_LOOP, Loop, site_digest
 from ._compat import ShapedArray, collect_jax_garbage
-from ._dtypes import XLA_ELEMENT_TYPES
 from ._kwargs import decode_kwargs, encode_kwargs
+from ._roles import Role
 
 __all__ = ["BufferCheck", "format_callback_error", "install", "resolve_site"]
 

@@ -9,24 +9,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import random
 from jax.test_util import check_grads
 
 ducc0 = pytest.importorskip("ducc0", reason="ducc0 is not installed (pip install 'jaxbind[ducc]')")
+
 from jaxbind.contrib import jaxducc0  # noqa: E402
 
 DTYPES = [np.float32, np.float64]
 
 
 pytestmark = pytest.mark.usefixtures("enable_x64")  # from tests/conftest.py
-
-
-def _rand(shape, dtype, seed=0, complex_=False):
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal(shape)
-    if complex_:
-        x = x + 1j * rng.standard_normal(shape)
-        return x.astype(np.result_type(dtype, np.complex64))
-    return x.astype(dtype)
 
 
 def _ftol(dtype):
@@ -75,7 +68,7 @@ def _vmap_vs_loop(f, x, axis, rtol, out_axis=None):
     ids=str,
 )
 def test_c2c_matches_numpy_and_ducc(dtype, kwargs):
-    x = _rand((6, 8), dtype, 1, complex_=True)
+    x = random((6, 8), dtype, 1, complex_=True)
     got = jax.jit(lambda x: jaxducc0.c2c(x, **kwargs)[0])(x)
     axes = kwargs.get("axes", (0, 1))
     ref = (
@@ -97,7 +90,7 @@ def test_c2c_matches_numpy_and_ducc(dtype, kwargs):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_genuine_fht_matches_ducc(dtype):
-    x = _rand((5, 8), dtype, 2)
+    x = random((5, 8), dtype, 2)
     _close(jaxducc0.genuine_fht(x)[0], ducc0.fft.genuine_fht(x), _ftol(dtype))
     _close(
         jaxducc0.genuine_fht(x, axes=(1,), inorm=2)[0],
@@ -108,12 +101,12 @@ def test_genuine_fht_matches_ducc(dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_fft_adjointness_and_grads(dtype):
-    x = _rand((4, 6), dtype, 3, complex_=True)
-    y = _rand((4, 6), dtype, 4, complex_=True)
+    x = random((4, 6), dtype, 3, complex_=True)
+    y = random((4, 6), dtype, 4, complex_=True)
     for kwargs in ({}, dict(axes=(1,), forward=False, inorm=1)):
         f = lambda x: jaxducc0.c2c(x, **kwargs)[0]  # noqa: E731
         assert _adjoint_error(f, x, y) < 10 * _ftol(dtype)
-    xr, yr = _rand((4, 6), dtype, 5), _rand((4, 6), dtype, 6)
+    xr, yr = random((4, 6), dtype, 5), random((4, 6), dtype, 6)
     assert _adjoint_error(lambda x: jaxducc0.genuine_fht(x)[0], xr, yr) < 10 * _ftol(dtype)
     if dtype == np.float64:
         check_grads(lambda x: jaxducc0.c2c(x, inorm=1)[0], (x,), order=2, modes=("fwd", "rev"))
@@ -124,7 +117,7 @@ def test_fft_adjointness_and_grads(dtype):
 
 @pytest.mark.parametrize("axis", [0, 1, 2])
 def test_fft_vmap_matches_loop_on_any_batch_axis(axis):
-    x = _rand((3, 4, 5), np.float64, 7, complex_=True)
+    x = random((3, 4, 5), np.float64, 7, complex_=True)
     _vmap_vs_loop(lambda v: jaxducc0.c2c(v, axes=(-1,))[0], x, axis, 1e-12)
     _vmap_vs_loop(lambda v: jaxducc0.genuine_fht(v)[0], np.real(x), axis, 1e-12)
     _vmap_vs_loop(lambda v: jaxducc0.r2c(v)[0], np.real(x), axis, 1e-12)
@@ -146,7 +139,7 @@ def test_fft_vmap_matches_loop_on_any_batch_axis(axis):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", [8, 7])
 def test_real_fft_pair_matches_numpy(dtype, n):
-    x = _rand((3, n), dtype, 8)
+    x = random((3, n), dtype, 8)
     _close(
         jaxducc0.r2c(x)[0],
         np.fft.rfftn(x).astype(np.result_type(dtype, np.complex64)),
@@ -166,7 +159,7 @@ def test_real_fft_pair_matches_numpy(dtype, n):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", [8, 7])
 def test_real_fft_adjoint_is_not_the_inverse(dtype, n):
-    x, y = _rand((3, n), dtype, 9), _rand((3, n // 2 + 1), dtype, 10, complex_=True)
+    x, y = random((3, n), dtype, 9), random((3, n // 2 + 1), dtype, 10, complex_=True)
     for kw in ({}, dict(axes=(1,), forward=False, inorm=1)):
         err = _adjoint_error(lambda x: jaxducc0.r2c(x, **kw)[0], x, y)
         assert err < 10 * _ftol(dtype), err
@@ -187,7 +180,7 @@ def test_real_fft_adjoint_is_not_the_inverse(dtype, n):
 
 
 def _realalm(ncomp, lmax, mmax, dtype, seed):
-    x = _rand((ncomp, 2 * jaxducc0.nalm(lmax, mmax) - lmax - 1), dtype, seed)
+    x = random((ncomp, 2 * jaxducc0.nalm(lmax, mmax) - lmax - 1), dtype, seed)
     return x
 
 
@@ -209,7 +202,7 @@ def test_healpix_sht_matches_ducc(dtype, spin):
     ref = ducc0.sht.synthesis(alm=alm, lmax=lmax, mmax=mmax, spin=spin, **geom)
     tol = 1e-4 if dtype == np.float32 else 1e-10
     _close(got, ref.astype(dtype), tol)
-    y = _rand(got.shape, dtype, 12)
+    y = random(got.shape, dtype, 12)
     assert _adjoint_error(lambda x: op(x)[0], x, y) < tol
     if dtype == np.float64:
         check_grads(lambda x: op(x)[0], (x,), order=2, modes=("fwd", "rev"))
@@ -253,7 +246,7 @@ def test_wgridder_matches_ducc_and_is_adjoint(dtype):
     )
     tol = 1e-4 if dtype == np.float32 else 1e-9
     _close(vis, ref, tol)
-    y = _rand(vis.shape, dtype, 14, complex_=True)
+    y = random(vis.shape, dtype, 14, complex_=True)
     assert _adjoint_error(lambda x: op(uvw, freq, x)[0], image, y) < tol
     if dtype == np.float64:
         check_grads(
@@ -296,8 +289,8 @@ def test_nufft_types_match_direct_sum_and_are_transposes(dtype, forward):
     t2 = jaxducc0.get_nufft(coord, grid_shape, nufft_type=2, forward=forward, epsilon=eps)
     t1 = jaxducc0.get_nufft(coord, grid_shape, nufft_type=1, forward=forward, epsilon=eps)
     cdt = np.result_type(dtype, np.complex64)
-    grid = _rand(grid_shape, dtype, 16, complex_=True)
-    pts = _rand((40,), dtype, 17, complex_=True)
+    grid = random(grid_shape, dtype, 16, complex_=True)
+    pts = random((40,), dtype, 17, complex_=True)
     a = _nufft_direct(coord.astype(np.float64), grid_shape, forward)
     tol = 1e-4 if dtype == np.float32 else 1e-9
     _close(t2(grid)[0], (a @ grid.ravel()).astype(cdt), tol)
@@ -323,7 +316,7 @@ def test_bad_inputs_name_the_op():
 def test_jaxbind_testing_check_passes_for_every_op():
     from jaxbind.testing import check
 
-    x = _rand((4, 6), np.float64, 20, complex_=True)
+    x = random((4, 6), np.float64, 20, complex_=True)
     check(jaxducc0.c2c, x, forward=False, inorm=1, verbose=False)
     check(jaxducc0.genuine_fht, np.real(x), verbose=False)
     from jaxbind.contrib.ducc.fft import _r2c_op  # the op behind r2c, which adds n=
@@ -335,7 +328,7 @@ def test_jaxbind_testing_check_passes_for_every_op():
     coord = np.random.default_rng(22).uniform(-np.pi, np.pi, (30, 1))
     check(
         jaxducc0.get_nufft(coord, (8,), nufft_type=2, epsilon=1e-11),
-        _rand((8,), np.float64, 23, complex_=True),
+        random((8,), np.float64, 23, complex_=True),
         verbose=False,
     )
 
@@ -346,7 +339,7 @@ def test_jaxbind_testing_check_passes_for_every_op():
 @pytest.mark.parametrize("lmax, mmax", [(5, 5), (12, 10)])
 def test_realalm_helpers_round_trip_in_numpy_and_jax(lmax, mmax):
     n = jaxducc0.realalm_size(lmax, mmax)
-    x = _rand((2, n), np.float64, 21)
+    x = random((2, n), np.float64, 21)
     alm = jaxducc0.realalm_to_alm(x, lmax)
     assert isinstance(alm, np.ndarray) and alm.shape == (2, jaxducc0.nalm(lmax, mmax))
     by_hand = np.concatenate(
@@ -367,7 +360,7 @@ def test_realalm_helpers_round_trip_in_numpy_and_jax(lmax, mmax):
 def test_sht_of_public_realalm_matches_ducc_with_complex_alm():
     lmax = mmax = 7
     op = jaxducc0.get_healpix_sht(4, lmax, mmax, 0)
-    alm = _rand((1, jaxducc0.nalm(lmax, mmax)), np.float64, 22, complex_=True)
+    alm = random((1, jaxducc0.nalm(lmax, mmax)), np.float64, 22, complex_=True)
     alm[:, : lmax + 1] = alm[:, : lmax + 1].real  # m = 0: real for a real map
     got = op(jaxducc0.alm_to_realalm(alm, lmax))[0]
     geom = ducc0.healpix.Healpix_Base(4, "RING").sht_info()

@@ -23,14 +23,17 @@ def test_concurrent_calls_of_different_bindings():
     failures, finished = [], []
 
     def work(t):
-        x = np.arange(32, dtype=np.float32) + t
-        want = x * (t + 1) + t
-        for i in range(500):
-            y = np.asarray(fns[t](x))
-            if not np.array_equal(y, want):
-                failures.append((t, i))
-                return
-        finished.append(t)
+        try:
+            x = np.arange(32, dtype=np.float32) + t
+            want = x * (t + 1) + t
+            for i in range(500):
+                y = np.asarray(fns[t](x))
+                if not np.array_equal(y, want):
+                    failures.append((t, i))
+                    return
+            finished.append(t)
+        except Exception as exc:  # reported by the assertion below
+            failures.append((t, repr(exc)))
 
     start = time.perf_counter()
     threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
