@@ -35,51 +35,30 @@
 
 namespace jaxbind {
 
-constexpr const char *kMissingAttributes =
-    "custom call lacks one of the attributes 'site', 'binding', 'role', 'kwargs' that call "
-    "format 1 requires";
-constexpr const char *kMissingLoop =
-    "custom call lacks one of the attributes 'loop_levels', 'loop_batched', 'n_fixed' that "
-    "call format 2 requires";
-
-template <typename T>
-bool get_attr(const ffi::Dictionary &attrs, std::string_view name, T &out) {
-  auto value = attrs.get<T>(name);
-  if (!value.has_value()) return false;
-  out = *value;
-  return true;
-}
-
 inline Site &site_of(PyObject *obj) { return *nb::inst_ptr<Site>(nb::handle(obj)); }
 
 // Find the call site named by the attributes. A cached site needs only the
 // digest; on a miss the resolver checks every attribute and returns a Site,
 // which its binding owns. Returns a strong reference: the call keeps its site
 // alive even if the callable drops the last other reference to the binding.
-nb::object resolve(int32_t format, int64_t digest, const ffi::Dictionary &attrs) {
-  auto it = state->sites.find(digest);
+nb::object resolve(CallAttributes &call, const ffi::Dictionary &attrs) {
+  auto it = state->sites.find(call.site);
   if (it != state->sites.end()) return nb::borrow(it->second.site);
-  std::string_view binding, role;
-  ffi::Span<const uint8_t> kwargs;
-  if (!get_attr(attrs, "binding", binding) || !get_attr(attrs, "role", role) ||
-      !get_attr(attrs, "kwargs", kwargs))
-    throw std::invalid_argument(kMissingAttributes);
-  int32_t levels = -1, n_fixed = -1;  // -1: format 1, the loop is inside kwargs
-  ffi::Span<const uint8_t> flags;
-  if (format >= 2 &&
-      (!get_attr(attrs, "loop_levels", levels) || !get_attr(attrs, "loop_batched", flags) ||
-       !get_attr(attrs, "n_fixed", n_fixed)))
-    throw std::invalid_argument(kMissingLoop);
-  nb::object found = state->resolver(
-      format, nb::str(binding.data(), binding.size()), nb::str(role.data(), role.size()),
-      nb::bytes(reinterpret_cast<const char *>(kwargs.begin()), kwargs.size()), digest, levels,
-      nb::bytes(reinterpret_cast<const char *>(flags.begin()), flags.size()), n_fixed);
+  call.read_rest(attrs);
+  auto bytes = [](ffi::Span<const uint8_t> span) {
+    return nb::bytes(reinterpret_cast<const char *>(span.begin()), span.size());
+  };
+  nb::object found =
+      state->resolver(call.format, nb::str(call.binding.data(), call.binding.size()),
+                      nb::str(call.role.data(), call.role.size()), bytes(call.kwargs), call.site,
+                      call.levels, bytes(call.flags), call.n_fixed);
   if (!nb::isinstance<Site>(found)) throw std::runtime_error("the resolver returned no Site");
   Site &site = site_of(found.ptr());
   if (site.levels < 0 || site.levels > 64)
     throw std::invalid_argument("the call's batch levels are out of range");
   // When the site is freed (with its binding), the weak reference's callback
   // drops the entry, unless the digest has meanwhile been given to another site.
+  int64_t digest = call.site;
   nb::object forget = nb::cpp_function([digest](nb::handle ref) {
     if (state == nullptr) return;
     auto entry = state->sites.find(digest);
@@ -154,18 +133,9 @@ void check_buffers(Site &site, const Args &args, const Rets &rets) {
 // every failure into an ffi::Error that names the binding.
 template <typename Body>
 ffi::Error guarded(const ffi::Dictionary &attrs, Body &&body) {
-  int32_t format = 0;
-  if (!get_attr(attrs, "jaxbind_format", format))
-    return error(ffi::ErrorCode::kInvalidArgument,
-                 "custom call has no 'jaxbind_format' attribute; it was not made by jaxbind");
-  if (format < 1 || format > kCallFormat)
-    return error(ffi::ErrorCode::kUnimplemented,
-                 "program uses jaxbind call format " + std::to_string(format) +
-                     ", but this jaxbind reads formats 1 to " + std::to_string(kCallFormat) +
-                     "; upgrade jaxbind to run it");
-  int64_t digest = 0;  // signed: jax 0.7 cannot lower uint64 attributes above 2**63
-  if (!get_attr(attrs, "site", digest))
-    return error(ffi::ErrorCode::kInvalidArgument, kMissingAttributes);
+  CallAttributes call;
+  CallAttributes::Problem problem = call.read_header(attrs);
+  if (!problem.message.empty()) return error(problem.code, problem.message);
   InFlight running;  // counted before the check below: see `shutdown`
   if (state == nullptr || python_is_finalizing())
     return error(ffi::ErrorCode::kUnavailable, "the Python interpreter is not running");
@@ -180,7 +150,7 @@ ffi::Error guarded(const ffi::Dictionary &attrs, Body &&body) {
     return std::string(binding);
   };
   try {
-    site = resolve(format, digest, attrs);
+    site = resolve(call, attrs);
     body(site_of(site.ptr()));
     return ffi::Error::Success();
   } catch (nb::python_error &e) {

@@ -21,6 +21,7 @@
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <numpy/arrayobject.h>
 
+#include "callformat.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace nb = nanobind;
@@ -32,13 +33,6 @@ namespace ffi = xla::ffi;
 
 namespace jaxbind {
 
-// Version of the attribute set a jaxbind custom call carries. Bump it when the
-// attributes change, and keep accepting every older value.
-//   1: jaxbind_format, site, binding, role, kwargs (jaxbind's own batch loop
-//      hidden in kwargs as "batch_axes").
-//   2: format 1 plus loop_levels (int32), loop_batched (one uint8 flag per input)
-//      and n_fixed (int32); kwargs hold only what the callables receive.
-constexpr int32_t kCallFormat = 2;
 constexpr size_t kNumDtypes = 64;        // upper bound on XLA_FFI_DataType values
 constexpr size_t kKnownSignatures = 32;  // per site: buffer shapes already validated (LRU)
 

@@ -148,7 +148,9 @@ def test_tampered_kwargs_cannot_run_code(tmp_path):
             jaxbind_format=np.int32(1),
             binding="reference_ops._axpy",
             role="f",
-            site=np.int64(_callformat.site_digest("reference_ops._axpy", "f", blob)),
+            site=np.int64(
+                _callformat.CallAttributes("reference_ops._axpy", "f", blob, format=1).digest
+            ),
             kwargs=np.frombuffer(blob, np.uint8),
         )
         call = jax.ffi.ffi_call(CPU_TARGET, jax.ShapeDtypeStruct((3,), jnp.float32))

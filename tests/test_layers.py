@@ -33,6 +33,7 @@ TRACE_TIME = {
     "_spec",
     "_effects",
     "_export",
+    "_jaxlib07",
     "testing",
 }
 SHARED = {

@@ -29,9 +29,9 @@ def _attrs(
         kwargs=np.frombuffer(blob, np.uint8),
     )
     if fmt == 1:
-        auto = _callformat.site_digest(binding, role, blob)
+        auto = _callformat.CallAttributes(binding, role, blob, format=1).digest
     else:
-        auto = _callformat.site_digest(binding, role, blob, levels, flags, n_fixed)
+        auto = _callformat.CallAttributes(binding, role, blob, levels, flags, n_fixed).digest
         attrs.update(
             loop_levels=np.int32(levels),
             loop_batched=np.frombuffer(flags, np.uint8),

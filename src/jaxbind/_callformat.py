@@ -1,7 +1,9 @@
-"""The attributes of a jaxbind custom call, shared by the lowering and the runtime.
+"""The call format: how a program names one jaxbind call, written by the lowering and
+read by the runtime (and by the trampoline in cpp/, whose ``CallAttributes`` struct
+mirrors :class:`CallAttributes`).
 
 A compiled or exported program names its jaxbind calls by these FFI attributes
-(call format 2; the trampoline in cpp/ checks ``jaxbind_format`` first):
+(call format 2; the trampoline checks ``jaxbind_format`` first):
 
 - ``jaxbind_format`` (int32): the format version, 2. Format 1 programs still run.
 - ``binding`` (str): the binding's name; the process must have created it.
@@ -20,11 +22,16 @@ A compiled or exported program names its jaxbind calls by these FFI attributes
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from typing import NamedTuple
 
-__all__ = ["FORMAT", "Loop", "NO_LOOP", "site_digest"]
+import numpy as np
+
+__all__ = ["FORMAT", "CallAttributes", "Loop", "NO_LOOP"]
 
 FORMAT = 2
+MAX_LEVELS = 64  # batch levels of jaxbind's own loop
+MAX_FIXED = 4096
 
 
 class Loop(NamedTuple):
@@ -47,28 +54,98 @@ class Loop(NamedTuple):
 NO_LOOP = Loop(0, ())
 
 
-def site_digest(
-    name: str,
-    role: str,
-    blob: bytes,
-    levels: int | None = None,
-    flags: bytes = b"",
-    n_fixed: int = 0,
-) -> int:
-    """Signed 64-bit digest of one call site's attributes.
+@dataclass(frozen=True, slots=True)
+class CallAttributes:
+    """The attributes of one jaxbind call, in the format it was written in.
 
-    Format 1 digests cover (name, role, kwargs); format 2 digests also cover
-    ``loop_levels``, ``loop_batched`` (`flags`) and ``n_fixed``.
+    ``levels``, ``flags`` and ``n_fixed`` are None in format 1, whose loop is inside
+    the keyword arguments.
     """
-    h = hashlib.blake2b(digest_size=8)
-    parts = [name.encode(), role.encode(), blob]
-    if levels is not None:
-        parts += [
-            int(levels).to_bytes(4, "little", signed=True),
-            bytes(flags),
-            int(n_fixed).to_bytes(4, "little", signed=True),
-        ]
-    for part in parts:
-        h.update(len(part).to_bytes(8, "little"))
-        h.update(part)
-    return int.from_bytes(h.digest(), "little", signed=True)
+
+    binding: str
+    role: str
+    kwargs: bytes
+    levels: int | None = 0
+    flags: bytes = b""
+    n_fixed: int | None = 0
+    format: int = FORMAT
+
+    @classmethod
+    def of_call(
+        cls, binding: str, role: str, kwargs: bytes, loop: Loop, n_inputs: int, n_fixed: int
+    ) -> CallAttributes:
+        """The attributes the lowering writes for one call (this format)."""
+        return cls(binding, role, kwargs, loop.levels, loop.flags(n_inputs), n_fixed)
+
+    @classmethod
+    def read(
+        cls,
+        fmt: int,
+        binding: str,
+        role: str,
+        kwargs: bytes,
+        digest: int,
+        levels: int,
+        flags: bytes,
+        n_fixed: int,
+    ) -> CallAttributes:
+        """The attributes of a call as the trampoline found them in a program, checked:
+        the digest must match, and the loop and n_fixed be in range. Format 1 programs
+        pass -1, b"", -1 for the attributes they lack."""
+        if fmt == 1:
+            attributes = cls(binding, role, kwargs, None, b"", None, format=1)
+        else:
+            if not 0 <= levels <= MAX_LEVELS:
+                raise ValueError(f"the call's batch levels ({levels}) are out of range")
+            if any(b > 1 for b in flags):
+                raise ValueError("the call's batch flags are not 0 or 1")
+            if not 0 <= n_fixed <= MAX_FIXED:
+                raise ValueError(f"the call's n_fixed ({n_fixed}) is out of range")
+            attributes = cls(binding, role, kwargs, levels, bytes(flags), n_fixed, format=fmt)
+        if attributes.digest != digest:
+            raise ValueError(
+                f"the call attributes of '{binding}' are inconsistent (digest mismatch); "
+                "the program was modified or corrupted"
+            )
+        return attributes
+
+    @property
+    def loop(self) -> Loop:
+        """jaxbind's own batch loop (format 2; NO_LOOP for format 1, see _runtime)."""
+        if not self.levels:
+            return NO_LOOP
+        return Loop(self.levels, tuple(bool(b) for b in self.flags))
+
+    @property
+    def digest(self) -> int:
+        """Signed 64-bit digest of the attributes: the ``site`` attribute.
+
+        Format 1 digests cover (binding, role, kwargs); format 2 digests also cover
+        ``loop_levels``, ``loop_batched`` and ``n_fixed``.
+        """
+        h = hashlib.blake2b(digest_size=8)
+        parts = [self.binding.encode(), self.role.encode(), self.kwargs]
+        if self.format >= 2:
+            parts += [
+                int(self.levels).to_bytes(4, "little", signed=True),
+                bytes(self.flags),
+                int(self.n_fixed).to_bytes(4, "little", signed=True),
+            ]
+        for part in parts:
+            h.update(len(part).to_bytes(8, "little"))
+            h.update(part)
+        return int.from_bytes(h.digest(), "little", signed=True)
+
+    def ffi_attributes(self) -> dict:
+        """The FFI attributes of the custom call (this format only)."""
+        assert self.format == FORMAT
+        return dict(
+            jaxbind_format=np.int32(FORMAT),
+            site=np.int64(self.digest),
+            binding=self.binding,
+            role=self.role,
+            kwargs=np.frombuffer(self.kwargs, dtype=np.uint8),
+            loop_levels=np.int32(self.levels),
+            loop_batched=np.frombuffer(self.flags, dtype=np.uint8),
+            n_fixed=np.int32(self.n_fixed),
+        )

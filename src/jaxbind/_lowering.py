@@ -7,46 +7,23 @@ input_output_aliases alias those operands and results; calls with side effects
 as their first operand and result. Roles computed by JAX functions (_jaxfn) are
 inlined instead of becoming a custom call.
 
-On jaxlib < 0.8, XLA's CPU compiler aborts the process ("Could not convert JSON
-string to proto ... xla.cpu.BackendConfig") when a typed-FFI custom call fed by a
-bare concatenate is the root of a computation: it reads the root's
-backend_config as its own JSON proto without checking. JAX lowers each primitive
-into a function of its own before inlining it, so the lowering cannot see what
-feeds the call. There, CPU calls therefore take one of two forms:
-- the results as a tuple nested in a one-element tuple, so that the root is a
-  get-tuple-element (_lower_nested). A tuple-typed call can carry no sharding
-  rule, so this is the form of calls that XLA could not split anyway;
-- calls that XLA may split along a batch (see _partitioning) keep the plain form
-  and their rule. XLA aborts only on concatenates under 256 KiB, so their
-  operands under twice that pass through a reduce_precision to their own format
-  (_guard): exact, and fused with a concatenate that feeds it, which then is not
-  bare. It is not free (about 1 GB/s on XLA's CPU), hence the size bound. A
-  small operand of another dtype (int, bool) gives the call the nested form.
-Newer jaxlibs always get the plain form.
+On jaxlib 0.7, CPU calls may need another form: see _jaxlib07.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import warnings
 
-import jax.numpy as jnp
-import numpy as np
-
 from . import _ext
-from ._callformat import FORMAT, site_digest
+from ._callformat import CallAttributes
 from ._compat import (
-    XLA_CPU_ROOT_CALL_ABORTS,
     abstract_token,
     auto_partitioned_devices,
     config_use_shardy,
     ffi,
     for_export,
-    hlo,
-    ir,
     mlir,
-    mlir_internal,
     register_batch_partitionable,
     run_once_sharding,
     set_sharding,
@@ -54,8 +31,9 @@ from ._compat import (
 from ._effects import ORDERED
 from ._errors import ExportedDefaultNameWarning, about
 from ._jaxfn import batched_function
+from ._jaxlib07 import cpu_root_call_form
 from ._kwargs import data_blob, is_local, localized, not_data_reason
-from ._partitioning import mark_batch_partitionable, num_batch_dims
+from ._partitioning import mark_batch_partitionable
 from ._spec import CallSpec
 
 __all__ = ["CPU_TARGET", "CUDA_TARGET", "lower_cpu", "lower_cuda", "register_targets"]
@@ -137,15 +115,10 @@ def _lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
         )
         args = (token, *args)
         aliases = {i + 1: k + 1 for i, k in aliases.items()}
-    loop, n_fixed = spec.loop, spec.n_fixed
-    flags = loop.flags(len(args) - (token is not None))
-    nested = False
-    if XLA_CPU_ROOT_CALL_ABORTS and target == CPU_TARGET and not exporting:
-        guarded = None
-        if token is None and num_batch_dims(spec, len(ctx.avals_out)) > 0:
-            guarded = _guarded(args, ctx.avals_in)  # keeps the sharding rule
-        nested = guarded is None
-        args = args if nested else guarded
+    call = CallAttributes.of_call(
+        binding.name, spec.role, blob, spec.loop, len(args) - (token is not None), spec.n_fixed
+    )
+    cpu = target == CPU_TARGET
     if effect is not None:
         target = EFFECT_TARGETS[target]
         devices = auto_partitioned_devices(ctx)
@@ -159,29 +132,27 @@ def _lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
                 "padding). Call it inside jax.shard_map (once per shard), outside the sharded "
                 "program, or with jax_use_shardy_partitioner=False (then once, on device 0)"
             )
-    if nested:
-        lower = functools.partial(_lower_nested, target, aliases, effect is not None)
-    elif aliases or effect is not None:
+    args, lower = cpu_root_call_form(
+        target,
+        cpu,
+        ctx,
+        args,
+        spec,
+        token=token,
+        exporting=exporting,
+        aliases=aliases,
+        has_side_effect=effect is not None,
+    )
+    nested = lower is not None  # jaxlib 0.7's form: its results are not the call's own
+    if lower is None and (aliases or effect is not None):
         lower = ffi.ffi_lowering(
             target, operand_output_aliases=aliases or None, has_side_effect=effect is not None
         )
-    else:
+    elif lower is None:
         lower = _lower_ffi[target]
-    digest = site_digest(binding.name, spec.role, blob, loop.levels, flags, n_fixed)
     if not exporting:  # the program owns the site it will resolve (see Binding.keep_site)
-        ctx.module_context.add_keepalive(binding.holder(digest))
-    results = lower(
-        ctx,
-        *args,
-        jaxbind_format=np.int32(FORMAT),
-        site=np.int64(digest),
-        binding=binding.name,
-        role=spec.role,
-        kwargs=np.frombuffer(blob, dtype=np.uint8),
-        loop_levels=np.int32(loop.levels),
-        loop_batched=np.frombuffer(flags, dtype=np.uint8),
-        n_fixed=np.int32(n_fixed),
-    )
+        ctx.module_context.add_keepalive(binding.holder(call.digest))
+    results = lower(ctx, *args, **call.ffi_attributes())
     if effect is not None and results and auto_partitioned_devices(outer) > 1:
         # Runs once, on one device, as io_callback does: never split over a batch that
         # XLA partitions (padding rows would reach the callable), never replicated.
@@ -201,79 +172,6 @@ def _lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
             results[0].owner, spec, [a.ndim for a in ctx.avals_in], [a.ndim for a in ctx.avals_out]
         )
     return results
-
-
-def _lower_nested(
-    target: str,
-    aliases: dict[int, int],
-    has_side_effect: bool,
-    ctx: mlir.LoweringRuleContext,
-    *args,
-    **attributes,
-) -> list:
-    """The custom call with its results as ((r0, r1, ...),), unpacked by get-tuple-element.
-
-    XLA's tuple simplifier folds tuple(gte(c, 0), gte(c, 1)) back into c, but not
-    gte(c, 0) of a nested tuple, so the call itself is never the root. The FFI
-    handler sees the same flat list of result buffers. Without layout attributes
-    (a tuple result cannot carry them) XLA gives custom calls row-major layouts.
-    """
-    types = [mlir_internal.aval_to_ir_type(a) for a in ctx.avals_out]
-    inner = ir.TupleType.get_tuple(types)
-    call = mlir_internal.custom_call(
-        target,
-        result_types=[ir.TupleType.get_tuple([inner])],
-        operands=list(args),
-        backend_config={k: mlir_internal.ir_attribute(v) for k, v in attributes.items()},
-        api_version=4,
-        has_side_effect=has_side_effect,
-    )
-    if aliases:
-        call.attributes["output_operand_aliases"] = ir.ArrayAttr.get(
-            [
-                hlo.OutputOperandAlias.get(
-                    output_tuple_indices=[0, k], operand_index=i, operand_tuple_indices=[]
-                )
-                for i, k in aliases.items()
-            ]
-        )
-    packed = hlo.get_tuple_element(call.result, mlir_internal.i32_attr(0))
-    return [hlo.get_tuple_element(packed, mlir_internal.i32_attr(k)) for k in range(len(types))]
-
-
-# XLA (jaxlib 0.7) aborts only for concatenates of fewer bytes: measured the same
-# for 1-D, 2-D and 3-D ones along every axis, in float32, float64 and complex64.
-# Operands below twice that are guarded.
-_ABORTS_BELOW_BYTES = 256 * 1024
-
-
-_GUARDABLE = {np.dtype(t) for t in ("float16", "float32", "float64", "complex64", "complex128")}
-_GUARDABLE.add(np.dtype(jnp.bfloat16))
-
-
-def _guarded(args, avals) -> tuple | None:
-    """`args` with the small ones guarded; None if a small one cannot be."""
-    small = [aval.size * np.dtype(aval.dtype).itemsize < 2 * _ABORTS_BELOW_BYTES for aval in avals]
-    if any(s and np.dtype(aval.dtype) not in _GUARDABLE for aval, s in zip(avals, small)):
-        return None
-    return tuple(_guard(a, aval) if s else a for a, aval, s in zip(args, avals, small))
-
-
-def _guard(value: ir.Value, aval) -> ir.Value:
-    """`value` through reduce_precision to its own format: exact, never removed by
-    XLA, and fused with a concatenate that produces it, which then is not bare."""
-    if np.issubdtype(aval.dtype, np.complexfloating):
-        part = jnp.finfo(aval.dtype)
-        return hlo.complex(_reduce(hlo.real(value), part), _reduce(hlo.imag(value), part))
-    return _reduce(value, jnp.finfo(aval.dtype))
-
-
-def _reduce(value: ir.Value, finfo) -> ir.Value:
-    return hlo.reduce_precision(
-        value,
-        exponent_bits=mlir_internal.i32_attr(finfo.nexp),
-        mantissa_bits=mlir_internal.i32_attr(finfo.nmant),
-    )
 
 
 def register_targets() -> None:

@@ -29,14 +29,12 @@ import numpy as np
 from . import _ext, _gpu
 from ._avals import XLA_ELEMENT_TYPES, check_result
 from ._binding import lookup
-from ._callformat import FORMAT, NO_LOOP, Loop, site_digest
+from ._callformat import FORMAT, MAX_LEVELS, NO_LOOP, CallAttributes, Loop
 from ._compat import ShapedArray, collect_jax_garbage
 from ._kwargs import decode_kwargs, encode_kwargs
 from ._roles import Role
 
 __all__ = ["BufferCheck", "format_callback_error", "install", "resolve_site"]
-
-_MAX_LEVELS = 64
 
 
 def install() -> None:
@@ -69,16 +67,7 @@ def resolve_site(
             "code that creates it (jaxbind.get_linear_call / get_nonlinear_call) before "
             "calling the program"
         )
-    expected = (
-        site_digest(name, role_text, blob)
-        if fmt == 1
-        else site_digest(name, role_text, blob, levels, flags, n_fixed)
-    )
-    if expected != digest:
-        raise ValueError(
-            f"the call attributes of '{name}' are inconsistent (digest mismatch); "
-            "the program was modified or corrupted"
-        )
+    call = CallAttributes.read(fmt, name, role_text, blob, digest, levels, flags, n_fixed)
     try:
         role = Role.parse(role_text)
     except LookupError:
@@ -86,13 +75,11 @@ def resolve_site(
             f"jaxbind: binding '{name}' ({binding.kind.value}) has no role {role_text!r}"
         ) from None
     fn, dump = binding.runtime_callable_for(role), decode_kwargs(blob)
-    if fmt == 1:
+    if call.format == 1:
         dump, loop = _format1_loop(binding, dump)
-        n_fixed = None
     else:
-        loop = _loop(levels, flags)
-        if not 0 <= n_fixed <= 4096:
-            raise ValueError(f"the call's n_fixed ({n_fixed}) is out of range")
+        loop = call.loop
+    n_fixed = call.n_fixed
     label = f"'{name}' ({role.describe()})" + (", batched" if loop.levels else "")
     check = BufferCheck(binding, role, dump, loop, n_fixed)
     site = _ext.Site(
@@ -100,14 +87,6 @@ def resolve_site(
     )
     binding.keep_site(digest, site)
     return site
-
-
-def _loop(levels: int, flags: bytes) -> Loop:
-    if not 0 <= levels <= _MAX_LEVELS:
-        raise ValueError(f"the call's batch levels ({levels}) are out of range")
-    if any(b > 1 for b in flags):
-        raise ValueError("the call's batch flags are not 0 or 1")
-    return Loop(levels, tuple(bool(b) for b in flags)) if levels else NO_LOOP
 
 
 def _format1_loop(binding, dump):
@@ -121,7 +100,7 @@ def _format1_loop(binding, dump):
     ):
         raise ValueError("the call's batch axes are not a tuple of tuples of integers")
     levels = max((len(ax) for ax in batch_axes), default=0)
-    if not 0 < levels <= _MAX_LEVELS:
+    if not 0 < levels <= MAX_LEVELS:
         raise ValueError(f"the call's batch levels ({levels}) are out of range")
     return encode_kwargs(values), Loop(levels, tuple(bool(ax) for ax in batch_axes))
 

@@ -108,9 +108,9 @@ def test_crafted_calls_raise_cleanly_or_write_every_output(program):
         kwargs=np.frombuffer(blob, np.uint8) if blob else np.zeros(0, np.uint8),
     )
     if fmt == 1:
-        attrs["site"] = np.int64(_callformat.site_digest(name, role, blob))
+        attrs["site"] = np.int64(_callformat.CallAttributes(name, role, blob, format=1).digest)
     else:
-        attrs["site"] = np.int64(_callformat.site_digest(name, role, blob, **loop))
+        attrs["site"] = np.int64(_callformat.CallAttributes(name, role, blob, **loop).digest)
         attrs.update(
             loop_levels=np.int32(loop["levels"]),
             n_fixed=np.int32(loop["n_fixed"]),

@@ -1,0 +1,79 @@
+// The call format: the attributes of one jaxbind custom call, as the lowering writes
+// them. The C++ mirror of jaxbind/_callformat.py (CallAttributes), which says what
+// each attribute means; the Python side checks them and computes the digest.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace jaxbind {
+
+namespace ffi = xla::ffi;
+
+// Version of the attribute set a jaxbind custom call carries. Bump it when the
+// attributes change, and keep accepting every older value.
+//   1: jaxbind_format, site, binding, role, kwargs (jaxbind's own batch loop
+//      hidden in kwargs as "batch_axes").
+//   2: format 1 plus loop_levels (int32), loop_batched (one uint8 flag per input)
+//      and n_fixed (int32); kwargs hold only what the callables receive.
+constexpr int32_t kCallFormat = 2;
+
+template <typename T>
+bool get_attr(const ffi::Dictionary &attrs, std::string_view name, T &out) {
+  auto value = attrs.get<T>(name);
+  if (!value.has_value()) return false;
+  out = *value;
+  return true;
+}
+
+struct CallAttributes {
+  // Read at every call: the format, checked, and the site digest (the cache key).
+  int32_t format = 0;
+  int64_t site = 0;  // signed: jax 0.7 cannot lower uint64 attributes above 2**63
+  // Read when the site is not cached yet, for the resolver.
+  std::string_view binding, role;
+  ffi::Span<const uint8_t> kwargs, flags;
+  int32_t levels = -1, n_fixed = -1;  // -1: format 1, whose loop is inside kwargs
+
+  // The format and the site. Returns what is wrong (an empty message if nothing is).
+  struct Problem {
+    ffi::ErrorCode code = ffi::ErrorCode::kInvalidArgument;
+    std::string message;
+  };
+  Problem read_header(const ffi::Dictionary &attrs) {
+    if (!get_attr(attrs, "jaxbind_format", format))
+      return {ffi::ErrorCode::kInvalidArgument,
+              "custom call has no 'jaxbind_format' attribute; it was not made by jaxbind"};
+    if (format < 1 || format > kCallFormat)
+      return {ffi::ErrorCode::kUnimplemented,
+              "program uses jaxbind call format " + std::to_string(format) +
+                  ", but this jaxbind reads formats 1 to " + std::to_string(kCallFormat) +
+                  "; upgrade jaxbind to run it"};
+    if (!get_attr(attrs, "site", site)) return {ffi::ErrorCode::kInvalidArgument, kMissing};
+    return {};
+  }
+
+  // The other attributes of the call's format; throws std::invalid_argument.
+  void read_rest(const ffi::Dictionary &attrs) {
+    if (!get_attr(attrs, "binding", binding) || !get_attr(attrs, "role", role) ||
+        !get_attr(attrs, "kwargs", kwargs))
+      throw std::invalid_argument(kMissing);
+    if (format >= 2 &&
+        (!get_attr(attrs, "loop_levels", levels) || !get_attr(attrs, "loop_batched", flags) ||
+         !get_attr(attrs, "n_fixed", n_fixed)))
+      throw std::invalid_argument(kMissingLoop);
+  }
+
+  static constexpr const char *kMissing =
+      "custom call lacks one of the attributes 'site', 'binding', 'role', 'kwargs' that call "
+      "format 1 requires";
+  static constexpr const char *kMissingLoop =
+      "custom call lacks one of the attributes 'loop_levels', 'loop_batched', 'n_fixed' that "
+      "call format 2 requires";
+};
+
+}  // namespace jaxbind
