@@ -49,7 +49,7 @@ struct Site {
   nb::object check;          // (inputs, outputs) -> None or an error message; see _runtime
   nb::object platform_mode;  // "device" or "host": how GPU calls reach the callable
   std::string binding;       // binding name, for error messages
-  // jaxbind's own batching (see _batching): the leading `levels` axes of every
+  // jaxbind's own batching (see jaxbind/_rules/batching.py): the leading `levels` axes of every
   // output and of each input marked in `batched` are a batch; the callable is
   // called once per batch element. levels == 0: one plain call.
   int levels = 0;

@@ -134,7 +134,7 @@ def test_tampered_kwargs_cannot_run_code(tmp_path):
     import pickle
 
     from jaxbind import _callformat
-    from jaxbind._lowering import CPU_TARGET
+    from jaxbind._rules.lowering import CPU_TARGET
 
     marker = tmp_path / "pwned"
 

@@ -22,19 +22,20 @@ RUN_TIME = {"_runtime", "_gpu"}
 TRACE_TIME = {
     "_api",
     "_native",
-    "_abstract",
-    "_ad",
-    "_batching",
-    "_lowering",
-    "_partitioning",
-    "_jaxfn",
-    "_rules",
     "_primitive",
     "_spec",
-    "_effects",
     "_export",
-    "_jaxlib07",
     "testing",
+    # the primitive's rules, grouped with their registration block
+    "_rules",
+    "_rules.abstract",
+    "_rules.ad",
+    "_rules.batching",
+    "_rules.lowering",
+    "_rules.partitioning",
+    "_rules.jaxfn",
+    "_rules.effects",
+    "_rules.jaxlib07",
 }
 SHARED = {
     "_binding",
@@ -50,23 +51,50 @@ SHARED = {
 }
 
 
+def _path(module: str) -> pathlib.Path:
+    parts = module.split(".")
+    package = PACKAGE.joinpath(*parts)
+    return (
+        package / "__init__.py"
+        if package.is_dir()
+        else PACKAGE.joinpath(*parts[:-1], f"{parts[-1]}.py")
+    )
+
+
 def _imports(module: str) -> set[str]:
     """The jaxbind modules that `module` imports (relative imports, any depth)."""
-    tree = ast.parse((PACKAGE / f"{module}.py").read_text())
+    tree = ast.parse(_path(module).read_text())
+    here = module.split(".")[:-1] if not _path(module).name == "__init__.py" else module.split(".")
     found = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            base = here[: len(here) - (node.level - 1)]
             if node.module:
-                found.add(node.module.split(".")[0])
+                found.add(".".join([*base, node.module]))
             else:
-                found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("jaxbind."):
-            found.add(node.module.split(".")[1])
-    return found - {"_ext"}
+                found.update(".".join([*base, alias.name]) for alias in node.names)
+        elif (node.module or "").startswith("jaxbind."):
+            found.add(node.module.removeprefix("jaxbind."))
+    return {m for m in found if m} - {"_ext"}
+
+
+def _modules() -> set[str]:
+    found = set()
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        if parts[0] == "contrib":
+            continue
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        if parts:
+            found.add(".".join(parts))
+    return found
 
 
 def test_every_module_has_a_layer():
-    modules = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
+    modules = _modules()
     assert modules == RUN_TIME | TRACE_TIME | SHARED, (
         "a module was added or removed: give it a layer here"
     )

@@ -8,7 +8,7 @@ import pytest
 
 import jaxbind
 from jaxbind import _callformat, _ext, _kwargs
-from jaxbind._lowering import CPU_TARGET
+from jaxbind._rules.lowering import CPU_TARGET
 
 
 def _raw_call(x, out=None, **attrs):

@@ -30,7 +30,7 @@ from ._compat import check_jax_version as _check_jax_version  # noqa: E402
 
 _check_jax_version()
 
-from . import _lowering, _rules, _runtime  # noqa: E402
+from . import _rules, _runtime  # noqa: E402
 from ._api import Op, get_linear_call, get_nonlinear_call  # noqa: E402
 from ._binding import jax_function  # noqa: E402
 from ._errors import ExportedDefaultNameWarning  # noqa: E402
@@ -40,7 +40,7 @@ from ._kwargs import load_kwargs  # noqa: E402
 from ._native import NativeOp, linear_op, multilinear_op, nonlinear_op  # noqa: E402
 
 _rules.register_rules()  # trace time: the jaxbind primitive's rules
-_lowering.register_targets()  # XLA: the FFI handlers
+_rules.lowering.register_targets()  # XLA: the FFI handlers
 _runtime.install()  # run time: what the handlers call back into
 
 from . import testing  # noqa: E402, F401  (jaxbind.testing.check)

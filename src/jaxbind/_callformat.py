@@ -35,7 +35,7 @@ MAX_FIXED = 4096
 
 
 class Loop(NamedTuple):
-    """jaxbind's own batch loop over one call (see _batching._batch_looped).
+    """jaxbind's own batch loop over one call (see _rules.batching._batch_looped).
 
     The leading ``levels`` axes of every output, and of each input whose flag in
     ``batched`` is set, form the batch; the callable is called once per batch

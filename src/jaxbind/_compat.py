@@ -64,7 +64,7 @@ InconclusiveDimensionOperation = _core.InconclusiveDimensionOperation
 no_effects = _core.no_effects  # jax 0.7 - 0.12
 abstract_token = _core.abstract_token  # jax 0.7 - 0.12
 
-# JAX's own effects (jax 0.7 - 0.12), which jaxbind's calls share (see _effects):
+# JAX's own effects (jax 0.7 - 0.12), which jaxbind's calls share (see _rules.effects):
 # ffi_call's side effect and io_callback's ordered one.
 from jax._src.callback import _OrderedIOEffect as ORDERED_IO_EFFECT  # noqa: E402
 from jax._src.ffi import _FfiEffect as FFI_SIDE_EFFECT  # noqa: E402
@@ -272,7 +272,7 @@ def register_cache(cache, for_what: str) -> None:
 
 
 # jaxlib 0.7's CPU compiler aborts on a root custom call fed by a concatenate
-# (fixed in 0.8); _lowering works around it.
+# (fixed in 0.8); _rules.jaxlib07 works around it.
 XLA_CPU_ROOT_CALL_ABORTS = _version_tuple(jaxlib.__version__)[:2] < (0, 8)
 
 

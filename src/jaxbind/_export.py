@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import jax.export  # a submodule: not loaded by "import jax"
 
-from ._lowering import CPU_TARGET, CUDA_TARGET
+from ._rules.lowering import CPU_TARGET, CUDA_TARGET
 
 __all__ = ["export", "export_safety_checks"]
 

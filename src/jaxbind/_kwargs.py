@@ -294,7 +294,7 @@ def localized(dump: KwargsDump) -> KwargsDump:
     """The same keyword arguments named by a digest of their data: for a program that
     stays in this process, which then carries 17 bytes instead of the data (a large
     array would otherwise be copied into the program, its compiled form and XLA's
-    caches). The program keeps the result alive (see _lowering)."""
+    caches). The program keeps the result alive (see _rules.lowering)."""
     blob = _LOCAL_TAG + hashlib.blake2b(dump.blob, digest_size=16).digest()
     local = _local.get(blob)
     if local is None:

@@ -94,7 +94,7 @@ def _format1_loop(binding, dump):
     if binding.options.vectorized or "batch_axes" not in dump._values:
         return dump, NO_LOOP
     values = dump.to_dict()
-    batch_axes = values.pop("batch_axes")  # all leading (see _batching._batch_looped)
+    batch_axes = values.pop("batch_axes")  # all leading (see _rules.batching._batch_looped)
     if not isinstance(batch_axes, tuple) or not all(
         isinstance(ax, tuple) and all(type(a) is int for a in ax) for ax in batch_axes
     ):

@@ -67,7 +67,7 @@ class CallSpec:
         """jaxbind's own batch loop for this call (none when batched natively or unbatched)."""
         if self.batch_axes is None or self.binding.options.vectorized:
             return NO_LOOP
-        # _batching._batch_looped puts every batch axis first, outermost level at axis 0
+        # _rules.batching._batch_looped puts every batch axis first, outermost level at axis 0
         return Loop(
             max(len(ax) for ax in self.batch_axes), tuple(bool(ax) for ax in self.batch_axes)
         )

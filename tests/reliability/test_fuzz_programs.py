@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 import jaxbind
 from jaxbind import _callformat
-from jaxbind._lowering import CPU_TARGET
+from jaxbind._rules.lowering import CPU_TARGET
 
 # Hypothesis' tracing can hold the callable's frame (and so its views) a moment
 # longer; the kept-reference warning is tested in test_kept_references.py.

@@ -3,11 +3,11 @@
 Each call carries the attributes of call format 2 (see _callformat); the CPU and
 CUDA targets are registered with XLA at import. Calls of bindings with
 input_output_aliases alias those operands and results; calls with side effects
-(_effects) are marked has_side_effect, and ordered ones pass JAX's token through
-as their first operand and result. Roles computed by JAX functions (_jaxfn) are
+(_rules.effects) are marked has_side_effect, and ordered ones pass JAX's token through
+as their first operand and result. Roles computed by JAX functions (.jaxfn) are
 inlined instead of becoming a custom call.
 
-On jaxlib 0.7, CPU calls may need another form: see _jaxlib07.
+On jaxlib 0.7, CPU calls may need another form: see .jaxlib07.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from __future__ import annotations
 import dataclasses
 import warnings
 
-from . import _ext
-from ._callformat import CallAttributes
-from ._compat import (
+from .. import _ext
+from .._callformat import CallAttributes
+from .._compat import (
     abstract_token,
     auto_partitioned_devices,
     config_use_shardy,
@@ -28,13 +28,13 @@ from ._compat import (
     run_once_sharding,
     set_sharding,
 )
-from ._effects import ORDERED
-from ._errors import ExportedDefaultNameWarning, about
-from ._jaxfn import batched_function
-from ._jaxlib07 import cpu_root_call_form
-from ._kwargs import data_blob, is_local, localized, not_data_reason
-from ._partitioning import mark_batch_partitionable
-from ._spec import CallSpec
+from .._errors import ExportedDefaultNameWarning, about
+from .._kwargs import data_blob, is_local, localized, not_data_reason
+from .._spec import CallSpec
+from .effects import ORDERED
+from .jaxfn import batched_function
+from .jaxlib07 import cpu_root_call_form
+from .partitioning import mark_batch_partitionable
 
 __all__ = ["CPU_TARGET", "CUDA_TARGET", "lower_cpu", "lower_cuda", "register_targets"]
 

@@ -8,13 +8,13 @@ import jax
 import jax.export  # a submodule: not loaded by "import jax"
 import numpy as np
 
-from ._avals import check_result, check_supported
-from ._compat import InconclusiveDimensionOperation, ShapedArray, output_aval
-from ._effects import effects_of
-from ._errors import about, add_context
-from ._jaxfn import eval_shapes
-from ._roles import describe_role
-from ._spec import CallSpec
+from .._avals import check_result, check_supported
+from .._compat import InconclusiveDimensionOperation, ShapedArray, output_aval
+from .._errors import about, add_context
+from .._roles import describe_role
+from .._spec import CallSpec
+from .effects import effects_of
+from .jaxfn import eval_shapes
 
 __all__ = ["abstract_eval", "call_abstract"]
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 import jax
 from jax.numpy import moveaxis
 
-from ._spec import CallSpec
+from .._spec import CallSpec
 
 __all__ = ["batched_function", "eval_shapes"]
 

@@ -4,7 +4,7 @@ Derivatives bind the primitive again in another role (see _binding), so the
 rules apply again to what they produce: linear ops differentiate to any order,
 multilinear ops as far as their transposes allow. Nonlinear ops differentiate to
 first order with callables as derivatives, and further when their JVP and VJP
-are JAX functions (_jaxfn): the derivative of such a role with respect to its
+are JAX functions (.jaxfn): the derivative of such a role with respect to its
 primal arguments is the JAX function's own JVP.
 """
 
@@ -16,13 +16,13 @@ import jax
 import jax.numpy as jnp
 from jax.numpy import moveaxis
 
-from ._binding import Kind
-from ._compat import ad, instantiate_zeros, is_undefined_primal, zero_tangent
-from ._errors import about
-from ._jaxfn import batched_function
-from ._primitive import bind
-from ._roles import describe_role
-from ._spec import CallSpec
+from .._binding import Kind
+from .._compat import ad, instantiate_zeros, is_undefined_primal, zero_tangent
+from .._errors import about
+from .._primitive import bind
+from .._roles import describe_role
+from .._spec import CallSpec
+from .jaxfn import batched_function
 
 __all__ = ["jvp_rule", "transpose_rule"]
 

@@ -21,8 +21,8 @@ symbolic (jax.export shape polymorphism).
 
 from __future__ import annotations
 
-from ._compat import config_use_shardy, ir, sdy_sharding_rule
-from ._spec import CallSpec
+from .._compat import config_use_shardy, ir, sdy_sharding_rule
+from .._spec import CallSpec
 
 __all__ = ["num_batch_dims", "mark_batch_partitionable"]
 

@@ -15,11 +15,11 @@ from dataclasses import replace
 
 import jax
 
-from ._abstract import call_abstract
-from ._compat import ShapedArray, not_mapped
-from ._errors import about
-from ._primitive import bind
-from ._spec import CallSpec
+from .._compat import ShapedArray, not_mapped
+from .._errors import about
+from .._primitive import bind
+from .._spec import CallSpec
+from .abstract import call_abstract
 
 __all__ = ["batch_rule"]
 
@@ -30,7 +30,7 @@ def _shift(axes: tuple[int, ...], new: int) -> tuple[int, ...]:
 
 
 def batch_rule(args, dims, *, spec: CallSpec):
-    # A role computed by a JAX function (_jaxfn) is vmapped by jaxbind, like the loop.
+    # A role computed by a JAX function (_rules.jaxfn) is vmapped by jaxbind, like the loop.
     if spec.binding.options.vectorized and spec.binding.jax_function_for(spec.role) is None:
         return _batch_native(args, dims, spec)
     return _batch_looped(args, dims, spec)

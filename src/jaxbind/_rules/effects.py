@@ -12,14 +12,14 @@ in every place they need to go, so nothing is added to JAX's tables:
   one program to the next, so ordered jaxbind calls and ordered io_callbacks run
   in program order.
 
-The lowering (_lowering) marks the custom call ``has_side_effect`` and, for
+The lowering (_rules.lowering) marks the custom call ``has_side_effect`` and, for
 ordered calls, passes the token through it; the trampoline skips the token
 buffers. Programs with effects cannot be exported (JAX cannot load them).
 """
 
 from __future__ import annotations
 
-from ._compat import FFI_SIDE_EFFECT, ORDERED_IO_EFFECT, no_effects
+from .._compat import FFI_SIDE_EFFECT, ORDERED_IO_EFFECT, no_effects
 
 __all__ = ["ORDERED", "SIDE_EFFECT", "effects_of", "explain_checkpoint"]
 
@@ -38,7 +38,7 @@ def effects_of(spec) -> set:
 def explain_checkpoint(jaxpr) -> str | None:
     """Why jax.checkpoint cannot differentiate `jaxpr`, if jaxbind calls with effects in it
     are the reason; None otherwise."""
-    from ._primitive import PRIMITIVE
+    from .._primitive import PRIMITIVE
 
     names = {}
     for eqn in _equations(jaxpr):

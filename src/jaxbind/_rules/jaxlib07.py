@@ -9,7 +9,7 @@ feeds the call. There, CPU calls therefore take one of two forms:
 - the results as a tuple nested in a one-element tuple, so that the root is a
   get-tuple-element (_lower_nested). A tuple-typed call can carry no sharding
   rule, so this is the form of calls that XLA could not split anyway;
-- calls that XLA may split along a batch (see _partitioning) keep the plain form
+- calls that XLA may split along a batch (see .partitioning) keep the plain form
   and their rule. XLA aborts only on concatenates under 256 KiB, so their
   operands under twice that pass through a reduce_precision to their own format
   (_guard): exact, and fused with a concatenate that feeds it, which then is not
@@ -18,7 +18,7 @@ feeds the call. There, CPU calls therefore take one of two forms:
 Newer jaxlibs always get the plain form.
 
 Everything here is for jaxlib 0.7: dropping it means deleting this module and the one
-call of `cpu_root_call_form` in _lowering.
+call of `cpu_root_call_form` in .lowering.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import functools
 import jax.numpy as jnp
 import numpy as np
 
-from ._compat import XLA_CPU_ROOT_CALL_ABORTS, hlo, ir, mlir, mlir_internal
-from ._partitioning import num_batch_dims
+from .._compat import XLA_CPU_ROOT_CALL_ABORTS, hlo, ir, mlir, mlir_internal
+from .partitioning import num_batch_dims
 
 __all__ = ["cpu_root_call_form"]
 
