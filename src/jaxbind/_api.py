@@ -15,7 +15,7 @@ from ._compat import register_cache
 from ._errors import about
 from ._kwargs import encode_kwargs
 from ._options import OPTION_DOCS, Options, declare
-from ._primitive import PRIMITIVE, bind
+from ._primitive import IMPL_CALLS, PRIMITIVE, bind, eager, nested
 from ._spec import CallSpec
 
 __all__ = ["Op", "get_linear_call", "get_nonlinear_call"]
@@ -71,7 +71,7 @@ class Op(OpBase):
 
     def __call__(self, /, *args, **kwargs) -> list[jax.Array]:
         # Fast path, the common eager call: no keyword arguments, all inputs
-        # concrete JAX arrays. It skips building a CallSpec (see _eager).
+        # concrete JAX arrays. It skips building a CallSpec (see _primitive.eager).
         if not kwargs:
             for a in args:
                 if not isinstance(a, jax.Array) or isinstance(a, jax.core.Tracer):
@@ -81,7 +81,7 @@ class Op(OpBase):
                     try:
                         return self._eager_plain(*args)
                     except RecursionError as exc:
-                        return _nested(self._eager_calls, self._eager_plain_spec, exc, args)
+                        return nested(self._eager_calls, self._eager_plain_spec, exc, args)
         binding = self.binding
         if len(args) <= binding.options.fixed:
             raise TypeError(
@@ -102,9 +102,9 @@ class Op(OpBase):
         if any(isinstance(a, jax.core.Tracer) for a in args):
             return bind(spec, *args)
         try:
-            return _eager(self._eager_calls, spec)(*args)
+            return eager(self._eager_calls, spec)(*args)
         except RecursionError as exc:
-            return _nested(self._eager_calls, spec, exc, args)
+            return nested(self._eager_calls, spec, exc, args)
 
     @functools.cached_property
     def _eager_plain_spec(self) -> CallSpec:
@@ -113,7 +113,7 @@ class Op(OpBase):
 
     @functools.cached_property
     def _eager_plain(self):
-        return _eager(self._eager_calls, self._eager_plain_spec)
+        return eager(self._eager_calls, self._eager_plain_spec)
 
 
 def _as_array(name: str, index: int, value):
@@ -140,7 +140,7 @@ class _EagerCaches:
         self.ops: weakref.WeakSet = weakref.WeakSet()
 
     def cache_clear(self) -> None:
-        _IMPL_CALLS.clear()
+        IMPL_CALLS.clear()
         for op in list(self.ops):
             op._eager_calls.clear()
             op.__dict__.pop("_eager_plain", None)
@@ -154,56 +154,6 @@ class _EagerCaches:
 
 _EAGER_CACHES = _EagerCaches()
 register_cache(_EAGER_CACHES, "jaxbind: eager calls of each op")
-
-
-def _eager(cache: dict, spec: CallSpec):
-    """A jitted bind per call site, so repeated eager calls take JAX's fast C++
-    dispatch path instead of re-dispatching the primitive."""
-    fn = cache.get(spec)
-    if fn is None:
-        if len(cache) >= 64:
-            cache.clear()
-        fn = cache[spec] = jax.jit(_binder(spec if isinstance(spec, CallSpec) else spec[0]))
-    return fn
-
-
-def _nested(cache: dict, spec: CallSpec, exc: RecursionError, args):
-    """An eager call made by a callable of the same op, while the outer call's program
-    runs for the first time: JAX refuses to enter a jitted function again before its
-    first call returns, so each level of nesting gets a program of its own."""
-    if not str(exc).startswith("Recursively calling jit"):
-        raise exc
-    for level in range(1, 1000):
-        try:
-            return _eager(cache, (spec, level))(*args)
-        except RecursionError as again:
-            if not str(again).startswith("Recursively calling jit"):
-                raise
-    raise RecursionError(
-        f"{about(spec.binding.name)} called itself eagerly more than 1000 levels deep"
-    ) from exc
-
-
-def _binder(spec: CallSpec):
-    # A closure named after the binding, so eager programs say which op they run.
-    def binder(*args):
-        return bind(spec, *args)
-
-    binder.__name__ = binder.__qualname__ = spec.binding.name
-    # JAX's mark for a program of one primitive: under jax_debug_nans, a NaN in its
-    # outputs is reported as "encountered in <the binding's name>"
-    binder._apply_primitive = True
-    return binder
-
-
-_IMPL_CALLS: dict = {}
-
-
-def eager_impl(*args, spec: CallSpec):
-    """The primitive applied to concrete arrays outside Op.__call__ (a jaxpr evaluated
-    eagerly, a transpose run eagerly): a jitted bind named after the binding."""
-    with jax.disable_jit(False):
-        return _eager(_IMPL_CALLS, spec)(*args)
 
 
 _NO_KWARGS = encode_kwargs({})

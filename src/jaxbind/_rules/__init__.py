@@ -9,9 +9,8 @@ gives them to JAX once, at import; no binding adds or removes anything in JAX's 
 
 from __future__ import annotations
 
-from .._api import eager_impl
 from .._compat import define_primitive, explain_checkpoint_effects
-from .._primitive import PRIMITIVE
+from .._primitive import PRIMITIVE, eager_impl
 from .abstract import abstract_eval
 from .ad import jvp_rule, transpose_rule
 from .batching import batch_rule
