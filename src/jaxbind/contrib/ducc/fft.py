@@ -95,35 +95,50 @@ def _same_shape_abstract(x, *, op, kind, **kwargs):
     return ((x.shape, x.dtype, batch[0][-1] if batch else None),)
 
 
-def _c2c(out, args, kwargs_dump):
+def _unpack(args, kwargs_dump):
+    """The one input, the transformed axes and the keyword arguments of a call; None when
+    the call has nothing to do (DUCC refuses empty arrays; the transform of nothing is
+    nothing)."""
     (x,) = args
-    if x.size == 0:  # DUCC refuses empty arrays; the transform of nothing is nothing
-        return
+    if x.size == 0:
+        return None
     kwargs = load_kwargs(kwargs_dump)
-    axes = _fft_axes(x.ndim, kwargs)
+    return x, _fft_axes(x.ndim, kwargs), kwargs
+
+
+def _op(name, f, f_T, abstract, abstract_T):
+    """A DUCC transform as a linear op: natively batched (batch axes become untransformed
+    DUCC axes), named jaxducc0.<name>, in the contrib's GPU mode."""
+    return get_linear_call(
+        f,
+        f_T,
+        abstract,
+        abstract_T,
+        func_can_batch=True,
+        name=f"jaxducc0.{name}",
+        platform_mode=_MODE,
+    )
+
+
+def _c2c(out, args, kwargs_dump):
+    unpacked = _unpack(args, kwargs_dump)
+    if unpacked is None:
+        return
+    x, axes, kwargs = unpacked
     ducc0.fft.c2c(x, axes=axes, out=out[0], **kwargs)
 
 
 def _fht(out, args, kwargs_dump):
-    (x,) = args
-    if x.size == 0:
+    unpacked = _unpack(args, kwargs_dump)
+    if unpacked is None:
         return
-    kwargs = load_kwargs(kwargs_dump)
-    axes = _fft_axes(x.ndim, kwargs)
+    x, axes, kwargs = unpacked
     ducc0.fft.genuine_fht(x, axes=axes, out=out[0], **kwargs)
 
 
 # Both transforms have symmetric matrices, so each is its own transpose.
 _c2c_abstract = partial(_same_shape_abstract, op="c2c", kind="complex")
-c2c = get_linear_call(
-    _c2c,
-    _c2c,
-    _c2c_abstract,
-    _c2c_abstract,
-    func_can_batch=True,
-    name="jaxducc0.c2c",
-    platform_mode=_MODE,
-)
+c2c = _op("c2c", _c2c, _c2c, _c2c_abstract, _c2c_abstract)
 c2c.__doc__ = """Complex FFT, ``c2c(x, *, axes=None, forward=True, inorm=0, nthreads=1)``.
 
 x: complex64 or complex128 array; returns ``[y]`` of the same shape and dtype.
@@ -135,15 +150,7 @@ an empty result.
 """
 
 _fht_abstract = partial(_same_shape_abstract, op="genuine_fht", kind="real")
-genuine_fht = get_linear_call(
-    _fht,
-    _fht,
-    _fht_abstract,
-    _fht_abstract,
-    func_can_batch=True,
-    name="jaxducc0.genuine_fht",
-    platform_mode=_MODE,
-)
+genuine_fht = _op("genuine_fht", _fht, _fht, _fht_abstract, _fht_abstract)
 genuine_fht.__doc__ = """Hartley transform, ``genuine_fht(x, *, axes=None, inorm=0, nthreads=1)``.
 
 x: float32 or float64 array; returns ``[y]`` of the same shape and dtype. The
@@ -167,11 +174,10 @@ def _hermitian_weights(n, length, axis, ndim, dtype):
 
 
 def _r2c(out, args, kwargs_dump):
-    (x,) = args
-    if out[0].size == 0:
+    unpacked = _unpack(args, kwargs_dump)
+    if unpacked is None:
         return
-    kwargs = load_kwargs(kwargs_dump)
-    axes = _fft_axes(x.ndim, kwargs)
+    x, axes, kwargs = unpacked
     del kwargs["n"]
     ducc0.fft.r2c(x, axes=axes, out=out[0], **kwargs)
 
@@ -180,11 +186,10 @@ def _r2c_T(out, args, kwargs_dump):
     # r2c is real-to-complex: JAX's transpose is Re(A^T ct), i.e. the sum over the
     # half spectrum without the Hermitian doubling that c2r applies: halve the
     # weights of the modes that c2r doubles.
-    (ct,) = args
-    if out[0].size == 0:
+    unpacked = _unpack(args, kwargs_dump)
+    if unpacked is None:
         return
-    kwargs = load_kwargs(kwargs_dump)
-    axes = _fft_axes(ct.ndim, kwargs)
+    ct, axes, kwargs = unpacked
     n = kwargs.pop("n")
     w = _hermitian_weights(n, ct.shape[axes[-1]], axes[-1], ct.ndim, _REAL[ct.dtype])
     ducc0.fft.c2r(ct / w, axes=axes, lastsize=n, out=out[0], **kwargs)
@@ -204,34 +209,24 @@ def _r2c_abstract_T(ct, **kwargs):
     return ((tuple(shape), _real_of(ct.dtype, "r2c"), batch[-1] if batch else None),)
 
 
-_r2c_op = get_linear_call(
-    _r2c,
-    _r2c_T,
-    _r2c_abstract,
-    _r2c_abstract_T,
-    func_can_batch=True,
-    name="jaxducc0.r2c",
-    platform_mode=_MODE,
-)
+_r2c_op = _op("r2c", _r2c, _r2c_T, _r2c_abstract, _r2c_abstract_T)
 
 
 def _c2r(out, args, kwargs_dump):
-    (x,) = args
-    if out[0].size == 0:
+    unpacked = _unpack(args, kwargs_dump)
+    if unpacked is None:
         return
-    kwargs = load_kwargs(kwargs_dump)
-    axes = _fft_axes(x.ndim, kwargs)
+    x, axes, kwargs = unpacked
     ducc0.fft.c2r(x, axes=axes, lastsize=kwargs.pop("n"), out=out[0], **kwargs)
 
 
 def _c2r_T(out, args, kwargs_dump):
     # c2r(c) = Re(B c) with B doubling the modes 0 < k < n/2, so its transpose is
     # B^T ct: the r2c of ct with those modes doubled.
-    (ct,) = args
-    if out[0].size == 0:
+    unpacked = _unpack(args, kwargs_dump)
+    if unpacked is None:
         return
-    kwargs = load_kwargs(kwargs_dump)
-    axes = _fft_axes(ct.ndim, kwargs)
+    ct, axes, kwargs = unpacked
     n = kwargs.pop("n")
     res = ducc0.fft.r2c(ct, axes=axes, out=out[0], **kwargs)
     res *= _hermitian_weights(n, res.shape[axes[-1]], axes[-1], ct.ndim, ct.dtype)
@@ -257,15 +252,7 @@ def _c2r_abstract_T(ct, **kwargs):
     return ((tuple(shape), _complex_of(ct.dtype, "c2r"), batch[-1] if batch else None),)
 
 
-_c2r_op = get_linear_call(
-    _c2r,
-    _c2r_T,
-    _c2r_abstract,
-    _c2r_abstract_T,
-    func_can_batch=True,
-    name="jaxducc0.c2r",
-    platform_mode=_MODE,
-)
+_c2r_op = _op("c2r", _c2r, _c2r_T, _c2r_abstract, _c2r_abstract_T)
 
 
 def r2c(x, *, axes=None, forward=True, inorm=0, nthreads=1, **kwargs):
