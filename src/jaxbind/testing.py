@@ -216,6 +216,11 @@ def check(
     def call(*a):
         return op(*a, **kwargs)
 
+    def dot_check(name, lhs, rhs, a, b, target, dtype) -> CheckResult:
+        """<u, A v> against <A* u, v>: relative to |lhs| or |A* u| |v|, whichever is larger."""
+        scale = max(abs(lhs), np.linalg.norm(np.asarray(a)) * np.linalg.norm(b), 1e-30)
+        return CheckResult(name, target, str(dtype), abs(lhs - rhs) / scale, tol("dot", dtype))
+
     out_avals = jax.eval_shape(call, *args)
     out_names = [f"output {k}" for k in range(len(out_avals))]
 
@@ -299,15 +304,8 @@ def check(
             rhs = _pair(ct, v)
             if has_fwd:  # `tan` is the JVP along v computed above
                 lhs = sum(_pair(c, t) for c, t in zip(u, tan))
-                scale = max(abs(lhs), np.linalg.norm(np.asarray(ct)) * np.linalg.norm(v), 1e-30)
                 report.append(
-                    CheckResult(
-                        "vjp vs jvp (dot product)",
-                        target,
-                        dt,
-                        abs(lhs - rhs) / scale,
-                        tol("dot", x.dtype),
-                    )
+                    dot_check("vjp vs jvp (dot product)", lhs, rhs, ct, v, target, x.dtype)
                 )
             if binding.kind in (Kind.LINEAR, Kind.MULTILINEAR):
 
@@ -322,16 +320,7 @@ def check(
                 (tr,) = jax.linear_transpose(lin_i, jnp.asarray(x))([jnp.asarray(c) for c in u])
                 lhs = sum(_pair(c, y) for c, y in zip(u, lin_i(v)))
                 rhs = _pair(tr, v)
-                scale = max(abs(lhs), np.linalg.norm(np.asarray(tr)) * np.linalg.norm(v), 1e-30)
-                report.append(
-                    CheckResult(
-                        "transpose adjointness",
-                        target,
-                        dt,
-                        abs(lhs - rhs) / scale,
-                        tol("dot", x.dtype),
-                    )
-                )
+                report.append(dot_check("transpose adjointness", lhs, rhs, tr, v, target, x.dtype))
 
     if binding.order() >= 2 and has_fwd and has_rev and binding.kind is Kind.NONLINEAR:
         _second_order(
