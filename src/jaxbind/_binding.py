@@ -303,6 +303,7 @@ def register(
             if same_values(other.callables(), binding.callables()):
                 return other, False
         existing = _registry.get(base)
+        suffix = None  # the default name's suffix, if it got one
         if existing is not None and explicit_name:
             if not replace and not _defined_again(existing, binding):
                 where = definition_site(existing.f)
@@ -321,13 +322,9 @@ def register(
                 suffix += 1
             _free_suffix[base] = suffix + 1
             binding.name = f"{base}#{suffix}"
-            weakref.finalize(binding, _freed, base, suffix)
         _registry[binding.name] = binding
-        alike = _alike.get(key)
-        if alike is None:
-            alike = _alike[key] = weakref.WeakSet()
-            weakref.finalize(binding, _forget, key)
-        alike.add(binding)
+        _alike.setdefault(key, weakref.WeakSet()).add(binding)
+        weakref.finalize(binding, _released, base, suffix, key)
         return binding, True
 
 
@@ -370,17 +367,14 @@ def _unwrapped(fn):
     return fn
 
 
-def _freed(base: str, suffix: int) -> None:
-    """A default-named binding died: its suffix may be given again."""
+def _released(base: str, suffix: int | None, key: tuple) -> None:
+    """A registered binding died: its suffix may be given again (lowest first), and its
+    entry among the alike ones goes once it was the last."""
     with _lock:
-        if suffix < _free_suffix.get(base, 2):
+        if suffix is not None and suffix < _free_suffix.get(base, 2):
             _free_suffix[base] = suffix
-
-
-def _forget(key: tuple) -> None:
-    with _lock:
         alike = _alike.get(key)
-        if alike is not None and not len(alike):
+        if alike is not None and not any(True for _ in alike):  # iterating skips the dead
             del _alike[key]
 
 

@@ -199,6 +199,8 @@ def test_closures_with_one_name_get_the_lowest_free_suffix_without_comparing_the
     gc.collect()
     reused = jaxbind.get_linear_call(_closure(0), None, _shape, None)
     assert reused.name == f"{base}#11"
+    # the dead bindings' entries are gone from the index of alike bindings
+    assert all(any(True for _ in alike) for alike in _binding._alike.values())
     np.testing.assert_array_equal(reused(jnp.ones(2))[0], [0.0, 0.0])
 
 
@@ -261,3 +263,28 @@ def test_debug_nans_names_the_binding(how):
     with jax.debug_nans(True):
         with pytest.raises(FloatingPointError, match=r"encountered in reliability.nan_op"):
             run()
+
+
+class _Scale:  # a callable object: bindings of two instances share a fingerprint
+    def __init__(self, k):
+        self.k = k
+
+    def __call__(self, out, args, kw):
+        out[0][...] = self.k * args[0]
+
+
+def test_the_index_of_alike_bindings_forgets_them_all():
+    import gc
+
+    from jaxbind import _binding
+
+    ops = [jaxbind.get_linear_call(_Scale(k), None, _shape, None) for k in (2.0, 3.0)]
+    np.testing.assert_array_equal(ops[1](jnp.ones(2))[0], [3.0, 3.0])
+    keys = [
+        k for k, alike in _binding._alike.items() if any(b.f is ops[0].binding.f for b in alike)
+    ]
+    assert len(keys) == 1 and len(list(_binding._alike[keys[0]])) == 2
+    del ops
+    jax.clear_caches()  # the eager call's program keeps its binding until then
+    gc.collect()
+    assert keys[0] not in _binding._alike
