@@ -31,14 +31,16 @@ def bind(spec, *args):
         return PRIMITIVE.bind(*args, spec=spec)
 
 
-def eager(cache: dict, spec: CallSpec):
+def eager(cache: dict, spec: CallSpec, level: int = 0):
     """A jitted bind per call site, so repeated eager calls take JAX's fast C++
-    dispatch path instead of re-dispatching the primitive."""
-    fn = cache.get(spec)
+    dispatch path instead of re-dispatching the primitive. `level` > 0: the program of
+    a call nested that deep in calls of the same site (see `nested`)."""
+    key = (spec, level) if level else spec
+    fn = cache.get(key)
     if fn is None:
         if len(cache) >= 64:
             cache.clear()
-        fn = cache[spec] = jax.jit(_binder(spec if isinstance(spec, CallSpec) else spec[0]))
+        fn = cache[key] = jax.jit(_binder(spec))
     return fn
 
 
@@ -50,7 +52,7 @@ def nested(cache: dict, spec: CallSpec, exc: RecursionError, args):
         raise exc
     for level in range(1, 1000):
         try:
-            return eager(cache, (spec, level))(*args)
+            return eager(cache, spec, level)(*args)
         except RecursionError as again:
             if not str(again).startswith("Recursively calling jit"):
                 raise
