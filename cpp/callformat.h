@@ -20,7 +20,9 @@ namespace ffi = xla::ffi;
 //      hidden in kwargs as "batch_axes").
 //   2: format 1 plus loop_levels (int32), loop_batched (one uint8 flag per input)
 //      and n_fixed (int32); kwargs hold only what the callables receive.
-constexpr int32_t kCallFormat = 2;
+//   3: format 2 plus trees (uint8 array): a JAX-native op's pytree structure, empty
+//      for other calls (format 2 kept it among the kwargs).
+constexpr int32_t kCallFormat = 3;
 
 template <typename T>
 bool get_attr(const ffi::Dictionary &attrs, std::string_view name, T &out) {
@@ -36,7 +38,7 @@ struct CallAttributes {
   int64_t site = 0;  // signed: jax 0.7 cannot lower uint64 attributes above 2**63
   // Read when the site is not cached yet, for the resolver.
   std::string_view binding, role;
-  ffi::Span<const uint8_t> kwargs, flags;
+  ffi::Span<const uint8_t> kwargs, flags, trees;
   int32_t levels = -1, n_fixed = -1;  // -1: format 1, whose loop is inside kwargs
 
   // The format and the site. Returns what is wrong (an empty message if nothing is).
@@ -66,6 +68,7 @@ struct CallAttributes {
         (!get_attr(attrs, "loop_levels", levels) || !get_attr(attrs, "loop_batched", flags) ||
          !get_attr(attrs, "n_fixed", n_fixed)))
       throw std::invalid_argument(kMissingLoop);
+    if (format >= 3 && !get_attr(attrs, "trees", trees)) throw std::invalid_argument(kMissingTrees);
   }
 
   static constexpr const char *kMissing =
@@ -74,6 +77,8 @@ struct CallAttributes {
   static constexpr const char *kMissingLoop =
       "custom call lacks one of the attributes 'loop_levels', 'loop_batched', 'n_fixed' that "
       "call format 2 requires";
+  static constexpr const char *kMissingTrees =
+      "custom call lacks the attribute 'trees' that call format 3 requires";
 };
 
 }  // namespace jaxbind

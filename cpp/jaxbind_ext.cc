@@ -10,7 +10,7 @@
 //     callable(out: tuple, args: tuple, kwargs_dump)
 //
 // The program does not name the callable by address. Its attributes (call
-// format 2, see jaxbind/_callformat.py) carry the binding's stable name, the
+// format 3, see jaxbind/_callformat.py) carry the binding's stable name, the
 // role, the encoded keyword arguments, jaxbind's batch loop and a 64-bit digest
 // of them all. The digest keys a cache of resolved call sites; on a miss, the
 // Python resolver (jaxbind/_runtime.py, set by `init`) checks the attributes and
@@ -51,7 +51,7 @@ nb::object resolve(CallAttributes &call, const ffi::Dictionary &attrs) {
   nb::object found =
       state->resolver(call.format, nb::str(call.binding.data(), call.binding.size()),
                       nb::str(call.role.data(), call.role.size()), bytes(call.kwargs), call.site,
-                      call.levels, bytes(call.flags), call.n_fixed);
+                      call.levels, bytes(call.flags), call.n_fixed, bytes(call.trees));
   if (!nb::isinstance<Site>(found)) throw std::runtime_error("the resolver returned no Site");
   Site &site = site_of(found.ptr());
   if (site.levels < 0 || site.levels > 64)

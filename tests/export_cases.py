@@ -7,7 +7,7 @@ reference_ops, which a loading process imports to register them.
 import jax
 import jax.numpy as jnp
 import numpy as np
-from reference_ops import axpy, flip2, matvec, nonlinear
+from reference_ops import axpy, flip2, matvec, native_pair, nonlinear
 
 
 def _args(*shapes, seed=0):
@@ -33,4 +33,12 @@ CASES = {
     ),
     "kwargs": (lambda x, y: axpy(x, y, scale=2.5)[0], _args((6,), (6,), seed=5)),
     "native_vmap": (jax.vmap(lambda x: flip2(x)[0], in_axes=1), _args((3, 4), seed=6)),
+    # the JAX-native API: pytrees in and out, and the gradient through the transpose
+    "native_pytree": (
+        lambda a, b: (
+            native_pair({"a": a, "b": b}, k=1.5)[1],
+            jax.grad(lambda a: native_pair({"a": a, "b": b}, k=1.5)[0].sum())(a),
+        ),
+        _args((4,), (4,), seed=7),
+    ),
 }

@@ -1,5 +1,6 @@
 """Small jaxbind ops with pure-JAX twins, shared by the tests."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -296,3 +297,22 @@ trim = jaxbind.get_linear_call(_trim, _trim_T, _trim_abstract, _trim_abstract_T)
 
 def trim_ref(x, k):
     return x[k:]
+
+
+# --- JAX-native API: a dict in, a tuple out (the call's pytree structure is exported) ---
+def _pair_shape(d, *, k=1.0):
+    return (jax.ShapeDtypeStruct(d["a"].shape, d["a"].dtype),) * 2
+
+
+@jaxbind.linear_op(shape=_pair_shape, name="reference_ops.native_pair")
+def native_pair(d, *, k=1.0):
+    return (k * d["a"], 2 * k * d["b"])
+
+
+@native_pair.def_transpose
+def _native_pair_T(ct, *, k=1.0):
+    return {"a": k * ct[0], "b": 2 * k * ct[1]}
+
+
+def native_pair_ref(d, k=1.0):
+    return (k * d["a"], 2 * k * d["b"])

@@ -158,7 +158,7 @@ def test_reserved_batch_axes_keyword():
         (dict(f=3), "f must be callable"),
         (dict(abstract=None), "abstract must be callable"),
         (dict(first_n_args_fixed=-1), "first_n_args_fixed must be a non-negative int"),
-        (dict(f_T=(None,), abstract_T=None), "abstract_T must be a tuple of the same length"),
+        (dict(f_T=(None,), abstract_T=(None, None)), "abstract_T must be None or a tuple"),
         (dict(name=""), "name must be a non-empty string"),
     ],
 )

@@ -149,3 +149,48 @@ def test_dispatch_walks_batch_elements_by_pointer():
 def test_dispatch_rejects_unknown_element_types():
     with pytest.raises(TypeError, match="element type 99"):
         _gpu.dispatch(lambda *a: None, None, "device", 0, (), 0, 0, ((0, (1,), 99),), ())
+
+
+class _HostMemoryDriver:
+    """Host memory standing in for device memory: copies are memmoves, streams no-ops."""
+
+    def to_host(self, dst, src, stream):
+        ctypes.memmove(dst.ctypes.data, src, dst.nbytes)
+
+    def to_device(self, dst, src, stream):
+        ctypes.memmove(dst, src.ctypes.data, src.nbytes)
+
+    def synchronize(self, stream):
+        pass
+
+
+def test_host_mode_runs_the_same_batch_loop_on_host_copies():
+    """Host mode: copies in, the batch loop over read-only NumPy views of the copies (the
+    fixed input unbatched), copies out; an aliased output starts as its input."""
+    x = np.arange(3 * 4, dtype=np.float32).reshape(3, 4)
+    fixed = np.array([10.0, 20.0], np.float32)
+    y = np.zeros((3, 4), np.float32)
+    empty = np.zeros((3, 0), np.float32)
+    seen = []
+
+    def callable_(out, args, kwargs_dump):
+        seen.append((args[0].flags.writeable, args[1].flags.writeable, out[0].flags.writeable))
+        assert args[1].base is not None  # views of the host copy, not copies of their own
+        out[0][...] = 2 * args[1] + args[0][0]
+        assert out[1].shape == (0,)
+
+    f32 = 11
+    ins = ((fixed.ctypes.data, (2,), f32), (x.ctypes.data, (3, 4), f32))
+    outs = ((y.ctypes.data, (3, 4), f32), (empty.ctypes.data, (3, 0), f32))
+    _gpu._run_on_host(callable_, None, 1, (False, True), 0, ins, outs, _HostMemoryDriver())
+    np.testing.assert_array_equal(y, 2 * x + 10)
+    assert seen == [(False, False, True)] * 3
+
+    z = np.full(4, 7.0, np.float32)  # input 0 and output 0 share memory (aliases)
+
+    def add_one(out, args, kwargs_dump):
+        out[0][...] += 1
+
+    aliased = ((z.ctypes.data, (4,), f32),)
+    _gpu._run_on_host(add_one, None, 0, (), 0, aliased, aliased, _HostMemoryDriver())
+    np.testing.assert_array_equal(z, 8.0)

@@ -173,8 +173,6 @@ def test_definitions_after_the_first_call_and_misuse_are_errors():
         late.def_transpose(late.fn)
     with pytest.raises(TypeError, match="use def_transpose"):
         late.def_jvp(late.fn)
-    with pytest.raises(TypeError, match="reserved"):
-        late(jnp.ones(2), jaxbind_in=0)
 
 
 def test_fixed_argument_and_multilinear_op():

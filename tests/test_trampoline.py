@@ -18,7 +18,15 @@ def _raw_call(x, out=None, **attrs):
 
 
 def _attrs(
-    binding="tests.nope", role="f", fmt=2, blob=None, digest=None, levels=0, flags=b"\0", n_fixed=0
+    binding="tests.nope",
+    role="f",
+    fmt=3,
+    blob=None,
+    digest=None,
+    levels=0,
+    flags=b"\0",
+    n_fixed=0,
+    trees=b"",
 ):
     """Call attributes as a program of call format `fmt` carries them (valid digest)."""
     blob = blob if blob is not None else _kwargs.encode_kwargs({}).blob
@@ -31,17 +39,21 @@ def _attrs(
     if fmt == 1:
         auto = _callformat.CallAttributes(binding, role, blob, format=1).digest
     else:
-        auto = _callformat.CallAttributes(binding, role, blob, levels, flags, n_fixed).digest
+        auto = _callformat.CallAttributes(
+            binding, role, blob, levels, flags, n_fixed, trees, format=fmt
+        ).digest
         attrs.update(
             loop_levels=np.int32(levels),
             loop_batched=np.frombuffer(flags, np.uint8),
             n_fixed=np.int32(n_fixed),
         )
+    if fmt >= 3:
+        attrs["trees"] = np.frombuffer(trees, np.uint8)
     attrs["site"] = np.int64(digest if digest is not None else auto)
     return attrs
 
 
-@pytest.mark.parametrize("fmt", [1, 2])
+@pytest.mark.parametrize("fmt", [1, 2, 3])
 def test_unknown_binding_is_a_clean_error(fmt):
     with pytest.raises(Exception, match="no binding named 'tests.nope' is registered"):
         _raw_call(jnp.ones(3), **_attrs(fmt=fmt))
@@ -51,7 +63,7 @@ def test_unknown_binding_is_a_clean_error(fmt):
 
 def test_newer_call_format_names_both_versions():
     with pytest.raises(
-        Exception, match="call format 99, but this jaxbind reads formats 1 to 2; upgrade jaxbind"
+        Exception, match="call format 99, but this jaxbind reads formats 1 to 3; upgrade jaxbind"
     ):
         _raw_call(jnp.ones(3), **_attrs(fmt=99))
 
@@ -69,6 +81,13 @@ def test_missing_attributes():
         "'loop_levels', 'loop_batched', 'n_fixed'",
     ):
         _raw_call(jnp.ones(3), **attrs)
+    attrs = _attrs("tests.double")
+    del attrs["trees"]
+    with pytest.raises(Exception, match="'tests.double'.*lacks the attribute 'trees'"):
+        _raw_call(jnp.ones(3), **attrs)
+    # a pytree structure for an op of the 1.3 API, which takes none: a clean error
+    with pytest.raises(Exception, match="takes no pytree structure"):
+        _raw_call(jnp.ones(3), **_attrs("tests.double", trees=_kwargs.encode_kwargs({}).blob))
 
 
 def _double(out, args, kwargs_dump):
@@ -84,7 +103,7 @@ double = jaxbind.get_linear_call(
 )
 
 
-@pytest.mark.parametrize("fmt", [1, 2])
+@pytest.mark.parametrize("fmt", [1, 2, 3])
 def test_tampered_digest_is_rejected(fmt):
     attrs = _attrs("tests.double", fmt=fmt, digest=12345)
     with pytest.raises(Exception, match="digest mismatch"):
@@ -97,7 +116,7 @@ def test_unknown_role_is_a_clean_error(role):
         _raw_call(jnp.ones(3), **_attrs("tests.double", role=role))
 
 
-@pytest.mark.parametrize("fmt", [1, 2])
+@pytest.mark.parametrize("fmt", [1, 2, 3])
 def test_hand_made_calls_of_both_formats_run(fmt):
     np.testing.assert_allclose(
         _raw_call(jnp.arange(3.0), **_attrs("tests.double", fmt=fmt)), [0, 2, 4]
@@ -193,7 +212,7 @@ def test_load_kwargs_accepts_jaxbind13_dumps():
 
 
 def test_extension_reports_its_build():
-    assert _ext.call_format == _callformat.FORMAT == 2
+    assert _ext.call_format == _callformat.FORMAT == 3
     assert isinstance(_ext.jaxlib_version, str) and _ext.jaxlib_version[0].isdigit()
     assert len(_ext.ffi_api_version) == 2
 

@@ -10,12 +10,13 @@ from collections.abc import Callable, Sequence
 import jax
 import jax.numpy as jnp
 
-from ._binding import Binding, Kind, OpBase, register
+from ._binding import Binding, register
 from ._compat import register_cache
 from ._errors import about
-from ._kwargs import encode_kwargs
+from ._kwargs import KwargsDump, encode_kwargs
 from ._options import OPTION_DOCS, Options, declare
 from ._primitive import IMPL_CALLS, PRIMITIVE, bind, eager, nested
+from ._roles import Kind, OpBase, role_table
 from ._spec import CallSpec
 
 __all__ = ["Op", "get_linear_call", "get_nonlinear_call"]
@@ -82,6 +83,11 @@ class Op(OpBase):
                         return self._eager_plain(*args)
                     except RecursionError as exc:
                         return nested(self._eager_calls, self._eager_plain_spec, exc, args)
+        return self.apply(args, kwargs)
+
+    def apply(self, args, kwargs: dict, trees: KwargsDump | None = None) -> list[jax.Array]:
+        """Apply the op to `args` with keyword arguments `kwargs`; `trees`: the call's
+        pytree structure (JAX-native API, see CallSpec.trees)."""
         binding = self.binding
         if len(args) <= binding.options.fixed:
             raise TypeError(
@@ -98,7 +104,7 @@ class Op(OpBase):
             a if isinstance(a, jax.Array) else _as_array(binding.name, i, a)
             for i, a in enumerate(args)
         ]
-        spec = CallSpec(binding, "f", binding.options.fixed, dump)
+        spec = CallSpec(binding, "f", binding.options.fixed, dump, trees=trees)
         if any(isinstance(a, jax.core.Tracer) for a in args):
             return bind(spec, *args)
         try:
@@ -202,6 +208,12 @@ def make_op(
         _check_body_runs(what, fn, name)
     if not callable(abstract):
         raise TypeError(f"jaxbind: abstract must be callable, got {abstract!r}")
+    for shape in abstract_T if isinstance(abstract_T, tuple) else (abstract_T,):
+        if shape is not None and not callable(shape):
+            raise TypeError(
+                f"jaxbind: the abstract functions of the transposes (or the VJP) must be "
+                f"callables or None, got {shape!r}"
+            )
     explicit = name is not None
     if explicit and (not isinstance(name, str) or not name):
         raise TypeError(f"jaxbind: name must be a non-empty string, got {name!r}")
@@ -210,16 +222,8 @@ def make_op(
             f"{getattr(f, '__module__', None) or 'unknown'}."
             f"{getattr(f, '__qualname__', None) or type(f).__qualname__}"
         )
-    binding = Binding(
-        name=name,
-        kind=kind,
-        f=f,
-        transposes=transposes,
-        derivatives=derivatives,
-        abstract=abstract,
-        abstract_T=abstract_T,
-        options=options,
-    )
+    roles = role_table(kind, f, transposes, derivatives, abstract, abstract_T)
+    binding = Binding(name=name, kind=kind, roles=roles, options=options)
     binding, _ = register(binding, explicit_name=explicit, replace=replace)
     return Op(binding)
 
@@ -229,7 +233,7 @@ def get_linear_call(
     f_T: Callable | Sequence[Callable | None] | None,
     /,
     abstract: Callable,
-    abstract_T: Callable | Sequence | None,
+    abstract_T: Callable | Sequence | None = None,
     *,
     first_n_args_fixed: int = 0,
     func_can_batch: bool = False,
@@ -248,7 +252,9 @@ def get_linear_call(
         transpose is called with all arguments except the i-th, followed by the
         cotangents, and writes the cotangent of argument i.
       abstract: output shapes and dtypes of ``f`` from its shaped arguments.
-      abstract_T: the same for ``f_T`` (a tuple for a multilinear op).
+      abstract_T: the same for ``f_T`` (a tuple for a multilinear op), or None
+        (for any of them): the cotangents are shaped as the inputs they belong to,
+        which jaxbind knows from the primals.
       first_n_args_fixed: number of leading arguments that are parameters, not
         linear inputs; they cannot be differentiated or transposed.
       func_can_batch: the callables handle batched inputs natively; they and the
@@ -268,9 +274,11 @@ def get_linear_call(
     multilinear = isinstance(f_T, (tuple, list))
     if multilinear:
         f_T = tuple(f_T)
+        if abstract_T is None:
+            abstract_T = (None,) * len(f_T)
         if not isinstance(abstract_T, (tuple, list)) or len(abstract_T) != len(f_T):
             raise TypeError(
-                "jaxbind: with a tuple of transposes f_T, abstract_T must be a "
+                "jaxbind: with a tuple of transposes f_T, abstract_T must be None or a "
                 f"tuple of the same length ({len(f_T)})"
             )
         abstract_T = tuple(abstract_T)
@@ -288,7 +296,7 @@ def get_nonlinear_call(
     f_derivative: Sequence[Callable | None],
     /,
     abstract: Callable,
-    abstract_reverse: Callable | None,
+    abstract_reverse: Callable | None = None,
     *,
     first_n_args_fixed: int = 0,
     func_can_batch: bool = False,
@@ -312,7 +320,8 @@ def get_nonlinear_call(
         second (and higher) derivatives, as far as the JAX functions do.
       abstract: output shapes and dtypes of ``f`` (and so of ``f_jvp``).
       abstract_reverse: output shapes of ``f_vjp``, called with f's arguments
-        followed by the cotangents.
+        followed by the cotangents; None: they are shaped as the non-fixed
+        arguments, which jaxbind knows from the primals.
       first_n_args_fixed: as for :func:`get_linear_call`.
       func_can_batch: as for :func:`get_linear_call`.
       name: as for :func:`get_linear_call`.

@@ -1,8 +1,8 @@
 """Bindings: the user's callables for one op, their roles, and the name registry.
 
-A binding holds everything an op was defined with: its functions, one per role
-(see _roles), the abstract functions that describe their outputs, and its
-Options (see _options).
+A binding holds everything an op was defined with: its role table (see _roles:
+each role's body, abstract function, argument layout and transpose partner) and
+its Options (see _options).
 
 Bindings are registered by name so that a compiled program, which names its
 binding by string, can find the callable again (see _runtime.resolve_site).
@@ -11,7 +11,6 @@ binding by string, can find the callable again (see _runtime.resolve_site).
 from __future__ import annotations
 
 import collections
-import enum
 import functools
 import threading
 import types
@@ -21,25 +20,9 @@ from dataclasses import dataclass, field
 
 from ._errors import about
 from ._options import Options
-from ._roles import Role
+from ._roles import Kind, OpBase, Role, RoleDef, missing_role
 
-__all__ = [
-    "Kind",
-    "Binding",
-    "JaxFunction",
-    "OpBase",
-    "is_jax_function",
-    "jax_function",
-    "register",
-    "lookup",
-]
-
-
-class OpBase:
-    """What every jaxbind op is (the Op class of _api derives from it)."""
-
-    __slots__ = ()
-    binding: Binding
+__all__ = ["Binding", "register", "lookup"]
 
 
 class SiteHolder:
@@ -54,72 +37,13 @@ class SiteHolder:
 _ORPHANS = 64  # sites of programs compiled elsewhere (jax.export), per binding
 
 
-def is_jax_function(fn) -> bool:
-    """A derivative that is traced into the program: a jax_function or a jaxbind op."""
-    return isinstance(fn, (JaxFunction, OpBase))
-
-
-class Kind(enum.Enum):
-    LINEAR = "linear"
-    MULTILINEAR = "multilinear"
-    NONLINEAR = "nonlinear"
-
-
-class JaxFunction:
-    """A derivative given as a JAX function rather than a callable (see jax_function).
-
-    It is called with JAX arrays, ``fn(*primals, *tangents_or_cotangents, **kwargs)``,
-    returns a sequence of arrays, and is traced into the program, so JAX can
-    differentiate, batch and lower it like any JAX code.
-    """
-
-    __slots__ = ("fn", "__weakref__")
-
-    def __init__(self, fn: Callable):
-        if not callable(fn):
-            raise TypeError(f"jaxbind.jax_function: expected a callable, got {fn!r}")
-        self.fn = fn
-
-    def __call__(self, *args, **kwargs):
-        return self.fn(*args, **kwargs)
-
-    def __eq__(self, other):
-        return isinstance(other, JaxFunction) and same_values(other.fn, self.fn)
-
-    def __hash__(self):
-        try:
-            return hash(self.fn)
-        except TypeError:  # e.g. a dataclass with eq=True: equal ones share their type
-            return hash(type(self.fn))
-
-    def __repr__(self):
-        return f"jax_function({self.fn!r})"
-
-
-def jax_function(fn: Callable) -> JaxFunction:
-    """Mark `fn` as a JAX function, for use as ``f_jvp`` or ``f_vjp`` of a nonlinear op.
-
-    ``fn(*primals, *tangents, **kwargs)`` (JVP) or ``fn(*primals, *cotangents,
-    **kwargs)`` (VJP) takes JAX arrays and returns a sequence of arrays instead
-    of writing into ``out``. jaxbind traces it into the program, so its own
-    derivatives come from JAX: built from jax.numpy or from other jaxbind ops, it
-    makes the nonlinear op differentiable to second order (Hessians) and beyond,
-    as far as the ops inside it are. A jaxbind op can be passed directly.
-    """
-    return fn if isinstance(fn, JaxFunction) else JaxFunction(fn)
-
-
 @dataclass(eq=False)
 class Binding:
     """The callables and settings of one jaxbind op."""
 
     name: str
     kind: Kind
-    f: Callable
-    transposes: Callable | tuple | None  # f_T (linear) or one per argument (multilinear)
-    derivatives: tuple | None  # (f_jvp, f_vjp) for nonlinear ops
-    abstract: Callable
-    abstract_T: Callable | tuple | None
+    roles: dict[str, RoleDef]  # by role name, see _roles.role_table
     # fixed arguments, native batching, GPU mode, aliases, effects, linear_in (_options)
     options: Options
     # Call sites resolved for programs that call this binding. A program compiled in
@@ -140,15 +64,12 @@ class Binding:
 
     def callables(self) -> tuple:
         """Everything user-supplied, to tell equal bindings from clashing ones."""
-        return (
-            self.kind,
-            self.f,
-            self.transposes,
-            self.derivatives,
-            self.abstract,
-            self.abstract_T,
-            self.options,
-        )
+        return (self.kind, tuple(r.identity() for r in self.roles.values()), self.options)
+
+    @property
+    def f(self) -> Callable:
+        """The body of the function itself (role "f")."""
+        return self.roles["f"].body
 
     def holder(self, digest: int) -> SiteHolder:
         """The holder of the site `digest`, for a program being lowered to keep alive."""
@@ -184,92 +105,47 @@ class Binding:
         live.update(self.orphans)
         return live
 
-    def callable_for(self, role: str | Role) -> Callable:
+    def role(self, role: str | Role) -> RoleDef:
+        """The entry of the role table for `role`; LookupError if the op has no such role."""
         role = Role.parse(role) if isinstance(role, str) else role
-        if role.base == "f":
-            return self.f
-        if self.kind is Kind.LINEAR and role.base == "T" and role.index is None:
-            fn = self.transposes
-        elif self.kind is Kind.NONLINEAR and role.base in ("jvp", "vjp"):
-            fn = self.derivatives[0 if role.base == "jvp" else 1]
-        elif self.kind is Kind.MULTILINEAR and role.index is not None:
-            fn = self.transposes[role.index] if role.index < len(self.transposes) else None
-        else:
-            raise LookupError(
-                f"jaxbind: binding '{self.name}' ({self.kind.value}) has no role {role.text!r}"
-            )
-        if fn is None:
+        found = self.roles.get(role.text)
+        if found is not None:
+            return found
+        if self.kind is Kind.MULTILINEAR and role.index is not None:
+            return missing_role(role)  # a transpose beyond those given: none given
+        raise LookupError(
+            f"jaxbind: binding '{self.name}' ({self.kind.value}) has no role {role.text!r}"
+        )
+
+    def body(self, role: str | Role) -> Callable:
+        """The body of `role`; NotImplementedError, naming the op, if it was given none."""
+        entry = self.role(role)
+        if entry.body is None:
             raise NotImplementedError(
-                f"{about(self.name)} was given no callable for {role.describe()}; "
+                f"{about(self.name)} was given no callable for {entry.role.describe()}; "
                 "pass one to get_linear_call to transpose or differentiate this op"
             )
-        return fn
+        return entry.body
 
-    def runtime_callable_for(self, role: str | Role) -> Callable:
-        """The callable the trampoline calls for `role` (not a JAX function)."""
-        role = Role.parse(role) if isinstance(role, str) else role
-        fn = self.callable_for(role)
-        if is_jax_function(fn):
-            raise LookupError(
-                f"jaxbind: {role.describe()} of '{self.name}' is a JAX function, "
-                "which programs contain inlined; no call of it goes through the "
-                "trampoline"
-            )
-        return fn
-
-    def jax_function_for(self, role: str | Role) -> Callable | None:
-        """The JAX function that computes `role` (a nonlinear op's JVP or VJP), if any."""
-        if self.kind is not Kind.NONLINEAR:
-            return None
-        role = Role.parse(role) if isinstance(role, str) else role
-        if role.base not in ("jvp", "vjp"):
-            return None
-        fn = self.derivatives[0 if role.base == "jvp" else 1]
-        return fn if is_jax_function(fn) else None
+    def has(self, role: str) -> bool:
+        """Whether the op was given a body for `role`."""
+        entry = self.roles.get(role)
+        return entry is not None and entry.body is not None
 
     def order(self) -> float:
         """How often the op can be differentiated (inf: any number of times)."""
         if self.kind is not Kind.NONLINEAR:
             return float("inf")
         inner = []
-        for fn in self.derivatives:
-            if fn is None:
+        for name in ("jvp", "vjp"):
+            entry = self.roles[name]
+            if entry.body is None:
                 continue
-            if not is_jax_function(fn):
+            if not entry.kind.traced:
                 return 1
-            inner.append(fn.binding.order() if isinstance(fn, OpBase) else float("inf"))
+            body = entry.body
+            inner.append(body.binding.order() if isinstance(body, OpBase) else float("inf"))
         return 1 + min(inner, default=0)
-
-    def has_abstract(self, role: str | Role) -> bool:
-        """Whether the binding has an abstract function for `role` (transposes may lack one)."""
-        role = Role.parse(role) if isinstance(role, str) else role
-        if role.base in ("f", "jvp"):
-            return True
-        fn = (
-            self.abstract_T
-            if role.index is None
-            else (
-                self.abstract_T[role.index]
-                if isinstance(self.abstract_T, tuple) and role.index < len(self.abstract_T)
-                else None
-            )
-        )
-        return callable(fn)
-
-    def abstract_for(self, role: str | Role) -> Callable:
-        role = Role.parse(role) if isinstance(role, str) else role
-        self.callable_for(role)  # a role without a callable is reported as such
-        if role.base in ("f", "jvp"):
-            return self.abstract
-        if role.index is None:  # "T", "vjp"
-            fn = self.abstract_T
-        else:  # multilinear "T<i>"
-            fn = self.abstract_T[role.index] if role.index < len(self.abstract_T) else None
-        if fn is None or not callable(fn):
-            raise NotImplementedError(
-                f"{about(self.name)} was given no abstract function for {role.describe()}"
-            )
-        return fn
 
 
 # name -> Binding, weakly held: a binding lives as long as its op, any jaxpr

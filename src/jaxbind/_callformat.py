@@ -3,9 +3,9 @@ read by the runtime (and by the trampoline in cpp/, whose ``CallAttributes`` str
 mirrors :class:`CallAttributes`).
 
 A compiled or exported program names its jaxbind calls by these FFI attributes
-(call format 2; the trampoline checks ``jaxbind_format`` first):
+(call format 3; the trampoline checks ``jaxbind_format`` first):
 
-- ``jaxbind_format`` (int32): the format version, 2. Format 1 programs still run.
+- ``jaxbind_format`` (int32): the format version, 3. Format 1 and 2 programs still run.
 - ``binding`` (str): the binding's name; the process must have created it.
 - ``role`` (str): which of the binding's callables, see :class:`jaxbind._roles.Role`.
 - ``kwargs`` (uint8 array): the keyword arguments the callables receive, encoded
@@ -14,6 +14,10 @@ A compiled or exported program names its jaxbind calls by these FFI attributes
   jaxbind's own batch loop, see :class:`Loop` (format 1 kept it inside ``kwargs``).
 - ``n_fixed`` (int32): the role's leading arguments that are not linear or
   differentiated, which the runtime needs to evaluate the abstract function.
+- ``trees`` (uint8 array, format 3): the pytree structure of a JAX-native op's call
+  (its arguments' and its results'), encoded as the keyword arguments are; empty for
+  calls without one. (Format 2 carried it among the keyword arguments, as
+  ``jaxbind_in`` and ``jaxbind_out``.)
 - ``site`` (int64): a digest of all of the above. It names the call site in the
   trampoline's cache; it detects accidents, not tampering, so the runtime checks
   every attribute and the buffers themselves when it first sees a site.
@@ -29,7 +33,7 @@ import numpy as np
 
 __all__ = ["FORMAT", "CallAttributes", "Loop", "NO_LOOP"]
 
-FORMAT = 2
+FORMAT = 3
 MAX_LEVELS = 64  # batch levels of jaxbind's own loop
 MAX_FIXED = 4096
 
@@ -59,7 +63,7 @@ class CallAttributes:
     """The attributes of one jaxbind call, in the format it was written in.
 
     ``levels``, ``flags`` and ``n_fixed`` are None in format 1, whose loop is inside
-    the keyword arguments.
+    the keyword arguments; ``trees`` is empty before format 3.
     """
 
     binding: str
@@ -68,14 +72,22 @@ class CallAttributes:
     levels: int | None = 0
     flags: bytes = b""
     n_fixed: int | None = 0
+    trees: bytes = b""
     format: int = FORMAT
 
     @classmethod
     def of_call(
-        cls, binding: str, role: str, kwargs: bytes, loop: Loop, n_inputs: int, n_fixed: int
+        cls,
+        binding: str,
+        role: str,
+        kwargs: bytes,
+        loop: Loop,
+        n_inputs: int,
+        n_fixed: int,
+        trees: bytes = b"",
     ) -> CallAttributes:
         """The attributes the lowering writes for one call (this format)."""
-        return cls(binding, role, kwargs, loop.levels, loop.flags(n_inputs), n_fixed)
+        return cls(binding, role, kwargs, loop.levels, loop.flags(n_inputs), n_fixed, trees)
 
     @classmethod
     def read(
@@ -88,10 +100,12 @@ class CallAttributes:
         levels: int,
         flags: bytes,
         n_fixed: int,
+        trees: bytes = b"",
     ) -> CallAttributes:
         """The attributes of a call as the trampoline found them in a program, checked:
         the digest must match, and the loop and n_fixed be in range. Format 1 programs
-        pass -1, b"", -1 for the attributes they lack."""
+        pass -1, b"", -1 for the attributes they lack, and formats 1 and 2 b"" for
+        ``trees``."""
         if fmt == 1:
             attributes = cls(binding, role, kwargs, None, b"", None, format=1)
         else:
@@ -101,7 +115,11 @@ class CallAttributes:
                 raise ValueError("the call's batch flags are not 0 or 1")
             if not 0 <= n_fixed <= MAX_FIXED:
                 raise ValueError(f"the call's n_fixed ({n_fixed}) is out of range")
-            attributes = cls(binding, role, kwargs, levels, bytes(flags), n_fixed, format=fmt)
+            if fmt < 3 and trees:
+                raise ValueError(f"call format {fmt} has no pytree structure attribute")
+            attributes = cls(
+                binding, role, kwargs, levels, bytes(flags), n_fixed, bytes(trees), format=fmt
+            )
         if attributes.digest != digest:
             raise ValueError(
                 f"the call attributes of '{binding}' are inconsistent (digest mismatch); "
@@ -121,7 +139,7 @@ class CallAttributes:
         """Signed 64-bit digest of the attributes: the ``site`` attribute.
 
         Format 1 digests cover (binding, role, kwargs); format 2 digests also cover
-        ``loop_levels``, ``loop_batched`` and ``n_fixed``.
+        ``loop_levels``, ``loop_batched`` and ``n_fixed``; format 3, ``trees``.
         """
         h = hashlib.blake2b(digest_size=8)
         parts = [self.binding.encode(), self.role.encode(), self.kwargs]
@@ -131,6 +149,8 @@ class CallAttributes:
                 bytes(self.flags),
                 int(self.n_fixed).to_bytes(4, "little", signed=True),
             ]
+        if self.format >= 3:
+            parts.append(self.trees)
         for part in parts:
             h.update(len(part).to_bytes(8, "little"))
             h.update(part)
@@ -148,4 +168,5 @@ class CallAttributes:
             loop_levels=np.int32(self.levels),
             loop_batched=np.frombuffer(self.flags, dtype=np.uint8),
             n_fixed=np.int32(self.n_fixed),
+            trees=np.frombuffer(self.trees, dtype=np.uint8),
         )

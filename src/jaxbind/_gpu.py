@@ -292,22 +292,32 @@ def _streams_for(stream: int, device: int) -> tuple:
     ) + ((_NO_CONTEXT,) if torch_on is None else (torch.cuda.stream(torch_on),))
 
 
-def _element(buffers, levels, k, batched):
-    """(pointer, shape, dtype) of batch element k of each buffer (all of them if levels=0)."""
-    out = []
-    for i, (ptr, shape, code) in enumerate(buffers):
-        dtype = XLA_ELEMENT_TYPES[code]
-        if levels and (not batched or batched[i]):
-            core = shape[levels:]
-            ptr += k * int(np.prod(core, dtype=np.int64)) * dtype.itemsize
-            shape = core
-        out.append((ptr, shape, dtype))
-    return out
-
-
 def _batch_count(outs, levels) -> int:
     """Number of batch elements of jaxbind's loop: the leading `levels` axes of output 0."""
     return int(np.prod(outs[0][1][:levels], dtype=np.int64)) if levels and outs else 1
+
+
+def _elements(buffers, levels, k, batched):
+    """Batch element k of each buffer, as (byte offset, shape, dtype); the whole buffer
+    where it is not batched (or levels = 0). `batched` is None for outputs (all are)."""
+    out = []
+    for i, (_ptr, shape, code) in enumerate(buffers):
+        dtype, offset = XLA_ELEMENT_TYPES[code], 0
+        if levels and (batched is None or batched[i]):
+            shape = shape[levels:]
+            offset = k * int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        out.append((offset, tuple(shape), dtype))
+    return out
+
+
+def _batch_loop(callable_, kwargs_dump, levels, batched, ins, outs, view) -> None:
+    """jaxbind's batch loop on the GPU, in either mode: the callable once per batch element
+    (once if levels = 0), with ``view(i, offset, shape, dtype, is_input)`` making the array
+    it gets for part of buffer i. (On the CPU the trampoline runs this loop in C++.)"""
+    for k in range(_batch_count(outs, levels)):
+        args = tuple(view(i, *e, True) for i, e in enumerate(_elements(ins, levels, k, batched)))
+        out = tuple(view(i, *e, False) for i, e in enumerate(_elements(outs, levels, k, None)))
+        callable_(out, args, kwargs_dump)
 
 
 _contexts: dict = {}  # CallContext by (stream, device, mode): one object per stream
@@ -325,7 +335,7 @@ def dispatch(callable_, kwargs_dump, mode, levels, batched, stream, device, ins,
     _local.context = context
     try:
         if mode == "host":
-            _run_on_host(callable_, kwargs_dump, levels, batched, stream, ins, outs)
+            _run_on_host(callable_, kwargs_dump, levels, batched, stream, ins, outs, _driver())
         else:
             _run_on_device(callable_, kwargs_dump, levels, batched, stream, device, ins, outs)
     finally:
@@ -333,22 +343,18 @@ def dispatch(callable_, kwargs_dump, mode, levels, batched, stream, device, ins,
 
 
 def _run_on_device(callable_, kwargs_dump, levels, batched, stream, device, ins, outs):
+    def view(i, offset, shape, dtype, is_input):
+        ptr = (ins if is_input else outs)[i][0] + offset
+        return CudaArray(ptr, shape, dtype, is_input, stream, device)
+
     cupy_device, cupy_on, torch_on = _streams_for(stream, device)
     with cupy_device, cupy_on, torch_on:
-        for k in range(_batch_count(outs, levels)):
-            args = tuple(
-                CudaArray(p, s, d, True, stream, device)
-                for p, s, d in _element(ins, levels, k, batched)
-            )
-            out = tuple(
-                CudaArray(p, s, d, False, stream, device)
-                for p, s, d in _element(outs, levels, k, ())
-            )
-            callable_(out, args, kwargs_dump)
+        _batch_loop(callable_, kwargs_dump, levels, batched, ins, outs, view)
 
 
-def _run_on_host(callable_, kwargs_dump, levels, batched, stream, ins, outs):
-    driver = _driver()
+def _run_on_host(callable_, kwargs_dump, levels, batched, stream, ins, outs, driver):
+    """Host mode: the buffers copied to the host, the loop over NumPy views of the copies,
+    the outputs copied back. `driver` copies (see _Driver)."""
     host_in = []
     for ptr, shape, code in ins:
         a = np.empty(shape, XLA_ELEMENT_TYPES[code])
@@ -362,15 +368,11 @@ def _run_on_host(callable_, kwargs_dump, levels, batched, stream, ins, outs):
             o[...] = by_address[ptr]  # the output starts as the input, as on the device
     for a in host_in:
         a.flags.writeable = False
-    for k in range(_batch_count(outs, levels)):
-        if levels:
-            args = tuple(
-                a[np.unravel_index(k, a.shape[:levels])] if (not batched or batched[i]) else a
-                for i, a in enumerate(host_in)
-            )
-            out = tuple(o[np.unravel_index(k, o.shape[:levels])] for o in host_out)
-        else:
-            args, out = tuple(host_in), tuple(host_out)
-        callable_(out, args, kwargs_dump)
+
+    def view(i, offset, shape, dtype, is_input):
+        # a view of the copy (its base keeps the copy alive); read-only for inputs
+        return np.ndarray(shape, dtype, (host_in if is_input else host_out)[i], offset)
+
+    _batch_loop(callable_, kwargs_dump, levels, batched, ins, outs, view)
     for (ptr, _, _), o in zip(outs, host_out):
         driver.to_device(ptr, o, stream)  # host_out arrays are C-contiguous

@@ -16,12 +16,15 @@ Ops made this way are bindings of the same machinery as ``get_linear_call`` and
 ``get_nonlinear_call`` (one `jaxbind` primitive, names, export, batching,
 sharding, GPU, ``jaxbind.testing.check``). This module only translates:
 
-- arguments and results are pytrees of arrays; the structures travel to the
-  callables as two reserved keyword arguments (``jaxbind_in``, ``jaxbind_out``:
-  the pytrees with 0 for every array), so programs stay exportable when the
-  structures are made of tuples, lists, dicts and None;
+- arguments and results are pytrees of arrays; their structure is a field of the
+  call (CallSpec.trees, the ``trees`` attribute of call format 3: the pytrees with 0
+  for every array), as JAX keeps ``in_tree``, so programs stay exportable when the
+  structures are made of tuples, lists, dicts and None. Each body and the shape
+  function take it through ``for_trees`` (see _roles.for_call), which groups the
+  flat arrays of each role (_layout) into the user's pytrees;
 - shapes are ``jax.ShapeDtypeStruct`` pytrees returned by ``shape``; those of
-  transposes and VJPs come from the primals (see CallSpec.out_hint);
+  transposes and VJPs come from the primals (see CallSpec.out_hint), as they may
+  in the other API;
 - a callable either returns its results, which jaxbind copies into XLA's
   buffers, or, if it takes an ``out=`` keyword argument, writes into them;
 - ``vectorized=True``: the callables get every batched array with its batch axes
@@ -40,14 +43,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._api import Op, make_op
-from ._binding import JaxFunction, Kind, is_jax_function, jax_function
 from ._errors import about, add_context
-from ._kwargs import load_kwargs
+from ._kwargs import KwargsDump, encode_kwargs, load_kwargs
 from ._options import Options, declare
+from ._roles import Args, JaxFunction, Kind, is_jax_function, jax_function, role_table
+from ._spec import BatchAxes
 
 __all__ = ["NativeOp", "linear_op", "multilinear_op", "nonlinear_op"]
-
-IN, OUT = "jaxbind_in", "jaxbind_out"  # reserved keyword arguments: pytree skeletons
 
 ShapeFn = Callable[..., Any]
 
@@ -63,15 +65,15 @@ def _structure_of(key) -> Any:
 
 class _Tree:
     """A pytree structure that plain data cannot describe (namedtuples, OrderedDicts,
-    dataclasses, custom nodes): carried in the call's keyword arguments as this object,
+    dataclasses, custom nodes): carried in the call's pytree structure as this object,
     one per structure, so that equal structures give equal calls. Such calls stay in
-    this process (jax.export refuses keyword arguments that are not data)."""
+    this process (jax.export refuses what is not data)."""
 
     __slots__ = ("treedef", "number")
     _by_treedef: dict = {}
     _by_number: dict = {}
 
-    def __reduce__(self):  # pickled only for the keyword arguments' digest
+    def __reduce__(self):  # pickled only for the digest
         return _tree_numbered, (self.number,)
 
     def __repr__(self):
@@ -102,7 +104,7 @@ def _plain(skeleton) -> bool:
 
 
 def _token(tree) -> Any:
-    """What the call's keyword arguments carry for the pytree structure `tree`."""
+    """What the call's pytree structure carries for the structure `tree`."""
     skeleton = _skeleton(tree)
     return skeleton if _plain(skeleton) else _Tree.of(tree)
 
@@ -116,16 +118,23 @@ def _structure(skeleton) -> Any:
         return jax.tree.structure(skeleton)
 
 
+@functools.lru_cache(maxsize=4096)
+def _call_trees(in_tree, out_tree) -> KwargsDump:
+    """A call's pytree structure (CallSpec.trees): its arguments' and its results'."""
+    return encode_kwargs({"in": _token(in_tree), "out": _token(out_tree)}, where="pytree")
+
+
+def _structures(trees: KwargsDump) -> tuple:
+    """(argument tree, result tree) of a call from its CallSpec.trees."""
+    values = trees._values
+    return _structure(values["in"]), _structure(values["out"])
+
+
 def _takes_out(fn: Callable) -> bool:
     try:
         return "out" in inspect.signature(fn).parameters
     except (TypeError, ValueError):
         return False
-
-
-def _front(a, axes):
-    """An array with its batch axes (innermost first) moved to the front, outermost first."""
-    return np.moveaxis(a, list(reversed(axes)), list(range(len(axes)))) if axes else a
 
 
 def _split(leaves, trees):
@@ -137,20 +146,63 @@ def _split(leaves, trees):
     return out
 
 
-class _Callable:
-    """One callable of a native op, in JAXbind's (out, args, kwargs_dump) protocol."""
+# --- argument layouts: the pytrees each role takes, from the call's structure -------------
 
-    def __init__(self, native: NativeOp, fn: Callable, layout: Callable, what: str):
-        self.native, self.fn, self.layout, self.what = native, fn, layout, what
-        self.takes_out = _takes_out(fn)
+
+def _tangents(args, fixed: int):
+    lin = args[fixed:]
+    return jax.tree.structure(tuple(_skeleton(t) for t in lin))
+
+
+def _layout(args_of: Args, ins, outs, fixed: int, index: int | None):
+    """(argument trees, result tree) of a role (see _roles.Args), for a call of f with
+    argument tree `ins` and result tree `outs`."""
+    args = ins.children()
+    if args_of is Args.F:
+        return args, outs
+    if args_of is Args.T:
+        lin = args[fixed:]
+        return args[:fixed] + [outs], (lin[0] if len(lin) == 1 else _tangents(args, fixed))
+    if args_of is Args.T_I:
+        return args[:index] + args[index + 1 :] + [outs], args[index]
+    if args_of is Args.JVP:
+        return [ins, _tangents(args, fixed)], outs
+    return [ins, outs], _tangents(args, fixed)  # Args.VJP
+
+
+class _Body:
+    """One body or shape function of a native op, made for calls by `for_trees`: the call's
+    pytree structure decides how its flat arrays are grouped into the user's pytrees."""
+
+    def __init__(self, native: NativeOp, fn: Callable, args: Args, what: str, index=None):
+        self.native, self.fn, self.args, self.what, self.index = native, fn, args, what, index
         functools.update_wrapper(self, fn, updated=())
 
-    def __call__(self, out, args, kwargs_dump):
+    def trees(self, trees: KwargsDump):
+        ins, outs = _structures(trees)
+        return _layout(self.args, ins, outs, self.native.fixed, self.index)
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(
+            f"{about(self.native.name)} ({self.what}) is called with the pytree structure of "
+            "a call (for_trees), not directly"
+        )
+
+
+class _Callable(_Body):
+    """A callable of a native op, as the trampoline calls it: (out, args, kwargs_dump)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.takes_out = _takes_out(self.fn)
+
+    def for_trees(self, trees: KwargsDump) -> Callable:
+        return functools.partial(self._run, *self.trees(trees))
+
+    def _run(self, arg_trees, out_tree, out, args, kwargs_dump):
         kwargs = load_kwargs(kwargs_dump)
-        ins, outs = _structure(kwargs.pop(IN)), _structure(kwargs.pop(OUT))
         batch = kwargs.pop("batch_axes", None)
-        leaves = [_front(a, ax) for a, ax in zip(args, batch)] if batch else list(args)
-        arg_trees, out_tree = self.layout(ins, outs)
+        leaves = BatchAxes(batch).to_front(args, np.moveaxis) if batch else list(args)
         user_args = _split(leaves, arg_trees)
         if self.takes_out:
             self.fn(*user_args, out=jax.tree.unflatten(out_tree, list(out)), **kwargs)
@@ -173,16 +225,38 @@ class _Callable:
             np.copyto(o, r, casting="same_kind")
 
 
-class _JaxDerivative:
+class _JaxDerivative(_Body):
     """A derivative given as a JAX function, for a native op (pytrees in and out)."""
 
-    def __init__(self, native: NativeOp, fn: Callable, layout: Callable):
-        self.native, self.fn, self.layout = native, fn, layout
+    def for_trees(self, trees: KwargsDump) -> Callable:
+        arg_trees, out_tree = self.trees(trees)
 
-    def __call__(self, *leaves, **kwargs):
-        ins, outs = _structure(kwargs.pop(IN)), _structure(kwargs.pop(OUT))
-        arg_trees, out_tree = self.layout(ins, outs)
-        return out_tree.flatten_up_to(self.fn(*_split(list(leaves), arg_trees), **kwargs))
+        def call(*leaves, **kwargs):
+            return out_tree.flatten_up_to(self.fn(*_split(list(leaves), arg_trees), **kwargs))
+
+        return call
+
+
+class _Shapes(_Body):
+    """The op's shape function as its abstract function (f's, and the JVP's at the primals)."""
+
+    def for_trees(self, trees: KwargsDump) -> Callable:
+        ins, outs = _structures(trees)
+        return functools.partial(self._declare, ins, outs)
+
+    def _declare(self, ins, outs, *avals, batch_axes=None, **kwargs):
+        levels = ()
+        if batch_axes:  # vectorized: the shape function sees the arrays without batch axes
+            layout = BatchAxes(batch_axes)
+            levels = layout.sizes([a.shape for a in avals])
+            avals = [
+                jax.ShapeDtypeStruct(layout.core_shape(a.shape, i), a.dtype)
+                for i, a in enumerate(avals)
+            ]
+        declared = outs.flatten_up_to(self.fn(*_split(list(avals), ins.children()), **kwargs))
+        if not batch_axes:
+            return tuple((d.shape, d.dtype) for d in declared)
+        return tuple((levels + tuple(d.shape), d.dtype, 0) for d in declared)
 
 
 class NativeOp:
@@ -215,6 +289,7 @@ class NativeOp:
         self._vjp: Callable | None = None
         self._called = False
         functools.update_wrapper(self, fn, updated=())
+        self._shapes = _Shapes(self, shape, Args.F, "the shape function")
         # Registered now, so that a process that only imports the op can run exported
         # programs that call it; def_* fill in the derivatives before the first call.
         self._op: Op = self._make()
@@ -274,63 +349,18 @@ class NativeOp:
             raise TypeError(f"{about(self.name)} is {self.kind}: use def_transpose, not {what}")
 
     # --- the binding -------------------------------------------------------------------
-    def _layout_f(self, ins, outs):
-        return ins.children(), outs
-
-    def _layout_T(self, ins, outs):
-        args = ins.children()
-        lin = args[self.fixed :]
-        out = lin[0] if len(lin) == 1 else jax.tree.structure(tuple(_skeleton(t) for t in lin))
-        return args[: self.fixed] + [outs], out
-
-    def _layout_Ti(self, i):
-        def layout(ins, outs):
-            args = ins.children()
-            return args[:i] + args[i + 1 :] + [outs], args[i]
-
-        return layout
-
-    def _primals_tangents(self, ins):
-        args = ins.children()
-        return ins, jax.tree.structure(tuple(_skeleton(t) for t in args[self.fixed :]))
-
-    def _layout_jvp(self, ins, outs):
-        primals, tangents = self._primals_tangents(ins)
-        return [primals, tangents], outs
-
-    def _layout_vjp(self, ins, outs):
-        primals, tangents = self._primals_tangents(ins)
-        return [primals, outs], tangents
-
-    def _abstract(self, *avals, batch_axes=None, **kwargs):
-        ins, outs = _structure(kwargs.pop(IN)), _structure(kwargs.pop(OUT))
-        levels = ()
-        if batch_axes:  # vectorized: the shape function sees the arrays without batch axes
-            levels = next(
-                tuple(a.shape[k] for k in reversed(ax)) for a, ax in zip(avals, batch_axes) if ax
-            )
-            avals = [
-                jax.ShapeDtypeStruct(
-                    tuple(d for k, d in enumerate(a.shape) if k not in ax), a.dtype
-                )
-                for a, ax in zip(avals, batch_axes)
-            ]
-        declared = outs.flatten_up_to(self.shape(*_split(list(avals), ins.children()), **kwargs))
-        if not batch_axes:
-            return tuple((d.shape, d.dtype) for d in declared)
-        return tuple((levels + tuple(d.shape), d.dtype, 0) for d in declared)
-
     def _transposes_now(self):
         if self.kind == "linear":
             t = self._transposes.get(None)
-            return _Callable(self, t, self._layout_T, "the transpose") if t is not None else None
+            return _Callable(self, t, Args.T, "the transpose") if t is not None else None
         n = max(self._transposes, default=-1) + 1
         return tuple(
             _Callable(
                 self,
                 self._transposes[i],
-                self._layout_Ti(i),
+                Args.T_I,
                 f"the transpose with respect to argument {i}",
+                index=i,
             )
             if i in self._transposes
             else None
@@ -339,33 +369,32 @@ class NativeOp:
 
     def _derivatives_now(self):
         derivatives = []
-        for fn, layout, what in (
-            (self._jvp, self._layout_jvp, "the JVP"),
-            (self._vjp, self._layout_vjp, "the VJP"),
-        ):
+        for fn, args, what in ((self._jvp, Args.JVP, "the JVP"), (self._vjp, Args.VJP, "the VJP")):
             if fn is None:
                 derivatives.append(None)
             elif is_jax_function(fn):
                 inner = fn.fn if isinstance(fn, JaxFunction) else fn
-                derivatives.append(jax_function(_JaxDerivative(self, inner, layout)))
+                derivatives.append(jax_function(_JaxDerivative(self, inner, args, what)))
             else:
-                derivatives.append(_Callable(self, fn, layout, what))
+                derivatives.append(_Callable(self, fn, args, what))
         return tuple(derivatives)
 
+    def _bodies(self) -> tuple:
+        """(f, transposes, derivatives) as defined so far."""
+        f = self.__dict__.get("_f") or _Callable(self, self.fn, Args.F, "the function")
+        self._f = f
+        if self.kind == "nonlinear":
+            return f, None, self._derivatives_now()
+        return f, self._transposes_now(), None
+
     def _make(self) -> Op:
-        """The binding, registered now with the function alone; def_* add the rest."""
-        f = _Callable(self, self.fn, self._layout_f, "the function")
-        kind = Kind(self.kind)
-        transposes = {Kind.LINEAR: None, Kind.MULTILINEAR: ()}.get(kind)
-        derivatives = (None, None) if kind is Kind.NONLINEAR else None
-        abstract_T = () if kind is Kind.MULTILINEAR else None
+        """The binding, registered now with the function alone; def_* add the rest. The
+        shapes of transposes and VJPs come from the primals (no abstract function)."""
         return make_op(
-            kind,
-            f,
-            transposes,
-            derivatives,
-            self._abstract,
-            abstract_T,
+            Kind(self.kind),
+            *self._bodies(),
+            self._shapes,
+            None,
             self.options,
             self._explicit_name,
             self._replace,
@@ -374,12 +403,7 @@ class NativeOp:
     def _refresh(self):
         """Give the registered binding the derivatives defined so far (before any call)."""
         binding = self._op.binding
-        if self.kind == "nonlinear":
-            binding.derivatives = self._derivatives_now()
-        else:
-            binding.transposes = self._transposes_now()
-            if self.kind == "multilinear":
-                binding.abstract_T = (None,) * len(binding.transposes)
+        binding.roles = role_table(binding.kind, *self._bodies(), self._shapes, None)
 
     @property
     def op(self) -> Op:
@@ -389,12 +413,10 @@ class NativeOp:
     def binding(self):
         return self._op.binding
 
-    def protocol_call(self, *args, **kwargs) -> tuple[list, dict]:
-        """The array arguments and keyword arguments of the underlying JAXbind-protocol op
-        for this call (used by jaxbind.testing.check)."""
-        for key in (IN, OUT):
-            if key in kwargs:
-                raise TypeError(f"{about(self.name)}: the keyword argument '{key}' is reserved")
+    def protocol_call(self, *args, **kwargs) -> tuple[list, dict, KwargsDump]:
+        """The array arguments, keyword arguments and pytree structure (CallSpec.trees)
+        with which this call applies the underlying op (see Op.apply; used by
+        jaxbind.testing.check)."""
         for i in range(min(self.fixed, len(args))):
             if jax.tree.structure(args[i]).num_leaves != 1 or not jax.tree_util.treedef_is_leaf(
                 jax.tree.structure(args[i])
@@ -410,14 +432,13 @@ class NativeOp:
         except Exception as exc:
             raise add_context(exc, f"jaxbind: the shape function of '{self.name}' failed") from None
         out_tree = jax.tree.structure(declared)
-        return leaves, {**kwargs, IN: _token(in_tree), OUT: _token(out_tree)}
+        return leaves, kwargs, _call_trees(in_tree, out_tree)
 
     def __call__(self, *args, **kwargs):
-        op = self._op
         self._called = True
-        leaves, call_kwargs = self.protocol_call(*args, **kwargs)
-        results = op(*leaves, **call_kwargs)
-        return jax.tree.unflatten(_structure(call_kwargs[OUT]), results)
+        leaves, kwargs, trees = self.protocol_call(*args, **kwargs)
+        results = self._op.apply(leaves, kwargs, trees)
+        return jax.tree.unflatten(_structures(trees)[1], results)
 
 
 def _decorator(what: str, kind: str, shape: ShapeFn, name, replace, fixed, vectorized, options):

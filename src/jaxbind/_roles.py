@@ -1,9 +1,18 @@
-"""Roles: which of a binding's callables a call runs.
+"""Roles: an op's function and its derivatives, each one entry of the binding's role table.
 
-  linear       "f" (f, abstract)        <-> "T" (f_T, abstract_T)
-  multilinear  "f" (f, abstract);  "T<i>" (f_T[i], abstract_T[i]), the
-               transpose with respect to argument i
-  nonlinear    "f" (f, abstract);  "jvp" (f_jvp, abstract) <-> "vjp" (f_vjp, abstract_T)
+  linear       "f"  <-> "T"                    (f_T: the transpose)
+  multilinear  "f";  "T<i>": the transpose with respect to argument i
+  nonlinear    "f";  "jvp" <-> "vjp"           (f is transposed through its VJP
+                                                 only where it is declared linear_in)
+
+Each role is one :class:`RoleDef`: its body (what computes it), its abstract
+function (the shapes of its outputs), its argument layout (:class:`Args`) and its
+transpose partner. :func:`role_table` builds the table from what either API was
+given; the rules read it and never ask which API made the op.
+
+A body is one of the :class:`Body` kinds: a Python callable, which the trampoline
+calls while the program runs, or a JAX function, which is traced into the program.
+The rules for each kind are grouped in ``jaxbind._rules`` (one set per kind).
 
 Roles travel as text (in the CallSpec and in a program's ``role`` attribute) and are
 parsed once into a :class:`Role`.
@@ -11,15 +20,38 @@ parsed once into a :class:`Role`.
 
 from __future__ import annotations
 
+import enum
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["Role", "describe_role"]
+__all__ = [
+    "Args",
+    "Body",
+    "JaxFunction",
+    "Kind",
+    "OpBase",
+    "Role",
+    "RoleDef",
+    "describe_role",
+    "for_call",
+    "is_jax_function",
+    "jax_function",
+    "role_table",
+]
+
+
+class Kind(enum.Enum):
+    """How an op depends on its arguments after the fixed ones."""
+
+    LINEAR = "linear"
+    MULTILINEAR = "multilinear"
+    NONLINEAR = "nonlinear"
 
 
 @dataclass(frozen=True, slots=True)
 class Role:
-    """One callable of a binding: "f", "T", "jvp", "vjp", or "T<i>" (multilinear).
+    """One role's name: "f", "T", "jvp", "vjp", or "T<i>" (multilinear).
 
     Attributes:
       text: the role as programs and CallSpecs carry it.
@@ -64,3 +96,197 @@ def describe_role(role: str) -> str:
         return Role.parse(role).describe()
     except LookupError:
         return f"role {role!r}"
+
+
+# --- bodies ----------------------------------------------------------------------------
+
+
+class OpBase:
+    """What every jaxbind op is (the Op class of _api derives from it). An op is a JAX
+    function, so it can be the body of another op's derivative."""
+
+    __slots__ = ()
+
+
+class JaxFunction:
+    """A derivative given as a JAX function rather than a callable (see jax_function).
+
+    It is called with JAX arrays, ``fn(*primals, *tangents_or_cotangents, **kwargs)``,
+    returns a sequence of arrays, and is traced into the program, so JAX can
+    differentiate, batch and lower it like any JAX code.
+    """
+
+    __slots__ = ("fn", "__weakref__")
+
+    def __init__(self, fn: Callable):
+        if not callable(fn):
+            raise TypeError(f"jaxbind.jax_function: expected a callable, got {fn!r}")
+        self.fn = fn
+
+    def __call__(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
+
+    def __eq__(self, other):
+        from ._binding import same_values  # the registry's notion of "the same"
+
+        return isinstance(other, JaxFunction) and same_values(other.fn, self.fn)
+
+    def __hash__(self):
+        try:
+            return hash(self.fn)
+        except TypeError:  # e.g. a dataclass with eq=True: equal ones share their type
+            return hash(type(self.fn))
+
+    def __repr__(self):
+        return f"jax_function({self.fn!r})"
+
+
+def jax_function(fn: Callable) -> JaxFunction:
+    """Mark `fn` as a JAX function, for use as ``f_jvp`` or ``f_vjp`` of a nonlinear op.
+
+    ``fn(*primals, *tangents, **kwargs)`` (JVP) or ``fn(*primals, *cotangents,
+    **kwargs)`` (VJP) takes JAX arrays and returns a sequence of arrays instead
+    of writing into ``out``. jaxbind traces it into the program, so its own
+    derivatives come from JAX: built from jax.numpy or from other jaxbind ops, it
+    makes the nonlinear op differentiable to second order (Hessians) and beyond,
+    as far as the ops inside it are. A jaxbind op can be passed directly.
+    """
+    return fn if isinstance(fn, JaxFunction) else JaxFunction(fn)
+
+
+def is_jax_function(fn) -> bool:
+    """A body that is traced into the program: a jax_function or a jaxbind op."""
+    return isinstance(fn, (JaxFunction, OpBase))
+
+
+class Body(enum.Enum):
+    """What computes a role, and so which set of rules applies to its calls."""
+
+    CALLABLE = "callable"  # a Python callable, called by the trampoline at run time
+    JAX = "jax"  # a JAX function, traced into the program at trace time
+
+    @staticmethod
+    def of(fn) -> Body:
+        return Body.JAX if is_jax_function(fn) else Body.CALLABLE
+
+    @property
+    def traced(self) -> bool:
+        """Whether JAX sees the body's own computation (and so differentiates it)."""
+        return self is Body.JAX
+
+
+# --- argument layouts --------------------------------------------------------------------
+
+
+class Args(enum.Enum):
+    """Which arguments a role takes, in order, and what its outputs are.
+
+    The number of leading arguments that a call of the role is not linear in (its
+    ``n_fixed``) is part of each call (CallSpec.n_fixed): the op's fixed arguments
+    for "f" and "T", all primals for "jvp" and "vjp".
+    """
+
+    F = ("the fixed arguments, then the inputs", "the outputs")
+    T = ("the fixed arguments, then cotangents of the outputs", "cotangents of the inputs")
+    T_I = (
+        "the other arguments of f, then cotangents of its outputs",
+        "the cotangent of argument i",
+    )
+    JVP = ("all primals, then tangents of the inputs after the fixed ones", "output tangents")
+    VJP = ("all primals, then cotangents of the outputs", "cotangents of the inputs")
+
+    @property
+    def shaped_like_f(self) -> bool:
+        """The outputs are shaped as f's at the primals (the JVP's tangents)."""
+        return self is Args.JVP
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class RoleDef:
+    """One role of a binding.
+
+    Attributes:
+      role: its name.
+      body: the callable or JAX function that computes it; None if the op was given none.
+      abstract: the output shapes from the arguments' (f's, at the primals, for the
+        JVP); None: the outputs are shaped as the primal inputs they are (co)tangents
+        of, which the transpose rule knows (CallSpec.out_hint).
+      args: which arguments it takes.
+      partner: the role that transposes it, for roles linear jointly in all their
+        arguments after the leading ones; None for the others (a nonlinear f goes to
+        its VJP where it is linear_in; a multilinear role's partner depends on the
+        argument).
+    """
+
+    role: Role
+    body: Callable | None
+    abstract: Callable | None
+    args: Args
+    partner: str | None
+
+    @property
+    def kind(self) -> Body:
+        return Body.of(self.body)
+
+    @property
+    def jointly_linear(self) -> bool:
+        """Linear jointly in all its arguments after the leading n_fixed ones."""
+        return self.partner is not None
+
+    def declared(self, avals, kwargs: dict, n_fixed: int, trees=None):
+        """What the abstract function returns for a call of the role with arguments
+        `avals` (``kwargs`` hold ``batch_axes`` for ops that batch natively): for the
+        JVP, f's abstract function at the primals, its first `n_fixed` arguments.
+        `trees`: the call's pytree structure (see for_call)."""
+        if self.args.shaped_like_f:
+            avals = avals[:n_fixed]
+            if isinstance(kwargs.get("batch_axes"), tuple):
+                kwargs = {**kwargs, "batch_axes": kwargs["batch_axes"][:n_fixed]}
+        return for_call(self.abstract, trees)(*avals, **kwargs)
+
+    def identity(self) -> tuple:
+        """What makes two definitions of the role the same (see _binding.same_values)."""
+        return (self.role.text, self.body, self.abstract)
+
+
+def role_table(kind: Kind, f, transposes, derivatives, abstract, abstract_T) -> dict:
+    """The roles of an op made from what either API was given, by role name.
+
+    `transposes` is f_T (linear) or one transpose per argument (multilinear, None
+    where there is none); `derivatives` is (f_jvp, f_vjp) for a nonlinear op;
+    `abstract_T` gives the transposes' (or the VJP's) output shapes, or None where
+    they come from the primals.
+    """
+    p = Role.parse
+    table = {}
+    if kind is Kind.LINEAR:
+        table["f"] = RoleDef(p("f"), f, abstract, Args.F, "T")
+        table["T"] = RoleDef(p("T"), transposes, abstract_T, Args.T, "f")
+    elif kind is Kind.MULTILINEAR:
+        table["f"] = RoleDef(p("f"), f, abstract, Args.F, None)
+        shapes = abstract_T or (None,) * len(transposes)
+        for i, (fn, shape) in enumerate(zip(transposes, shapes)):
+            table[f"T{i}"] = RoleDef(p(f"T{i}"), fn, shape, Args.T_I, None)
+    else:
+        f_jvp, f_vjp = derivatives
+        table["f"] = RoleDef(p("f"), f, abstract, Args.F, None)
+        table["jvp"] = RoleDef(p("jvp"), f_jvp, abstract, Args.JVP, "vjp")
+        table["vjp"] = RoleDef(p("vjp"), f_vjp, abstract_T, Args.VJP, "jvp")
+    return table
+
+
+def for_call(fn: Callable, trees) -> Callable:
+    """`fn` (a body or an abstract function) as it runs a call whose pytree structure is
+    `trees` (see CallSpec.trees; None for calls without one): the JAX-native API's
+    functions take the structure through their ``for_trees`` method."""
+    if trees is None:
+        return fn
+    bind = getattr(fn.fn if isinstance(fn, JaxFunction) else fn, "for_trees", None)
+    if bind is None:
+        raise TypeError(f"jaxbind: {fn!r} takes no pytree structure, but the call has one")
+    return bind(trees)
+
+
+def missing_role(role: Role) -> RoleDef:
+    """The entry of a multilinear transpose beyond those given (no body)."""
+    return RoleDef(role, None, None, Args.T_I, None)

@@ -32,7 +32,7 @@ from ._binding import lookup
 from ._callformat import FORMAT, MAX_LEVELS, NO_LOOP, CallAttributes, Loop
 from ._compat import ShapedArray, collect_jax_garbage
 from ._kwargs import decode_kwargs, encode_kwargs
-from ._roles import Role
+from ._roles import Body, Role, for_call
 
 __all__ = ["BufferCheck", "format_callback_error", "install", "resolve_site"]
 
@@ -54,11 +54,12 @@ def resolve_site(
     levels: int,
     flags: bytes,
     n_fixed: int,
+    trees: bytes = b"",
 ):
     """The ``_ext.Site`` for one call site, after checking every attribute of the call.
 
     `levels`, `flags` and `n_fixed` are the format-2 attributes (-1, b"", -1 in format 1,
-    whose loop is inside the keyword arguments).
+    whose loop is inside the keyword arguments); `trees` the format-3 one (b"" before).
     """
     binding = lookup(name)
     if binding is None:
@@ -67,26 +68,51 @@ def resolve_site(
             "code that creates it (jaxbind.get_linear_call / get_nonlinear_call) before "
             "calling the program"
         )
-    call = CallAttributes.read(fmt, name, role_text, blob, digest, levels, flags, n_fixed)
+    call = CallAttributes.read(fmt, name, role_text, blob, digest, levels, flags, n_fixed, trees)
     try:
         role = Role.parse(role_text)
     except LookupError:
         raise LookupError(
             f"jaxbind: binding '{name}' ({binding.kind.value}) has no role {role_text!r}"
         ) from None
-    fn, dump = binding.runtime_callable_for(role), decode_kwargs(blob)
+    dump = decode_kwargs(blob)
+    structure = decode_kwargs(call.trees) if call.trees else None
+    if call.format < 3 and _FORMAT2_TREES[0] in dump._values:
+        dump, structure = _format2_trees(dump)
+    fn = for_call(_callable_body(binding, role), structure)
     if call.format == 1:
         dump, loop = _format1_loop(binding, dump)
     else:
         loop = call.loop
     n_fixed = call.n_fixed
     label = f"'{name}' ({role.describe()})" + (", batched" if loop.levels else "")
-    check = BufferCheck(binding, role, dump, loop, n_fixed)
+    check = BufferCheck(binding, role, dump, loop, n_fixed, structure)
     site = _ext.Site(
         fn, dump, label, name, loop.levels, list(loop.batched), binding.options.platform_mode, check
     )
     binding.keep_site(digest, site)
     return site
+
+
+def _callable_body(binding, role: Role):
+    """The callable the trampoline calls for `role`."""
+    fn = binding.body(role)
+    if binding.role(role).kind is not Body.CALLABLE:
+        raise LookupError(
+            f"jaxbind: {role.describe()} of '{binding.name}' is a JAX function, "
+            "which programs contain inlined; no call of it goes through the trampoline"
+        )
+    return fn
+
+
+_FORMAT2_TREES = ("jaxbind_in", "jaxbind_out")
+
+
+def _format2_trees(dump):
+    """Formats 1 and 2 kept a JAX-native op's pytree structure in the keyword arguments."""
+    values = dump.to_dict()
+    trees = {"in": values.pop(_FORMAT2_TREES[0]), "out": values.pop(_FORMAT2_TREES[1], None)}
+    return encode_kwargs(values), encode_kwargs(trees)
 
 
 def _format1_loop(binding, dump):
@@ -128,9 +154,9 @@ class BufferCheck:
     function sees the inputs without jaxbind's batch axes, as at trace time.
     """
 
-    def __init__(self, binding, role: Role, dump, loop: Loop, n_fixed: int | None):
+    def __init__(self, binding, role: Role, dump, loop: Loop, n_fixed: int | None, trees=None):
         self.binding, self.role, self.dump, self.loop = binding, role, dump, loop
-        self.n_fixed = n_fixed
+        self.n_fixed, self.trees = n_fixed, trees
 
     def __call__(self, ins, outs) -> str | None:
         try:
@@ -156,23 +182,19 @@ class BufferCheck:
         return avals
 
     def _problem(self, ins, outs):
-        binding, role = self.binding, self.role
-        if not binding.has_abstract(role):  # shapes came from the primals at trace time
+        binding, entry = self.binding, self.binding.role(self.role)
+        if entry.abstract is None:  # shapes came from the primals at trace time
             return None
         in_avals = self._avals(ins, "input", self.loop.batched)
         out_avals = self._avals(outs, "output", None)
         kwargs = self.dump.to_dict()
-        if role.base == "jvp":  # the JVP's outputs are shaped like f's, at the primals
-            n = self.n_fixed
-            if n is None:  # format 1: primals, then tangents of the non-fixed ones
-                n = (len(in_avals) + binding.options.fixed) // 2
-            in_avals = in_avals[:n]
-            if binding.options.vectorized and isinstance(kwargs.get("batch_axes"), tuple):
-                kwargs["batch_axes"] = kwargs["batch_axes"][:n]
+        n = self.n_fixed
+        if n is None:  # format 1 (the JVP's): primals, then tangents of the non-fixed ones
+            n = (len(in_avals) + binding.options.fixed) // 2
         if binding.options.vectorized:
             kwargs.setdefault("batch_axes", None)
         declared = check_result(
-            binding.abstract_for(role)(*in_avals, **kwargs),
+            entry.declared(in_avals, kwargs, n, self.trees),
             "the abstract function",
             kwargs.get("batch_axes") is not None,
         )

@@ -17,9 +17,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._api import Op
-from ._binding import Kind
 from ._kwargs import encode_kwargs
 from ._native import NativeOp
+from ._roles import Kind, for_call
 
 __all__ = ["check", "CheckResult", "CheckReport"]
 
@@ -112,12 +112,13 @@ def _unwrap(op, args, kwargs):
         args = op.args + tuple(args)
         kwargs = {**op.keywords, **kwargs}
         op = op.func
-    if isinstance(op, NativeOp):  # checked through its JAXbind-protocol op, on array leaves
-        args, kwargs = op.protocol_call(*args, **kwargs)
+    trees = None
+    if isinstance(op, NativeOp):  # checked through its underlying op, on array leaves
+        args, kwargs, trees = op.protocol_call(*args, **kwargs)
         op = op.op
     if not isinstance(op, Op):
         raise TypeError(f"jaxbind.testing.check expects a jaxbind op, got {op!r}")
-    return op, tuple(args), kwargs
+    return op, tuple(args), kwargs, trees
 
 
 def _sentinels(dtype):
@@ -130,7 +131,7 @@ def _sentinels(dtype):
     return np.array(1.2345e4, dtype), np.array(-9.875e3, dtype)  # exact in every float type
 
 
-def _run_callable(op: Op, args, avals, kwargs):
+def _run_callable(op: Op, args, avals, kwargs, trees):
     """Call f directly on sentinel-filled outputs; -> (outputs, unwritten fractions, error)."""
     binding = op.binding
     dump = encode_kwargs(kwargs)
@@ -145,7 +146,7 @@ def _run_callable(op: Op, args, avals, kwargs):
     for k in (0, 1):
         outs = tuple(np.full(av.shape, _sentinels(av.dtype)[k], dtype=av.dtype) for av in avals)
         try:
-            binding.f(outs, tuple(inputs), dump)
+            for_call(binding.f, trees)(outs, tuple(inputs), dump)
         except Exception as exc:
             return None, None, f"{type(exc).__name__}: {exc}"
         runs.append(outs)
@@ -203,7 +204,7 @@ def check(
             f"jaxbind.testing.check: batch_size must be a positive int (the size "
             f"of the vmap checks' batch), got {batch_size!r}"
         )
-    op, args, kwargs = _unwrap(op, args, kwargs)
+    op, args, kwargs, trees = _unwrap(op, args, kwargs)
     binding = op.binding
     rng = np.random.default_rng(seed)
     args = tuple(np.asarray(a) for a in args)
@@ -214,7 +215,7 @@ def check(
         return rtol if rtol is not None else _TOL[_precision(dtype)][kind]
 
     def call(*a):
-        return op(*a, **kwargs)
+        return op.apply(a, kwargs, trees)
 
     def dot_check(name, lhs, rhs, a, b, target, dtype) -> CheckResult:
         """<u, A v> against <A* u, v>: relative to |lhs| or |A* u| |v|, whichever is larger."""
@@ -225,7 +226,7 @@ def check(
     out_names = [f"output {k}" for k in range(len(out_avals))]
 
     # abstract vs callable
-    direct, unwritten, error = _run_callable(op, args, out_avals, kwargs)
+    direct, unwritten, error = _run_callable(op, args, out_avals, kwargs, trees)
     if error is not None:
         report.append(CheckResult("callable runs", "f", "-", np.inf, 0.0, error))
         return _finish(report, binding, verbose)
@@ -258,11 +259,11 @@ def check(
         report.append(CheckResult("determinism", name, str(av.dtype), 0.0 if same else 1.0, 0.0))
 
     diff = [i for i in range(n_fixed, len(args)) if _inexact(args[i])]
-    has_fwd = binding.kind is not Kind.NONLINEAR or binding.derivatives[0] is not None
+    has_fwd = binding.kind is not Kind.NONLINEAR or binding.has("jvp")
     has_rev = (
-        (binding.kind is Kind.LINEAR and binding.transposes is not None)
+        (binding.kind is Kind.LINEAR and binding.has("T"))
         or (binding.kind is Kind.MULTILINEAR)
-        or (binding.kind is Kind.NONLINEAR and binding.derivatives[1] is not None)
+        or (binding.kind is Kind.NONLINEAR and binding.has("vjp"))
     )
 
     for i in diff:

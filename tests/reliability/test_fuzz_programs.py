@@ -2,7 +2,7 @@
 
 A jax.export artifact is a file that people send each other, so everything in
 a jaxbind custom call may have been crafted: the format, the role, the keyword
-arguments, jaxbind's batch loop (explicit attributes in format 2, inside the
+arguments, jaxbind's batch loop (explicit attributes in formats 2 and 3, inside the
 keyword arguments in format 1), n_fixed, the buffer ranks, counts and dtypes.
 The marker's abstract function declares whatever output shapes the keyword
 argument "out" names, so that about half the programs pass the check of the
@@ -64,14 +64,16 @@ def programs(draw):
         for _ in range(n_out)
     ]
     role = draw(st.sampled_from(["f", "T", "jvp", "vjp", "T0", "T99", "", "f\x00", "ü"]))
-    fmt = draw(st.sampled_from([1, 1, 2, 2, 2, 0, -5, 2**31 - 1]))
+    fmt = draw(st.sampled_from([1, 1, 2, 2, 3, 3, 3, 0, -5, 2**31 - 1]))
     kwargs, levels = {}, 0
     loop = dict(
         levels=draw(st.integers(-2, 5)),
         flags=bytes(draw(st.lists(st.integers(0, 2), min_size=0, max_size=5))),
         n_fixed=draw(st.integers(-2, 4)),
     )
-    if fmt == 2:
+    if fmt >= 3:  # a pytree structure: none (the marker has none), or any bytes
+        loop["trees"] = draw(st.sampled_from([b"", b"", b"J{}", b"\x00"]) | st.binary(max_size=8))
+    if fmt in (2, 3):
         levels = max(loop["levels"], 0)
     elif draw(st.booleans()):  # format 1: the batch loop comes from kwargs
         n_flags = draw(st.integers(0, 5))
@@ -110,7 +112,9 @@ def test_crafted_calls_raise_cleanly_or_write_every_output(program):
     if fmt == 1:
         attrs["site"] = np.int64(_callformat.CallAttributes(name, role, blob, format=1).digest)
     else:
-        attrs["site"] = np.int64(_callformat.CallAttributes(name, role, blob, **loop).digest)
+        attrs["site"] = np.int64(
+            _callformat.CallAttributes(name, role, blob, **loop, format=fmt).digest
+        )
         attrs.update(
             loop_levels=np.int32(loop["levels"]),
             n_fixed=np.int32(loop["n_fixed"]),
@@ -118,6 +122,8 @@ def test_crafted_calls_raise_cleanly_or_write_every_output(program):
             if loop["flags"]
             else np.zeros(0, np.uint8),
         )
+        if "trees" in loop:
+            attrs["trees"] = np.frombuffer(loop["trees"], np.uint8).copy()
     call = jax.ffi.ffi_call(CPU_TARGET, [jax.ShapeDtypeStruct(s, d) for s, d in outputs])
     try:  # JAX may refuse to build some of these programs at all: nothing ran, fine
         compiled = jax.jit(lambda *a: call(*a, **attrs)).lower(*args).compile()
@@ -130,7 +136,9 @@ def test_crafted_calls_raise_cleanly_or_write_every_output(program):
         return
     if all(np.prod(shape) == 0 for shape, _ in outputs):
         return  # XLA skips a call whose outputs are all empty
-    assert name == "fuzz.marker" and fmt in (1, 2), "a call that should have failed succeeded"
+    assert name == "fuzz.marker" and fmt in (1, 2, 3) and not loop.get("trees"), (
+        "a call that should have failed succeeded"
+    )
     for r in results:
         assert np.all(np.asarray(r) == 7), "an output element was never written"
 

@@ -1,23 +1,71 @@
 """The rules of the jaxbind primitive, and their registration block.
 
-One module per rule, each generic (it takes the binding from the CallSpec parameter):
-abstract evaluation (abstract), JVP and transpose (ad), batching (batching), lowering
-for CPU and CUDA (lowering, with partitioning and the jaxlib-0.7 form in jaxlib07),
-effects (effects), and roles computed by JAX functions (jaxfn). `register_rules`
-gives them to JAX once, at import; no binding adds or removes anything in JAX's tables.
+The rules that hold whatever computes a role: the checks of abstract evaluation
+(abstract), JVP and transpose (ad), and effects (effects). The rules that depend on
+the role's body (see _roles.Body), one set per kind of body:
+
+- a callable: output shapes from the abstract function (abstract), batching natively
+  or by jaxbind's loop (batching), the trampoline's custom call (lowering, with
+  partitioning and the jaxlib-0.7 form in jaxlib07);
+- a JAX function: traced into the program (jaxfn).
+
+Each generic rule takes the role from the CallSpec parameter and reads the binding's
+role table. `register_rules` gives them to JAX once, at import; no binding adds or
+removes anything in JAX's tables.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import NamedTuple
+
 from .._compat import define_primitive, explain_checkpoint_effects
 from .._primitive import PRIMITIVE, eager_impl
-from .abstract import abstract_eval
+from .._roles import Body
+from .._spec import CallSpec
+from . import abstract, batching, jaxfn, lowering
 from .ad import jvp_rule, transpose_rule
-from .batching import batch_rule
-from .effects import explain_checkpoint
-from .lowering import lower_cpu, lower_cuda
+from .effects import effects_of, explain_checkpoint
 
-__all__ = ["register_rules"]
+__all__ = ["BODY_RULES", "BodyRules", "register_rules"]
+
+
+class BodyRules(NamedTuple):
+    """The rules that depend on what computes a role."""
+
+    output_avals: Callable  # (spec, avals) -> output avals
+    batch: Callable  # (args, dims, *, spec) -> (outputs, output batch dims)
+    lower: Callable  # (FFI target, ctx, *args, spec) -> results
+
+
+BODY_RULES = {
+    Body.CALLABLE: BodyRules(abstract.output_avals, batching.batch_rule, lowering.lower),
+    Body.JAX: BodyRules(jaxfn.output_avals, jaxfn.batch, jaxfn.lower),
+}
+
+
+def _rules(spec: CallSpec) -> BodyRules:
+    return BODY_RULES[spec.entry.kind]
+
+
+def abstract_eval(*avals, spec: CallSpec):
+    """Effectful abstract evaluation of the jaxbind primitive: (output avals, effects)."""
+    abstract.check_arguments(spec, avals)
+    outs = _rules(spec).output_avals(spec, avals)
+    if spec.binding.options.aliases and spec.role == "f":
+        abstract.check_aliases(spec, avals, outs)
+    return outs, effects_of(spec)
+
+
+def batch_rule(args, dims, *, spec: CallSpec):
+    return _rules(spec).batch(args, dims, spec=spec)
+
+
+def _lowering(target: str):
+    def lower(ctx, *args, spec: CallSpec):
+        return _rules(spec).lower(target, ctx, *args, spec=spec)
+
+    return lower
 
 
 def register_rules() -> None:
@@ -25,7 +73,10 @@ def register_rules() -> None:
         PRIMITIVE,
         impl=eager_impl,
         abstract_eval=abstract_eval,
-        lowerings={"cpu": lower_cpu, "cuda": lower_cuda},
+        lowerings={
+            "cpu": _lowering(lowering.CPU_TARGET),
+            "cuda": _lowering(lowering.CUDA_TARGET),
+        },
         jvp=jvp_rule,
         transpose=transpose_rule,
         batch=batch_rule,

@@ -16,27 +16,24 @@ import jax
 import jax.numpy as jnp
 from jax.numpy import moveaxis
 
-from .._binding import Kind
 from .._compat import ad, instantiate_zeros, is_undefined_primal, zero_tangent
 from .._errors import about
 from .._primitive import bind
-from .._roles import describe_role
-from .._spec import CallSpec
+from .._roles import Kind, describe_role
+from .._spec import BatchAxes, CallSpec
 from .jaxfn import batched_function
 
 __all__ = ["jvp_rule", "transpose_rule"]
 
 
 def _cat(*parts):
-    """Concatenate batch-axes tuples; None when not batched."""
+    """Concatenate batch layouts; None when not batched."""
     if any(p is None for p in parts):
         return None
-    return tuple(x for p in parts for x in p)
-
-
-def _front_perm(axes):
-    """Batch axes of one array, outermost level first (axes lists innermost first)."""
-    return list(reversed(axes))
+    out = parts[0]
+    for p in parts[1:]:
+        out = out + p
+    return out
 
 
 def _bind_transposed(args, spec: CallSpec):
@@ -49,40 +46,26 @@ def _bind_transposed(args, spec: CallSpec):
     """
     if spec.batch_axes is None:
         return bind(spec, *args)
-    front = lambda axes: tuple(reversed(range(len(axes))))  # noqa: E731
-    args = [
-        moveaxis(a, _front_perm(ax), range(len(ax))) if ax else a
-        for a, ax in zip(args, spec.batch_axes)
-    ]
+    ins, outs = spec.batch_axes, spec.out_batch_axes
     fspec = replace(
-        spec.derive(
-            spec.role,
-            spec.n_fixed,
-            tuple(map(front, spec.batch_axes)),
-            tuple(map(front, spec.out_batch_axes)),
-            spec.n_lead,
-        ),
+        spec.derive(spec.role, spec.n_fixed, ins.front(), outs.front(), spec.n_lead),
         out_hint=spec.out_hint,
     )
-    outs = bind(fspec, *args)
-    return [
-        moveaxis(o, range(len(ax)), _front_perm(ax)) if ax else o
-        for o, ax in zip(outs, spec.out_batch_axes)
-    ]
-
-
-def _core_shape(aval, axes):
-    """An aval's shape without its batch axes."""
-    return tuple(d for k, d in enumerate(aval.shape) if k not in set(axes or ()))
+    return outs.from_front(bind(fspec, *ins.to_front(args, moveaxis)), moveaxis)
 
 
 def _hinted(t_spec: CallSpec, targets, target_axes) -> CallSpec:
-    """`t_spec` with the core shapes of the cotangents it produces, if its binding lacks an
-    abstract function for that role (the JAX-native API leaves them to jaxbind)."""
-    if t_spec.binding.has_abstract(t_spec.role):
+    """`t_spec` with the core shapes of the cotangents it produces, if its role has no
+    abstract function: they are shaped as the primals `targets`."""
+    if t_spec.entry.abstract is not None:
         return t_spec
-    axes = target_axes if target_axes is not None else (None,) * len(targets)
-    hint = tuple((_core_shape(a.aval, ax), a.aval.dtype) for a, ax in zip(targets, axes))
+    hint = tuple(
+        (
+            a.aval.shape if target_axes is None else target_axes.core_shape(a.aval.shape, k),
+            a.aval.dtype,
+        )
+        for k, a in enumerate(targets)
+    )
     return replace(t_spec, out_hint=hint)
 
 
@@ -108,12 +91,6 @@ def _checked(spec: CallSpec, results, args):
             )
         out.append(r)
     return out
-
-
-def _is_linear_role(spec: CallSpec) -> bool:
-    """Roles that are linear, jointly, in all arguments after the fixed ones."""
-    kind = spec.binding.kind
-    return kind is Kind.LINEAR or (kind is Kind.NONLINEAR and spec.role != "f")
 
 
 def _fixed_error(spec: CallSpec, index: int, action: str) -> Exception:
@@ -142,9 +119,9 @@ def _fixed_error(spec: CallSpec, index: int, action: str) -> Exception:
 
 
 def _differentiable_primal(spec: CallSpec, index: int) -> bool:
-    """Whether a primal argument of a JVP or VJP role can be differentiated (second order)."""
-    binding = spec.binding
-    return index >= binding.options.fixed and binding.jax_function_for(spec.role) is not None
+    """Whether a primal argument of a JVP or VJP role can be differentiated (second order):
+    where JAX sees the role's computation."""
+    return index >= spec.binding.options.fixed and spec.entry.kind.traced
 
 
 def _jvp_in_primals(spec: CallSpec, primals, tangents, which):
@@ -204,7 +181,7 @@ def jvp_rule(primals, tangents, *, spec: CallSpec):
     tans = None
     if not live:
         pass
-    elif _is_linear_role(spec):
+    elif spec.entry.jointly_linear:
         tans = bind(spec, *primals[:n], *map(_tangent_arg, primals[n:], tangents[n:]))
     elif spec.binding.kind is Kind.NONLINEAR:  # role "f"
         ba = spec.batch_axes
@@ -227,13 +204,14 @@ def _transpose_nonlinear(cts, args, lin, spec: CallSpec):
     of them (zeros here) gives their cotangents: the transpose.
     """
     binding = spec.binding
-    if not lin or not set(lin) <= set(binding.options.linear_in) or binding.derivatives[1] is None:
+    has_vjp = binding.has("vjp")
+    if not lin or not set(lin) <= set(binding.options.linear_in) or not has_vjp:
         why = (
             f"it is declared linear in arguments {list(binding.options.linear_in)}"
             if binding.options.linear_in
             else "no arguments are declared linear (linear_in)"
         )
-        if binding.options.linear_in and binding.derivatives[1] is None:
+        if binding.options.linear_in and not has_vjp:
             why += ", but it has no VJP"
         raise TypeError(
             f"{about(binding.name)} is a nonlinear op; it cannot be transposed "
@@ -260,9 +238,8 @@ def transpose_rule(cts, *args, spec: CallSpec):
     cts = [instantiate_zeros(c) for c in cts]
     n, ba, oba = spec.n_fixed, spec.batch_axes, spec.out_batch_axes
 
-    if _is_linear_role(spec):
-        other = {"f": "T", "T": "f", "jvp": "vjp", "vjp": "jvp"}[spec.role]
-        t_spec = spec.derive(other, n, _cat(ba and ba[:n], oba), ba and ba[n:])
+    if spec.entry.jointly_linear:
+        t_spec = spec.derive(spec.entry.partner, n, _cat(ba and ba[:n], oba), ba and ba[n:])
         t_spec = _hinted(t_spec, args[n:], ba and ba[n:])
         res = _bind_transposed([*args[:n], *cts], t_spec)
         return [None] * n + _checked(spec, res, args[n:])
@@ -279,9 +256,13 @@ def transpose_rule(cts, *args, spec: CallSpec):
         i = lin[0]
         rest = args[:i] + args[i + 1 :]
         t_spec = spec.derive(
-            f"T{i}", n, _cat(ba and (ba[:i] + ba[i + 1 :]), oba), ba and (ba[i],), n_lead=len(rest)
+            f"T{i}",
+            n,
+            _cat(ba and (ba[:i] + ba[i + 1 :]), oba),
+            ba and ba.pick([i]),
+            n_lead=len(rest),
         )
-        t_spec = _hinted(t_spec, args[i : i + 1], ba and (ba[i],))
+        t_spec = _hinted(t_spec, args[i : i + 1], ba and ba.pick([i]))
         res = _bind_transposed([*rest, *cts], t_spec)
         return [None] * i + _checked(spec, res, args[i : i + 1]) + [None] * (len(args) - i - 1)
 
@@ -289,11 +270,11 @@ def transpose_rule(cts, *args, spec: CallSpec):
     i, m = int(spec.role[1:]), spec.n_lead
     lead, cot = list(args[:m]), list(args[m:])
     (ct,) = cts
-    lead_ba = ba and list(ba[:m])
+    lead_ba = ba and list(ba.axes[:m])
     if all(k >= m for k in lin):  # transpose back to f, w.r.t. its cotangent arguments
         f_args = lead[:i] + [ct] + lead[i:]
         f_spec = spec.derive(
-            "f", n, ba and tuple(lead_ba[:i] + [oba[0]] + lead_ba[i:]), ba and ba[m:]
+            "f", n, ba and BatchAxes(tuple(lead_ba[:i] + [oba[0]] + lead_ba[i:])), ba and ba[m:]
         )
         res = _bind_transposed(f_args, f_spec)
         return [None] * m + _checked(spec, res, args[m:])
@@ -308,7 +289,8 @@ def transpose_rule(cts, *args, spec: CallSpec):
     rest = full[:j] + full[j + 1 :]
     if ba is not None:
         full_ba = lead_ba[:i] + [oba[0]] + lead_ba[i:]
-        rest_ba, out_ba = tuple(full_ba[:j] + full_ba[j + 1 :]) + tuple(ba[m:]), (full_ba[j],)
+        rest_ba = BatchAxes(tuple(full_ba[:j] + full_ba[j + 1 :])) + ba[m:]
+        out_ba = BatchAxes((full_ba[j],))
     else:
         rest_ba = out_ba = None
     t_spec = spec.derive(f"T{j}", n, rest_ba, out_ba, n_lead=len(rest))

@@ -5,12 +5,14 @@ are passed to the callables and abstract functions as `batch_axes` (a tuple
 per input, outermost vmap last), and the abstract function reports each
 output's new batch axis as a third entry. Otherwise jaxbind batches the op
 itself: one custom call receives the whole batch and calls the callable once
-per batch element (the trampoline loops; CallSpec.loop describes the loop). Inputs are aligned
-first in both cases (_align).
+per batch element (the trampoline loops; CallSpec.loop describes the loop). Inputs
+are aligned first in both cases (_align). Roles whose body is a JAX function are
+batched as by the loop, and vmapped (see .jaxfn).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import jax
@@ -18,10 +20,10 @@ import jax
 from .._compat import ShapedArray, not_mapped
 from .._errors import about
 from .._primitive import bind
-from .._spec import CallSpec
-from .abstract import call_abstract
+from .._spec import BatchAxes, CallSpec
+from .abstract import declared_outputs
 
-__all__ = ["batch_rule"]
+__all__ = ["batch_looped", "batch_rule"]
 
 
 def _shift(axes: tuple[int, ...], new: int) -> tuple[int, ...]:
@@ -30,17 +32,17 @@ def _shift(axes: tuple[int, ...], new: int) -> tuple[int, ...]:
 
 
 def batch_rule(args, dims, *, spec: CallSpec):
-    # A role computed by a JAX function (_rules.jaxfn) is vmapped by jaxbind, like the loop.
-    if spec.binding.options.vectorized and spec.binding.jax_function_for(spec.role) is None:
+    """The vmap rule for roles whose body is a callable: natively or by jaxbind's loop."""
+    if spec.binding.options.vectorized:
         return _batch_native(args, dims, spec)
-    return _batch_looped(args, dims, spec)
+    return batch_looped(args, dims, spec, declared_outputs)
 
 
 def _batch_native(args, dims, spec: CallSpec):
     binding = spec.binding
     args, new_axes = _align(list(args), dims, spec)
     avals = [ShapedArray(a.shape, a.dtype) for a in args]
-    outs = call_abstract(spec, avals, new_axes)
+    outs = declared_outputs(spec, avals, new_axes)
     out_dims = []
     for k, (_, _, axis) in enumerate(outs):
         if axis is None:
@@ -50,14 +52,14 @@ def _batch_native(args, dims, spec: CallSpec):
                 f"set; output {k} has no out_batch_axis"
             )
         out_dims.append(axis)
-    old_out = spec.out_batch_axes if spec.out_batch_axes is not None else ((),) * len(outs)
-    new_out = tuple(_shift(axes, d) for axes, d in zip(old_out, out_dims))
+    old_out = spec.out_batch_axes or BatchAxes.none(len(outs))
+    new_out = BatchAxes(tuple(_shift(axes, d) for axes, d in zip(old_out, out_dims)))
     new_spec = replace(spec, batch_axes=new_axes, out_batch_axes=new_out)
     return bind(new_spec, *args), out_dims
 
 
 def _align(args, dims, spec: CallSpec):
-    """Give every input the batch levels it needs; return (args, batch_axes).
+    """Give every input the batch levels it needs; return (args, BatchAxes).
 
     After this, every batched input carries every vmap level so far, in the same
     order, so callables can line inputs up level by level. Inputs that were never
@@ -65,7 +67,7 @@ def _align(args, dims, spec: CallSpec):
     batch); non-fixed inputs are broadcast, because the transpose must give each
     of them a cotangent per batch element.
     """
-    old = spec.batch_axes if spec.batch_axes is not None else ((),) * len(args)
+    old = spec.batch_axes or BatchAxes.none(len(args))
     # sizes of the earlier levels; `axes` count positions without the new axis at `d`
     levels = next(
         (
@@ -87,24 +89,20 @@ def _align(args, dims, spec: CallSpec):
             x, d = jax.lax.broadcast(x, (size,)), 0
         args[i] = x
         new_axes.append(axes if d is not_mapped else _shift(axes, d))
-    return args, tuple(new_axes)
+    return args, BatchAxes(tuple(new_axes))
 
 
-def _batch_looped(args, dims, spec: CallSpec):
-    """Fallback: one custom call for the whole batch; the trampoline loops over it.
-
-    Batch axes go to the front, outermost level first, so that every slice the
-    user's callable sees is C-contiguous; outputs get their batch axes there too.
-    """
+def batch_looped(args, dims, spec: CallSpec, outputs: Callable):
+    """One call for the whole batch, laid out as BatchAxes.front(): batch axes first,
+    outermost level first, so that every batch element the trampoline's loop hands a
+    callable is C-contiguous (and a JAX function is vmapped level by level).
+    ``outputs(spec, avals)`` lists the outputs of one unbatched call."""
     args, axes = _align(list(args), dims, spec)
-    front = []
-    for i, (x, ax) in enumerate(zip(args, axes)):
-        if ax:
-            args[i] = jax.numpy.moveaxis(x, list(reversed(ax)), list(range(len(ax))))
-        front.append(tuple(reversed(range(len(ax)))))
-    levels = max(len(ax) for ax in front)
-    core = [ShapedArray(a.shape[len(ax) :], a.dtype) for a, ax in zip(args, front)]
-    n_out = len(call_abstract(replace(spec, batch_axes=None), core))
-    out_axes = (tuple(reversed(range(levels))),) * n_out
-    new_spec = replace(spec, batch_axes=tuple(front), out_batch_axes=out_axes)
+    args = axes.to_front(args, jax.numpy.moveaxis)
+    front = axes.front()
+    core = [ShapedArray(front.core_shape(a.shape, i), a.dtype) for i, a in enumerate(args)]
+    n_out = len(outputs(spec.unbatched(), core))
+    new_spec = replace(
+        spec, batch_axes=front, out_batch_axes=BatchAxes.leading(front.levels, n_out)
+    )
     return bind(new_spec, *args), [0] * n_out

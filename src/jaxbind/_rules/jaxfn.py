@@ -1,18 +1,15 @@
-"""Roles computed by JAX functions: a nonlinear op's JVP or VJP given as JAX code.
+"""The rules for roles whose body is a JAX function (see _roles.Body.JAX).
 
-``get_nonlinear_call(f, (f_jvp, f_vjp), ...)`` accepts, for either derivative,
-a JAX function (a jaxbind op, or any function marked with
-``jaxbind.jax_function``) instead of a callable. The role stays a jaxbind
-primitive application, so JAX still knows that it is linear in its tangents (or
-cotangents) and how it transposes (JVP <-> VJP). But it is computed by tracing
-the JAX function: its abstract evaluation is the function's ``eval_shape``, its
-lowering inlines the function (no trampoline call), and its derivative with
-respect to the primals, which a second derivative needs, is the function's own
-JVP. That is what makes Hessians of nonlinear ops possible: each order comes
-from the ops inside the derivatives.
-
-Batched calls of such roles carry batch axes like any other (see _spec); the
-function is vmapped over them here.
+``get_nonlinear_call(f, (f_jvp, f_vjp), ...)`` (or ``def_jvp``/``def_vjp``) accepts,
+for either derivative, a JAX function (a jaxbind op, or any function marked with
+``jaxbind.jax_function``) instead of a callable. The role stays a jaxbind primitive
+application, so JAX still knows that it is linear in its tangents (or cotangents)
+and how it transposes (JVP <-> VJP). But it is computed by tracing the JAX
+function: its abstract evaluation is the function's ``eval_shape``, its lowering
+inlines the function (no trampoline call), its batching vmaps it, and its
+derivative with respect to the primals, which a second derivative needs, is the
+function's own JVP (see .ad). That is what makes Hessians of nonlinear ops
+possible: each order comes from the ops inside the derivatives.
 """
 
 from __future__ import annotations
@@ -20,23 +17,27 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import jax
+import numpy as np
 from jax.numpy import moveaxis
 
+from .._compat import ShapedArray, mlir, output_aval
+from .._roles import for_call
 from .._spec import CallSpec
+from .abstract import declared_outputs
+from .batching import batch_looped
 
-__all__ = ["batched_function", "eval_shapes"]
+__all__ = ["batch", "batched_function", "lower", "output_avals"]
 
 
 def _call(spec: CallSpec) -> Callable:
-    binding = spec.binding
-    fn = binding.jax_function_for(spec.role)
+    fn = for_call(spec.entry.body, spec.trees)
     kwargs = spec.kwargs.to_dict()
 
     def call(*args):
         out = fn(*args, **kwargs)
         if not isinstance(out, (tuple, list)) or not all(hasattr(o, "shape") for o in out):
             raise TypeError(
-                f"jaxbind: the {spec.role.upper()} of '{binding.name}' is a JAX function and "
+                f"jaxbind: the {spec.role.upper()} of '{spec.name}' is a JAX function and "
                 f"must return a list or tuple of arrays, one per output; it returned {out!r}"
             )
         return list(out)
@@ -45,34 +46,80 @@ def _call(spec: CallSpec) -> Callable:
 
 
 def batched_function(spec: CallSpec) -> Callable:
-    """The role of `spec` as a JAX function of arrays batched as the spec says."""
+    """The role of `spec` as a JAX function of arrays batched as the spec says: the
+    batch levels go to the front (outermost first), then one vmap per level."""
     call = _call(spec)
     if spec.batch_axes is None:
         return call
-    in_axes, out_axes = spec.batch_axes, spec.out_batch_axes
-    levels = max(len(ax) for ax in in_axes)
+    ins, outs = spec.batch_axes, spec.out_batch_axes
+    fn = call
+    for _ in range(ins.levels):
+        fn = jax.vmap(fn, in_axes=tuple(0 if b else None for b in ins.batched))
 
     def run(*args):
-        # batch levels to the front, outermost first; then one vmap per level
-        front = [
-            moveaxis(a, list(reversed(ax)), list(range(len(ax)))) if ax else a
-            for a, ax in zip(args, in_axes)
-        ]
-        fn = call
-        for _ in range(levels):
-            fn = jax.vmap(fn, in_axes=tuple(0 if ax else None for ax in in_axes))
-        outs = fn(*front)
-        if out_axes is None:
-            return outs
-        return [
-            moveaxis(o, list(range(len(ax))), list(reversed(ax))) if ax else o
-            for o, ax in zip(outs, out_axes)
-        ]
+        results = fn(*ins.to_front(args, moveaxis))
+        return results if outs is None else outs.from_front(results, moveaxis)
 
     return run
 
 
-def eval_shapes(spec: CallSpec, avals) -> list:
-    """Output shapes and dtypes of the role of `spec` for the arguments `avals`."""
+def output_avals(spec: CallSpec, avals) -> tuple:
+    """The function's output shapes (eval_shape), checked against what the role must
+    return (unbatched: a vmapped function returns what it does for one element)."""
+    ba, unbatched = spec.batch_axes, spec.unbatched()
+    core = avals
+    if ba is not None:
+        core = [ShapedArray(ba.core_shape(a.shape, i), a.dtype) for i, a in enumerate(avals)]
+    outs = _eval_shapes(unbatched, core)
+    _check(unbatched, core, outs)
+    if ba is not None:
+        outs = _eval_shapes(spec, avals)
+    return tuple(output_aval(o.shape, o.dtype, avals) for o in outs)
+
+
+def _eval_shapes(spec: CallSpec, avals) -> list:
     args = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals]
     return list(jax.eval_shape(batched_function(spec), *args))
+
+
+def _check(spec: CallSpec, avals, outs) -> None:
+    """What a JVP or VJP given as a JAX function returned, against what it must return.
+
+    A JVP returns the tangents of the op's outputs: shaped as the abstract function
+    declares the outputs at the primals. A VJP returns the cotangents of the primals
+    that are not fixed: shaped as those primals. (jax.custom_jvp checks the same.)
+    """
+    binding, n = spec.binding, spec.n_fixed  # for these roles: the number of primals
+    if spec.entry.args.shaped_like_f:
+        if binding.roles["f"].abstract is None:
+            return
+        what = "the tangents of the op's outputs (its abstract function at the primals)"
+        f_spec = spec.derive("f", binding.options.fixed, None, None)
+        want = [(shape, dtype) for shape, dtype, _ in declared_outputs(f_spec, avals[:n])]
+    else:
+        what = "the cotangents of its inputs that are not fixed"
+        want = [(tuple(a.shape), np.dtype(a.dtype)) for a in avals[binding.options.fixed : n]]
+    got = [(tuple(o.shape), np.dtype(o.dtype)) for o in outs]
+
+    def same(a, b):  # integer and boolean values have float0 tangents: shape only
+        return a[0] == b[0] and (a[1] == b[1] or not jax.dtypes.issubdtype(b[1], np.inexact))
+
+    if len(got) != len(want) or not all(same(g, w) for g, w in zip(got, want)):
+
+        def text(items):
+            return "[" + ", ".join(f"{d.name}{list(s)}" for s, d in items) + "]"
+
+        raise TypeError(
+            f"jaxbind: {spec.entry.role.describe()} of '{binding.name}' is a JAX function "
+            f"and returned {text(got)}, but it must return {what}: {text(want)}"
+        )
+
+
+def batch(args, dims, *, spec: CallSpec):
+    """Batched like jaxbind's loop: batch axes to the front; `batched_function` vmaps."""
+    return batch_looped(args, dims, spec, output_avals)
+
+
+def lower(target: str, ctx, *args, spec: CallSpec):
+    """Inlined: the function is lowered into the program; there is no custom call."""
+    return mlir.lower_fun(batched_function(spec), multiple_results=True)(ctx, *args)

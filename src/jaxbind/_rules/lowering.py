@@ -1,11 +1,11 @@
 """Lowering of the jaxbind primitive to the trampoline's FFI custom call.
 
-Each call carries the attributes of call format 2 (see _callformat); the CPU and
+Each call carries the attributes of call format 3 (see _callformat); the CPU and
 CUDA targets are registered with XLA at import. Calls of bindings with
 input_output_aliases alias those operands and results; calls with side effects
 (_rules.effects) are marked has_side_effect, and ordered ones pass JAX's token through
-as their first operand and result. Roles computed by JAX functions (.jaxfn) are
-inlined instead of becoming a custom call.
+as their first operand and result. Roles computed by JAX functions are inlined
+instead (see .jaxfn).
 
 On jaxlib 0.7, CPU calls may need another form: see .jaxlib07.
 """
@@ -32,11 +32,10 @@ from .._errors import ExportedDefaultNameWarning, about
 from .._kwargs import data_blob, is_local, localized, not_data_reason
 from .._spec import CallSpec
 from .effects import ORDERED
-from .jaxfn import batched_function
 from .jaxlib07 import cpu_root_call_form
 from .partitioning import mark_batch_partitionable
 
-__all__ = ["CPU_TARGET", "CUDA_TARGET", "lower_cpu", "lower_cuda", "register_targets"]
+__all__ = ["CPU_TARGET", "CUDA_TARGET", "lower", "register_targets"]
 
 CPU_TARGET = "jaxbind_cpu"
 CUDA_TARGET = "jaxbind_cuda"
@@ -50,14 +49,6 @@ _EMBED_LIMIT = 16 * 1024
 _lower_ffi = {CPU_TARGET: ffi.ffi_lowering(CPU_TARGET), CUDA_TARGET: ffi.ffi_lowering(CUDA_TARGET)}
 
 
-def lower_cpu(ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
-    return _lower(CPU_TARGET, ctx, *args, spec=spec)
-
-
-def lower_cuda(ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
-    return _lower(CUDA_TARGET, ctx, *args, spec=spec)
-
-
 def _suffix_warning(name: str) -> str:
     base = name.rsplit("#", 1)[0]
     return (
@@ -69,33 +60,21 @@ def _suffix_warning(name: str) -> str:
     )
 
 
-def _lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
+def lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
+    """A call of a role whose body is a callable: the trampoline's custom call."""
     binding = spec.binding
-    if binding.jax_function_for(spec.role) is not None:  # JAX code: inlined, no custom call
-        return mlir.lower_fun(batched_function(spec), multiple_results=True)(ctx, *args)
-    kwargs = spec.call_kwargs()
     exporting = for_export(ctx)
-    if exporting:
-        reason = not_data_reason(kwargs)
-        if reason is not None:
-            raise TypeError(
-                f"jaxbind: cannot export '{binding.name}': its keyword arguments must be plain "
-                f"data (numbers, strings, bools, None, tuples, lists, dicts, NumPy arrays) to be "
-                f"stored in the artifact, but {reason}"
-            )
-        if binding.default_name and "#" in binding.name:
-            warnings.warn(_suffix_warning(binding.name), ExportedDefaultNameWarning, stacklevel=2)
-    blob = data_blob(kwargs) if exporting else kwargs.blob
+    if exporting and binding.default_name and "#" in binding.name:
+        warnings.warn(_suffix_warning(binding.name), ExportedDefaultNameWarning, stacklevel=2)
+    blob = _embedded(ctx, spec.call_kwargs(), exporting, binding.name, "its keyword arguments")
+    trees = b""
+    if spec.trees is not None:
+        trees = _embedded(ctx, spec.trees, exporting, binding.name, "its pytree structure")
     # The program names the binding by string; this keeps the binding (and so
     # its callables) alive for as long as the compiled program exists. Exported
     # programs can have no keep-alives: the loading process keeps its bindings.
     if not exporting:
         ctx.module_context.add_keepalive(binding)
-        if not is_local(kwargs) and len(kwargs.blob) > _EMBED_LIMIT:
-            kwargs = localized(kwargs)  # a digest in the program, the data in this process
-            blob = kwargs.blob
-        if is_local(kwargs):  # process-local kwargs live as long as the program
-            ctx.module_context.add_keepalive(kwargs)
     effect = binding.options.effect
     if exporting and effect is not None:
         raise TypeError(
@@ -116,7 +95,13 @@ def _lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
         args = (token, *args)
         aliases = {i + 1: k + 1 for i, k in aliases.items()}
     call = CallAttributes.of_call(
-        binding.name, spec.role, blob, spec.loop, len(args) - (token is not None), spec.n_fixed
+        binding.name,
+        spec.role,
+        blob,
+        spec.loop,
+        len(args) - (token is not None),
+        spec.n_fixed,
+        trees,
     )
     cpu = target == CPU_TARGET
     if effect is not None:
@@ -172,6 +157,29 @@ def _lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
             results[0].owner, spec, [a.ndim for a in ctx.avals_in], [a.ndim for a in ctx.avals_out]
         )
     return results
+
+
+def _embedded(ctx, dump, exporting: bool, name: str, what: str) -> bytes:
+    """What a program carries for an encoded dump (keyword arguments, pytree structure).
+
+    An export carries the data itself, so the dump must be plain data. A program that
+    stays in this process carries a digest instead where the data is large or not data
+    (the process keeps it, for as long as the program lives).
+    """
+    if exporting:
+        reason = not_data_reason(dump)
+        if reason is not None:
+            raise TypeError(
+                f"jaxbind: cannot export '{name}': {what} must be plain data (numbers, "
+                "strings, bools, None, tuples, lists, dicts, NumPy arrays) to be stored in "
+                f"the artifact, but {reason}"
+            )
+        return data_blob(dump)
+    if not is_local(dump) and len(dump.blob) > _EMBED_LIMIT:
+        dump = localized(dump)  # a digest in the program, the data in this process
+    if is_local(dump):  # process-local data lives as long as the program
+        ctx.module_context.add_keepalive(dump)
+    return dump.blob
 
 
 def register_targets() -> None:

@@ -31,12 +31,8 @@ def num_batch_dims(spec: CallSpec, n_outputs: int) -> int:
     """How many leading axes of every input and output are batch axes (0: none or not all)."""
     if spec.batch_axes is None or spec.out_batch_axes is None or n_outputs == 0:
         return 0
-    axes = list(spec.batch_axes) + list(spec.out_batch_axes)
-    levels = len(axes[0])
-    leading = tuple(reversed(range(levels)))  # innermost vmap first, outermost at axis 0
-    if levels == 0 or any(tuple(a) != leading for a in axes):
-        return 0
-    return levels
+    axes = spec.batch_axes + spec.out_batch_axes
+    return axes.levels if axes.all_leading else 0
 
 
 def mark_batch_partitionable(op: ir.Operation, spec: CallSpec, in_ranks, out_ranks) -> None:
