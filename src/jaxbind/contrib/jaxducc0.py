@@ -25,13 +25,15 @@ each call copies its operands to the host and its results back to the GPU.
 
 from __future__ import annotations
 
+# Re-exports (hence noqa: F401): __all__ below names them through their modules' __all__.
+from . import ducc
 from .ducc._common import _COMPLEX, _REAL  # noqa: F401  (ducc0 is imported here)
-from .ducc.fft import c2c, c2r, genuine_fht, r2c
-from .ducc.finufft import Opts, nufft1, nufft2, nufft3
-from .ducc.nufft import get_nufft
-from .ducc.nufft_plan import NufftPlan
-from .ducc.nufft_points import nufft_points
-from .ducc.sht import (  # noqa: F401  (JAXbind 1.3's tests)
+from .ducc.fft import c2c, c2r, genuine_fht, r2c  # noqa: F401
+from .ducc.finufft import Opts, nufft1, nufft2, nufft3  # noqa: F401
+from .ducc.nufft import get_nufft  # noqa: F401
+from .ducc.nufft_plan import NufftPlan  # noqa: F401
+from .ducc.nufft_points import nufft_points  # noqa: F401
+from .ducc.sht import (  # noqa: F401  (and two private names for JAXbind 1.3's tests)
     _healpix_geometry,
     _realalm_to_alm,
     alm_to_realalm,
@@ -41,25 +43,16 @@ from .ducc.sht import (  # noqa: F401  (JAXbind 1.3's tests)
     realalm_size,
     realalm_to_alm,
 )
-from .ducc.wgridder import get_wgridder
+from .ducc.wgridder import get_wgridder  # noqa: F401
 
+# jaxducc0's names: those of each family, and the op beneath jax-finufft's calls (not
+# the helpers that nufft_points.__all__ lists besides).
 __all__ = [
-    "c2c",
-    "genuine_fht",
-    "r2c",
-    "c2r",
-    "get_healpix_sht",
-    "nalm",
-    "realalm_size",
-    "realalm_ell",
-    "realalm_to_alm",
-    "alm_to_realalm",
-    "get_wgridder",
-    "get_nufft",
-    "nufft1",
-    "nufft2",
-    "nufft3",
-    "Opts",
+    *ducc.fft.__all__,
+    *ducc.sht.__all__,
+    *ducc.wgridder.__all__,
+    *ducc.nufft.__all__,
+    *ducc.finufft.__all__,
     "nufft_points",
-    "NufftPlan",
+    *ducc.nufft_plan.__all__,
 ]

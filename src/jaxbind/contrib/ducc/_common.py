@@ -31,22 +31,24 @@ _COMPLEX = {
 _REAL = {c: r for r, c in _COMPLEX.items()}
 
 
-def _complex_of(dtype, what):
+def _partner(pairs, dtype, what):
+    """`dtype`'s partner of the same precision in `pairs` (_COMPLEX or _REAL); a
+    TypeError naming ``jaxducc0.<what>`` for a dtype that has none."""
     try:
-        return _COMPLEX[np.dtype(dtype)]
+        return pairs[np.dtype(dtype)]
     except KeyError:
-        raise TypeError(
-            f"jaxducc0.{what}: expected float32 or float64 input, got {dtype}"
-        ) from None
+        expected = " or ".join(map(str, pairs))
+        raise TypeError(f"jaxducc0.{what}: expected {expected} input, got {dtype}") from None
+
+
+def _complex_of(dtype, what):
+    """The complex dtype of a float32 or float64 `dtype`."""
+    return _partner(_COMPLEX, dtype, what)
 
 
 def _real_of(dtype, what):
-    try:
-        return _REAL[np.dtype(dtype)]
-    except KeyError:
-        raise TypeError(
-            f"jaxducc0.{what}: expected complex64 or complex128 input, got {dtype}"
-        ) from None
+    """The real dtype of a complex64 or complex128 `dtype`."""
+    return _partner(_REAL, dtype, what)
 
 
 # --- parameter checks (trace time) -------------------------------------------------

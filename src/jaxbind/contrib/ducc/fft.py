@@ -4,7 +4,7 @@ Batch axes become untransformed DUCC axes."""
 
 from __future__ import annotations
 
-from functools import partial
+from functools import partial, wraps
 
 import numpy as np
 from jax.export import is_symbolic_dim
@@ -95,15 +95,21 @@ def _same_shape_abstract(x, *, op, kind, **kwargs):
     return ((x.shape, x.dtype, batch[0][-1] if batch else None),)
 
 
-def _unpack(args, kwargs_dump):
-    """The one input, the transformed axes and the keyword arguments of a call; None when
-    the call has nothing to do (DUCC refuses empty arrays; the transform of nothing is
-    nothing)."""
-    (x,) = args
-    if x.size == 0:
-        return None
-    kwargs = load_kwargs(kwargs_dump)
-    return x, _fft_axes(x.ndim, kwargs), kwargs
+def _kernel(transform):
+    """The jaxbind callback ``f(out, args, kwargs_dump)`` that runs
+    ``transform(out, x, axes, kwargs)`` on the call's one output and input, its
+    transformed axes and its keyword arguments; it does nothing for an empty input
+    (DUCC refuses empty arrays; the transform of nothing is nothing)."""
+
+    @wraps(transform)
+    def kernel(out, args, kwargs_dump):
+        (x,) = args
+        if x.size == 0:
+            return
+        kwargs = load_kwargs(kwargs_dump)
+        transform(out[0], x, _fft_axes(x.ndim, kwargs), kwargs)
+
+    return kernel
 
 
 def _op(name, f, f_T, abstract, abstract_T):
@@ -120,20 +126,14 @@ def _op(name, f, f_T, abstract, abstract_T):
     )
 
 
-def _c2c(out, args, kwargs_dump):
-    unpacked = _unpack(args, kwargs_dump)
-    if unpacked is None:
-        return
-    x, axes, kwargs = unpacked
-    ducc0.fft.c2c(x, axes=axes, out=out[0], **kwargs)
+@_kernel
+def _c2c(out, x, axes, kwargs):
+    ducc0.fft.c2c(x, axes=axes, out=out, **kwargs)
 
 
-def _fht(out, args, kwargs_dump):
-    unpacked = _unpack(args, kwargs_dump)
-    if unpacked is None:
-        return
-    x, axes, kwargs = unpacked
-    ducc0.fft.genuine_fht(x, axes=axes, out=out[0], **kwargs)
+@_kernel
+def _fht(out, x, axes, kwargs):
+    ducc0.fft.genuine_fht(x, axes=axes, out=out, **kwargs)
 
 
 # Both transforms have symmetric matrices, so each is its own transpose.
@@ -173,26 +173,20 @@ def _hermitian_weights(n, length, axis, ndim, dtype):
     return w.reshape(shape)
 
 
-def _r2c(out, args, kwargs_dump):
-    unpacked = _unpack(args, kwargs_dump)
-    if unpacked is None:
-        return
-    x, axes, kwargs = unpacked
+@_kernel
+def _r2c(out, x, axes, kwargs):
     del kwargs["n"]
-    ducc0.fft.r2c(x, axes=axes, out=out[0], **kwargs)
+    ducc0.fft.r2c(x, axes=axes, out=out, **kwargs)
 
 
-def _r2c_T(out, args, kwargs_dump):
+@_kernel
+def _r2c_T(out, ct, axes, kwargs):
     # r2c is real-to-complex: JAX's transpose is Re(A^T ct), i.e. the sum over the
     # half spectrum without the Hermitian doubling that c2r applies: halve the
     # weights of the modes that c2r doubles.
-    unpacked = _unpack(args, kwargs_dump)
-    if unpacked is None:
-        return
-    ct, axes, kwargs = unpacked
     n = kwargs.pop("n")
     w = _hermitian_weights(n, ct.shape[axes[-1]], axes[-1], ct.ndim, _REAL[ct.dtype])
-    ducc0.fft.c2r(ct / w, axes=axes, lastsize=n, out=out[0], **kwargs)
+    ducc0.fft.c2r(ct / w, axes=axes, lastsize=n, out=out, **kwargs)
 
 
 def _r2c_abstract(x, **kwargs):
@@ -212,23 +206,17 @@ def _r2c_abstract_T(ct, **kwargs):
 _r2c_op = _op("r2c", _r2c, _r2c_T, _r2c_abstract, _r2c_abstract_T)
 
 
-def _c2r(out, args, kwargs_dump):
-    unpacked = _unpack(args, kwargs_dump)
-    if unpacked is None:
-        return
-    x, axes, kwargs = unpacked
-    ducc0.fft.c2r(x, axes=axes, lastsize=kwargs.pop("n"), out=out[0], **kwargs)
+@_kernel
+def _c2r(out, x, axes, kwargs):
+    ducc0.fft.c2r(x, axes=axes, lastsize=kwargs.pop("n"), out=out, **kwargs)
 
 
-def _c2r_T(out, args, kwargs_dump):
+@_kernel
+def _c2r_T(out, ct, axes, kwargs):
     # c2r(c) = Re(B c) with B doubling the modes 0 < k < n/2, so its transpose is
     # B^T ct: the r2c of ct with those modes doubled.
-    unpacked = _unpack(args, kwargs_dump)
-    if unpacked is None:
-        return
-    ct, axes, kwargs = unpacked
     n = kwargs.pop("n")
-    res = ducc0.fft.r2c(ct, axes=axes, out=out[0], **kwargs)
+    res = ducc0.fft.r2c(ct, axes=axes, out=out, **kwargs)
     res *= _hermitian_weights(n, res.shape[axes[-1]], axes[-1], ct.ndim, ct.dtype)
 
 

@@ -86,6 +86,7 @@ def _coords(fn: str, coords, what: str):
         ) from exc
 
 
+@partial(jax.jit, static_argnames=("fn", "kind", "sign", "eps", "modeord", "nthreads", "grid"))
 def _run(fn, kind, values, points, targets, *, sign, eps, modeord, nthreads, grid):
     """Broadcast as jax-finufft does, group shared points, call the core op, unflatten."""
     values = jnp.asarray(values)
@@ -194,16 +195,19 @@ def _split(fn, points, n):
     return points
 
 
-@partial(jax.jit, static_argnames=("fn", "kind", "sign", "eps", "modeord", "nthreads", "grid"))
-def _jitted(values, points, targets, *, fn, kind, sign, eps, modeord, nthreads, grid):
+def _transform(kind, source, points, targets=(), *, iflag, eps, opts, grid=None):
+    """The rest of ``nufft<kind>`` once its coordinate arrays are checked: check the
+    options and the accuracy, then run the jitted transform."""
+    fn = f"nufft{kind}"
+    modeord, nthreads = _settings(fn, opts)
     return _run(
         fn,
         kind,
-        values,
-        list(points),
-        list(targets),
-        sign=sign,
-        eps=eps,
+        source,
+        tuple(points),
+        tuple(targets),
+        sign=_sign(iflag),
+        eps=check_positive(fn, "eps", eps),
         modeord=modeord,
         nthreads=nthreads,
         grid=grid,
@@ -233,19 +237,7 @@ def nufft1(output_shape, source, *points, iflag: int = 1, eps: float = 1e-6, opt
             f"jaxducc0.nufft1: output_shape {tuple(grid)} has {len(grid)} "
             f"dimensions, but {len(points)} coordinate arrays were given"
         )
-    modeord, nthreads = _settings("nufft1", opts)
-    return _jitted(
-        source,
-        tuple(points),
-        (),
-        fn="nufft1",
-        kind=1,
-        sign=_sign(iflag),
-        eps=check_positive("nufft1", "eps", eps),
-        modeord=modeord,
-        nthreads=nthreads,
-        grid=grid,
-    )
+    return _transform(1, source, points, iflag=iflag, eps=eps, opts=opts, grid=grid)
 
 
 def nufft2(source, *points, iflag: int = -1, eps: float = 1e-6, opts=None):
@@ -254,27 +246,14 @@ def nufft2(source, *points, iflag: int = -1, eps: float = 1e-6, opts=None):
     Args:
       source: complex grid values, ``(..., *grid)``.
       *points: ``x``, ``y``, ``z``: 1-3 real arrays ``(..., M)``.
-      iflag: the sign of the exponent.
-      eps: the requested accuracy, > 0 (see the module's docstring for the finest).
-      opts: an object with ``modeord`` and ``nthreads``, as for :func:`nufft1`.
+      iflag, eps, opts: the sign of the exponent, the requested accuracy and the
+        options, as for :func:`nufft1`.
 
     Returns:
       ``(..., M)``.
     """
     points = _split("nufft2", points, (1, 3))
-    modeord, nthreads = _settings("nufft2", opts)
-    return _jitted(
-        source,
-        tuple(points),
-        (),
-        fn="nufft2",
-        kind=2,
-        sign=_sign(iflag),
-        eps=check_positive("nufft2", "eps", eps),
-        modeord=modeord,
-        nthreads=nthreads,
-        grid=None,
-    )
+    return _transform(2, source, points, iflag=iflag, eps=eps, opts=opts)
 
 
 def nufft3(source, *points, iflag: int = -1, eps: float = 1e-6, opts=None):
@@ -285,9 +264,8 @@ def nufft3(source, *points, iflag: int = -1, eps: float = 1e-6, opts=None):
       *points: the source coordinates, then as many target coordinates:
         ``x, s`` (1-D), ``x, y, s, t`` (2-D) or ``x, y, z, s, t, u`` (3-D);
         sources ``(..., M)``, targets ``(..., K)``.
-      iflag: the sign of the exponent.
-      eps: the requested accuracy, > 0 (see the module's docstring for the finest).
-      opts: an object with ``modeord`` and ``nthreads``, as for :func:`nufft1`.
+      iflag, eps, opts: the sign of the exponent, the requested accuracy and the
+        options, as for :func:`nufft1`.
 
     Returns:
       ``(..., K)``.
@@ -299,16 +277,4 @@ def nufft3(source, *points, iflag: int = -1, eps: float = 1e-6, opts=None):
             f"got {len(points)} arrays in all"
         )
     d = len(points) // 2
-    modeord, nthreads = _settings("nufft3", opts)
-    return _jitted(
-        source,
-        tuple(points[:d]),
-        tuple(points[d:]),
-        fn="nufft3",
-        kind=3,
-        sign=_sign(iflag),
-        eps=check_positive("nufft3", "eps", eps),
-        modeord=modeord,
-        nthreads=nthreads,
-        grid=None,
-    )
+    return _transform(3, source, points[:d], points[d:], iflag=iflag, eps=eps, opts=opts)
