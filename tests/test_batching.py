@@ -217,3 +217,28 @@ def test_nested_vmap_where_a_fixed_input_is_batched_only_by_the_outer_level():
     inner = jax.vmap(lambda a, x: matvec(a, x)[0], in_axes=(None, 0))
     got = jax.vmap(inner, in_axes=(0, 0))(a, x)
     np.testing.assert_allclose(got, np.einsum("bij,bkj->bki", a, x), rtol=1e-5)
+
+
+def test_batch_axes_round_trip():
+    """BatchAxes, the one batch-layout type: to_front and from_front are inverses, and the
+    core shapes and level sizes are read the same way from either layout."""
+    from jaxbind._spec import BatchAxes
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((2, 5, 3, 4))  # batch axes 3 (innermost level) and 1 (outermost)
+    b = rng.standard_normal((7,))  # not batched
+    c = rng.standard_normal((5, 6, 4))  # axes 2 (inner) and 0 (outer)
+    layout = BatchAxes(((3, 1), (), (2, 0)))
+    assert layout.levels == 2 and layout.batched == (True, False, True)
+    assert layout.sizes([a.shape, b.shape, c.shape]) == (5, 4)
+    assert layout.core_shape(a.shape, 0) == (2, 3) and layout.core_shape(c.shape, 2) == (6,)
+    front = layout.to_front([a, b, c], np.moveaxis)
+    assert [x.shape for x in front] == [(5, 4, 2, 3), (7,), (5, 4, 6)]
+    assert layout.front() == BatchAxes(((1, 0), (), (1, 0)))
+    assert layout.front().sizes([x.shape for x in front]) == (5, 4)
+    back = layout.from_front(front, np.moveaxis)
+    for x, y in zip(back, [a, b, c]):
+        np.testing.assert_array_equal(x, y)
+    assert BatchAxes.leading(2, 3).all_leading and not layout.all_leading
+    assert (layout[:1] + layout[2:]).axes == ((3, 1), (2, 0))
+    assert layout.pick([2]).axes == ((2, 0),)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from ._errors import about
 from ._options import Options
-from ._roles import Kind, OpBase, Role, RoleDef, missing_role
+from ._roles import Kind, OpBase, Role, RoleDef, missing_role, same_values
 
 __all__ = ["Binding", "register", "lookup"]
 
@@ -271,34 +271,6 @@ def _fingerprint(value):
     if t is types.BuiltinFunctionType:  # equal when bound to the same object
         return t, id(getattr(value, "__self__", None)), value.__qualname__
     return t
-
-
-def same_values(a, b) -> bool:
-    """Whether two registrations hold the same things: the same callables (a bound
-    method: the same function on the same object), equal plain values. A user's
-    ``__eq__`` decides only where it answers with a bool: a dataclass holding an
-    array compares elementwise, which says neither."""
-    if a is b:
-        return True
-    if type(a) is not type(b):
-        return False
-    if type(a) in (tuple, list):
-        return len(a) == len(b) and all(same_values(x, y) for x, y in zip(a, b))
-    if type(a) is dict:
-        return a.keys() == b.keys() and all(same_values(a[k], b[k]) for k in a)
-    if isinstance(a, types.MethodType):
-        return a.__self__ is b.__self__ and a.__func__ is b.__func__
-    if isinstance(a, functools.partial):
-        return (
-            same_values(a.func, b.func)
-            and same_values(a.args, b.args)
-            and same_values(a.keywords, b.keywords)
-        )
-    try:
-        equal = a == b
-    except Exception:
-        return False
-    return equal if isinstance(equal, bool) else False
 
 
 def lookup(name: str) -> Binding | None:

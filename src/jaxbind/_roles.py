@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -38,6 +39,7 @@ __all__ = [
     "is_jax_function",
     "jax_function",
     "role_table",
+    "same_values",
 ]
 
 
@@ -98,6 +100,34 @@ def describe_role(role: str) -> str:
         return f"role {role!r}"
 
 
+def same_values(a, b) -> bool:
+    """Whether two registrations hold the same things: the same callables (a bound
+    method: the same function on the same object), equal plain values. A user's
+    ``__eq__`` decides only where it answers with a bool: a dataclass holding an
+    array compares elementwise, which says neither."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if type(a) in (tuple, list):
+        return len(a) == len(b) and all(same_values(x, y) for x, y in zip(a, b))
+    if type(a) is dict:
+        return a.keys() == b.keys() and all(same_values(a[k], b[k]) for k in a)
+    if isinstance(a, types.MethodType):
+        return a.__self__ is b.__self__ and a.__func__ is b.__func__
+    if isinstance(a, functools.partial):
+        return (
+            same_values(a.func, b.func)
+            and same_values(a.args, b.args)
+            and same_values(a.keywords, b.keywords)
+        )
+    try:
+        equal = a == b
+    except Exception:
+        return False
+    return equal if isinstance(equal, bool) else False
+
+
 # --- bodies ----------------------------------------------------------------------------
 
 
@@ -127,8 +157,6 @@ class JaxFunction:
         return self.fn(*args, **kwargs)
 
     def __eq__(self, other):
-        from ._binding import same_values  # the registry's notion of "the same"
-
         return isinstance(other, JaxFunction) and same_values(other.fn, self.fn)
 
     def __hash__(self):
@@ -245,7 +273,7 @@ class RoleDef:
         return for_call(self.abstract, trees)(*avals, **kwargs)
 
     def identity(self) -> tuple:
-        """What makes two definitions of the role the same (see _binding.same_values)."""
+        """What makes two definitions of the role the same (see same_values)."""
         return (self.role.text, self.body, self.abstract)
 
 
