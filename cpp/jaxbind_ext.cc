@@ -24,6 +24,7 @@
 
 #include "state.h"
 #include "views.h"
+#include "kernels.h"
 
 #include <algorithm>
 #include <chrono>
@@ -59,13 +60,21 @@ nb::object resolve(CallAttributes &call, const ffi::Dictionary &attrs) {
   // When the site is freed (with its binding), the weak reference's callback
   // drops the entry, unless the digest has meanwhile been given to another site.
   int64_t digest = call.site;
-  nb::object forget = nb::cpp_function([digest](nb::handle ref) {
+  std::weak_ptr<KernelSite> kernel = site.kernel;
+  nb::object forget = nb::cpp_function([digest, kernel](nb::handle ref) {
     if (state == nullptr) return;
     auto entry = state->sites.find(digest);
     if (entry != state->sites.end() && entry->second.ref.ptr() == ref.ptr())
       state->sites.erase(entry);
+    std::unique_lock lock(kernel_mu);
+    auto ks = kernel_sites.find(digest);
+    if (ks != kernel_sites.end() && ks->second == kernel.lock()) kernel_sites.erase(ks);
   });
   state->sites.insert_or_assign(digest, Entry{found.ptr(), nb::weakref(found, forget)});
+  if (site.kernel) {
+    std::unique_lock lock(kernel_mu);
+    kernel_sites.insert_or_assign(digest, site.kernel);
+  }
   return found;
 }
 
@@ -175,6 +184,8 @@ ffi::Error guarded(const ffi::Dictionary &attrs, Body &&body) {
       message = "jaxbind: callable of '" + name() + "' failed: " + e.what();
     }
     return ffi::Error(ffi::ErrorCode::kInternal, message);
+  } catch (KernelError &e) {
+    return error(ffi::ErrorCode::kInternal, e.what());
   } catch (std::invalid_argument &e) {
     return error(ffi::ErrorCode::kInvalidArgument, "'" + name() + "': " + e.what());
   } catch (std::exception &e) {
@@ -188,11 +199,69 @@ ffi::Error guarded(const ffi::Dictionary &attrs, Body &&body) {
   }
 }
 
-// CPU: NumPy views of the host buffers, the callable called in place.
+// A kernel site's call with the GIL held (its first call, or a new buffer signature):
+// the buffers checked by the site's Python check, the kernel's address for their
+// signature looked up, then the kernel run without the GIL.
+void call_kernel_site(Site &site, const Args &args, const Rets &rets) {
+  KernelSite &ks = *site.kernel;
+  if (ks.levels > 0) kernel_batch_size(ks, args, rets);  // the loop's checks, before Python's
+  check_buffers(site, args, rets);
+  std::vector<int64_t> sig;
+  nb::list ins, outs;
+  append_signature(args, sig, ins, "input");
+  append_signature(rets, sig, outs, "output");
+  jaxbind_kernel_fn fn = ks.find(sig);
+  if (fn == nullptr) {
+    auto address = nb::cast<uintptr_t>(site.kernel_address(nb::tuple(ins), nb::tuple(outs)));
+    if (address == 0) throw std::runtime_error("the kernel's address is 0");
+    fn = reinterpret_cast<jaxbind_kernel_fn>(address);
+    ks.add(sig, fn);
+  }
+  nb::gil_scoped_release release;
+  run_kernel(ks, fn, args, rets);
+}
+
+// A kernel call whose site and buffer signature are known: no GIL, no Python object.
+// Returns false when the call needs the GIL path (see call_kernel_site).
+bool call_kernel_fast(const ffi::Dictionary &attrs, const Args &args, const Rets &rets,
+                      ffi::Error &result) {
+  int64_t digest = 0;
+  int32_t format = 0;
+  if (!get_attr(attrs, "jaxbind_format", format) || format < 1 || format > kCallFormat ||
+      !get_attr(attrs, "site", digest))
+    return false;
+  std::shared_ptr<KernelSite> ks = find_kernel_site(digest);
+  if (!ks) return false;
+  try {
+    std::vector<int64_t> sig;
+    signature_of(args, sig, "input");
+    signature_of(rets, sig, "output");
+    jaxbind_kernel_fn fn = ks->find(sig);
+    if (fn == nullptr) return false;
+    run_kernel(*ks, fn, args, rets);
+    result = ffi::Error::Success();
+  } catch (KernelError &e) {
+    result = error(ffi::ErrorCode::kInternal, e.what());
+  } catch (std::invalid_argument &e) {
+    result = error(ffi::ErrorCode::kInvalidArgument, ks->label + ": " + e.what());
+  } catch (std::exception &e) {
+    result = error(ffi::ErrorCode::kInternal, ks->label + ": " + e.what());
+  }
+  return true;
+}
+
+// CPU: NumPy views of the host buffers, the callable called in place; or a kernel.
 ffi::Error Call(ffi::RemainingArgs all_args, ffi::RemainingRets all_rets, ffi::Dictionary attrs) {
+  {
+    Args args(all_args);
+    Rets rets(all_rets);
+    ffi::Error result = ffi::Error::Success();
+    if (call_kernel_fast(attrs, args, rets, result)) return result;
+  }
   return guarded(attrs, [&](Site &site) {
     Args args(all_args);
     Rets rets(all_rets);
+    if (site.kernel) return call_kernel_site(site, args, rets);
     int64_t n = site.levels > 0 ? batch_size(site, args, rets) : 1;
     check_buffers(site, args, rets);
     for (int64_t k = 0; k < n; ++k) {
@@ -252,6 +321,10 @@ ffi::Error CallCuda(void *stream, int32_t device, ffi::RemainingArgs all_args,
     Args args(all_args);
     Rets rets(all_rets);
     if (!state->gpu_dispatch.is_valid()) throw std::runtime_error("no GPU dispatcher is set");
+    if (site.kernel)
+      throw std::invalid_argument(
+          "its body is a CPU kernel, which cannot run in a GPU program (jaxbind's GPU kernels "
+          "are not built yet); run the program on the CPU");
     if (site.levels > 0) batch_size(site, args, rets);  // the same checks as on the CPU
     check_buffers(site, args, rets);
     nb::list flags;
@@ -275,6 +348,7 @@ int site_traverse(PyObject *self, visitproc visit, void *arg) {
   Py_VISIT(s.label.ptr());
   Py_VISIT(s.check.ptr());
   Py_VISIT(s.platform_mode.ptr());
+  Py_VISIT(s.kernel_address.ptr());
   return 0;
 }
 
@@ -283,6 +357,7 @@ int site_clear(PyObject *self) {
   s.callable.reset();
   s.kwargs_dump.reset();
   s.check.reset();
+  s.kernel_address.reset();
   s.out_views.reset();
   s.in_views.reset();
   return 0;
@@ -345,8 +420,13 @@ NB_MODULE(_ext, m) {
           "__init__",
           [](Site *self, nb::object callable, nb::object kwargs_dump, nb::object label,
              std::string binding, int levels, std::vector<bool> batched, nb::object platform_mode,
-             nb::object check) {
+             nb::object check, nb::object kernel) {
             new (self) Site();
+            if (!kernel.is_none()) {
+              self->kernel = make_kernel_site(kernel, nb::cast<std::string>(label), levels,
+                                              batched);
+              self->kernel_address = kernel.attr("address");
+            }
             self->callable = callable;
             self->kwargs_dump = kwargs_dump;
             self->label = label;
@@ -357,11 +437,13 @@ NB_MODULE(_ext, m) {
             self->check = check;
           },
           nb::arg("callable"), nb::arg("kwargs_dump"), nb::arg("label"), nb::arg("binding"),
-          nb::arg("levels"), nb::arg("batched"), nb::arg("platform_mode"), nb::arg("check"))
+          nb::arg("levels"), nb::arg("batched"), nb::arg("platform_mode"), nb::arg("check"),
+          nb::arg("kernel") = nb::none())
       .def_prop_ro("binding", [](const Site &s) { return s.binding; })
       .def_prop_ro("levels", [](const Site &s) { return s.levels; })
       .def_prop_ro("batched", [](const Site &s) { return s.batched; })
-      .def_prop_ro("known_signatures", [](const Site &s) { return s.known.size(); });
+      .def_prop_ro("known_signatures", [](const Site &s) { return s.known.size(); })
+      .def_prop_ro("is_kernel", [](const Site &s) { return static_cast<bool>(s.kernel); });
 
   m.def(
       "set_gpu_dispatch",
@@ -438,6 +520,15 @@ NB_MODULE(_ext, m) {
       nb::arg("timeout_s") = 10.0,
       "Called at interpreter exit: from then on handlers return an error instead of "
       "calling Python; waits (up to timeout_s) for the handlers already running.");
+
+  m.def(
+      "kernel_site_count",
+      []() {
+        std::shared_lock lock(kernel_mu);
+        return kernel_sites.size();
+      },
+      "Number of kernel sites that calls reach without the GIL.");
+  m.def("kernel_abi_version", []() { return JAXBIND_KERNEL_ABI_VERSION; });
 
   m.def(
       "site_count", []() { return state == nullptr ? size_t(0) : state->sites.size(); },

@@ -60,6 +60,10 @@ struct Site {
   // The views of the site's last call, when the callable kept no reference to
   // them: the next call points them at its buffers instead of building new ones.
   nb::object out_views, in_views;
+  // A compiled kernel's site (see kernels.h), and (ins, outs) -> the kernel's address for
+  // a buffer signature; empty for Python callables.
+  std::shared_ptr<struct KernelSite> kernel;
+  nb::object kernel_address;
 };
 
 // The cache entry of a site: the object itself (borrowed) and a weak reference

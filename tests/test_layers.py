@@ -40,6 +40,7 @@ TRACE_TIME = {
 SHARED = {
     "_binding",
     "_roles",
+    "_kernels",
     "_options",
     "_kwargs",
     "_avals",

@@ -12,6 +12,7 @@ The JAXbind 1.3 one (drop-in compatible):
 - :func:`jax_function`: mark a JAX function as a nonlinear op's JVP or VJP
   (differentiable again: Hessians);
 - :func:`load_kwargs`: the keyword arguments of a call, inside a callable;
+- :func:`kernel`: a compiled op body (numba, C, ...), called without the GIL;
 - :func:`export`: ``jax.export.export`` with jaxbind's custom call allowed;
 - :func:`jaxbind.testing.check`: check an op's abstract function, derivatives,
   transposes and batching on example inputs.
@@ -35,6 +36,7 @@ from ._api import Op, get_linear_call, get_nonlinear_call  # noqa: E402
 from ._errors import ExportedDefaultNameWarning  # noqa: E402
 from ._export import export, export_safety_checks  # noqa: E402
 from ._gpu import CallContext, CudaArray, current_call  # noqa: E402
+from ._kernels import Kernel, kernel, kernel_include_dir  # noqa: E402
 from ._kwargs import load_kwargs  # noqa: E402
 from ._native import NativeOp, linear_op, multilinear_op, nonlinear_op  # noqa: E402
 from ._roles import jax_function  # noqa: E402
@@ -51,6 +53,7 @@ __all__ = [
     "CallContext",
     "CudaArray",
     "ExportedDefaultNameWarning",
+    "Kernel",
     "NativeOp",
     "Op",
     "current_call",
@@ -59,6 +62,8 @@ __all__ = [
     "get_linear_call",
     "get_nonlinear_call",
     "jax_function",
+    "kernel",
+    "kernel_include_dir",
     "linear_op",
     "load_kwargs",
     "multilinear_op",

@@ -16,7 +16,7 @@ from ._errors import about
 from ._kwargs import KwargsDump, encode_kwargs
 from ._options import OPTION_DOCS, Options, declare
 from ._primitive import IMPL_CALLS, PRIMITIVE, bind, eager, nested
-from ._roles import Kind, OpBase, role_table
+from ._roles import Body, Kind, OpBase, role_table
 from ._spec import CallSpec
 
 __all__ = ["Op", "get_linear_call", "get_nonlinear_call"]
@@ -223,6 +223,11 @@ def make_op(
             f"{getattr(f, '__qualname__', None) or type(f).__qualname__}"
         )
     roles = role_table(kind, f, transposes, derivatives, abstract, abstract_T)
+    if options.vectorized and any(r.kind is Body.KERNEL for r in roles.values()):
+        raise TypeError(
+            f"jaxbind: '{name}' has compiled kernel bodies and func_can_batch/vectorized; a "
+            "kernel batches through jaxbind.kernel(..., batches=True) instead"
+        )
     binding = Binding(name=name, kind=kind, roles=roles, options=options)
     binding, _ = register(binding, explicit_name=explicit, replace=replace)
     return Op(binding)

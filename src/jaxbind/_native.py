@@ -44,6 +44,7 @@ import numpy as np
 
 from ._api import Op, make_op
 from ._errors import about, add_context
+from ._kernels import Kernel
 from ._kwargs import KwargsDump, encode_kwargs, load_kwargs
 from ._options import Options, declare
 from ._roles import Args, JaxFunction, Kind, is_jax_function, jax_function, role_table
@@ -225,6 +226,13 @@ class _Callable(_Body):
             np.copyto(o, r, casting="same_kind")
 
 
+def _body(native: NativeOp, fn, args: Args, what: str, index=None):
+    """A callable wrapped for pytrees; a compiled kernel as it is (it takes flat arrays)."""
+    if isinstance(fn, Kernel):
+        return fn
+    return _Callable(native, fn, args, what, index=index)
+
+
 class _JaxDerivative(_Body):
     """A derivative given as a JAX function, for a native op (pytrees in and out)."""
 
@@ -352,10 +360,10 @@ class NativeOp:
     def _transposes_now(self):
         if self.kind == "linear":
             t = self._transposes.get(None)
-            return _Callable(self, t, Args.T, "the transpose") if t is not None else None
+            return _body(self, t, Args.T, "the transpose") if t is not None else None
         n = max(self._transposes, default=-1) + 1
         return tuple(
-            _Callable(
+            _body(
                 self,
                 self._transposes[i],
                 Args.T_I,
@@ -376,12 +384,12 @@ class NativeOp:
                 inner = fn.fn if isinstance(fn, JaxFunction) else fn
                 derivatives.append(jax_function(_JaxDerivative(self, inner, args, what)))
             else:
-                derivatives.append(_Callable(self, fn, args, what))
+                derivatives.append(_body(self, fn, args, what))
         return tuple(derivatives)
 
     def _bodies(self) -> tuple:
         """(f, transposes, derivatives) as defined so far."""
-        f = self.__dict__.get("_f") or _Callable(self, self.fn, Args.F, "the function")
+        f = self.__dict__.get("_f") or _body(self, self.fn, Args.F, "the function")
         self._f = f
         if self.kind == "nonlinear":
             return f, None, self._derivatives_now()

@@ -11,7 +11,8 @@ transpose partner. :func:`role_table` builds the table from what either API was
 given; the rules read it and never ask which API made the op.
 
 A body is one of the :class:`Body` kinds: a Python callable, which the trampoline
-calls while the program runs, or a JAX function, which is traced into the program.
+calls while the program runs; a compiled kernel, which it calls without the GIL; or a
+JAX function, which is traced into the program.
 The rules for each kind are grouped in ``jaxbind._rules`` (one set per kind).
 
 Roles travel as text (in the CallSpec and in a program's ``role`` attribute) and are
@@ -25,6 +26,8 @@ import functools
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from ._kernels import Kernel
 
 __all__ = [
     "Args",
@@ -191,10 +194,13 @@ class Body(enum.Enum):
     """What computes a role, and so which set of rules applies to its calls."""
 
     CALLABLE = "callable"  # a Python callable, called by the trampoline at run time
+    KERNEL = "kernel"  # compiled code (see _kernels), called by the trampoline without the GIL
     JAX = "jax"  # a JAX function, traced into the program at trace time
 
     @staticmethod
     def of(fn) -> Body:
+        if isinstance(fn, Kernel):
+            return Body.KERNEL
         return Body.JAX if is_jax_function(fn) else Body.CALLABLE
 
     @property

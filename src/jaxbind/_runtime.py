@@ -31,6 +31,7 @@ from ._avals import XLA_ELEMENT_TYPES, check_result
 from ._binding import lookup
 from ._callformat import FORMAT, MAX_LEVELS, NO_LOOP, CallAttributes, Loop
 from ._compat import ShapedArray, collect_jax_garbage
+from ._kernels import Kernel
 from ._kwargs import decode_kwargs, encode_kwargs
 from ._roles import Body, Role, for_call
 
@@ -87,8 +88,20 @@ def resolve_site(
     n_fixed = call.n_fixed
     label = f"'{name}' ({role.describe()})" + (", batched" if loop.levels else "")
     check = BufferCheck(binding, role, dump, loop, n_fixed, structure)
+    kernel = None
+    if isinstance(fn, Kernel):  # compiled: called without the GIL (see cpp/kernels.h)
+        kernel = fn.call_for(dump.to_dict(), f"jaxbind: {label}")
+        label = f"'{name}' ({role.describe()})"
     site = _ext.Site(
-        fn, dump, label, name, loop.levels, list(loop.batched), binding.options.platform_mode, check
+        fn,
+        dump,
+        label,
+        name,
+        loop.levels,
+        list(loop.batched),
+        binding.options.platform_mode,
+        check,
+        kernel,
     )
     binding.keep_site(digest, site)
     return site
@@ -97,7 +110,7 @@ def resolve_site(
 def _callable_body(binding, role: Role):
     """The callable the trampoline calls for `role`."""
     fn = binding.body(role)
-    if binding.role(role).kind is not Body.CALLABLE:
+    if binding.role(role).kind is Body.JAX:
         raise LookupError(
             f"jaxbind: {role.describe()} of '{binding.name}' is a JAX function, "
             "which programs contain inlined; no call of it goes through the trampoline"

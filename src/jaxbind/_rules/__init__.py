@@ -4,9 +4,9 @@ The rules that hold whatever computes a role: the checks of abstract evaluation
 (abstract), JVP and transpose (ad), and effects (effects). The rules that depend on
 the role's body (see _roles.Body), one set per kind of body:
 
-- a callable: output shapes from the abstract function (abstract), batching natively
-  or by jaxbind's loop (batching), the trampoline's custom call (lowering, with
-  partitioning and the jaxlib-0.7 form in jaxlib07);
+- a callable or a compiled kernel: output shapes from the abstract function
+  (abstract), batching natively or by jaxbind's loop (batching), the trampoline's
+  custom call (lowering, with partitioning and the jaxlib-0.7 form in jaxlib07);
 - a JAX function: traced into the program (jaxfn).
 
 Each generic rule takes the role from the CallSpec parameter and reads the binding's
@@ -40,6 +40,8 @@ class BodyRules(NamedTuple):
 
 BODY_RULES = {
     Body.CALLABLE: BodyRules(abstract.output_avals, batching.batch_rule, lowering.lower),
+    # the same custom call: the trampoline finds a kernel behind the site, not a callable
+    Body.KERNEL: BodyRules(abstract.output_avals, batching.batch_rule, lowering.lower),
     Body.JAX: BodyRules(jaxfn.output_avals, jaxfn.batch, jaxfn.lower),
 }
 

@@ -1,0 +1,111 @@
+/* jaxbind/kernel.h: the C ABI of a jaxbind kernel, a compiled op body.
+ *
+ * A kernel is a function
+ *
+ *     int32_t kernel(const jaxbind_call *call);
+ *
+ * that jaxbind's trampoline calls without the GIL and without Python: it reads the
+ * inputs and static keyword arguments in `call` and writes every element of every
+ * output. It returns 0 on success. On failure it writes a NUL-terminated message into
+ * call->error (at most call->error_size bytes, the NUL included) and returns any other
+ * value; the call then fails with a Python exception that names the binding, the role
+ * and the message.
+ *
+ * Register a kernel with jaxbind.kernel(address, abi_version=JAXBIND_KERNEL_ABI_VERSION)
+ * (or pass a ctypes or cffi function pointer). jaxbind.kernel_include_dir() is the
+ * directory that holds this header.
+ *
+ * Contract (see docs/kernels.md):
+ * - Buffers are C-contiguous and valid during the call only. Inputs are read-only.
+ *   Outputs are uninitialized unless they share memory with an input
+ *   (input_output_aliases).
+ * - A kernel may run concurrently, on several threads, for several calls: it must keep
+ *   no unsynchronized global state. It must not call back into Python.
+ * - Every field is 8 bytes wide, so other languages can read the structs as arrays of
+ *   64-bit words.
+ *
+ * Versions: JAXBIND_KERNEL_ABI_VERSION grows when a struct changes; a kernel registered
+ * for another version is refused when its op is made.
+ */
+#ifndef JAXBIND_KERNEL_H_
+#define JAXBIND_KERNEL_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define JAXBIND_KERNEL_ABI_VERSION 1
+
+/* Element types: XLA's numbering. */
+enum jaxbind_dtype {
+  JAXBIND_BOOL = 1,
+  JAXBIND_INT8 = 2,
+  JAXBIND_INT16 = 3,
+  JAXBIND_INT32 = 4,
+  JAXBIND_INT64 = 5,
+  JAXBIND_UINT8 = 6,
+  JAXBIND_UINT16 = 7,
+  JAXBIND_UINT32 = 8,
+  JAXBIND_UINT64 = 9,
+  JAXBIND_FLOAT16 = 10,
+  JAXBIND_FLOAT32 = 11,
+  JAXBIND_FLOAT64 = 12,
+  JAXBIND_COMPLEX64 = 15,
+  JAXBIND_BFLOAT16 = 16,
+  JAXBIND_COMPLEX128 = 18
+};
+
+/* One array: an input, an output, or an array keyword argument. */
+typedef struct jaxbind_buffer {
+  void *data;          /* C-contiguous */
+  int64_t dtype;       /* enum jaxbind_dtype */
+  int64_t rank;        /* number of dimensions */
+  const int64_t *dims; /* `rank` sizes */
+} jaxbind_buffer;
+
+enum jaxbind_kwarg_type {
+  JAXBIND_KWARG_INT = 1,    /* int_value */
+  JAXBIND_KWARG_FLOAT = 2,  /* float_value */
+  JAXBIND_KWARG_BOOL = 3,   /* int_value: 0 or 1 */
+  JAXBIND_KWARG_STRING = 4, /* string, string_size bytes of UTF-8 and a NUL */
+  JAXBIND_KWARG_ARRAY = 5   /* array: read-only */
+};
+
+/* One static keyword argument of the call. */
+typedef struct jaxbind_kwarg {
+  const char *name; /* NUL-terminated */
+  int64_t type;     /* enum jaxbind_kwarg_type */
+  int64_t int_value;
+  double float_value;
+  const char *string;
+  int64_t string_size;
+  jaxbind_buffer array;
+} jaxbind_kwarg;
+
+/* One call of a kernel. */
+typedef struct jaxbind_call {
+  int64_t abi_version; /* JAXBIND_KERNEL_ABI_VERSION */
+  int64_t n_inputs;
+  const jaxbind_buffer *inputs;
+  int64_t n_outputs;
+  const jaxbind_buffer *outputs;
+  int64_t n_kwargs;
+  const jaxbind_kwarg *kwargs; /* sorted by name */
+  /* Kernels registered with batches=True get a whole batch: the leading batch_levels
+   * axes of every output, and of each input i with batched[i] != 0, are batch axes.
+   * 0 for other kernels, which jaxbind calls once per batch element. */
+  int64_t batch_levels;
+  const uint8_t *batched;
+  char *error; /* the error channel: see above */
+  int64_t error_size;
+} jaxbind_call;
+
+typedef int32_t (*jaxbind_kernel_fn)(const jaxbind_call *call);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* JAXBIND_KERNEL_H_ */
