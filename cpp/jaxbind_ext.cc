@@ -22,9 +22,9 @@
 // On CUDA, `CallCuda` hands the device pointers and XLA's stream to Python
 // (jaxbind/_gpu.py); it needs no CUDA header or library.
 
+#include "kernels.h"
 #include "state.h"
 #include "views.h"
-#include "kernels.h"
 
 #include <algorithm>
 #include <chrono>
@@ -69,6 +69,7 @@ nb::object resolve(CallAttributes &call, const ffi::Dictionary &attrs) {
     std::unique_lock lock(kernel_mu);
     auto ks = kernel_sites.find(digest);
     if (ks != kernel_sites.end() && ks->second == kernel.lock()) kernel_sites.erase(ks);
+    if (auto gone = kernel.lock()) gone->alive.store(false, std::memory_order_release);
   });
   state->sites.insert_or_assign(digest, Entry{found.ptr(), nb::weakref(found, forget)});
   if (site.kernel) {
@@ -204,21 +205,38 @@ ffi::Error guarded(const ffi::Dictionary &attrs, Body &&body) {
 // signature looked up, then the kernel run without the GIL.
 void call_kernel_site(Site &site, const Args &args, const Rets &rets) {
   KernelSite &ks = *site.kernel;
-  if (ks.levels > 0) kernel_batch_size(ks, args, rets);  // the loop's checks, before Python's
+  std::vector<jaxbind_buffer> ins, outs;
+  describe_buffers(args, "input", ins);
+  describe_buffers(rets, "output", outs);
+  if (ks.levels > 0) kernel_batch_size(ks, ins, outs);  // the loop's checks, before Python's
   check_buffers(site, args, rets);
-  std::vector<int64_t> sig;
-  nb::list ins, outs;
-  append_signature(args, sig, ins, "input");
-  append_signature(rets, sig, outs, "output");
-  jaxbind_kernel_fn fn = ks.find(sig);
+  jaxbind_kernel_fn fn = find_kernel(ks, ins, outs);
   if (fn == nullptr) {
-    auto address = nb::cast<uintptr_t>(site.kernel_address(nb::tuple(ins), nb::tuple(outs)));
+    std::vector<int64_t> sig;
+    nb::list unused_in, unused_out;
+    append_signature(args, sig, unused_in, "input");
+    append_signature(rets, sig, unused_out, "output");
+    // The kernel sees what it is called with: with jaxbind's loop, one batch element.
+    bool loop = ks.levels > 0 && !ks.batches;
+    std::vector<jaxbind_buffer> in_k, out_k;
+    element_of(ins, loop ? ks.levels : 0, 0, ks.batched.data(), in_k);
+    element_of(outs, loop ? ks.levels : 0, 0, nullptr, out_k);
+    auto described = [](const std::vector<jaxbind_buffer> &buffers) {
+      nb::list items;
+      for (const jaxbind_buffer &b : buffers) {
+        nb::list shape;
+        for (int64_t d = 0; d < b.rank; ++d) shape.append(b.dims[d]);
+        items.append(nb::make_tuple(nb::tuple(shape), b.dtype));
+      }
+      return nb::tuple(items);
+    };
+    auto address = nb::cast<uintptr_t>(site.kernel_address(described(in_k), described(out_k)));
     if (address == 0) throw std::runtime_error("the kernel's address is 0");
     fn = reinterpret_cast<jaxbind_kernel_fn>(address);
-    ks.add(sig, fn);
+    ks.add(std::move(sig), fn);
   }
   nb::gil_scoped_release release;
-  run_kernel(ks, fn, args, rets);
+  run_kernel(ks, fn, ins, outs);
 }
 
 // A kernel call whose site and buffer signature are known: no GIL, no Python object.
@@ -226,19 +244,16 @@ void call_kernel_site(Site &site, const Args &args, const Rets &rets) {
 bool call_kernel_fast(const ffi::Dictionary &attrs, const Args &args, const Rets &rets,
                       ffi::Error &result) {
   int64_t digest = 0;
-  int32_t format = 0;
-  if (!get_attr(attrs, "jaxbind_format", format) || format < 1 || format > kCallFormat ||
-      !get_attr(attrs, "site", digest))
-    return false;
+  if (!get_attr(attrs, "site", digest)) return false;
   std::shared_ptr<KernelSite> ks = find_kernel_site(digest);
-  if (!ks) return false;
+  if (!ks) return false;  // (a kernel site's format was checked when it was resolved)
   try {
-    std::vector<int64_t> sig;
-    signature_of(args, sig, "input");
-    signature_of(rets, sig, "output");
-    jaxbind_kernel_fn fn = ks->find(sig);
+    thread_local std::vector<jaxbind_buffer> ins, outs;
+    describe_buffers(args, "input", ins);
+    describe_buffers(rets, "output", outs);
+    jaxbind_kernel_fn fn = find_kernel(*ks, ins, outs);
     if (fn == nullptr) return false;
-    run_kernel(*ks, fn, args, rets);
+    run_kernel(*ks, fn, ins, outs);
     result = ffi::Error::Success();
   } catch (KernelError &e) {
     result = error(ffi::ErrorCode::kInternal, e.what());
@@ -423,8 +438,8 @@ NB_MODULE(_ext, m) {
              nb::object check, nb::object kernel) {
             new (self) Site();
             if (!kernel.is_none()) {
-              self->kernel = make_kernel_site(kernel, nb::cast<std::string>(label), levels,
-                                              batched);
+              self->kernel =
+                  make_kernel_site(kernel, nb::cast<std::string>(label), levels, batched);
               self->kernel_address = kernel.attr("address");
             }
             self->callable = callable;

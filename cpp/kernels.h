@@ -32,13 +32,12 @@ struct KernelSite {
   // Buffer signatures already checked, each with the kernel's address for it.
   std::shared_mutex mu;
   std::vector<std::pair<std::vector<int64_t>, jaxbind_kernel_fn>> known;
+  // Cleared when its Site goes: a thread's cached pointer to it is then stale.
+  std::atomic<bool> alive{true};
+  // Unique in the process (addresses of freed sites are reused): the key of threads' caches.
+  uint64_t id = next_id.fetch_add(1) + 1;
+  static inline std::atomic<uint64_t> next_id{0};
 
-  jaxbind_kernel_fn find(const std::vector<int64_t> &signature) {
-    std::shared_lock lock(mu);
-    for (auto &[sig, fn] : known)
-      if (sig == signature) return fn;
-    return nullptr;
-  }
   void add(std::vector<int64_t> signature, jaxbind_kernel_fn fn) {
     std::unique_lock lock(mu);
     if (known.size() >= kKnownSignatures) known.erase(known.begin());
@@ -99,64 +98,116 @@ inline std::shared_ptr<KernelSite> make_kernel_site(nb::handle kernel, std::stri
 inline std::shared_mutex kernel_mu;
 inline std::unordered_map<int64_t, std::shared_ptr<KernelSite>> kernel_sites;
 
+// The kernel site of a digest. Each thread remembers the last one it found, so a loop
+// of calls of one site takes no lock.
 inline std::shared_ptr<KernelSite> find_kernel_site(int64_t digest) {
+  thread_local int64_t last_digest = 0;
+  thread_local std::shared_ptr<KernelSite> last;
+  if (last && last_digest == digest && last->alive.load(std::memory_order_acquire)) return last;
   std::shared_lock lock(kernel_mu);
   auto it = kernel_sites.find(digest);
-  return it == kernel_sites.end() ? nullptr : it->second;
+  if (it == kernel_sites.end()) return nullptr;
+  last_digest = digest;
+  last = it->second;
+  return last;
 }
 
-// The buffer signature of a call: element type, rank and dimensions of every input, then
-// every output (the same form as a Site's `known`).
+// The buffers of a call in the ABI's form: every input, or every output, whole.
 template <typename Remaining>
-void signature_of(const Remaining &buffers, std::vector<int64_t> &sig, const char *what) {
+void describe_buffers(const Remaining &buffers, const char *what,
+                      std::vector<jaxbind_buffer> &out) {
+  out.resize(buffers.size());
   for (size_t i = 0; i < buffers.size(); ++i) {
     ffi::AnyBuffer b = buffer_at(buffers, i, what);
     auto dims = b.dimensions();
-    sig.push_back(static_cast<int64_t>(b.element_type()));
-    sig.push_back(static_cast<int64_t>(dims.size()));
-    sig.insert(sig.end(), dims.begin(), dims.end());
+    out[i] = jaxbind_buffer{b.untyped_data(), static_cast<int64_t>(b.element_type()),
+                            static_cast<int64_t>(dims.size()), dims.begin()};
   }
 }
 
-// Describe buffers i of a call (element k of jaxbind's loop) in the ABI's form.
-template <typename Remaining>
-void describe_kernel_buffers(const Remaining &buffers, const char *what, int levels, int64_t k,
-                             const uint8_t *batched, std::vector<jaxbind_buffer> &out) {
-  out.resize(buffers.size());
-  for (size_t i = 0; i < buffers.size(); ++i) {
-    View v = view_of(buffers, i, what, levels, k, batched == nullptr || batched[i]);
-    out[i] = jaxbind_buffer{v.data, static_cast<int64_t>(v.type),
-                            static_cast<int64_t>(v.dims.size()), v.dims.begin()};
-  }
+// Whether described buffers have the signature `sig` (a Site's `known` form: element
+// type, rank and dimensions of every input, then every output).
+inline bool same_signature(const std::vector<int64_t> &sig, const std::vector<jaxbind_buffer> &ins,
+                           const std::vector<jaxbind_buffer> &outs) {
+  size_t pos = 0;
+  for (const auto *side : {&ins, &outs})
+    for (const jaxbind_buffer &b : *side) {
+      if (pos + 2 + b.rank > sig.size() || sig[pos] != b.dtype || sig[pos + 1] != b.rank)
+        return false;
+      pos += 2;
+      for (int64_t d = 0; d < b.rank; ++d)
+        if (sig[pos++] != b.dims[d]) return false;
+    }
+  return pos == sig.size();
+}
+
+// The kernel's address for the buffers' signature, if the site has checked it. Each
+// thread remembers its last hit, so a loop of calls with one signature takes no lock.
+// (Addresses stay valid for the site's life: numba kernels keep every compiled form.)
+inline jaxbind_kernel_fn find_kernel(KernelSite &ks, const std::vector<jaxbind_buffer> &ins,
+                                     const std::vector<jaxbind_buffer> &outs) {
+  thread_local uint64_t last_site = 0;
+  thread_local std::vector<int64_t> last_sig;
+  thread_local jaxbind_kernel_fn last_fn = nullptr;
+  if (last_site == ks.id && same_signature(last_sig, ins, outs)) return last_fn;
+  std::shared_lock lock(ks.mu);
+  for (auto &[sig, fn] : ks.known)
+    if (same_signature(sig, ins, outs)) {
+      last_site = ks.id;
+      last_sig = sig;
+      last_fn = fn;
+      return fn;
+    }
+  return nullptr;
 }
 
 // Number of batch elements, after checking that every output and each batched input
 // leads with the same `levels` axes (nothing in a program may make the loop step
 // outside a buffer).
-inline int64_t kernel_batch_size(const KernelSite &ks, const Args &args, const Rets &rets) {
-  if (ks.batched.size() != args.size())
+inline int64_t kernel_batch_size(const KernelSite &ks, const std::vector<jaxbind_buffer> &ins,
+                                 const std::vector<jaxbind_buffer> &outs) {
+  if (ks.batched.size() != ins.size())
     throw std::invalid_argument("the call's batch flags name " + std::to_string(ks.batched.size()) +
-                                " inputs, but it has " + std::to_string(args.size()));
-  if (rets.size() == 0) throw std::invalid_argument("a batched call needs an output");
-  std::vector<int64_t> batch = leading_axes(rets, 0, ks.levels, "output");
-  for (size_t i = 1; i < rets.size(); ++i)
-    if (leading_axes(rets, i, ks.levels, "output") != batch)
-      throw std::invalid_argument("output " + std::to_string(i) +
-                                  " does not lead with the batch axes of output 0");
-  for (size_t i = 0; i < args.size(); ++i)
-    if (ks.batched[i] && leading_axes(args, i, ks.levels, "input") != batch)
-      throw std::invalid_argument("input " + std::to_string(i) +
-                                  " does not lead with the batch axes of output 0");
+                                " inputs, but it has " + std::to_string(ins.size()));
+  if (outs.empty()) throw std::invalid_argument("a batched call needs an output");
+  auto leads = [&](const jaxbind_buffer &b, const char *what, size_t i) {
+    if (b.rank < ks.levels)
+      throw std::invalid_argument(std::string(what) + " " + std::to_string(i) +
+                                  " has fewer axes than the call's batch levels");
+    for (int d = 0; d < ks.levels; ++d)
+      if (b.dims[d] != outs[0].dims[d])
+        throw std::invalid_argument(std::string(what) + " " + std::to_string(i) +
+                                    " does not lead with the batch axes of output 0");
+  };
+  for (size_t i = 0; i < outs.size(); ++i) leads(outs[i], "output", i);
+  for (size_t i = 0; i < ins.size(); ++i)
+    if (ks.batched[i]) leads(ins[i], "input", i);
   int64_t n = 1;
-  for (int64_t d : batch) n *= d;
+  for (int d = 0; d < ks.levels; ++d) n *= outs[0].dims[d];
   return n;
 }
 
-// Run a kernel on a call's buffers: no GIL needed, no Python object made. Throws
-// std::runtime_error with the kernel's message if it fails.
-inline void run_kernel(KernelSite &ks, jaxbind_kernel_fn fn, const Args &args,
-                       const Rets &rets) {
-  thread_local std::vector<jaxbind_buffer> ins, outs;
+// Batch element k of described buffers (the leading `levels` axes dropped where batched).
+inline void element_of(const std::vector<jaxbind_buffer> &whole, int levels, int64_t k,
+                       const uint8_t *batched, std::vector<jaxbind_buffer> &out) {
+  out.resize(whole.size());
+  for (size_t i = 0; i < whole.size(); ++i) {
+    jaxbind_buffer b = whole[i];
+    if (batched == nullptr || batched[i]) {
+      int64_t bytes = static_cast<int64_t>(ffi::ByteWidth(static_cast<ffi::DataType>(b.dtype)));
+      for (int64_t d = levels; d < b.rank; ++d) bytes *= b.dims[d];
+      b.data = static_cast<char *>(b.data) + k * bytes;
+      b.rank -= levels;
+      b.dims += levels;
+    }
+    out[i] = b;
+  }
+}
+
+// Run a kernel on a call's described buffers: no GIL needed, no Python object made.
+// Throws KernelError with the kernel's message if it fails.
+inline void run_kernel(KernelSite &ks, jaxbind_kernel_fn fn, const std::vector<jaxbind_buffer> &ins,
+                       const std::vector<jaxbind_buffer> &outs) {
   char message[1024];
   jaxbind_call call{};
   call.abi_version = JAXBIND_KERNEL_ABI_VERSION;
@@ -164,32 +215,37 @@ inline void run_kernel(KernelSite &ks, jaxbind_kernel_fn fn, const Args &args,
   call.kwargs = ks.kwargs.data();
   call.error = message;
   call.error_size = sizeof(message);
-  bool loop = ks.levels > 0 && !ks.batches;
-  int64_t n = ks.levels > 0 ? kernel_batch_size(ks, args, rets) : 1;
-  if (!loop) {
-    n = 1;
+  call.n_inputs = static_cast<int64_t>(ins.size());
+  call.n_outputs = static_cast<int64_t>(outs.size());
+  auto check = [&](int32_t status) {
+    if (status == 0) return;
+    message[sizeof(message) - 1] = '\0';
+    std::string why = message[0] != '\0' ? std::string(message)
+                      : status == -1
+                          ? std::string(
+                                "the numba kernel raised an exception (numba's compiled "
+                                "code reports no details: call the function in Python "
+                                "on the same arrays to see it)")
+                          : "it returned status " + std::to_string(status) + " and no message";
+    throw KernelError("kernel of " + ks.label + " failed: " + why);
+  };
+  message[0] = '\0';
+  if (ks.levels == 0 || ks.batches) {  // one call: unbatched, or the kernel takes the batch
+    if (ks.levels > 0) kernel_batch_size(ks, ins, outs);
     call.batch_levels = ks.levels;
     call.batched = ks.batched.data();
-  }
-  for (int64_t k = 0; k < n; ++k) {
-    describe_kernel_buffers(args, "input", loop ? ks.levels : 0, k, ks.batched.data(), ins);
-    describe_kernel_buffers(rets, "output", loop ? ks.levels : 0, k, nullptr, outs);
-    call.n_inputs = static_cast<int64_t>(ins.size());
     call.inputs = ins.data();
-    call.n_outputs = static_cast<int64_t>(outs.size());
     call.outputs = outs.data();
-    message[0] = '\0';
-    int32_t status = fn(&call);
-    if (status != 0) {
-      message[sizeof(message) - 1] = '\0';
-      std::string why = message[0] != '\0' ? std::string(message)
-                        : status == -1
-                            ? std::string("the numba kernel raised an exception (numba's compiled "
-                                          "code reports no details: call the function in Python "
-                                          "on the same arrays to see it)")
-                            : "it returned status " + std::to_string(status) + " and no message";
-      throw KernelError("kernel of " + ks.label + " failed: " + why);
-    }
+    return check(fn(&call));
+  }
+  thread_local std::vector<jaxbind_buffer> in_k, out_k;
+  int64_t n = kernel_batch_size(ks, ins, outs);
+  for (int64_t k = 0; k < n; ++k) {
+    element_of(ins, ks.levels, k, ks.batched.data(), in_k);
+    element_of(outs, ks.levels, k, nullptr, out_k);
+    call.inputs = in_k.data();
+    call.outputs = out_k.data();
+    check(fn(&call));
   }
 }
 

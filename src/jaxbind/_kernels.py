@@ -349,27 +349,33 @@ def _compile_numba(k: Kernel, ins, outs, values: dict):
             env[f"t_{var}"] = _numba_dtype(k, dtype)
             src.append(_array_lines(var, f"{side}b", 4 * i, len(shape), f"t_{var}"))
             args.append(var)
+    exprs = {}
     for m, key in enumerate(names):
         if key not in static:
             continue
         value, base = values[key], 10 * m
         if isinstance(value, (bool, np.bool_)):
-            expr = f"kb[{base + 2}] != 0"
+            exprs[key] = f"kb[{base + 2}] != 0"
         elif isinstance(value, (int, np.integer)):
-            expr = f"kb[{base + 2}]"
+            exprs[key] = f"kb[{base + 2}]"
         elif isinstance(value, (float, np.floating)):
-            expr = f"kf[{base + 3}]"
+            exprs[key] = f"kf[{base + 3}]"
         elif isinstance(value, str):
             src.append(f"    s{m} = carray(pointer(kb[{base + 4}]), (kb[{base + 5}],), np.uint8)")
-            expr = f"s{m}"
+            exprs[key] = f"s{m}"
         elif isinstance(value, np.ndarray):
             env[f"t_k{m}"] = _numba_dtype(k, value.dtype)
             src.append(f"    kw{m} = kb[{base + 6}:{base + 10}]")
             src.append(_array_lines(f"k{m}", f"kw{m}", 0, value.ndim, f"t_k{m}"))
-            expr = f"k{m}"
+            exprs[key] = f"k{m}"
         else:
             raise TypeError(f"jaxbind.kernel {k.name}: keyword argument {key!r} cannot be passed")
-        args.append(f"{key}={expr}")
+    # positionally, in the function's order, up to the first one left to its default
+    for key in static:
+        if key not in exprs:
+            break
+        args.append(exprs.pop(key))
+    args += [f"{key}={expr}" for key, expr in exprs.items()]
     src += [
         "    try:",
         f"        user({', '.join(args)})",

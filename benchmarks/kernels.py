@@ -1,0 +1,207 @@
+"""Compiled kernels against Python bodies: per jitted call and per fori_loop iteration.
+
+    python benchmarks/kernels.py               # writes benchmarks/results/kernels.{json,md}
+    python benchmarks/kernels.py --blocks 10   # quicker
+
+The body is ``y = 2 x + 1`` on 16 float32 values, the same everywhere:
+
+- kernel floor: ``ffi_call`` of a C++ FFI handler registered by hand (_kernel_floor.cc)
+  that calls the numba cfunc of the kernel directly: no GIL, no lookup, no check;
+- jaxbind kernel: the numba function through ``jaxbind.kernel`` (the same cfunc);
+- Python floor: _floor.cc, a handler that takes the GIL and calls the Python callable;
+- jaxbind callable: the NumPy body as a Python callable through jaxbind;
+- pure_callback: ``jax.pure_callback`` calling the numba function (njit) on NumPy arrays.
+
+Every variant runs in alternating blocks in one process (A B C D E, then reversed, ...),
+so all see the same machine state; each row is the median over blocks. "per call" is a
+jitted function that calls the body once; "per iteration" is the time of a
+``fori_loop`` of 1000 calls divided by 1000. "overhead" is the time above the kernel
+floor's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numba
+import numpy as np
+
+HERE = pathlib.Path(__file__).parent
+sys.path.insert(0, str(HERE))
+
+import _cases  # noqa: E402
+from _report import run_line, run_meta, save  # noqa: E402
+
+import jaxbind  # noqa: E402
+
+N, ITERATIONS = 16, 1000
+
+
+def affine(out, x):  # the kernel, as numba users write it
+    for i in range(x.shape[0]):
+        out[i] = 2.0 * x[i] + 1.0
+
+
+affine_jit = numba.njit(nogil=True)(affine)
+
+
+def affine_callable(out, args, kwargs_dump):
+    np.multiply(args[0], 2.0, out=out[0])
+    np.add(out[0], 1.0, out=out[0])
+
+
+def _shape(x):
+    return ((x.shape, x.dtype),)
+
+
+def _kernel_floor(address: int):
+    """ffi_call of _kernel_floor.cc, registered by hand, calling the kernel at `address`."""
+    import sysconfig
+
+    tag = f"py{sys.version_info[0]}{sys.version_info[1]}-jax{jax.__version__}"
+    so = HERE / ".build" / f"libkernelfloor-{tag}.so"
+    if not so.exists():
+        so.parent.mkdir(exist_ok=True)
+        tmp = so.with_name(f"{so.name}.{os.getpid()}.tmp")
+        subprocess.run(
+            [
+                "c++",
+                "-O2",
+                "-std=c++17",
+                "-shared",
+                "-fPIC",
+                "-w",
+                f"-I{jax.ffi.include_dir()}",
+                f"-I{jaxbind.kernel_include_dir()}",
+                f"-I{sysconfig.get_paths()['include']}",
+                str(HERE / "_kernel_floor.cc"),
+                "-o",
+                str(tmp),
+            ],
+            check=True,
+        )
+        os.replace(tmp, so)
+    import ctypes
+
+    lib = ctypes.CDLL(str(so))
+    jax.ffi.register_ffi_target(
+        "jaxbind_bench_kernel_floor", jax.ffi.pycapsule(lib.kernel_floor_handler), platform="cpu"
+    )
+    call = jax.ffi.ffi_call("jaxbind_bench_kernel_floor", jax.ShapeDtypeStruct((N,), jnp.float32))
+    return lambda x: call(x, fn=np.int64(address))
+
+
+def bodies() -> dict:
+    """name -> a JAX function x -> 2 x + 1 (one call of the body)."""
+    kernel = jaxbind.kernel(affine)
+    k_op = jaxbind.get_linear_call(kernel, None, _shape, name="bench.kernel_affine")
+    py_op = jaxbind.get_linear_call(affine_callable, None, _shape, name="bench.callable_affine")
+    x = np.ones(N, np.float32)
+    address = kernel.address_for(((x.shape, 11),), ((x.shape, 11),), {})
+    floor = _cases._floor_op(affine_callable, (np.empty(N, np.float32),), (x,))
+
+    def pure(x):
+        def host(x):
+            out = np.empty_like(x)
+            affine_jit(out, np.asarray(x))
+            return out
+
+        return jax.pure_callback(host, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+
+    return {
+        "kernel floor": _kernel_floor(address),
+        "jaxbind kernel": lambda x: k_op(x)[0],
+        "Python floor": lambda x: floor(x)[0],
+        "jaxbind callable": lambda x: py_op(x)[0],
+        "pure_callback": pure,
+    }
+
+
+def _programs(body):
+    once = jax.jit(body)
+    loop = jax.jit(lambda x: jax.lax.fori_loop(0, ITERATIONS, lambda i, y: body(y) * 0.5, x))
+    return once, loop
+
+
+def _block(fn, x, reps):
+    jax.block_until_ready(fn(x))
+    start = time.perf_counter()
+    for _ in range(reps):
+        y = fn(x)
+    jax.block_until_ready(y)
+    return (time.perf_counter() - start) / reps
+
+
+def main():
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--blocks", type=int, default=20)
+    parser.add_argument("--out", default=str(HERE / "results"))
+    args = parser.parse_args()
+    x = jnp.linspace(0.0, 1.0, N, dtype=jnp.float32)
+    programs = {name: _programs(body) for name, body in bodies().items()}
+    for name, (once, _) in programs.items():  # every body computes the same
+        if name != "Python floor":  # (which writes private arrays, not XLA's)
+            np.testing.assert_allclose(once(x), 2 * x + 1, rtol=1e-6, err_msg=name)
+    times = {name: {"call": [], "iteration": []} for name in programs}
+    names = list(programs)
+    for b in range(args.blocks):
+        for name in names if b % 2 == 0 else reversed(names):
+            once, loop = programs[name]
+            times[name]["call"].append(_block(once, x, 200))
+            loop_reps = 2 if name == "pure_callback" else 10
+            times[name]["iteration"].append(_block(loop, x, loop_reps) / ITERATIONS)
+    rows = []
+    for name in names:
+        rows.append(
+            dict(
+                path=name,
+                call_s=statistics.median(times[name]["call"]),
+                iteration_s=statistics.median(times[name]["iteration"]),
+            )
+        )
+    floor = rows[0]
+    for r in rows:
+        r["call_overhead_s"] = r["call_s"] - floor["call_s"]
+        r["iteration_overhead_s"] = r["iteration_s"] - floor["iteration_s"]
+    by = {r["path"]: r for r in rows}
+    ratio = by["jaxbind callable"]["iteration_overhead_s"] / max(
+        by["jaxbind kernel"]["iteration_overhead_s"], 1e-9
+    )
+    meta = run_meta(numpy=np.__version__, numba=numba.__version__, jaxbind=jaxbind.__version__)
+    lines = [
+        f"{run_line(meta)}, numpy {meta['numpy']}, numba {meta['numba']}. y = 2x + 1 on {N} "
+        f"float32; {args.blocks} alternating blocks, medians; a fori_loop of {ITERATIONS} "
+        "calls for the per-iteration column. Overhead: above the kernel floor.",
+        "",
+        "| path | per jitted call | overhead | per fori_loop iteration | overhead |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['path']} | {r['call_s'] * 1e6:.2f} µs | {r['call_overhead_s'] * 1e6:+.2f} µs | "
+            f"{r['iteration_s'] * 1e6:.3f} µs | {r['iteration_overhead_s'] * 1e6:+.3f} µs |"
+        )
+    lines += [
+        "",
+        f"Per iteration, the jaxbind kernel is "
+        f"{by['jaxbind kernel']['iteration_overhead_s'] * 1e6:+.3f} µs from the kernel floor "
+        "(target: within 0.1 µs), and the Python-callable path's overhead is "
+        f"{ratio:.0f}x the kernel's (target: at least 20x).",
+    ]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    save(args.out, "kernels", dict(meta=meta, results=rows, callable_over_kernel=ratio), text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,358 @@
+"""Compiled kernels (jaxbind.kernel): every transformation, mixed bodies, the ABI from C,
+errors, export, and calls that run without the GIL."""
+
+import ctypes
+import pathlib
+import shutil
+import subprocess
+import sys
+import textwrap
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from helpers import random
+
+import jaxbind
+
+numba = pytest.importorskip("numba")
+
+
+@jaxbind.kernel
+def scale(out, x, factor):
+    for i in range(x.size):
+        out.flat[i] = factor * x.flat[i]
+
+
+def _same(*avals, **kwargs):
+    return ((avals[-1].shape, avals[-1].dtype),)
+
+
+scale_op = jaxbind.get_linear_call(scale, scale, _same, _same, name="tests.kernel_scale")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64])
+def test_linear_kernel_every_transformation(dtype):
+    if np.dtype(dtype).itemsize == 8 and np.dtype(dtype).kind == "f":
+        if not jax.config.read("jax_enable_x64"):
+            pytest.skip("64-bit dtype needs jax_enable_x64")
+    x = random((3, 4), dtype, 1)
+    f = lambda x: scale_op(x, factor=2.5)[0]  # noqa: E731
+    np.testing.assert_allclose(f(x), 2.5 * x, rtol=1e-6)
+    np.testing.assert_allclose(jax.jit(f)(x), 2.5 * x, rtol=1e-6)
+    (t,) = jax.linear_transpose(f, x)(x)
+    np.testing.assert_allclose(t, 2.5 * x, rtol=1e-6)
+    _, tan = jax.jvp(f, (x,), (x,))
+    np.testing.assert_allclose(tan, 2.5 * x, rtol=1e-6)
+    xs = random((5, 3, 4), dtype, 2)
+    np.testing.assert_allclose(jax.vmap(f)(xs), 2.5 * xs, rtol=1e-6)
+    np.testing.assert_allclose(jax.vmap(f, in_axes=2)(xs), 2.5 * np.moveaxis(xs, 2, 0), rtol=1e-6)
+    if np.dtype(dtype).kind == "f":
+        g = jax.grad(lambda x: (f(x) ** 2).sum())(x)
+        np.testing.assert_allclose(g, 2 * 2.5**2 * x, rtol=1e-5)
+
+
+def test_testing_check_runs_a_kernel():
+    x = random((6,), np.float32, 3)
+    jaxbind.testing.check(scale_op, x, factor=1.5, verbose=False)
+
+
+@jaxbind.kernel
+def _sin(out, x):
+    for i in range(x.size):
+        out[i] = np.sin(x[i])
+
+
+@jaxbind.kernel
+def _sin_jvp(out, x, t):
+    for i in range(x.size):
+        out[i] = np.cos(x[i]) * t[i]
+
+
+def _sin_vjp(out, args, kwargs_dump):  # a Python callable beside kernels
+    x, ct = args
+    out[0][...] = np.cos(x) * ct
+
+
+sin_op = jaxbind.get_nonlinear_call(_sin, (_sin_jvp, _sin_vjp), _same, name="tests.kernel_sin")
+
+
+def test_nonlinear_with_mixed_bodies():
+    x = random((7,), np.float32, 4)
+    f = lambda x: sin_op(x)[0]  # noqa: E731
+    np.testing.assert_allclose(jax.jit(f)(x), np.sin(x), rtol=1e-6)
+    _, t = jax.jvp(f, (x,), (jnp.ones_like(x),))
+    np.testing.assert_allclose(t, np.cos(x), rtol=1e-6)
+    np.testing.assert_allclose(jax.grad(lambda x: f(x).sum())(x), np.cos(x), rtol=1e-6)
+    xs = random((3, 7), np.float32, 5)
+    g = jax.vmap(jax.grad(lambda x: f(x).sum()))(xs)
+    np.testing.assert_allclose(g, np.cos(xs), rtol=1e-6)
+    assert sin_op.binding.role("f").kind.value == "kernel"
+    assert sin_op.binding.role("vjp").kind.value == "callable"
+
+
+@jaxbind.kernel(batches=True)
+def _rowsum(out, x):  # takes the whole batch: the leading axes of out are the batch
+    n = x.shape[-1]
+    flat = x.reshape(-1, n)
+    res = out.reshape(-1)
+    for b in range(flat.shape[0]):
+        acc = 0.0
+        for j in range(n):
+            acc += flat[b, j]
+        res[b] = acc
+
+
+rowsum_op = jaxbind.get_linear_call(
+    _rowsum, None, lambda x: (((), x.dtype),), name="tests.kernel_rowsum"
+)
+
+
+def test_batching_kernel_gets_the_whole_batch():
+    xs = random((4, 3, 5), np.float32, 6)
+    got = jax.vmap(jax.vmap(lambda x: rowsum_op(x)[0]))(xs)
+    np.testing.assert_allclose(got, xs.sum(-1), rtol=1e-5)
+
+
+@jaxbind.kernel
+def _kwargs_kernel(out, x, n, w, flag, label, table):
+    for i in range(x.size):
+        out[i] = x[i] * n + w + (1.0 if flag else 0.0) + label.size + table[i % table.size]
+
+
+kwargs_op = jaxbind.get_linear_call(_kwargs_kernel, None, _same, name="tests.kernel_kwargs")
+
+
+def test_static_keyword_arguments_of_every_type():
+    x = random((4,), np.float64 if jax.config.read("jax_enable_x64") else np.float32, 7)
+    table = np.array([1.0, 2.0, 3.0])
+    got = jax.jit(lambda x: kwargs_op(x, n=3, w=0.5, flag=True, label="four", table=table)[0])(x)
+    want = x * 3 + 0.5 + 1.0 + 4 + table[np.arange(4) % 3]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    with pytest.raises(Exception, match="tests.kernel_kwargs.*'n' is list"):
+        jax.block_until_ready(kwargs_op(x, n=[1], w=0.5, flag=True, label="", table=table))
+
+
+@jaxbind.kernel
+def _fails(out, x):
+    if x[0] < 0:
+        raise ValueError("negative")
+    out[0] = x[0]
+
+
+fails_op = jaxbind.get_linear_call(_fails, None, _same, name="tests.kernel_fails")
+
+
+def test_a_failing_kernel_names_the_binding_and_role():
+    assert float(fails_op(jnp.ones(1))[0][0]) == 1.0
+    with pytest.raises(Exception, match=r"kernel of 'tests.kernel_fails' \(the function\) failed"):
+        jax.block_until_ready(fails_op(-jnp.ones(1)))
+    assert float(fails_op(2 * jnp.ones(1))[0][0]) == 2.0  # and the process goes on
+
+
+def test_native_api_takes_kernels():
+    @jaxbind.linear_op(
+        shape=lambda x, *, factor: jax.ShapeDtypeStruct(x.shape, x.dtype),
+        name="tests.kernel_native",
+    )
+    @jaxbind.kernel
+    def native_scale(out, x, factor):
+        for i in range(x.size):
+            out[i] = factor * x[i]
+
+    native_scale.def_transpose(scale)
+    x = random((5,), np.float32, 8)
+    np.testing.assert_allclose(native_scale(x, factor=3.0), 3 * x, rtol=1e-6)
+    g = jax.grad(lambda x: native_scale(x, factor=3.0).sum())(x)
+    np.testing.assert_allclose(g, np.full(5, 3.0), rtol=1e-6)
+
+
+def test_kernel_refuses_func_can_batch_and_bad_inputs():
+    with pytest.raises(TypeError, match="kernel bodies and func_can_batch"):
+        jaxbind.get_linear_call(scale, None, _same, func_can_batch=True, name="tests.kvec")
+    with pytest.raises(TypeError, match="needs abi_version"):
+        jaxbind.kernel(1234)
+    with pytest.raises(ValueError, match="ABI version 99"):
+        jaxbind.kernel(1234, abi_version=99)
+    with pytest.raises(ValueError, match="address is 0"):
+        jaxbind.kernel(0, abi_version=1)
+    with pytest.raises(TypeError, match="numba-compilable Python function"):
+        jaxbind.kernel("not a function")
+
+
+def test_many_threads_call_kernels_at_once():
+    f = jax.jit(lambda x, k: scale_op(x, factor=2.0)[0] + k)
+    xs = [random((64,), np.float32, s) for s in range(8)]
+    errors = []
+
+    def work(i):
+        try:
+            for _ in range(50):
+                np.testing.assert_allclose(f(xs[i], float(i)), 2 * xs[i] + i, rtol=1e-6)
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+# --- the C ABI from C, through ctypes and as a raw address -------------------------------
+
+_C_SOURCE = r"""
+#include <string.h>
+#include "jaxbind/kernel.h"
+
+/* out = x + offset (float32); fails with a message for offset < 0 */
+int32_t add_offset(const jaxbind_call *call) {
+  if (call->abi_version != JAXBIND_KERNEL_ABI_VERSION) return 2;
+  double offset = 0;
+  for (int64_t k = 0; k < call->n_kwargs; ++k)
+    if (strcmp(call->kwargs[k].name, "offset") == 0) offset = call->kwargs[k].float_value;
+  if (offset < 0) {
+    strncpy(call->error, "offset must not be negative", call->error_size);
+    return 1;
+  }
+  const float *x = (const float *)call->inputs[0].data;
+  float *y = (float *)call->outputs[0].data;
+  int64_t n = 1;
+  for (int64_t d = 0; d < call->inputs[0].rank; ++d) n *= call->inputs[0].dims[d];
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] + (float)offset;
+  return 0;
+}
+
+/* Waits (up to about 10 s) until the int at address `flag` is set by another thread,
+   then writes 1: it can only succeed if its caller does not hold the GIL. */
+int32_t wait_for_flag(const jaxbind_call *call) {
+  volatile int *flag = 0;
+  for (int64_t k = 0; k < call->n_kwargs; ++k)
+    if (strcmp(call->kwargs[k].name, "flag") == 0)
+      flag = (volatile int *)(uintptr_t)call->kwargs[k].int_value;
+  for (long spin = 0; flag && !*flag && spin < 2000000000L; ++spin) {}
+  ((float *)call->outputs[0].data)[0] = flag && *flag ? 1.0f : 0.0f;
+  return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def clib(tmp_path_factory):
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        pytest.skip("no C compiler")
+    tmp = tmp_path_factory.mktemp("ckernels")
+    (tmp / "k.c").write_text(_C_SOURCE)
+    so = tmp / "libk.so"
+    subprocess.run(
+        [
+            cc,
+            "-O1",
+            "-shared",
+            "-fPIC",
+            f"-I{jaxbind.kernel_include_dir()}",
+            str(tmp / "k.c"),
+            "-o",
+            str(so),
+        ],
+        check=True,
+    )
+    return ctypes.CDLL(str(so))
+
+
+def test_c_kernel_through_ctypes_and_raw_address(clib):
+    assert (pathlib.Path(jaxbind.kernel_include_dir()) / "jaxbind" / "kernel.h").exists()
+    by_ctypes = jaxbind.kernel(clib.add_offset)
+    address = ctypes.cast(clib.add_offset, ctypes.c_void_p).value
+    raw = jaxbind.kernel(address, abi_version=1, name="add_offset")
+    for i, k in enumerate((by_ctypes, raw)):
+        op = jaxbind.get_linear_call(k, None, _same, name=f"tests.kernel_c{i}")
+        x = random((2, 3), np.float32, 9)
+        np.testing.assert_allclose(jax.jit(lambda x: op(x, offset=1.5)[0])(x), x + 1.5)
+        np.testing.assert_allclose(jax.vmap(lambda x: op(x, offset=0.5)[0])(x), x + 0.5)
+        with pytest.raises(Exception, match="kernel_c.*failed: offset must not be negative"):
+            jax.block_until_ready(op(x, offset=-1.0))
+
+
+def test_cffi_function_pointer(clib):
+    cffi = pytest.importorskip("cffi")
+    ffi = cffi.FFI()
+    ffi.cdef("int32_t add_offset(const void *call);")
+    lib = ffi.dlopen(clib._name)
+    op = jaxbind.get_linear_call(jaxbind.kernel(lib.add_offset), None, _same, name="tests.kcffi")
+    x = random((4,), np.float32, 10)
+    np.testing.assert_allclose(op(x, offset=2.0)[0], x + 2.0)
+
+
+def test_kernels_run_without_the_gil(clib):
+    """The kernel spins until a Python thread sets a flag: that thread runs only if the
+    handler released the GIL (held, the kernel gives up after ~10 s and writes 0)."""
+    op = jaxbind.get_linear_call(
+        jaxbind.kernel(clib.wait_for_flag),
+        None,
+        lambda x, **k: (((1,), x.dtype),),
+        name="tests.kernel_gil",
+    )
+    flag = np.zeros(1, np.int32)
+    f = jax.jit(lambda x: op(x, flag=flag.ctypes.data)[0])
+    flag[0] = 1
+    jax.block_until_ready(f(jnp.ones(1)))  # compiled and checked (this call holds the GIL)
+    flag[0] = 0
+    setter = threading.Timer(0.2, lambda: flag.__setitem__(0, 1))
+    setter.start()
+    out = f(jnp.ones(1))  # the known-signature path: no GIL
+    setter.join()
+    assert float(out[0]) == 1.0
+
+
+# --- export: kernels are found by name in the loading process ------------------------------
+
+_EXPORTER = """
+import sys, numpy as np, jax, jaxbind
+sys.path.insert(0, {tests!r})
+
+@jaxbind.kernel
+def scale(out, x, factor):
+    for i in range(x.size):
+        out.flat[i] = factor * x.flat[i]
+
+def _same(*avals, **kwargs):
+    return ((avals[-1].shape, avals[-1].dtype),)
+
+op = jaxbind.get_linear_call(scale, scale, _same, _same, name="tests.kernel_export")
+"""
+
+
+def test_exported_program_finds_its_kernel_by_name(tmp_path):
+    tests = str(pathlib.Path(__file__).parent)
+    ns: dict = {}
+    exec(_EXPORTER.format(tests=tests), ns)
+    fn = jax.grad(lambda x: (ns["op"](x, factor=3.0)[0] ** 2).sum())
+    blob = jaxbind.export(fn)(np.ones(4, np.float32)).serialize()
+    assert b"0x" not in blob  # no address in the artifact
+    (tmp_path / "k.bin").write_bytes(blob)
+    script = _EXPORTER.format(tests=tests) + textwrap.dedent(
+        f"""
+        exp = jax.export.deserialize(open({str(tmp_path / "k.bin")!r}, "rb").read())
+        print(exp.call(np.arange(4, dtype=np.float32)).tolist())
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == str([18.0 * i for i in range(4)])
+    missing = textwrap.dedent(
+        f"""
+        import jax, numpy as np, jaxbind
+        exp = jax.export.deserialize(open({str(tmp_path / "k.bin")!r}, "rb").read())
+        try:
+            exp.call(np.ones(4, np.float32))
+        except Exception as e:
+            print("ERROR", e)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", missing], capture_output=True, text=True)
+    assert "no binding named 'tests.kernel_export' is registered" in proc.stdout
