@@ -41,3 +41,16 @@ static ffi::Error KernelFloor(ffi::RemainingArgs args, ffi::RemainingRets rets, 
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(kernel_floor_handler, KernelFloor,
                               ffi::Ffi::Bind().RemainingArgs().RemainingRets().Attr<int64_t>("fn"));
+
+// The same, bound as jaxbind's handler is (a dictionary of attributes), for calls that
+// carry every attribute of a jaxbind call: what XLA itself spends on them.
+static ffi::Error KernelFloorDict(ffi::RemainingArgs args, ffi::RemainingRets rets,
+                                  ffi::Dictionary attrs) {
+  auto fn = attrs.get<int64_t>("fn");
+  if (!fn.has_value()) return ffi::Error(ffi::ErrorCode::kInvalidArgument, "no fn");
+  return KernelFloor(args, rets, *fn);
+}
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    kernel_floor_dict_handler, KernelFloorDict,
+    ffi::Ffi::Bind().RemainingArgs().RemainingRets().Attrs<ffi::Dictionary>());

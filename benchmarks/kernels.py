@@ -7,6 +7,9 @@ The body is ``y = 2 x + 1`` on 16 float32 values, the same everywhere:
 
 - kernel floor: ``ffi_call`` of a C++ FFI handler registered by hand (_kernel_floor.cc)
   that calls the numba cfunc of the kernel directly: no GIL, no lookup, no check;
+- kernel floor, jaxbind's attributes: the same handler bound to a dictionary of
+  attributes, called with every attribute a jaxbind call carries (what XLA spends on
+  them, before jaxbind's handler does anything);
 - jaxbind kernel: the numba function through ``jaxbind.kernel`` (the same cfunc);
 - Python floor: _floor.cc, a handler that takes the GIL and calls the Python callable;
 - jaxbind callable: the NumPy body as a Python callable through jaxbind;
@@ -41,6 +44,8 @@ import _cases  # noqa: E402
 from _report import run_line, run_meta, save  # noqa: E402
 
 import jaxbind  # noqa: E402
+from jaxbind._callformat import NO_LOOP, CallAttributes  # noqa: E402
+from jaxbind._kwargs import encode_kwargs  # noqa: E402
 
 N, ITERATIONS = 16, 1000
 
@@ -95,8 +100,22 @@ def _kernel_floor(address: int):
     jax.ffi.register_ffi_target(
         "jaxbind_bench_kernel_floor", jax.ffi.pycapsule(lib.kernel_floor_handler), platform="cpu"
     )
-    call = jax.ffi.ffi_call("jaxbind_bench_kernel_floor", jax.ShapeDtypeStruct((N,), jnp.float32))
-    return lambda x: call(x, fn=np.int64(address))
+    jax.ffi.register_ffi_target(
+        "jaxbind_bench_kernel_floor_dict",
+        jax.ffi.pycapsule(lib.kernel_floor_dict_handler),
+        platform="cpu",
+    )
+    out = jax.ShapeDtypeStruct((N,), jnp.float32)
+    call = jax.ffi.ffi_call("jaxbind_bench_kernel_floor", out)
+    dict_call = jax.ffi.ffi_call("jaxbind_bench_kernel_floor_dict", out)
+    # every attribute a jaxbind call of this op carries (call format 3), and `fn`
+    attrs = CallAttributes.of_call(
+        "bench.kernel_affine", "f", encode_kwargs({}).blob, NO_LOOP, 1, 0
+    ).ffi_attributes()
+    return (
+        lambda x: call(x, fn=np.int64(address)),
+        lambda x: dict_call(x, fn=np.int64(address), **attrs),
+    )
 
 
 def bodies() -> dict:
@@ -116,8 +135,10 @@ def bodies() -> dict:
 
         return jax.pure_callback(host, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
 
+    floor_kernel, floor_kernel_attrs = _kernel_floor(address)
     return {
-        "kernel floor": _kernel_floor(address),
+        "kernel floor": floor_kernel,
+        "kernel floor, jaxbind's attributes": floor_kernel_attrs,
         "jaxbind kernel": lambda x: k_op(x)[0],
         "Python floor": lambda x: floor(x)[0],
         "jaxbind callable": lambda x: py_op(x)[0],

@@ -356,3 +356,32 @@ def test_exported_program_finds_its_kernel_by_name(tmp_path):
     )
     proc = subprocess.run([sys.executable, "-c", missing], capture_output=True, text=True)
     assert "no binding named 'tests.kernel_export' is registered" in proc.stdout
+
+
+@jaxbind.kernel
+def _add_one_in_place(out, x):
+    for i in range(out.size):
+        out[i] += 1.0  # out shares x's memory (input_output_aliases)
+
+
+def test_aliasing_and_side_effects_with_kernels():
+    op = jaxbind.get_linear_call(
+        _add_one_in_place,
+        None,
+        _same,
+        input_output_aliases={0: 0},
+        has_side_effect=True,
+        name="tests.kernel_inplace",
+    )
+    x = jnp.arange(4.0, dtype=jnp.float32)
+    np.testing.assert_allclose(jax.jit(lambda x: op(x)[0])(x), np.arange(4.0) + 1)
+    jax.jit(lambda x: (op(x), None)[1])(x)  # kept although its result is unused
+
+
+def test_symbolic_export_of_a_kernel_op():
+    (n,) = jax.export.symbolic_shape("n")
+    spec = jax.ShapeDtypeStruct((n,), jnp.float32)
+    exp = jaxbind.export(lambda x: scale_op(x, factor=4.0)[0])(spec)
+    for size in (3, 7):
+        x = random((size,), np.float32, size)
+        np.testing.assert_allclose(exp.call(x), 4 * x, rtol=1e-6)
