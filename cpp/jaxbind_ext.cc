@@ -210,7 +210,8 @@ void call_kernel_site(Site &site, const Args &args, const Rets &rets) {
   describe_buffers(rets, "output", outs);
   if (ks.levels > 0) kernel_batch_size(ks, ins, outs);  // the loop's checks, before Python's
   check_buffers(site, args, rets);
-  jaxbind_kernel_fn fn = find_kernel(ks, ins, outs);
+  KernelCache &cache = kernel_cache();
+  jaxbind_kernel_fn fn = find_kernel(ks, ins, outs, cache);
   if (fn == nullptr) {
     std::vector<int64_t> sig;
     nb::list unused_in, unused_out;
@@ -236,7 +237,7 @@ void call_kernel_site(Site &site, const Args &args, const Rets &rets) {
     ks.add(std::move(sig), fn);
   }
   nb::gil_scoped_release release;
-  run_kernel(ks, fn, ins, outs);
+  run_kernel(ks, fn, ins, outs, cache);
 }
 
 // A kernel call whose site and buffer signature are known: no GIL, no Python object.
@@ -245,15 +246,16 @@ bool call_kernel_fast(const ffi::Dictionary &attrs, const Args &args, const Rets
                       ffi::Error &result) {
   int64_t digest = 0;
   if (!get_attr(attrs, "site", digest)) return false;
-  std::shared_ptr<KernelSite> ks = find_kernel_site(digest);
-  if (!ks) return false;  // (a kernel site's format was checked when it was resolved)
+  KernelCache &cache = kernel_cache();
+  KernelSite *ks = find_kernel_site(digest, cache);
+  if (ks == nullptr) return false;  // (a kernel site's format was checked when resolved)
   try {
-    thread_local std::vector<jaxbind_buffer> ins, outs;
+    std::vector<jaxbind_buffer> &ins = cache.ins, &outs = cache.outs;
     describe_buffers(args, "input", ins);
     describe_buffers(rets, "output", outs);
-    jaxbind_kernel_fn fn = find_kernel(*ks, ins, outs);
+    jaxbind_kernel_fn fn = find_kernel(*ks, ins, outs, cache);
     if (fn == nullptr) return false;
-    run_kernel(*ks, fn, ins, outs);
+    run_kernel(*ks, fn, ins, outs, cache);
     result = ffi::Error::Success();
   } catch (KernelError &e) {
     result = error(ffi::ErrorCode::kInternal, e.what());

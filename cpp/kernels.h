@@ -98,18 +98,33 @@ inline std::shared_ptr<KernelSite> make_kernel_site(nb::handle kernel, std::stri
 inline std::shared_mutex kernel_mu;
 inline std::unordered_map<int64_t, std::shared_ptr<KernelSite>> kernel_sites;
 
+// What each thread keeps between kernel calls, in one place (one thread-local lookup
+// per call): the last site it found and the last signature it matched, and buffers.
+struct KernelCache {
+  int64_t digest = 0;
+  std::shared_ptr<KernelSite> site;  // keeps the site alive while this thread uses it
+  uint64_t sig_site = 0;             // KernelSite::id of the signature below
+  std::vector<int64_t> sig;
+  jaxbind_kernel_fn fn = nullptr;
+  std::vector<jaxbind_buffer> ins, outs, in_k, out_k;
+};
+
+inline KernelCache &kernel_cache() {
+  thread_local KernelCache cache;
+  return cache;
+}
+
 // The kernel site of a digest. Each thread remembers the last one it found, so a loop
-// of calls of one site takes no lock.
-inline std::shared_ptr<KernelSite> find_kernel_site(int64_t digest) {
-  thread_local int64_t last_digest = 0;
-  thread_local std::shared_ptr<KernelSite> last;
-  if (last && last_digest == digest && last->alive.load(std::memory_order_acquire)) return last;
+// of calls of one site takes no lock; the pointer stays valid while `cache` holds it.
+inline KernelSite *find_kernel_site(int64_t digest, KernelCache &cache) {
+  if (cache.site && cache.digest == digest && cache.site->alive.load(std::memory_order_acquire))
+    return cache.site.get();
   std::shared_lock lock(kernel_mu);
   auto it = kernel_sites.find(digest);
   if (it == kernel_sites.end()) return nullptr;
-  last_digest = digest;
-  last = it->second;
-  return last;
+  cache.digest = digest;
+  cache.site = it->second;
+  return cache.site.get();
 }
 
 // The buffers of a call in the ABI's form: every input, or every output, whole.
@@ -145,17 +160,15 @@ inline bool same_signature(const std::vector<int64_t> &sig, const std::vector<ja
 // thread remembers its last hit, so a loop of calls with one signature takes no lock.
 // (Addresses stay valid for the site's life: numba kernels keep every compiled form.)
 inline jaxbind_kernel_fn find_kernel(KernelSite &ks, const std::vector<jaxbind_buffer> &ins,
-                                     const std::vector<jaxbind_buffer> &outs) {
-  thread_local uint64_t last_site = 0;
-  thread_local std::vector<int64_t> last_sig;
-  thread_local jaxbind_kernel_fn last_fn = nullptr;
-  if (last_site == ks.id && same_signature(last_sig, ins, outs)) return last_fn;
+                                     const std::vector<jaxbind_buffer> &outs,
+                                     KernelCache &cache) {
+  if (cache.sig_site == ks.id && same_signature(cache.sig, ins, outs)) return cache.fn;
   std::shared_lock lock(ks.mu);
   for (auto &[sig, fn] : ks.known)
     if (same_signature(sig, ins, outs)) {
-      last_site = ks.id;
-      last_sig = sig;
-      last_fn = fn;
+      cache.sig_site = ks.id;
+      cache.sig = sig;
+      cache.fn = fn;
       return fn;
     }
   return nullptr;
@@ -207,7 +220,7 @@ inline void element_of(const std::vector<jaxbind_buffer> &whole, int levels, int
 // Run a kernel on a call's described buffers: no GIL needed, no Python object made.
 // Throws KernelError with the kernel's message if it fails.
 inline void run_kernel(KernelSite &ks, jaxbind_kernel_fn fn, const std::vector<jaxbind_buffer> &ins,
-                       const std::vector<jaxbind_buffer> &outs) {
+                       const std::vector<jaxbind_buffer> &outs, KernelCache &cache) {
   char message[1024];
   jaxbind_call call{};
   call.abi_version = JAXBIND_KERNEL_ABI_VERSION;
@@ -238,7 +251,7 @@ inline void run_kernel(KernelSite &ks, jaxbind_kernel_fn fn, const std::vector<j
     call.outputs = outs.data();
     return check(fn(&call));
   }
-  thread_local std::vector<jaxbind_buffer> in_k, out_k;
+  std::vector<jaxbind_buffer> &in_k = cache.in_k, &out_k = cache.out_k;
   int64_t n = kernel_batch_size(ks, ins, outs);
   for (int64_t k = 0; k < n; ++k) {
     element_of(ins, ks.levels, k, ks.batched.data(), in_k);

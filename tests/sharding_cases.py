@@ -316,6 +316,28 @@ def case_effectful_op_on_a_sharded_input_runs_once():
     return "an unbatched effectful op on a sharded input: once on device 0, or a clear error"
 
 
+def case_kernel_under_shard_map_and_batch_sharded_jit():
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return "skipped: numba is not installed"
+
+    @jaxbind.kernel
+    def triple(out, x):
+        for i in range(x.size):
+            out.flat[i] = 3.0 * x.flat[i]
+
+    same = lambda x: ((x.shape, x.dtype),)  # noqa: E731
+    op = jaxbind.get_linear_call(triple, triple, same, same, name="sharding.kernel_triple")
+    xs = np.arange(8 * 5, dtype=np.float64).reshape(8, 5)
+    f = shard_map(lambda x: op(x)[0], mesh=mesh, in_specs=P("b"), out_specs=P("b"))
+    _close(jax.jit(f)(xs), 3 * xs)
+    _close(jax.jit(jax.grad(lambda x: f(x).sum()))(xs), np.full_like(xs, 3.0))
+    sharded = jax.device_put(xs, batch_sharded)
+    _close(jax.jit(jax.vmap(lambda x: op(x)[0]))(sharded), 3 * xs)
+    return "a numba kernel under shard_map (forward, grad) and a batch-sharded vmap"
+
+
 def main():
     names = sys.argv[1:] or [n for n in globals() if n.startswith("case_")]
     for name in names:

@@ -76,3 +76,7 @@ def test_effectful_vmap_on_an_uneven_batch_runs_once_per_real_row(results):
 
 def test_effectful_op_on_a_sharded_input_runs_once(results):
     _check(results, "case_effectful_op_on_a_sharded_input_runs_once")
+
+
+def test_kernel_under_shard_map_and_batch_sharded_jit(results):
+    _check(results, "case_kernel_under_shard_map_and_batch_sharded_jit")
