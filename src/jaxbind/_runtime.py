@@ -309,7 +309,10 @@ def _move_derived(escaped, ours) -> dict:
                 continue
             if id(item) in seen:
                 continue
-            if isinstance(item, np.ndarray):
+            # by type(), which never dereferences: a dead weakref.proxy among the referents
+            # raises ReferenceError on isinstance()
+            kind = type(item)
+            if issubclass(kind, np.ndarray):
                 base = item.base
                 entry = escaped.get(id(base)) if base is not None else None
                 if entry is None or item is entry[2]:
@@ -318,7 +321,7 @@ def _move_derived(escaped, ours) -> dict:
                 start, nbytes, view, _ = entry
                 if _ext.move_view(item, start, nbytes, view.ctypes.data):
                     found[id(base)] = found.get(id(base), 0) + 1
-            elif isinstance(item, memoryview) and id(_exporter(item)) in escaped:
+            elif kind is memoryview and id(_exporter(item)) in escaped:
                 seen.add(id(item))
                 found[id(item.obj)] = found.get(id(item.obj), 0) + 1
                 try:

@@ -162,3 +162,28 @@ def test_a_jax_array_aliasing_a_view_is_named_in_a_warning():
         r"\) made a JAX array .* jnp.array\(view, copy=True",
     ):
         jax.jit(lambda x: op(x * 2)[0])(jnp.ones(1000)).block_until_ready()
+
+
+def test_a_dead_weak_proxy_elsewhere_does_not_break_the_search():
+    """Finding what derives from a kept view walks every object; a dead weakref.proxy
+    among them (here in a list) must not turn the call into a ReferenceError."""
+    import weakref
+
+    class Thing:
+        pass
+
+    thing = Thing()
+    holder = [weakref.proxy(thing)]
+    del thing
+    gc.collect()
+    kept = []
+
+    def f(out, args, kd):
+        out[0][...] = args[0]
+        kept.append(args[0][:10])  # a slice: the search for derived arrays runs
+
+    op = _op("keeps_beside_dead_proxy", f)
+    got = jax.jit(lambda x: op(x)[0])(jnp.arange(1000.0, dtype=jnp.float32))
+    np.testing.assert_array_equal(np.asarray(got)[:3], [0, 1, 2])
+    np.testing.assert_array_equal(kept[0][:3], [0, 1, 2])
+    assert len(holder) == 1
