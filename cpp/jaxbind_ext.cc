@@ -242,8 +242,8 @@ void call_kernel_site(Site &site, const Args &args, const Rets &rets) {
 
 // A kernel call whose site and buffer signature are known: no GIL, no Python object.
 // Returns false when the call needs the GIL path (see call_kernel_site).
-bool call_kernel_fast(const ffi::Dictionary &attrs, const Args &args, const Rets &rets,
-                      ffi::Error &result) {
+bool call_kernel_fast(const ffi::Dictionary &attrs, const ffi::RemainingArgs &args,
+                      const ffi::RemainingRets &rets, ffi::Error &result) {
   int64_t digest = 0;
   if (!get_attr(attrs, "site", digest)) return false;
   KernelCache &cache = kernel_cache();
@@ -251,8 +251,8 @@ bool call_kernel_fast(const ffi::Dictionary &attrs, const Args &args, const Rets
   if (ks == nullptr) return false;  // (a kernel site's format was checked when resolved)
   try {
     std::vector<jaxbind_buffer> &ins = cache.ins, &outs = cache.outs;
-    describe_buffers(args, "input", ins);
-    describe_buffers(rets, "output", outs);
+    describe_all(args, "input", ins);
+    describe_all(rets, "output", outs);
     jaxbind_kernel_fn fn = find_kernel(*ks, ins, outs, cache);
     if (fn == nullptr) return false;
     run_kernel(*ks, fn, ins, outs, cache);
@@ -269,12 +269,8 @@ bool call_kernel_fast(const ffi::Dictionary &attrs, const Args &args, const Rets
 
 // CPU: NumPy views of the host buffers, the callable called in place; or a kernel.
 ffi::Error Call(ffi::RemainingArgs all_args, ffi::RemainingRets all_rets, ffi::Dictionary attrs) {
-  {
-    Args args(all_args);
-    Rets rets(all_rets);
-    ffi::Error result = ffi::Error::Success();
-    if (call_kernel_fast(attrs, args, rets, result)) return result;
-  }
+  ffi::Error result = ffi::Error::Success();
+  if (call_kernel_fast(attrs, all_args, all_rets, result)) return result;
   return guarded(attrs, [&](Site &site) {
     Args args(all_args);
     Rets rets(all_rets);

@@ -140,6 +140,27 @@ void describe_buffers(const Remaining &buffers, const char *what,
   }
 }
 
+// The same, straight from XLA's arguments or results, decoding each buffer once (an
+// ordered call's token, a TOKEN buffer in first place, is left out).
+template <typename Remaining>
+void describe_all(const Remaining &all, const char *what, std::vector<jaxbind_buffer> &out) {
+  out.clear();
+  for (size_t i = 0; i < all.size(); ++i) {
+    auto decoded = all.template get<ffi::AnyBuffer>(i);
+    if (!decoded.has_value()) throw std::invalid_argument(std::string("cannot decode ") + what);
+    ffi::AnyBuffer b = [&]() {
+      if constexpr (std::is_same_v<Remaining, ffi::RemainingRets>)
+        return **decoded;
+      else
+        return *decoded;
+    }();
+    if (i == 0 && b.element_type() == ffi::DataType::TOKEN) continue;
+    auto dims = b.dimensions();
+    out.push_back(jaxbind_buffer{b.untyped_data(), static_cast<int64_t>(b.element_type()),
+                                 static_cast<int64_t>(dims.size()), dims.begin()});
+  }
+}
+
 // Whether described buffers have the signature `sig` (a Site's `known` form: element
 // type, rank and dimensions of every input, then every output).
 inline bool same_signature(const std::vector<int64_t> &sig, const std::vector<jaxbind_buffer> &ins,
@@ -160,8 +181,7 @@ inline bool same_signature(const std::vector<int64_t> &sig, const std::vector<ja
 // thread remembers its last hit, so a loop of calls with one signature takes no lock.
 // (Addresses stay valid for the site's life: numba kernels keep every compiled form.)
 inline jaxbind_kernel_fn find_kernel(KernelSite &ks, const std::vector<jaxbind_buffer> &ins,
-                                     const std::vector<jaxbind_buffer> &outs,
-                                     KernelCache &cache) {
+                                     const std::vector<jaxbind_buffer> &outs, KernelCache &cache) {
   if (cache.sig_site == ks.id && same_signature(cache.sig, ins, outs)) return cache.fn;
   std::shared_lock lock(ks.mu);
   for (auto &[sig, fn] : ks.known)

@@ -376,6 +376,10 @@ def test_aliasing_and_side_effects_with_kernels():
     x = jnp.arange(4.0, dtype=jnp.float32)
     np.testing.assert_allclose(jax.jit(lambda x: op(x)[0])(x), np.arange(4.0) + 1)
     jax.jit(lambda x: (op(x), None)[1])(x)  # kept although its result is unused
+    ordered = jaxbind.get_linear_call(scale, None, _same, ordered=True, name="tests.kordered")
+    f = jax.jit(lambda x: ordered(x, factor=2.0)[0] + ordered(x, factor=3.0)[0])
+    for _ in range(3):  # the token is not a buffer of the kernel's (fast path included)
+        np.testing.assert_allclose(f(x), 5 * np.arange(4.0))
 
 
 def test_symbolic_export_of_a_kernel_op():
