@@ -63,7 +63,7 @@ def affine_callable(out, args, kwargs_dump):
     np.add(out[0], 1.0, out=out[0])
 
 
-def _shape(x):
+def _shape(x, **kwargs):
     return ((x.shape, x.dtype),)
 
 
@@ -146,6 +146,71 @@ def bodies() -> dict:
     }
 
 
+def longest_stall(seconds: float = 0.1) -> dict:
+    """The longest time a Python thread that ticks every millisecond waits for the GIL
+    while a body of `seconds` runs on XLA's thread: as a kernel, and as the same numba
+    function called from a Python callable (which holds the GIL)."""
+    import threading
+
+    busy = numba.njit(nogil=False)(_busy)
+    kernel_op = jaxbind.get_linear_call(
+        jaxbind.kernel(_busy_kernel), None, _shape, name="bench.kernel_busy"
+    )
+
+    def busy_callable(out, args, kwargs_dump):
+        busy(out[0], args[0], jaxbind.load_kwargs(kwargs_dump)["turns"])
+
+    callable_op = jaxbind.get_linear_call(busy_callable, None, _shape, name="bench.callable_busy")
+    turns = _turns_for(seconds)
+    x = jnp.ones(N, jnp.float32)
+    result = {}
+    for name, op in (("jaxbind kernel", kernel_op), ("jaxbind callable", callable_op)):
+        f = jax.jit(lambda x, op=op: op(x, turns=turns)[0])
+        jax.block_until_ready(f(x))
+        gaps, stop = [], threading.Event()
+
+        def tick(gaps=gaps, stop=stop):
+            last = time.perf_counter()
+            while not stop.is_set():
+                time.sleep(0.001)
+                now = time.perf_counter()
+                gaps.append(now - last)
+                last = now
+
+        ticker = threading.Thread(target=tick)
+        ticker.start()
+        time.sleep(0.02)
+        start = time.perf_counter()
+        for _ in range(3):
+            jax.block_until_ready(f(x))
+        took = (time.perf_counter() - start) / 3
+        stop.set()
+        ticker.join()
+        result[name] = dict(body_s=took, longest_stall_s=max(gaps))
+    return result
+
+
+def _busy(out, x, turns):  # `turns` loop turns of arithmetic, then 2 x + 1
+    acc = 0.0
+    for t in range(turns):
+        acc += t * 1e-9
+    for i in range(x.shape[0]):
+        out[i] = 2.0 * x[i] + 1.0 + acc * 0.0
+
+
+_busy_kernel = _busy
+
+
+def _turns_for(seconds: float) -> int:
+    """Loop turns of _busy that take about `seconds` here."""
+    busy = numba.njit(_busy)
+    out, x = np.empty(N, np.float32), np.ones(N, np.float32)
+    busy(out, x, 1000)
+    start = time.perf_counter()
+    busy(out, x, 10_000_000)
+    return int(10_000_000 * seconds / (time.perf_counter() - start))
+
+
 def _programs(body):
     once = jax.jit(body)
     loop = jax.jit(lambda x: jax.lax.fori_loop(0, ITERATIONS, lambda i, y: body(y) * 0.5, x))
@@ -195,6 +260,7 @@ def main():
         r["call_overhead_s"] = r["call_s"] - floor["call_s"]
         r["iteration_overhead_s"] = r["iteration_s"] - floor["iteration_s"]
     by = {r["path"]: r for r in rows}
+    stalls = longest_stall()
     ratio = by["jaxbind callable"]["iteration_overhead_s"] / max(
         by["jaxbind kernel"]["iteration_overhead_s"], 1e-9
     )
@@ -218,10 +284,22 @@ def main():
         f"{by['jaxbind kernel']['iteration_overhead_s'] * 1e6:+.3f} µs from the kernel floor "
         "(target: within 0.1 µs), and the Python-callable path's overhead is "
         f"{ratio:.0f}x the kernel's (target: at least 20x).",
+        "",
+        "The longest wait of a Python thread that ticks every millisecond, while the body "
+        "runs on XLA's thread (the same numba loop: as a kernel, and called from a Python "
+        "callable, which holds the GIL):",
+        "",
+        "| body | time per call | longest stall of the Python thread |",
+        "|---|---|---|",
     ]
+    for name, r in stalls.items():
+        lines.append(
+            f"| {name} | {r['body_s'] * 1e3:.1f} ms | {r['longest_stall_s'] * 1e3:.1f} ms |"
+        )
     text = "\n".join(lines) + "\n"
     print(text)
-    save(args.out, "kernels", dict(meta=meta, results=rows, callable_over_kernel=ratio), text)
+    payload = dict(meta=meta, results=rows, callable_over_kernel=ratio, stalls=stalls)
+    save(args.out, "kernels", payload, text)
 
 
 if __name__ == "__main__":
