@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -23,6 +25,31 @@ namespace ffi = xla::ffi;
 //   3: format 2 plus trees (uint8 array): a JAX-native op's pytree structure, empty
 //      for other calls (format 2 kept it among the kwargs).
 constexpr int32_t kCallFormat = 3;
+
+// The call's attributes as XLA passes them (its C API struct), for the CPU handler's
+// kernel fast path, which reads only the site digest; everything else reads them
+// through ffi::Dictionary (`dict`).
+struct RawAttrs {
+  const XLA_FFI_Attrs *raw;
+  ffi::Dictionary dict() const { return ffi::Dictionary(raw); }
+
+  // The `site` attribute (a signed 64-bit scalar). A format-3 call has it as the 8th of
+  // its sorted names; any other position is searched.
+  bool site(int64_t &out) const {
+    auto is_site = [&](int64_t i) {
+      const XLA_FFI_ByteSpan *name = raw->names[i];
+      return name->len == 4 && std::memcmp(name->ptr, "site", 4) == 0;
+    };
+    int64_t at = raw->size > 7 && is_site(7) ? 7 : -1;
+    for (int64_t i = 0; at < 0 && i < raw->size; ++i)
+      if (is_site(i)) at = i;
+    if (at < 0 || raw->types[at] != XLA_FFI_AttrType_SCALAR) return false;
+    auto *scalar = static_cast<const XLA_FFI_Scalar *>(raw->attrs[at]);
+    if (scalar->dtype != XLA_FFI_DataType_S64) return false;
+    out = *static_cast<const int64_t *>(scalar->value);
+    return true;
+  }
+};
 
 template <typename T>
 bool get_attr(const ffi::Dictionary &attrs, std::string_view name, T &out) {
@@ -82,3 +109,12 @@ struct CallAttributes {
 };
 
 }  // namespace jaxbind
+
+// Decoding of RawAttrs: all attributes, as they are (see ffi::Dictionary's decoding).
+template <>
+struct xla::ffi::internal::Decode<xla::ffi::internal::AttrsTag<jaxbind::RawAttrs>> {
+  static std::optional<jaxbind::RawAttrs> call(DecodingOffsets &, DecodingContext &ctx,
+                                               DiagnosticEngine &) {
+    return jaxbind::RawAttrs{&ctx.call_frame->attrs};
+  }
+};

@@ -242,10 +242,10 @@ void call_kernel_site(Site &site, const Args &args, const Rets &rets) {
 
 // A kernel call whose site and buffer signature are known: no GIL, no Python object.
 // Returns false when the call needs the GIL path (see call_kernel_site).
-bool call_kernel_fast(const ffi::Dictionary &attrs, const ffi::RemainingArgs &args,
+bool call_kernel_fast(const RawAttrs &attrs, const ffi::RemainingArgs &args,
                       const ffi::RemainingRets &rets, ffi::Error &result) {
   int64_t digest = 0;
-  if (!get_attr(attrs, "site", digest)) return false;
+  if (!attrs.site(digest)) return false;
   KernelCache &cache = kernel_cache();
   KernelSite *ks = find_kernel_site(digest, cache);
   if (ks == nullptr) return false;  // (a kernel site's format was checked when resolved)
@@ -268,10 +268,10 @@ bool call_kernel_fast(const ffi::Dictionary &attrs, const ffi::RemainingArgs &ar
 }
 
 // CPU: NumPy views of the host buffers, the callable called in place; or a kernel.
-ffi::Error Call(ffi::RemainingArgs all_args, ffi::RemainingRets all_rets, ffi::Dictionary attrs) {
+ffi::Error Call(ffi::RemainingArgs all_args, ffi::RemainingRets all_rets, RawAttrs raw) {
   ffi::Error result = ffi::Error::Success();
-  if (call_kernel_fast(attrs, all_args, all_rets, result)) return result;
-  return guarded(attrs, [&](Site &site) {
+  if (call_kernel_fast(raw, all_args, all_rets, result)) return result;
+  return guarded(raw.dict(), [&](Site &site) {
     Args args(all_args);
     Rets rets(all_rets);
     if (site.kernel) return call_kernel_site(site, args, rets);
@@ -383,9 +383,9 @@ using namespace jaxbind;
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     jaxbind_cpu_handler, Call,
     ffi::Ffi::Bind()
-        .RemainingArgs()             // inputs, any dtype and rank
-        .RemainingRets()             // outputs, written in place
-        .Attrs<ffi::Dictionary>());  // jaxbind_format, site, binding, role, kwargs
+        .RemainingArgs()      // inputs, any dtype and rank
+        .RemainingRets()      // outputs, written in place
+        .Attrs<RawAttrs>());  // jaxbind_format, site, binding, role, kwargs, ...
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cuda_handler, CallCuda,
                               ffi::Ffi::Bind()
