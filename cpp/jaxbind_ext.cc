@@ -60,20 +60,21 @@ nb::object resolve(CallAttributes &call, const ffi::Dictionary &attrs) {
   // When the site is freed (with its binding), the weak reference's callback
   // drops the entry, unless the digest has meanwhile been given to another site.
   int64_t digest = call.site;
-  std::weak_ptr<KernelSite> kernel = site.kernel;
+  KernelRef kernel = site.kernel;
   nb::object forget = nb::cpp_function([digest, kernel](nb::handle ref) {
     if (state == nullptr) return;
     auto entry = state->sites.find(digest);
     if (entry != state->sites.end() && entry->second.ref.ptr() == ref.ptr())
       state->sites.erase(entry);
-    std::unique_lock lock(kernel_mu);
+    if (!kernel) return;
+    std::lock_guard lock(kernel_mu);
     auto ks = kernel_sites.find(digest);
-    if (ks != kernel_sites.end() && ks->second == kernel.lock()) kernel_sites.erase(ks);
-    if (auto gone = kernel.lock()) gone->alive.store(false, std::memory_order_release);
+    if (ks != kernel_sites.end() && ks->second == kernel) kernel_sites.erase(ks);
+    kernel->alive.store(false, std::memory_order_release);
   });
   state->sites.insert_or_assign(digest, Entry{found.ptr(), nb::weakref(found, forget)});
   if (site.kernel) {
-    std::unique_lock lock(kernel_mu);
+    std::lock_guard lock(kernel_mu);
     kernel_sites.insert_or_assign(digest, site.kernel);
   }
   return found;
@@ -537,7 +538,7 @@ NB_MODULE(_ext, m) {
   m.def(
       "kernel_site_count",
       []() {
-        std::shared_lock lock(kernel_mu);
+        std::lock_guard lock(kernel_mu);
         return kernel_sites.size();
       },
       "Number of kernel sites that calls reach without the GIL.");

@@ -7,12 +7,11 @@
 // element, or once for a batching kernel) without creating any Python object. A new
 // signature goes through the GIL path once: the Site's check against the abstract
 // function, and the kernel's address for that signature (numba kernels are compiled
-// per signature). The table holds shared pointers, so a call in flight keeps its
+// per signature). The table holds counted references, so a call in flight keeps its
 // KernelSite alive when its Site goes.
 #pragma once
 
 #include <mutex>
-#include <shared_mutex>
 
 #include "jaxbind/kernel.h"
 #include "state.h"
@@ -20,7 +19,8 @@
 namespace jaxbind {
 
 struct KernelSite {
-  bool batches = false;  // the kernel takes the whole batch (batch_levels in the call)
+  std::atomic<int> refs{0};  // see KernelRef
+  bool batches = false;      // the kernel takes the whole batch (batch_levels in the call)
   int levels = 0;
   std::vector<uint8_t> batched;
   std::string label;  // "'<binding>' (<role>)", for errors
@@ -30,7 +30,7 @@ struct KernelSite {
   std::vector<std::vector<int64_t>> array_dims;
   std::vector<jaxbind_kwarg> kwargs;
   // Buffer signatures already checked, each with the kernel's address for it.
-  std::shared_mutex mu;
+  std::mutex mu;
   std::vector<std::pair<std::vector<int64_t>, jaxbind_kernel_fn>> known;
   // Cleared when its Site goes: a thread's cached pointer to it is then stale.
   std::atomic<bool> alive{true};
@@ -39,7 +39,7 @@ struct KernelSite {
   static inline std::atomic<uint64_t> next_id{0};
 
   void add(std::vector<int64_t> signature, jaxbind_kernel_fn fn) {
-    std::unique_lock lock(mu);
+    std::lock_guard lock(mu);
     if (known.size() >= kKnownSignatures) known.erase(known.begin());
     known.emplace_back(std::move(signature), fn);
   }
@@ -53,9 +53,14 @@ struct KernelError : std::runtime_error {
 // The KernelSite of a kernel body, from the resolver's description of it (see
 // jaxbind/_kernels.py, KernelCall): `batches`, and `kwargs`, one tuple per static keyword
 // argument (name, type, int value, float value, bytes or None, (dtype, dims, bytes) or None).
-inline std::shared_ptr<KernelSite> make_kernel_site(nb::handle kernel, std::string label,
-                                                    int levels, const std::vector<bool> &batched) {
-  auto ks = std::make_shared<KernelSite>();
+inline void retain(KernelSite *site) { site->refs.fetch_add(1, std::memory_order_relaxed); }
+inline void release(KernelSite *site) {
+  if (site->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete site;
+}
+
+inline KernelRef make_kernel_site(nb::handle kernel, std::string label, int levels,
+                                  const std::vector<bool> &batched) {
+  KernelRef ks(new KernelSite());
   ks->batches = nb::cast<bool>(kernel.attr("batches"));
   ks->levels = levels;
   ks->batched.assign(batched.begin(), batched.end());
@@ -95,15 +100,15 @@ inline std::shared_ptr<KernelSite> make_kernel_site(nb::handle kernel, std::stri
 }
 
 // digest -> kernel site, for calls that run without the GIL.
-inline std::shared_mutex kernel_mu;
-inline std::unordered_map<int64_t, std::shared_ptr<KernelSite>> kernel_sites;
+inline std::mutex kernel_mu;
+inline std::unordered_map<int64_t, KernelRef> kernel_sites;
 
 // What each thread keeps between kernel calls, in one place (one thread-local lookup
 // per call): the last site it found and the last signature it matched, and buffers.
 struct KernelCache {
   int64_t digest = 0;
-  std::shared_ptr<KernelSite> site;  // keeps the site alive while this thread uses it
-  uint64_t sig_site = 0;             // KernelSite::id of the signature below
+  KernelRef site;         // keeps the site alive while this thread uses it
+  uint64_t sig_site = 0;  // KernelSite::id of the signature below
   std::vector<int64_t> sig;
   jaxbind_kernel_fn fn = nullptr;
   std::vector<jaxbind_buffer> ins, outs, in_k, out_k;
@@ -119,7 +124,7 @@ inline KernelCache &kernel_cache() {
 inline KernelSite *find_kernel_site(int64_t digest, KernelCache &cache) {
   if (cache.site && cache.digest == digest && cache.site->alive.load(std::memory_order_acquire))
     return cache.site.get();
-  std::shared_lock lock(kernel_mu);
+  std::lock_guard lock(kernel_mu);
   auto it = kernel_sites.find(digest);
   if (it == kernel_sites.end()) return nullptr;
   cache.digest = digest;
@@ -183,7 +188,7 @@ inline bool same_signature(const std::vector<int64_t> &sig, const std::vector<ja
 inline jaxbind_kernel_fn find_kernel(KernelSite &ks, const std::vector<jaxbind_buffer> &ins,
                                      const std::vector<jaxbind_buffer> &outs, KernelCache &cache) {
   if (cache.sig_site == ks.id && same_signature(cache.sig, ins, outs)) return cache.fn;
-  std::shared_lock lock(ks.mu);
+  std::lock_guard lock(ks.mu);
   for (auto &[sig, fn] : ks.known)
     if (same_signature(sig, ins, outs)) {
       cache.sig_site = ks.id;

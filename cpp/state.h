@@ -36,6 +36,38 @@ namespace jaxbind {
 constexpr size_t kNumDtypes = 64;        // upper bound on XLA_FFI_DataType values
 constexpr size_t kKnownSignatures = 32;  // per site: buffer shapes already validated (LRU)
 
+// A counted reference to a compiled kernel's site (see kernels.h). Not std::shared_ptr:
+// libstdc++'s reference counts read glibc's __libc_single_threaded (glibc 2.32), newer
+// than the manylinux_2_28 wheel may need.
+struct KernelSite;
+inline void retain(KernelSite *site);
+inline void release(KernelSite *site);
+
+class KernelRef {
+ public:
+  KernelRef() = default;
+  explicit KernelRef(KernelSite *site) : site_(site) {
+    if (site_) retain(site_);
+  }
+  KernelRef(const KernelRef &other) : KernelRef(other.site_) {}
+  KernelRef(KernelRef &&other) noexcept : site_(other.site_) { other.site_ = nullptr; }
+  KernelRef &operator=(KernelRef other) noexcept {
+    std::swap(site_, other.site_);
+    return *this;
+  }
+  ~KernelRef() {
+    if (site_) release(site_);
+  }
+  KernelSite *get() const { return site_; }
+  KernelSite *operator->() const { return site_; }
+  KernelSite &operator*() const { return *site_; }
+  explicit operator bool() const { return site_ != nullptr; }
+  bool operator==(const KernelRef &other) const { return site_ == other.site_; }
+
+ private:
+  KernelSite *site_ = nullptr;
+};
+
 // One call site: a binding's callable for one role and set of keyword
 // arguments, resolved once. A Python object (`_ext.Site`), created by the
 // resolver (jaxbind/_runtime.py) and owned by its binding; the trampoline's
@@ -62,7 +94,7 @@ struct Site {
   nb::object out_views, in_views;
   // A compiled kernel's site (see kernels.h), and (ins, outs) -> the kernel's address for
   // a buffer signature; empty for Python callables.
-  std::shared_ptr<struct KernelSite> kernel;
+  KernelRef kernel;
   nb::object kernel_address;
 };
 
