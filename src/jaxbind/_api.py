@@ -6,6 +6,7 @@ import functools
 import inspect
 import weakref
 from collections.abc import Callable, Sequence
+from typing import Unpack
 
 import jax
 import jax.numpy as jnp
@@ -14,7 +15,7 @@ from ._binding import Binding, register
 from ._compat import register_cache
 from ._errors import about
 from ._kwargs import KwargsDump, encode_kwargs
-from ._options import OPTION_DOCS, Options, declare
+from ._options import OPTION_DOCS, CallOptions, Options, declare
 from ._primitive import IMPL_CALLS, PRIMITIVE, bind, eager, nested
 from ._roles import Body, Kind, OpBase, role_table
 from ._spec import CallSpec
@@ -239,12 +240,7 @@ def get_linear_call(
     /,
     abstract: Callable,
     abstract_T: Callable | Sequence | None = None,
-    *,
-    first_n_args_fixed: int = 0,
-    func_can_batch: bool = False,
-    name: str | None = None,
-    replace: bool = False,
-    **options,
+    **options: Unpack[CallOptions],
 ) -> Op:
     """Make a JAX op from a linear (or multilinear) Python function and its transpose.
 
@@ -260,17 +256,9 @@ def get_linear_call(
       abstract_T: the same for ``f_T`` (a tuple for a multilinear op), or None
         (for any of them): the cotangents are shaped as the inputs they belong to,
         which jaxbind knows from the primals.
-      first_n_args_fixed: number of leading arguments that are parameters, not
-        linear inputs; they cannot be differentiated or transposed.
-      func_can_batch: the callables handle batched inputs natively; they and the
-        abstract functions receive ``batch_axes`` (see the README).
-      name: name of the binding and its primitive; defaults to the module and
-        qualified name of ``f``. Compiled and exported programs find the
-        binding by this name.
-      replace: let this binding take over an explicit ``name`` already used by a
-        different binding (otherwise that is an error).
-      **options: ``platform_mode``, ``input_output_aliases``, ``has_side_effect``,
-        ``ordered``: see "Options" below.
+      **options: ``first_n_args_fixed``, ``func_can_batch``, ``name``, ``replace``,
+        ``platform_mode``, ``input_output_aliases``, ``has_side_effect``, ``ordered``:
+        see "Options" below.
 
     Returns:
       An :class:`Op`. It supports ``jit``, ``jvp``, ``grad``/``vjp``,
@@ -290,10 +278,8 @@ def get_linear_call(
     elif f_T is not None and not callable(f_T):
         raise TypeError(f"jaxbind: f_T must be callable, a tuple of callables or None, got {f_T!r}")
     kind = Kind.MULTILINEAR if multilinear else Kind.LINEAR
-    options = declare(
-        "get_linear_call", kind.value, first_n_args_fixed, func_can_batch, options, native=False
-    )
-    return make_op(kind, f, f_T, None, abstract, abstract_T, options, name, replace)
+    checked, name, replace = declare("get_linear_call", kind.value, options, native=False)
+    return make_op(kind, f, f_T, None, abstract, abstract_T, checked, name, replace)
 
 
 def get_nonlinear_call(
@@ -302,12 +288,7 @@ def get_nonlinear_call(
     /,
     abstract: Callable,
     abstract_reverse: Callable | None = None,
-    *,
-    first_n_args_fixed: int = 0,
-    func_can_batch: bool = False,
-    name: str | None = None,
-    replace: bool = False,
-    **options,
+    **options: Unpack[CallOptions],
 ) -> Op:
     """Make a JAX op from a nonlinear Python function with its JVP and VJP.
 
@@ -327,12 +308,7 @@ def get_nonlinear_call(
       abstract_reverse: output shapes of ``f_vjp``, called with f's arguments
         followed by the cotangents; None: they are shaped as the non-fixed
         arguments, which jaxbind knows from the primals.
-      first_n_args_fixed: as for :func:`get_linear_call`.
-      func_can_batch: as for :func:`get_linear_call`.
-      name: as for :func:`get_linear_call`.
-      replace: as for :func:`get_linear_call`.
-      **options: ``platform_mode``, ``input_output_aliases``, ``has_side_effect``,
-        ``ordered`` and ``linear_in``: see "Options" below.
+      **options: as for :func:`get_linear_call`, and ``linear_in``: see "Options" below.
 
     Returns:
       An :class:`Op`, differentiable in forward and reverse mode: to first order
@@ -343,19 +319,10 @@ def get_nonlinear_call(
     for what, fn in zip(("f_jvp", "f_vjp"), f_derivative):
         if fn is not None and not callable(fn):
             raise TypeError(f"jaxbind: {what} must be callable or None, got {fn!r}")
-    options = declare(
-        "get_nonlinear_call", "nonlinear", first_n_args_fixed, func_can_batch, options, native=False
-    )
+    checked, name, replace = declare("get_nonlinear_call", "nonlinear", options, native=False)
+    derivatives = tuple(f_derivative)
     return make_op(
-        Kind.NONLINEAR,
-        f,
-        None,
-        tuple(f_derivative),
-        abstract,
-        abstract_reverse,
-        options,
-        name,
-        replace,
+        Kind.NONLINEAR, f, None, derivatives, abstract, abstract_reverse, checked, name, replace
     )
 
 

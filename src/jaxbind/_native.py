@@ -36,7 +36,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Unpack
 
 import jax
 import jax.numpy as jnp
@@ -46,7 +46,7 @@ from ._api import Op, make_op
 from ._errors import about, add_context
 from ._kernels import Kernel
 from ._kwargs import KwargsDump, encode_kwargs, load_kwargs
-from ._options import Options, declare
+from ._options import OpOptions, Options, declare
 from ._roles import Args, JaxFunction, Kind, is_jax_function, jax_function, role_table
 from ._spec import BatchAxes
 
@@ -449,8 +449,11 @@ class NativeOp:
         return jax.tree.unflatten(_structures(trees)[1], results)
 
 
-def _decorator(what: str, kind: str, shape: ShapeFn, name, replace, fixed, vectorized, options):
-    checked = declare(what, kind, fixed, vectorized, options, native=True)
+Decorator = Callable[[Callable], "NativeOp"]
+
+
+def _decorator(kind: str, shape: ShapeFn, options: dict) -> Decorator:
+    checked, name, replace = declare(f"{kind}_op", kind, options, native=True)
 
     def make(fn: Callable) -> NativeOp:
         return NativeOp(kind, fn, shape, name=name, replace=replace, options=checked)
@@ -458,70 +461,41 @@ def _decorator(what: str, kind: str, shape: ShapeFn, name, replace, fixed, vecto
     return make
 
 
-def linear_op(
-    *,
-    shape: ShapeFn,
-    name: str | None = None,
-    replace: bool = False,
-    fixed: int = 0,
-    vectorized: bool = False,
-    **options,
-) -> Callable[[Callable], NativeOp]:
-    """Decorator: a linear op (linear in every argument after the first `fixed`).
+def linear_op(*, shape: ShapeFn, **options: Unpack[OpOptions]) -> Decorator:
+    """Decorator: a linear op (linear in every argument after the first ``fixed``).
 
     Args:
       shape: ``shape(*args, **kwargs)`` with ``jax.ShapeDtypeStruct``-like arguments,
         returning the output's ``jax.ShapeDtypeStruct`` (or a pytree of them).
-      name: the binding's name (default: module and qualified name of the function).
-      replace: as for :func:`jaxbind.get_linear_call`: take over a name that another
-        binding has. Not needed to run a notebook cell or a module again: a function
-        defined again at the same place replaces its earlier binding.
-      fixed: leading arguments that are parameters (single arrays), not linear inputs.
-      vectorized: the callables handle batches themselves: batched arrays arrive
-        with their batch axes in front, and results go back the same way.
-      **options: ``platform_mode``, ``input_output_aliases`` (indices of array
-        leaves), ``has_side_effect``, ``ordered``: the options of both APIs (see
-        :func:`jaxbind.get_linear_call`).
+      **options: the options of both APIs (see :func:`jaxbind.get_linear_call`), with
+        two under their own names here: ``fixed``, the leading arguments that are
+        parameters (single arrays), not linear inputs; ``vectorized``, the callables
+        handle batches themselves: batched arrays arrive with their batch axes in
+        front, and results go back the same way. ``name``, ``replace``,
+        ``platform_mode``, ``input_output_aliases`` (indices of array leaves),
+        ``has_side_effect`` and ``ordered`` are as in the other API.
 
     The decorated function gets NumPy arrays (pytrees as given) and the keyword
     arguments, and returns its result, or writes into ``out=`` if it takes that
     argument. Define the transpose with ``@op.def_transpose``.
     """
-    return _decorator("linear_op", "linear", shape, name, replace, fixed, vectorized, options)
+    return _decorator("linear", shape, options)
 
 
-def multilinear_op(
-    *,
-    shape: ShapeFn,
-    name: str | None = None,
-    replace: bool = False,
-    fixed: int = 0,
-    vectorized: bool = False,
-    **options,
-) -> Callable[[Callable], NativeOp]:
+def multilinear_op(*, shape: ShapeFn, **options: Unpack[OpOptions]) -> Decorator:
     """Decorator: an op linear in each argument separately (e.g. a product).
 
     As :func:`linear_op`; define one transpose per argument with
     ``@op.def_transpose(argnum=i)``.
     """
-    return _decorator(
-        "multilinear_op", "multilinear", shape, name, replace, fixed, vectorized, options
-    )
+    return _decorator("multilinear", shape, options)
 
 
-def nonlinear_op(
-    *,
-    shape: ShapeFn,
-    name: str | None = None,
-    replace: bool = False,
-    fixed: int = 0,
-    vectorized: bool = False,
-    **options,
-) -> Callable[[Callable], NativeOp]:
+def nonlinear_op(*, shape: ShapeFn, **options: Unpack[OpOptions]) -> Decorator:
     """Decorator: a nonlinear op. As :func:`linear_op`; define its derivatives with
     ``@op.def_jvp`` and ``@op.def_vjp`` (callables, or ``jaxbind.jax_function``\\ s for
     second derivatives). Its options include ``linear_in``, as for
     :func:`jaxbind.get_nonlinear_call`: the positions of arguments (single arrays, after
     the fixed ones) in which the function is jointly linear, so that it transposes in
     them, through its VJP."""
-    return _decorator("nonlinear_op", "nonlinear", shape, name, replace, fixed, vectorized, options)
+    return _decorator("nonlinear", shape, options)

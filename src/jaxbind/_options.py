@@ -11,9 +11,19 @@ rule reads it from there. An option added here exists in both APIs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
-__all__ = ["OPTION_DOCS", "OPTION_NAMES", "PLATFORM_MODES", "Options", "declare"]
+__all__ = [
+    "OPTION_DOCS",
+    "OPTION_NAMES",
+    "PLATFORM_MODES",
+    "CallOptions",
+    "OpOptions",
+    "Options",
+    "declare",
+]
 
 PLATFORM_MODES = ("device", "host")
 
@@ -41,7 +51,35 @@ class Options:
     linear_in: tuple = ()
 
 
-# The options both APIs accept under the same name (besides fixed and vectorized).
+class _SharedOptions(TypedDict, total=False):
+    """The keyword options both APIs take under the same name (the ``**options`` of
+    their signatures; `declare` checks them)."""
+
+    name: str | None
+    replace: bool
+    platform_mode: str
+    input_output_aliases: dict[int, int] | None
+    has_side_effect: bool
+    ordered: bool
+    linear_in: Sequence[int]
+
+
+class CallOptions(_SharedOptions, total=False):
+    """The options of ``get_linear_call`` and ``get_nonlinear_call`` (JAXbind's names)."""
+
+    first_n_args_fixed: int
+    func_can_batch: bool
+
+
+class OpOptions(_SharedOptions, total=False):
+    """The options of the decorators ``linear_op``, ``multilinear_op``, ``nonlinear_op``."""
+
+    fixed: int
+    vectorized: bool
+
+
+# The options both APIs accept under the same name, besides name and replace (which
+# name the binding, and are not part of `Options`) and fixed / vectorized.
 OPTION_NAMES = (
     "platform_mode",
     "input_output_aliases",
@@ -55,6 +93,18 @@ OPTION_NAMES = (
 OPTION_DOCS = """
     Options (keyword arguments of both APIs):
 
+    - ``first_n_args_fixed`` (``fixed`` in the decorators): the number of leading
+      arguments that are parameters, not inputs; they are not differentiated,
+      transposed or batched natively.
+    - ``func_can_batch`` (``vectorized`` in the decorators): the callables handle
+      batched inputs themselves (see "Batching"); otherwise jaxbind loops.
+    - ``name``: the binding's name, as jaxprs, HLO and exported programs show it,
+      and by which compiled and exported programs find the binding; defaults to the
+      module and qualified name of ``f``.
+    - ``replace``: let this binding take over an explicit ``name`` that a different
+      binding has (otherwise an error). Not needed to run a notebook cell or a
+      module again: a function defined again at the same place replaces its
+      earlier binding.
     - ``platform_mode``: how GPU programs call the callables. ``"device"`` (default):
       with zero-copy CUDA arrays of the device buffers (``CudaArray``: CUDA array
       interface and DLPack) and XLA's stream (``jaxbind.current_call()``).
@@ -81,13 +131,21 @@ OPTION_DOCS = """
 """
 
 
-def declare(what: str, kind: str, fixed, vectorized, options: dict, *, native: bool) -> Options:
+def declare(
+    what: str, kind: str, options: dict, *, native: bool
+) -> tuple[Options, str | None, bool]:
     """Check the options that `what` (the API function or decorator) was given for an op
-    of `kind` ("linear", "multilinear", "nonlinear"), and return them as one value.
-    `native`: the caller is the JAX-native API, which names two options differently."""
+    of `kind` ("linear", "multilinear", "nonlinear"), and return them as one value, with
+    the binding's explicit name (or None) and ``replace``. `native`: the caller is the
+    JAX-native API, which names two options differently."""
     fixed_name, vectorized_name = (
         ("fixed", "vectorized") if native else ("first_n_args_fixed", "func_can_batch")
     )
+    options = dict(options)
+    name = options.pop("name", None)
+    replace = options.pop("replace", False)
+    fixed = options.pop(fixed_name, 0)
+    vectorized = options.pop(vectorized_name, False)
     unknown = sorted(set(options) - set(OPTION_NAMES))
     if unknown:
         raise TypeError(
@@ -107,7 +165,9 @@ def declare(what: str, kind: str, fixed, vectorized, options: dict, *, native: b
             "jaxbind: linear_in is an option of nonlinear ops; linear and multilinear ops "
             "are linear in all their arguments after the fixed ones already"
         )
-    return Options(
+    if not isinstance(replace, bool):
+        raise TypeError(f"jaxbind.{what}: replace must be a bool, got {replace!r}")
+    checked = Options(
         fixed=fixed,
         vectorized=bool(vectorized),
         platform_mode=platform_mode,
@@ -115,6 +175,7 @@ def declare(what: str, kind: str, fixed, vectorized, options: dict, *, native: b
         effect=_effect(options.get("has_side_effect", False), options.get("ordered", False)),
         linear_in=_linear_in(linear_in, fixed, fixed_name),
     )
+    return checked, name, replace
 
 
 def _aliases(value, fixed: int, fixed_name: str) -> tuple:

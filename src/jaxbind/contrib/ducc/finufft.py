@@ -165,15 +165,8 @@ def _run(fn, kind, values, points, targets, *, sign, eps, modeord, nthreads, gri
 
     xs = rows(points, m)
     args = (v, xs) + ((rows(targets, k),) if kind == 3 else ())
-    call = partial(
-        nufft_points,
-        nufft_type=kind,
-        sign=sign,
-        eps=eps,
-        modeord=modeord,
-        nthreads=nthreads,
-        grid=grid,
-    )
+    settings = dict(sign=sign, eps=eps, modeord=modeord, nthreads=nthreads, grid=grid)
+    call = partial(nufft_points, nufft_type=kind, **settings)
     if n_own == 1:
         out = call(*(a[0] for a in args))[0][None]
     else:
