@@ -14,6 +14,8 @@ def test_demo_runs(demo):
     pytest.importorskip("scipy")
     if "ducc" in demo.name:
         pytest.importorskip("ducc0", reason="ducc0 is not installed")
+    if "numba" in demo.name:
+        pytest.importorskip("numba", reason="numba is not installed")
     proc = subprocess.run(
         [sys.executable, str(demo)], capture_output=True, text=True, timeout=300, cwd=demo.parent
     )
