@@ -226,6 +226,24 @@ int32_t add_offset(const jaxbind_call *call) {
   return 0;
 }
 
+/* out = factor * x (float32, any shape): linear, its own transpose */
+int32_t scale_f32(const jaxbind_call *call) {
+  if (call->abi_version != JAXBIND_KERNEL_ABI_VERSION) return 2;
+  if (call->inputs[0].dtype != JAXBIND_FLOAT32 || call->outputs[0].dtype != JAXBIND_FLOAT32) {
+    strncpy(call->error, "scale_f32 takes float32", call->error_size);
+    return 1;
+  }
+  double factor = 1;
+  for (int64_t k = 0; k < call->n_kwargs; ++k)
+    if (strcmp(call->kwargs[k].name, "factor") == 0) factor = call->kwargs[k].float_value;
+  const float *x = (const float *)call->inputs[0].data;
+  float *y = (float *)call->outputs[0].data;
+  int64_t n = 1;
+  for (int64_t d = 0; d < call->inputs[0].rank; ++d) n *= call->inputs[0].dims[d];
+  for (int64_t i = 0; i < n; ++i) y[i] = (float)factor * x[i];
+  return 0;
+}
+
 /* Waits (up to about 10 s) until the int at address `flag` is set by another thread,
    then writes 1: it can only succeed if its caller does not hold the GIL. */
 int32_t wait_for_flag(const jaxbind_call *call) {
@@ -276,6 +294,72 @@ def test_c_kernel_through_ctypes_and_raw_address(clib):
         np.testing.assert_allclose(jax.vmap(lambda x: op(x, offset=0.5)[0])(x), x + 0.5)
         with pytest.raises(Exception, match="kernel_c.*failed: offset must not be negative"):
             jax.block_until_ready(op(x, offset=-1.0))
+
+
+def _c_kernel(clib, how: str):
+    """The C kernel scale_f32 as jaxbind gets it from each kind of pointer."""
+    if how == "ctypes":
+        return jaxbind.kernel(clib.scale_f32)
+    if how == "raw address":
+        address = ctypes.cast(clib.scale_f32, ctypes.c_void_p).value
+        return jaxbind.kernel(address, abi_version=1, name="scale_f32")
+    cffi = pytest.importorskip("cffi")
+    ffi = cffi.FFI()
+    ffi.cdef("int32_t scale_f32(const void *call);")
+    return jaxbind.kernel(ffi.dlopen(clib._name).scale_f32)
+
+
+@pytest.mark.parametrize("how", ["ctypes", "cffi", "raw address"])
+def test_c_kernel_of_each_kind_under_every_transformation(clib, how):
+    k = _c_kernel(clib, how)
+    op = jaxbind.get_linear_call(k, k, _same, _same, name=f"tests.kernel_c_{how.replace(' ', '_')}")
+    f = lambda x: op(x, factor=3.0)[0]  # noqa: E731
+    x = random((3, 4), np.float32, 11)
+    np.testing.assert_allclose(jax.jit(f)(x), 3 * x, rtol=1e-6)
+    np.testing.assert_allclose(jax.jvp(f, (x,), (x,))[1], 3 * x, rtol=1e-6)
+    np.testing.assert_allclose(jax.linear_transpose(f, x)(x)[0], 3 * x, rtol=1e-6)
+    g = jax.jit(jax.grad(lambda x: (f(x) ** 2).sum()))(x)
+    np.testing.assert_allclose(g, 18 * x, rtol=1e-5)
+    xs = random((2, 3, 4), np.float32, 12)
+    np.testing.assert_allclose(jax.vmap(f, in_axes=1)(xs), 3 * np.moveaxis(xs, 1, 0), rtol=1e-6)
+    np.testing.assert_allclose(jax.hessian(lambda x: f(x).sum())(x[0]), 0 * np.eye(4))
+    exp = jax.export.deserialize(jaxbind.export(jax.grad(lambda x: f(x).sum()))(x).serialize())
+    np.testing.assert_allclose(exp.call(x), np.full_like(x, 3.0))
+    jaxbind.testing.check(op, x, factor=3.0, verbose=False)
+    with pytest.raises(Exception, match="kernel_c_.*scale_f32 takes float32"):
+        jax.block_until_ready(op(jnp.ones(3, jnp.int32), factor=1.0))
+
+
+def test_crafted_calls_never_reach_a_kernel_with_wrong_buffers(clib):
+    """A program is a file: one that names a kernel op with buffers its abstract function
+    does not declare, or names no registered op, fails with an error naming it, and the
+    kernel never sees the buffers (it would read or write out of bounds)."""
+    from jaxbind._callformat import NO_LOOP, CallAttributes
+    from jaxbind._kwargs import encode_kwargs
+    from jaxbind._rules.lowering import CPU_TARGET
+
+    k = jaxbind.kernel(clib.scale_f32)
+    op = jaxbind.get_linear_call(k, k, _same, _same, name="tests.kernel_crafted")
+    cases = [  # (binding, inputs, outputs)
+        ("tests.kernel_crafted", [((4,), np.float32)], [((64,), np.float32)]),  # bigger out
+        # another width of the declared kind: let through by the trampoline (x64 may be
+        # off on XLA's thread), refused by the kernel, which checks its element types
+        ("tests.kernel_crafted", [((4,), np.float32)], [((4,), np.float64)]),
+        ("tests.kernel_crafted", [], [((4,), np.float32)]),  # no input
+        ("tests.no_such_kernel_op", [((4,), np.float32)], [((4,), np.float32)]),
+    ]
+    for name, ins, outs in cases:
+        n = len(ins)
+        attrs = CallAttributes.of_call(
+            name, "f", encode_kwargs({"factor": 2.0}).blob, NO_LOOP, n, 0
+        ).ffi_attributes()
+        call = jax.ffi.ffi_call(CPU_TARGET, [jax.ShapeDtypeStruct(s, d) for s, d in outs])
+        args = [np.ones(s, d) for s, d in ins]
+        with pytest.raises(Exception, match=f"jaxbind.*{name}") as info:
+            jax.block_until_ready(jax.jit(lambda *a: call(*a, **attrs))(*args))
+        assert ("no binding named" in str(info.value)) == ("no_such" in name)
+    x = np.arange(4, dtype=np.float32)  # the op itself still runs
+    np.testing.assert_allclose(jax.jit(lambda x: op(x, factor=2.0)[0])(x), 2 * x)
 
 
 def test_cffi_function_pointer(clib):
