@@ -72,7 +72,13 @@ nb::object resolve(CallAttributes &call, const ffi::Dictionary &attrs) {
     if (ks != kernel_sites.end() && ks->second == kernel) kernel_sites.erase(ks);
     kernel->alive.store(false, std::memory_order_release);
   });
-  state->sites.insert_or_assign(digest, Entry{found.ptr(), nb::weakref(found, forget)});
+  nb::weakref ref(found, forget);
+  // The resolver ran Python, so another thread may have resolved the same digest
+  // meanwhile: its site stays the one (replacing the entry would drop the weak reference
+  // whose callback marks that site's kernel dead when its binding goes).
+  auto again = state->sites.find(digest);
+  if (again != state->sites.end()) return nb::borrow(again->second.site);
+  state->sites.emplace(digest, Entry{found.ptr(), std::move(ref)});
   if (site.kernel) {
     std::lock_guard lock(kernel_mu);
     kernel_sites.insert_or_assign(digest, site.kernel);

@@ -362,6 +362,66 @@ def test_crafted_calls_never_reach_a_kernel_with_wrong_buffers(clib):
     np.testing.assert_allclose(jax.jit(lambda x: op(x, factor=2.0)[0])(x), 2 * x)
 
 
+def test_a_kernel_keeps_its_library_loaded_after_the_user_drops_it(clib):
+    """cffi closes a library when its object is collected; the binding keeps it loaded (a
+    call through an unmapped kernel would crash the process: hence the subprocess)."""
+    pytest.importorskip("cffi")
+    script = textwrap.dedent(
+        f"""
+        import gc, cffi, jax, jax.numpy as jnp, numpy as np, jaxbind
+        ffi = cffi.FFI()
+        ffi.cdef("int32_t scale_f32(const void *call);")
+        lib = ffi.dlopen({clib._name!r})
+        k = jaxbind.kernel(lib.scale_f32)
+        op = jaxbind.get_linear_call(k, None, lambda x, **kw: ((x.shape, x.dtype),), name="t.lib")
+        f = jax.jit(lambda x: op(x, factor=2.0)[0])
+        f(jnp.ones(3))
+        del lib, ffi, k
+        gc.collect()
+        print(f(jnp.ones(3)).tolist(), op(jnp.ones(2), factor=3.0)[0].tolist())
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split("\n")[-2] == "[2.0, 2.0, 2.0] [3.0, 3.0]"
+
+
+@jaxbind.kernel
+def _rank_and_value(out, x, k):  # what the kernel sees: ranks, and the values
+    if x.ndim == 0 and k.ndim == 0:
+        out[()] = 100.0 + x[()] + k[()]
+    else:
+        out[()] = -1.0
+
+
+def test_zero_dimensional_buffers_and_kwargs_stay_zero_dimensional():
+    op = jaxbind.get_linear_call(
+        _rank_and_value, None, lambda x, **kw: (((), x.dtype),), name="tests.kernel_rank0"
+    )
+    x, k = np.float32(2.0), np.array(3.0)
+    assert float(jax.jit(lambda x: op(x, k=k)[0])(x)) == 105.0
+    assert float(op(x, k=k)[0]) == 105.0
+    out = np.zeros((), np.float32)  # from Python, as jaxbind.testing.check runs it
+    _rank_and_value((out,), (np.asarray(x),), jaxbind._kwargs.encode_kwargs({"k": k}))
+    assert float(out) == 105.0
+
+
+def test_a_digest_resolved_twice_keeps_one_site():
+    """Two threads' first calls of one site may both resolve it: they must end up with the
+    same site, or the one the trampoline forgets stays alive in another thread's cache
+    after replace=True (and keeps calling the replaced kernel)."""
+    from jaxbind._callformat import NO_LOOP, CallAttributes
+    from jaxbind._kwargs import encode_kwargs
+    from jaxbind._runtime import resolve_site
+
+    op = jaxbind.get_linear_call(scale, None, _same, name="tests.kernel_resolved_twice")
+    call = CallAttributes.of_call(op.name, "f", encode_kwargs({"factor": 2.0}).blob, NO_LOOP, 1, 0)
+    args = (3, call.binding, call.role, call.kwargs, call.digest, 0, call.flags, 0, call.trees)
+    first, second = resolve_site(*args), resolve_site(*args)
+    assert first is second
+    assert op.binding.sites[call.digest] is first
+
+
 def test_cffi_function_pointer(clib):
     cffi = pytest.importorskip("cffi")
     ffi = cffi.FFI()

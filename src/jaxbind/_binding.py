@@ -79,17 +79,21 @@ class Binding:
                 holder = self.holders[digest] = SiteHolder()
             return holder
 
-    def keep_site(self, digest: int, site) -> None:
-        """Give a resolved site to the programs that call it (or to the orphan LRU)."""
+    def keep_site(self, digest: int, site):
+        """Give a resolved site to the programs that call it (or to the orphan LRU), and
+        return the site of `digest`: the one kept already if two threads resolved it at
+        once (the trampoline keeps the first too; see resolve in cpp/jaxbind_ext.cc)."""
         with _lock:
             holder = self.holders.get(digest)
             if holder is not None:
-                holder.site = site
-                return
-            self.orphans[digest] = site
+                if holder.site is None:
+                    holder.site = site
+                return holder.site
+            kept = self.orphans.setdefault(digest, site)
             self.orphans.move_to_end(digest)
             while len(self.orphans) > _ORPHANS:
                 self.orphans.popitem(last=False)
+            return kept
 
     def drop_sites(self) -> None:
         """Forget every resolved site (replace=True): programs resolve their name again."""

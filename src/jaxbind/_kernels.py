@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import ctypes
 import inspect
+import os
 import pathlib
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -74,9 +76,10 @@ class Kernel:
         called by jaxbind once per batch element.
     """
 
-    def __init__(self, name: str, batches: bool, address: int | None, fn: Callable | None):
+    def __init__(self, name: str, batches: bool, address: int | None, fn: Callable | None, keep=()):
         self.name, self.batches = name, batches
         self._address, self._fn = address, fn
+        self._keep = keep  # what holds the code at `address` (see kernel())
         self._compiled: dict = {}  # numba: buffer signature -> cfunc (kept alive here)
         self._lock = threading.Lock()
         self.__wrapped__ = fn  # where it was defined (notebook cells run again)
@@ -114,7 +117,7 @@ class Kernel:
 
         values = load_kwargs(kwargs_dump) if kwargs_dump is not None else {}
         values.pop("batch_axes", None)
-        ins = [np.ascontiguousarray(a) for a in args]
+        ins = [np.asarray(a, order="C") for a in args]  # (ascontiguousarray makes 0-d 1-d)
         for o in out:
             if not o.flags.c_contiguous or not o.flags.writeable:
                 raise ValueError(f"jaxbind: {self!r}: outputs must be writable and contiguous")
@@ -198,7 +201,7 @@ def _typed(name: str, value, where: str) -> tuple:
     if isinstance(value, str):
         return (name, _STRING, 0, 0.0, value.encode(), None)
     if isinstance(value, np.ndarray):
-        array = np.ascontiguousarray(value)
+        array = np.asarray(value, order="C")  # 0-d stays 0-d
         return (
             name,
             _ARRAY,
@@ -256,7 +259,11 @@ def kernel(
     if address is not None:
         if not address:
             raise ValueError(f"jaxbind.kernel: {label}: the address is 0")
-        return Kernel(label or f"at {address:#x}", batches, address, None)
+        # The code must outlive the binding: keep the pointer object (a numba cfunc owns
+        # its code; a ctypes pointer its CDLL), and the shared library that holds the
+        # address open (cffi closes a library when its object is collected).
+        keep = (fn, _pin_library(address))
+        return Kernel(label or f"at {address:#x}", batches, address, None, keep)
     if not callable(fn) or not inspect.isfunction(fn):
         raise TypeError(
             "jaxbind.kernel: expected a numba-compilable Python function, a numba cfunc, a "
@@ -269,6 +276,39 @@ def kernel(
             f"jaxbind.kernel: compiling {label} needs numba (pip install numba)"
         ) from None
     return Kernel(label, batches, None, fn)
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [
+        ("dli_fname", ctypes.c_char_p),
+        ("dli_fbase", ctypes.c_void_p),
+        ("dli_sname", ctypes.c_char_p),
+        ("dli_saddr", ctypes.c_void_p),
+    ]
+
+
+def _pin_library(address: int):
+    """Open once more the shared library that holds `address`, so that it stays loaded
+    whatever its other owners do (the loader counts openings; this one is never closed).
+    Returns the handle, or None where the address is in no library (JIT-compiled code)."""
+    try:
+        if sys.platform == "win32":
+            handle = ctypes.c_void_p()
+            from_address = 0x4  # GET_MODULE_HANDLE_EX_FLAG_FROM_ADDRESS: counts a reference
+            ok = ctypes.WinDLL("kernel32").GetModuleHandleExW(
+                from_address, ctypes.c_void_p(address), ctypes.byref(handle)
+            )
+            return handle if ok else None
+        dladdr = ctypes.CDLL(None).dladdr
+        dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
+        dladdr.restype = ctypes.c_int
+        info = _DlInfo()
+        if not dladdr(ctypes.c_void_p(address), ctypes.byref(info)) or not info.dli_fname:
+            return None
+        path = os.fsdecode(info.dli_fname)
+        return ctypes.CDLL(path) if os.path.isabs(path) else None  # not the main program
+    except (OSError, AttributeError):  # no dladdr, or a library that cannot be opened by path
+        return None
 
 
 def _address_of(fn) -> int | None:

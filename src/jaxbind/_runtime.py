@@ -103,8 +103,7 @@ def resolve_site(
         check,
         kernel,
     )
-    binding.keep_site(digest, site)
-    return site
+    return binding.keep_site(digest, site)
 
 
 def _callable_body(binding, role: Role):
