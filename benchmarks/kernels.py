@@ -375,15 +375,21 @@ def _devices_child(seconds: float, trials: int) -> None:
 # transpose interpolates a grid back to the particles with the same weights.
 
 
+@numba.njit(inline="always")
+def cic_cell(pos, p, n0, n1):
+    """The lower cell (i0, j0) of particle p, the next ones (i1, j1), and its offsets."""
+    fi, fj = np.floor(pos[p, 0]), np.floor(pos[p, 1])
+    i0, j0 = int(fi) % n0, int(fj) % n1
+    i1 = i0 + 1 if i0 + 1 < n0 else 0
+    j1 = j0 + 1 if j0 + 1 < n1 else 0
+    return i0, j0, i1, j1, pos[p, 0] - fi, pos[p, 1] - fj
+
+
 def cic_deposit(out, pos, w):  # the kernels, as numba users write them
     n0, n1 = out.shape
     out[:, :] = 0.0
     for p in range(w.shape[0]):
-        fi, fj = np.floor(pos[p, 0]), np.floor(pos[p, 1])
-        fx, fy = pos[p, 0] - fi, pos[p, 1] - fj
-        i0, j0 = int(fi) % n0, int(fj) % n1
-        i1 = i0 + 1 if i0 + 1 < n0 else 0
-        j1 = j0 + 1 if j0 + 1 < n1 else 0
+        i0, j0, i1, j1, fx, fy = cic_cell(pos, p, n0, n1)
         a, b = w[p] * (1 - fx), w[p] * fx
         out[i0, j0] += a * (1 - fy)
         out[i1, j0] += b * (1 - fy)
@@ -394,11 +400,7 @@ def cic_deposit(out, pos, w):  # the kernels, as numba users write them
 def cic_interp(out, pos, grid):
     n0, n1 = grid.shape
     for p in range(out.shape[0]):
-        fi, fj = np.floor(pos[p, 0]), np.floor(pos[p, 1])
-        fx, fy = pos[p, 0] - fi, pos[p, 1] - fj
-        i0, j0 = int(fi) % n0, int(fj) % n1
-        i1 = i0 + 1 if i0 + 1 < n0 else 0
-        j1 = j0 + 1 if j0 + 1 < n1 else 0
+        i0, j0, i1, j1, fx, fy = cic_cell(pos, p, n0, n1)
         out[p] = (1 - fx) * ((1 - fy) * grid[i0, j0] + fy * grid[i0, j1]) + fx * (
             (1 - fy) * grid[i1, j0] + fy * grid[i1, j1]
         )
