@@ -416,7 +416,8 @@ def test_a_digest_resolved_twice_keeps_one_site():
 
     op = jaxbind.get_linear_call(scale, None, _same, name="tests.kernel_resolved_twice")
     call = CallAttributes.of_call(op.name, "f", encode_kwargs({"factor": 2.0}).blob, NO_LOOP, 1, 0)
-    args = (3, call.binding, call.role, call.kwargs, call.digest, 0, call.flags, 0, call.trees)
+    args = (call.format, call.binding, call.role, call.kwargs, call.digest)
+    args += (call.levels, call.flags, call.n_fixed, call.trees)
     first, second = resolve_site(*args), resolve_site(*args)
     assert first is second
     assert op.binding.sites[call.digest] is first
