@@ -534,3 +534,166 @@ def test_symbolic_export_of_a_kernel_op():
     for size in (3, 7):
         x = random((size,), np.float32, size)
         np.testing.assert_allclose(exp.call(x), 4 * x, rtol=1e-6)
+
+
+# --- inputs are read-only (issue 36) ---------------------------------------------------
+
+_INPUT_WRITES = {
+    "flat": "x.flat[0] = 9.0",
+    "index": "x[0] = 9.0",
+    "slice": "x[:] = 9.0",
+    "fill": "x.fill(9.0)",
+    "reshaped view": "x.reshape(-1)[0] = 9.0",
+    "transposed view": "x.T[0] = 9.0",
+    "ufunc out=": "np.add(x, 1.0, x)",
+    "in-place operator": "x += 1.0",
+    "np.nditer": "for v in np.nditer(x):\n        v[()] = 9.0",
+    "inner njit function": "_write_first(x)",
+}
+
+
+def _write_first(a):
+    a[0] = 9.0
+
+
+def _writing_kernel(route):
+    """A kernel that fills its output, then writes its input by `route`."""
+    env = {"np": np, "_write_first": numba.njit(_write_first)}
+    exec(f"def writes(out, x):\n    out[:] = 1.0\n    {_INPUT_WRITES[route]}\n", env)
+    return jaxbind.kernel(env["writes"], name=f"writes by {route}")
+
+
+@pytest.mark.parametrize("route", list(_INPUT_WRITES))
+def test_numba_kernel_writing_its_input_is_a_compile_error(route):
+    op = jaxbind.get_nonlinear_call(
+        _writing_kernel(route), (None, None), _same, name=f"tests.writes_input_{route}"
+    )
+    x = jnp.arange(6.0, dtype=jnp.float32)
+    for call in (op, jax.jit(op)):
+        with pytest.raises(Exception, match=r"'tests.writes_input_.*' \(the function\).*read-only"):
+            jax.block_until_ready(call(x))
+        np.testing.assert_array_equal(x, np.arange(6.0))  # the JAX array is unchanged
+
+
+def test_the_example_of_issue_36_no_longer_changes_a_jax_array():
+    @jaxbind.kernel
+    def k(x, out, a):  # outputs come first: `x` is the output, `out` the input
+        for i in range(out.size):
+            out.flat[i] = 7.0
+            x.flat[i] = a * out.flat[i]
+
+    op = jaxbind.get_linear_call(k, k, _same, _same, name="tests.issue36_example")
+    x = jnp.arange(6.0, dtype=jnp.float32)
+    with pytest.raises(Exception, match=r"the outputs are \(x\) and the inputs \(out\)"):
+        jax.block_until_ready(op(x, a=3.0))
+    # the transpose is the same kernel, reached by another rule
+    with pytest.raises(Exception, match=r"'tests.issue36_example' \(the transpose\).*read-only"):
+        jax.linear_transpose(lambda v: op(v, a=3.0)[0], x)(x)
+    np.testing.assert_array_equal(x, np.arange(6.0))
+
+
+def test_array_keyword_arguments_are_read_only_in_numba_kernels():
+    @jaxbind.kernel
+    def writes_weights(out, x, w):
+        w[0] = 0.0
+        out[:] = x * w
+
+    op = jaxbind.get_nonlinear_call(writes_weights, (None, None), _same, name="tests.ro_kwarg")
+    w = np.ones(4, np.float32)
+    with pytest.raises(Exception, match="read-only"):
+        jax.block_until_ready(op(jnp.ones(4, jnp.float32), w=w))
+    np.testing.assert_array_equal(w, 1.0)
+
+
+def test_numba_kernels_still_write_their_outputs_every_way():
+    @jaxbind.kernel
+    def writes_out(out, x):
+        out[:] = x
+        out += 1.0
+        out.flat[0] = 5.0
+        for v in np.nditer(out):
+            v[()] = v[()] * 2.0
+
+    op = jaxbind.get_nonlinear_call(writes_out, (None, None), _same, name="tests.rw_outputs")
+    x = np.arange(4.0, dtype=np.float32)
+    expected = 2 * (x + 1)
+    expected[0] = 10.0
+    np.testing.assert_array_equal(op(jnp.asarray(x))[0], expected)
+
+
+# --- keyword arguments of numba kernels (issue 36) --------------------------------------
+
+
+@jaxbind.kernel
+def _scaled(out, x, a=2.0):
+    for i in range(x.size):
+        out.flat[i] = a * x.flat[i]
+
+
+def test_keyword_argument_a_numba_kernel_does_not_take_is_a_trace_time_error():
+    op = jaxbind.get_linear_call(_scaled, _scaled, _same, _same, name="tests.kw_typo")
+    x = jnp.ones(3, jnp.float32)
+    np.testing.assert_array_equal(op(x, a=3.0)[0], 3.0)
+    np.testing.assert_array_equal(op(x)[0], 2.0)  # a default stays a default
+    expected = r"'tests.kw_typo' \(the function\).*keyword argument 'aa'.*does not take"
+    with pytest.raises(TypeError, match=expected):
+        op(x, aa=5.0)
+    with pytest.raises(TypeError, match=expected):
+        jax.jit(lambda x: op(x, aa=5.0))(x)
+    with pytest.raises(TypeError, match=expected):  # no program was run: trace time
+        jax.jit(lambda x: op(x, aa=5.0)).lower(x)
+    # a Python callable takes any keyword argument; its transpose kernel does not
+    def f(out, args, kwargs):
+        out[0][...] = args[0]
+
+    mixed = jaxbind.get_linear_call(f, _scaled, _same, _same, name="tests.kw_typo_T")
+    np.testing.assert_array_equal(mixed(x, aa=5.0)[0], 1.0)
+    with pytest.raises(TypeError, match=r"'tests.kw_typo_T' \(the transpose\).*'aa'"):
+        jax.linear_transpose(lambda v: mixed(v, aa=5.0)[0], x)(x)
+
+
+def test_keyword_argument_a_native_kernel_op_does_not_take_is_an_error():
+    @jaxbind.nonlinear_op(
+        shape=lambda x, **kw: jax.ShapeDtypeStruct(x.shape, x.dtype), name="tests.kw_native"
+    )
+    @jaxbind.kernel
+    def native(out, x, factor):
+        out[:] = factor * x
+
+    x = jnp.ones(3, jnp.float32)
+    np.testing.assert_array_equal(native(x, factor=2.0), 2.0)
+    with pytest.raises(TypeError, match=r"'tests.kw_native'.*'fctor'.*does not take"):
+        native(x, factor=2.0, fctor=3.0)
+    with pytest.raises(TypeError, match=r"'tests.kw_native'.*takes keyword argument 'factor'"):
+        native(x)
+
+
+# --- @numba.njit functions are kernels (issue 36) ----------------------------------------
+
+
+def test_njit_function_is_a_kernel_with_its_options():
+    @jaxbind.kernel
+    @numba.njit(fastmath=True)
+    def fast(out, x, a):
+        for i in range(x.size):
+            out[i] = a * x[i]
+
+    op = jaxbind.get_linear_call(fast, fast, _same, _same, name="tests.njit_kernel")
+    x = random((5,), np.float32, 4)
+    np.testing.assert_allclose(op(x, a=2.0)[0], 2 * x, rtol=1e-6)
+    np.testing.assert_allclose(jax.grad(lambda x: op(x, a=2.0)[0].sum())(x), 2.0, rtol=1e-6)
+
+    # boundscheck=True is kept: reading past the end fails instead of reading memory
+    @jaxbind.kernel
+    @numba.njit(boundscheck=True)
+    def past_the_end(out, x):
+        out[0] = x[x.size]
+
+    checked = jaxbind.get_nonlinear_call(past_the_end, (None, None), _same, name="tests.njit_bc")
+    with pytest.raises(Exception, match=r"'tests.njit_bc' \(the function\) failed"):
+        jax.block_until_ready(checked(jnp.ones(3, jnp.float32)))
+
+
+def test_numba_jit_in_object_mode_is_refused_with_what_to_pass():
+    with pytest.raises(TypeError, match=r"object mode.*Use @numba.njit"):
+        jaxbind.kernel(numba.jit(forceobj=True)(lambda out, x: None))

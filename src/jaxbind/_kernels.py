@@ -57,14 +57,14 @@ class KernelCall:
     kernel's address for a buffer signature ``(inputs, outputs)``, each a tuple of
     ``(shape, XLA element type)``."""
 
-    __slots__ = ("kernel", "batches", "kwargs", "values")
+    __slots__ = ("kernel", "batches", "kwargs", "values", "where")
 
     def __init__(self, kernel: Kernel, values: dict, where: str):
-        self.kernel, self.batches, self.values = kernel, kernel.batches, values
+        self.kernel, self.batches, self.values, self.where = kernel, kernel.batches, values, where
         self.kwargs = [_typed(name, values[name], where) for name in sorted(values)]
 
     def address(self, ins, outs) -> int:
-        return self.kernel.address_for(ins, outs, self.values)
+        return self.kernel.address_for(ins, outs, self.values, self.where)
 
 
 class Kernel:
@@ -76,11 +76,21 @@ class Kernel:
         called by jaxbind once per batch element.
     """
 
-    def __init__(self, name: str, batches: bool, address: int | None, fn: Callable | None, keep=()):
+    def __init__(
+        self,
+        name: str,
+        batches: bool,
+        address: int | None,
+        fn: Callable | None,
+        keep=(),
+        options: dict | None = None,
+    ):
         self.name, self.batches = name, batches
         self._address, self._fn = address, fn
+        self._options = dict(options or {})  # numba: the options of the user's @njit
         self._keep = keep  # what holds the code at `address` (see kernel())
         self._compiled: dict = {}  # numba: buffer signature -> cfunc (kept alive here)
+        self._checked: set = set()  # numba: call layouts check_call accepted
         self._lock = threading.Lock()
         self.__wrapped__ = fn  # where it was defined (notebook cells run again)
 
@@ -94,7 +104,35 @@ class Kernel:
     def call_for(self, values: dict, where: str) -> KernelCall:
         return KernelCall(self, values, where)
 
-    def address_for(self, ins, outs, values: dict) -> int:
+    def check_call(self, names, n_inputs: int, n_outputs: int, where: str) -> None:
+        """At trace time: a numba kernel's function must take the call's arrays and every
+        keyword argument the call passes (a keyword argument it does not take would be
+        dropped silently). C kernels get every keyword argument, whatever its name."""
+        if self._fn is None:
+            return
+        key = (tuple(sorted(names)), n_inputs, n_outputs)
+        if key in self._checked:
+            return
+        static = _static_parameters(self, self._fn, n_inputs, n_outputs, where)
+        unknown = sorted(set(names) - {p.name for p in static})
+        if unknown:
+            takes = ", ".join(p.name for p in static) or "none"
+            raise TypeError(
+                f"{where}: the call passes keyword argument {unknown[0]!r}, which kernel "
+                f"{self.name} does not take (its keyword parameters, after "
+                f"{_count(n_outputs, 'output')} and {_count(n_inputs, 'input')}: {takes}). "
+                "Rename the keyword "
+                "argument, or add a parameter of that name to the kernel's function"
+            )
+        missing = [p.name for p in static if p.name not in names and p.default is p.empty]
+        if missing:
+            raise TypeError(
+                f"{where}: kernel {self.name} takes keyword argument {missing[0]!r}, which "
+                "the call does not pass (give it a default, or pass it)"
+            )
+        self._checked.add(key)
+
+    def address_for(self, ins, outs, values: dict, where: str | None = None) -> int:
         """The address of the kernel for buffers of these element types and ranks."""
         if self._address is not None:
             return self._address
@@ -106,7 +144,8 @@ class Kernel:
         with self._lock:
             compiled = self._compiled.get(key)
             if compiled is None:
-                compiled = self._compiled[key] = _compile_numba(self, ins, outs, values)
+                compiled = _compile_numba(self, ins, outs, values, where or repr(self))
+                self._compiled[key] = compiled
         return compiled.address
 
     def __call__(self, out, args, kwargs_dump) -> None:
@@ -264,10 +303,14 @@ def kernel(
         # address open (cffi closes a library when its object is collected).
         keep = (fn, _pin_library(address))
         return Kernel(label or f"at {address:#x}", batches, address, None, keep)
+    options = None
+    if _is_numba_dispatcher(fn):  # @njit(...): its Python function, compiled with its options
+        fn, options = _from_dispatcher(fn, label)
     if not callable(fn) or not inspect.isfunction(fn):
         raise TypeError(
-            "jaxbind.kernel: expected a numba-compilable Python function, a numba cfunc, a "
-            f"ctypes or cffi function pointer, or an address; got {fn!r}"
+            "jaxbind.kernel: expected a numba-compilable Python function (plain, or decorated "
+            "with @numba.njit), a numba cfunc, a ctypes or cffi function pointer, or an "
+            f"address; got {fn!r}"
         )
     try:
         import numba  # noqa: F401
@@ -275,7 +318,32 @@ def kernel(
         raise ImportError(
             f"jaxbind.kernel: compiling {label} needs numba (pip install numba)"
         ) from None
-    return Kernel(label, batches, None, fn)
+    return Kernel(label, batches, None, fn, options=options)
+
+
+def _is_numba_dispatcher(fn) -> bool:
+    """A function decorated with @numba.njit / @numba.jit (numba's Dispatcher)."""
+    return hasattr(fn, "py_func") and hasattr(fn, "targetoptions") and hasattr(fn, "overloads")
+
+
+def _from_dispatcher(dispatcher, label) -> tuple[Callable, dict]:
+    options = dict(dispatcher.targetoptions)
+    if getattr(dispatcher, "_required_target_backend", None) not in (None, "cpu") or type(
+        dispatcher
+    ).__name__ not in ("CPUDispatcher", "Dispatcher"):
+        raise TypeError(
+            f"jaxbind.kernel: {label} is compiled by numba for "
+            f"{type(dispatcher).__name__}, not the CPU; pass the plain Python function, or "
+            "a function decorated with @numba.njit"
+        )
+    if options.get("forceobj") or options.get("nopython") is False:
+        raise TypeError(
+            f"jaxbind.kernel: {label} is compiled by numba in object mode (forceobj=True or "
+            "nopython=False), which needs the GIL; a kernel runs without it. Use "
+            "@numba.njit, or pass the plain Python function"
+        )
+    options.pop("nopython", None)  # njit sets it
+    return dispatcher.py_func, options
 
 
 class _DlInfo(ctypes.Structure):
@@ -330,13 +398,25 @@ def _address_of(fn) -> int | None:
 # --- numba ------------------------------------------------------------------------------
 
 _numba_support: dict = {}
+_READONLY_MARK = "a write into a read-only array"
+
+
+class _ReadOnlyWrite(TypeError):
+    """Raised while numba types a write into a read-only array that numba itself lets
+    through (not a numba error, so that numba does not try another typing rule)."""
 
 
 def _numba():
-    """numba, and the intrinsic that turns an address (int64) into a pointer."""
+    """numba; the intrinsic that turns an address (int64) into a pointer; and the one that
+    types an array as read-only, so that numba refuses, when it compiles a kernel, every
+    write into its inputs (a kernel's inputs are XLA's buffers: JAX arrays are immutable)."""
     if not _numba_support:
+        import operator
+
         import numba
         from numba.core import cgutils, types
+        from numba.core.imputils import impl_ret_borrowed
+        from numba.core.typing.templates import AbstractTemplate, infer_global
         from numba.extending import intrinsic
 
         @intrinsic
@@ -346,34 +426,106 @@ def _numba():
 
             return types.voidptr(types.int64), codegen
 
-        _numba_support.update(numba=numba, pointer=pointer)
-    return _numba_support["numba"], _numba_support["pointer"]
+        @intrinsic
+        def readonly(typingctx, array):
+            if not isinstance(array, types.Array):
+                return None
+
+            def codegen(context, builder, signature, args):  # the same array, retyped
+                return impl_ret_borrowed(context, builder, signature.return_type, args[0])
+
+            return array.copy(readonly=True)(array), codegen
+
+        # numba refuses most writes into a read-only array, but lets three routes
+        # through (numba 0.60 - 0.62): `a.flat[i] = v` (typed by its generic rule for
+        # sequences), np.nditer (whose elements are typed writable) and the in-place
+        # operators (`a += 1`, an internal error). These rules are tried before numba's
+        # own (a CPU-specific rule comes before generic ones) and refuse them.
+        def refuse(array, how):
+            raise _ReadOnlyWrite(
+                f"{_READONLY_MARK}: {how} {array}, a jaxbind kernel's input (or array "
+                "keyword argument), which is read-only"
+            )
+
+        def first_rule(op, check):
+            class Rule(AbstractTemplate):
+                metadata = {"target": "cpu"}
+
+                def generic(self, args, kws):
+                    check(args)
+                    return None
+
+            infer_global(op)(Rule)
+
+        def flat_write(args):
+            if args and isinstance(args[0], types.NumpyFlatType):
+                if not args[0].array_type.mutable:
+                    refuse(args[0].array_type, "a.flat[...] = ... writes into")
+
+        def nditer(args):
+            arrays = args[0] if args and isinstance(args[0], types.BaseTuple) else args
+            for array in arrays or ():
+                if isinstance(array, types.Array) and not array.mutable:
+                    refuse(array, "np.nditer yields writable elements of")
+
+        def in_place(args):
+            if args and isinstance(args[0], types.Array) and not args[0].mutable:
+                refuse(args[0], "an in-place operator writes into")
+
+        first_rule(operator.setitem, flat_write)
+        first_rule(np.nditer, nditer)
+        for name in (
+            "iadd isub imul itruediv ifloordiv imod ipow imatmul iand ior ixor ilshift irshift"
+        ).split():
+            first_rule(getattr(operator, name), in_place)
+
+        _numba_support.update(numba=numba, pointer=pointer, readonly=readonly)
+    support = _numba_support
+    return support["numba"], support["pointer"], support["readonly"]
 
 
-def _compile_numba(k: Kernel, ins, outs, values: dict):
-    """A numba cfunc with the ABI's signature for one buffer signature: it unpacks the
-    call (every struct is 8-byte words), then calls the user's function."""
-    numba, pointer = _numba()
-    fn = k._fn
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
+
+
+def _static_parameters(k: Kernel, fn, n_inputs: int, n_outputs: int, where: str) -> list:
+    """The parameters of a numba kernel's function after its arrays (the outputs, then the
+    inputs), or a TypeError saying how the function must be laid out."""
     params = list(inspect.signature(fn).parameters.values())
-    n_arrays = len(ins) + len(outs)
+    n_arrays = n_inputs + n_outputs
     if len(params) < n_arrays or any(
         p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params[:n_arrays]
     ):
         raise TypeError(
-            f"jaxbind.kernel {k.name}: the function takes the {len(outs)} outputs, then the "
-            f"{len(ins)} inputs, as positional parameters, but its signature is "
+            f"{where}: kernel {k.name} takes its {_count(n_outputs, 'output')}, then its "
+            f"{_count(n_inputs, 'input')}, as positional parameters, but its signature is "
             f"{inspect.signature(fn)}"
         )
-    static = [p.name for p in params[n_arrays:]]
-    missing = [p.name for p in params[n_arrays:] if p.name not in values and p.default is p.empty]
+    return params[n_arrays:]
+
+
+def _compile_numba(k: Kernel, ins, outs, values: dict, where: str):
+    """A numba cfunc with the ABI's signature for one buffer signature: it unpacks the
+    call (every struct is 8-byte words), then calls the user's function with the outputs,
+    the inputs as read-only arrays, and the keyword arguments it names."""
+    numba, pointer, readonly = _numba()
+    fn = k._fn
+    params = _static_parameters(k, fn, len(ins), len(outs), where)
+    static = [p.name for p in params]
+    missing = [p.name for p in params if p.name not in values and p.default is p.empty]
     if missing:
         raise TypeError(
-            f"jaxbind.kernel {k.name}: the call has no keyword argument {missing[0]!r}, "
-            "which the function takes"
+            f"{where}: kernel {k.name} takes keyword argument {missing[0]!r}, which the call "
+            "does not pass (give it a default, or pass it)"
         )
     names = sorted(values)
-    env = {"carray": numba.carray, "pointer": pointer, "np": np, "user": numba.njit(fn)}
+    env = {
+        "carray": numba.carray,
+        "pointer": pointer,
+        "readonly": readonly,
+        "np": np,
+        "user": numba.njit(**k._options)(fn),
+    }
     src = ["def wrapper(call):", "    c = carray(call, (11,), np.int64)"]
     for side, buffers, word in (("o", outs, 4), ("i", ins, 2)):
         if buffers:
@@ -388,7 +540,7 @@ def _compile_numba(k: Kernel, ins, outs, values: dict):
             dtype = XLA_ELEMENT_TYPES[code]
             env[f"t_{var}"] = _numba_dtype(k, dtype)
             src.append(_array_lines(var, f"{side}b", 4 * i, len(shape), f"t_{var}"))
-            args.append(var)
+            args.append(var if side == "o" else f"readonly({var})")
     exprs = {}
     for m, key in enumerate(names):
         if key not in static:
@@ -407,7 +559,7 @@ def _compile_numba(k: Kernel, ins, outs, values: dict):
             env[f"t_k{m}"] = _numba_dtype(k, value.dtype)
             src.append(f"    kw{m} = kb[{base + 6}:{base + 10}]")
             src.append(_array_lines(f"k{m}", f"kw{m}", 0, value.ndim, f"t_k{m}"))
-            exprs[key] = f"k{m}"
+            exprs[key] = f"readonly(k{m})"
         else:
             raise TypeError(f"jaxbind.kernel {k.name}: keyword argument {key!r} cannot be passed")
     # positionally, in the function's order, up to the first one left to its default
@@ -425,7 +577,32 @@ def _compile_numba(k: Kernel, ins, outs, values: dict):
     src.append("    return 0")
     exec("\n".join(src), env)  # noqa: S102 - generated from names and numbers only
     signature = numba.types.int32(numba.types.voidptr)
-    return numba.cfunc(signature, nopython=True)(env["wrapper"])
+    try:
+        return numba.cfunc(signature, nopython=True)(env["wrapper"])
+    except Exception as exc:
+        raise _compile_error(k, exc, ins, outs, len(outs), where) from None
+
+
+def _compile_error(k: Kernel, exc: Exception, ins, outs, n_outputs: int, where: str):
+    """numba's compile error, as the kernel's: what it was compiled for, and why."""
+    text = str(exc)
+    params = list(inspect.signature(k._fn).parameters)
+    described = lambda buffers: ", ".join(  # noqa: E731
+        f"{XLA_ELEMENT_TYPES[code].name}[{len(shape)}d]" for shape, code in buffers
+    )
+    head = (
+        f"{where}: numba cannot compile kernel {k.name} for outputs ({described(outs)}) "
+        f"and inputs ({described(ins)})"
+    )
+    if _READONLY_MARK in text or "readonly array" in text:
+        inputs = ", ".join(params[n_outputs : n_outputs + len(ins)])
+        outputs = ", ".join(params[:n_outputs])
+        return TypeError(
+            f"{head}: it writes into an input, and inputs are read-only. A kernel's function "
+            f"takes the outputs first, then the inputs: here the outputs are ({outputs}) "
+            f"and the inputs ({inputs}). Write only into the outputs.\n\nnumba said: {text}"
+        )
+    return TypeError(f"{head}:\n{text}")
 
 
 def _array_lines(var: str, words: str, at: int, rank: int, dtype: str) -> str:

@@ -72,6 +72,10 @@ class KwargsDump:
         """
         return {name: _fresh(value) for name, value in self._values.items()}
 
+    def names(self) -> tuple[str, ...]:
+        """The names of the keyword arguments."""
+        return tuple(self._values)
+
     def with_extra(self, **extra) -> KwargsDump:
         """This dump plus `extra` entries (e.g. batch_axes)."""
         if not extra:

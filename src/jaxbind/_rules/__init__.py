@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from .._compat import define_primitive, explain_checkpoint_effects
+from .._errors import about
 from .._primitive import PRIMITIVE, eager_impl
 from .._roles import Body
 from .._spec import CallSpec
@@ -38,10 +39,21 @@ class BodyRules(NamedTuple):
     lower: Callable  # (FFI target, ctx, *args, spec) -> results
 
 
+def _kernel_output_avals(spec: CallSpec, avals):
+    """A kernel's outputs are a callable's; in addition, the call must suit the kernel (a
+    numba kernel's function takes every keyword argument the call passes)."""
+    outs = abstract.output_avals(spec, avals)
+    kernel = spec.binding.body(spec.role)
+    kernel.check_call(
+        spec.kwargs.names(), len(avals), len(outs), about(spec.binding.name, spec.role)
+    )
+    return outs
+
+
 BODY_RULES = {
     Body.CALLABLE: BodyRules(abstract.output_avals, batching.batch_rule, lowering.lower),
     # the same custom call: the trampoline finds a kernel behind the site, not a callable
-    Body.KERNEL: BodyRules(abstract.output_avals, batching.batch_rule, lowering.lower),
+    Body.KERNEL: BodyRules(_kernel_output_avals, batching.batch_rule, lowering.lower),
     Body.JAX: BodyRules(jaxfn.output_avals, jaxfn.batch, jaxfn.lower),
 }
 
