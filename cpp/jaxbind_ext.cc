@@ -310,8 +310,8 @@ ffi::Error Call(ffi::RemainingArgs all_args, ffi::RemainingRets all_rets, RawAtt
       }
       Py_DECREF(result);
       if (!release_views(outs, ins, site)) {  // nothing kept: reuse them next time
-        site.out_views = std::move(outs);
-        site.in_views = std::move(ins);
+        cache_views(site.out_views, std::move(outs));
+        cache_views(site.in_views, std::move(ins));
       }
     }
   });

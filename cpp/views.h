@@ -96,12 +96,21 @@ inline PyObject *wrap(const View &v, bool writeable, const char *what, size_t in
   return array;
 }
 
-// Point a view of an earlier call at new memory, if nothing else holds it and
-// it still has the dtype, shape and strides `wrap` would give it.
+// Whether something holds a weak reference to a view (weakref.ref, a
+// WeakValueDictionary, weakref.finalize, a WeakSet): it can reach the view without
+// holding a reference count, so the view counts as kept.
+inline bool weakly_held(PyObject *obj) {
+  return reinterpret_cast<PyArrayObject_fields *>(obj)->weakreflist != nullptr;
+}
+
+// Point a view of an earlier call at new memory, if nothing else holds it, strongly or
+// weakly, it never got its own copy, and it still has the dtype, shape and strides
+// `wrap` would give it.
 inline bool repoint(PyObject *obj, const View &v, bool writeable) {
   auto *array = reinterpret_cast<PyArrayObject *>(obj);
   auto code = static_cast<size_t>(v.type);
-  if (Py_REFCNT(obj) != 1 || code >= kNumDtypes || PyArray_DESCR(array) != state->dtypes[code] ||
+  if (Py_REFCNT(obj) != 1 || weakly_held(obj) || PyArray_BASE(array) != nullptr ||
+      code >= kNumDtypes || PyArray_DESCR(array) != state->dtypes[code] ||
       PyArray_NDIM(array) != static_cast<int>(v.dims.size()))
     return false;
   npy_intp stride = PyArray_ITEMSIZE(array);
@@ -129,6 +138,8 @@ nb::object views(nb::object &cache, const Remaining &buffers, bool writeable, co
     PyObject *fresh = PyTuple_New(n);
     if (fresh == nullptr) throw nb::python_error();
     tuple = nb::steal(fresh);
+  } else if (!PyObject_GC_IsTracked(tuple.ptr())) {
+    PyObject_GC_Track(tuple.ptr());  // hidden while cached (see `cache_views`)
   }
   for (Py_ssize_t i = 0; i < n; ++i) {
     View v = view_of(buffers, i, what, levels, element, batched.empty() || batched[i]);
@@ -186,13 +197,23 @@ inline void make_read_only(const nb::object &outs) {
     PyArray_CLEARFLAGS(reinterpret_cast<PyArrayObject *>(view.ptr()), NPY_ARRAY_WRITEABLE);
 }
 
-// Whether anything but the call itself still refers to the views or their tuples.
-inline bool any_kept(const nb::object &outs, const nb::object &ins) {
+// Whether anything but the call itself still refers to the views or their tuples
+// (`weakly`: or holds a weak reference to a view).
+inline bool any_kept(const nb::object &outs, const nb::object &ins, bool weakly) {
   if (Py_REFCNT(outs.ptr()) > 1 || Py_REFCNT(ins.ptr()) > 1) return true;
   for (const nb::object *views : {&outs, &ins})
     for (nb::handle view : nb::borrow<nb::tuple>(*views))
-      if (Py_REFCNT(view.ptr()) > 1) return true;
+      if (Py_REFCNT(view.ptr()) > 1 || (weakly && weakly_held(view.ptr()))) return true;
   return false;
+}
+
+// Keep a call's views for the site's next call, out of the garbage collector's sight:
+// between calls nothing can reach them (gc.get_objects() and gc.get_referrers() list only
+// tracked objects, and NumPy arrays are never tracked), so no one sees the next call's
+// data through them. `views` tracks a tuple again when it hands it to a callable.
+inline void cache_views(nb::object &cache, nb::object &&tuple) {
+  if (PyObject_GC_IsTracked(tuple.ptr())) PyObject_GC_UnTrack(tuple.ptr());
+  cache = std::move(tuple);
 }
 
 // Give a view that outlives its call its own copy of the data: it keeps reading what
@@ -208,21 +229,24 @@ inline void detach(PyObject *obj) {
   if (PyArray_SetBaseObject(array, copy) != 0) throw nb::python_error();  // steals `copy`
 }
 
-// After the call: returns false when nothing kept a view (the site reuses them next
-// time). Otherwise JAX's own lingering references (arrays passed to jax calls inside
-// the callable) are dropped first; views still referred to then, or all views of a
-// tuple that was kept, get their own copies, and `escaped` (see _runtime) is told
-// the memory they pointed at and how many references each had, to warn about JAX
-// arrays that alias that memory.
+// After the call: returns false when nothing kept a view, strongly or weakly (the site
+// reuses them next time). Views held only weakly are not reused: they die with the
+// call, and their weak references with them. Otherwise JAX's own lingering references
+// (arrays passed to jax calls inside the callable) are dropped first; views still
+// referred to then, or all views of a tuple that was kept, get their own copies, and
+// `escaped` (see _runtime) is told the memory they pointed at and how many references
+// each had, to warn about JAX arrays that alias that memory.
 inline bool release_views(const nb::object &outs, const nb::object &ins, const Site &site) {
   make_read_only(outs);
-  if (!any_kept(outs, ins)) return false;
+  if (!any_kept(outs, ins, false)) return any_kept(outs, ins, true);
   if (state->collect_garbage.is_valid()) state->collect_garbage();
-  if (!any_kept(outs, ins)) return false;
+  if (!any_kept(outs, ins, false)) return any_kept(outs, ins, true);
   nb::list moved;
   for (const nb::object *views : {&outs, &ins}) {
     bool tuple_kept = Py_REFCNT(views->ptr()) > 1;
     for (nb::handle view : nb::borrow<nb::tuple>(*views)) {
+      // held weakly only: it dies with the call (its views are not reused), and its
+      // weak references with it, so it needs no copy
       if (!tuple_kept && Py_REFCNT(view.ptr()) == 1) continue;
       auto *array = reinterpret_cast<PyArrayObject *>(view.ptr());
       if (PyArray_BASE(array) != nullptr) continue;
