@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import heapq
 import threading
 import types
 import weakref
@@ -159,8 +160,10 @@ _lock = threading.RLock()  # register() holds it while a replaced binding drops 
 # Registered bindings by (name without suffix, fingerprint of their callables): the
 # only ones that can be equal to a new binding under that name.
 _alike: dict[tuple, weakref.WeakSet] = {}
-# Default names: the lowest suffix that may be free, per name without suffix.
-_free_suffix: dict[str, int] = {}
+# Default names, per name without suffix: the suffixes of bindings that died (a heap,
+# lowest first), and the lowest suffix never given.
+_freed_suffixes: dict[str, list[int]] = {}
+_next_suffix: dict[str, int] = {}
 
 
 def register(
@@ -177,6 +180,7 @@ def register(
     """
     with _lock:
         base = binding.name
+        _check_name(base)
         binding.default_name = not explicit_name
         key = (base, _fingerprint(binding.callables()))
         for other in list(_alike.get(key, ())):
@@ -197,10 +201,7 @@ def register(
             # programs compiled for it resolve the name again, to this binding.
             existing.drop_sites()
         elif existing is not None:
-            suffix = max(_free_suffix.get(base, 2), 2)
-            while f"{base}#{suffix}" in _registry:
-                suffix += 1
-            _free_suffix[base] = suffix + 1
+            suffix = _take_suffix(base)
             binding.name = f"{base}#{suffix}"
         _registry[binding.name] = binding
         _alike.setdefault(key, weakref.WeakSet()).add(binding)
@@ -247,12 +248,49 @@ def _unwrapped(fn):
     return fn
 
 
+def _check_name(name: str) -> None:
+    """A binding's name goes into programs as UTF-8 text: refuse one that is no such text
+    when the op is made, rather than fail at every call."""
+    if not isinstance(name, str):
+        raise TypeError(f"jaxbind: a binding's name must be a str, got {type(name).__name__}")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"jaxbind: the name {name!r} cannot be a binding's name: programs carry it as "
+            f"UTF-8, and {exc.reason} at position {exc.start}. Pass name= with a valid "
+            "string (a lone surrogate usually comes from decoding bytes with "
+            "errors='surrogateescape')"
+        ) from None
+    if not name or "\0" in name:
+        raise ValueError(
+            f"jaxbind: the name {name!r} cannot be a binding's name: it must be a non-empty "
+            "string without NUL characters"
+        )
+
+
+def _take_suffix(base: str) -> int:
+    """The suffix for a new binding under the default name `base` that is taken: the
+    lowest freed one, else the lowest never given (amortized O(log n) in the number of
+    bindings under `base`)."""
+    freed = _freed_suffixes.get(base)
+    while freed:
+        suffix = heapq.heappop(freed)
+        if f"{base}#{suffix}" not in _registry:
+            return suffix
+    suffix = _next_suffix.get(base, 2)
+    while f"{base}#{suffix}" in _registry:  # (an explicit name may look like a default one)
+        suffix += 1
+    _next_suffix[base] = suffix + 1
+    return suffix
+
+
 def _released(base: str, suffix: int | None, key: tuple) -> None:
     """A registered binding died: its suffix may be given again (lowest first), and its
     entry among the alike ones goes once it was the last."""
     with _lock:
-        if suffix is not None and suffix < _free_suffix.get(base, 2):
-            _free_suffix[base] = suffix
+        if suffix is not None:
+            heapq.heappush(_freed_suffixes.setdefault(base, []), suffix)
         alike = _alike.get(key)
         if alike is not None and not any(True for _ in alike):  # iterating skips the dead
             del _alike[key]

@@ -288,3 +288,52 @@ def test_the_index_of_alike_bindings_forgets_them_all():
     jax.clear_caches()  # the eager call's program keeps its binding until then
     gc.collect()
     assert keys[0] not in _binding._alike
+
+
+def test_freed_suffixes_below_many_live_ones_cost_no_scan_of_the_live_ones():
+    """A closure made after older ones died takes a freed suffix without walking the names
+    of every live binding (3000 closures: 0.23 ms per binding with such a walk, 0.026 ms
+    without, on the development machine)."""
+    import gc
+
+    from jaxbind import _binding
+
+    ops = [jaxbind.get_linear_call(_closure(k), None, _shape, None) for k in range(400)]
+    base = ops[0].name
+    del ops[100:110]
+    gc.collect()
+
+    class Counting(type(_binding._registry)):
+        lookups = 0
+
+        def __contains__(self, key):
+            Counting.lookups += 1
+            return super().__contains__(key)
+
+    original = _binding._registry
+    counting = Counting()
+    counting.update(original)
+    _binding._registry = counting
+    try:
+        new = [jaxbind.get_linear_call(_closure(-k), None, _shape, None) for k in range(30)]
+    finally:
+        original.update(counting)
+        _binding._registry = original
+    assert [o.name for o in new[:10]] == [f"{base}#{k}" for k in range(101, 111)]
+    assert new[10].name == f"{base}#401"
+    assert Counting.lookups <= 3 * len(new)
+
+
+@pytest.mark.parametrize("bad", ["op\ud800", "a\0b"])
+def test_a_name_programs_cannot_carry_is_refused_when_the_op_is_made(bad):
+    with pytest.raises(ValueError, match="cannot be a binding's name"):
+        jaxbind.get_linear_call(_closure(1), None, _shape, None, name=bad)
+    with pytest.raises(ValueError, match="cannot be a binding's name"):
+        jaxbind.linear_op(shape=lambda x: x, name=bad)(lambda out, x: None)
+
+
+def test_a_default_name_that_cannot_be_encoded_is_refused_when_the_op_is_made():
+    f = _closure(1)
+    f.__qualname__ = "scale\udcff"
+    with pytest.raises(ValueError, match=r"cannot be a binding's name.*name="):
+        jaxbind.get_linear_call(f, None, _shape, None)
