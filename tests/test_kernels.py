@@ -635,7 +635,7 @@ def test_keyword_argument_a_numba_kernel_does_not_take_is_a_trace_time_error():
     x = jnp.ones(3, jnp.float32)
     np.testing.assert_array_equal(op(x, a=3.0)[0], 3.0)
     np.testing.assert_array_equal(op(x)[0], 2.0)  # a default stays a default
-    expected = r"'tests.kw_typo' \(the function\).*keyword argument 'aa'.*does not take"
+    expected = r"'tests.kw_typo' \(the function\).*keyword argument 'aa'.*neither kernel"
     with pytest.raises(TypeError, match=expected):
         op(x, aa=5.0)
     with pytest.raises(TypeError, match=expected):
@@ -662,10 +662,24 @@ def test_keyword_argument_a_native_kernel_op_does_not_take_is_an_error():
 
     x = jnp.ones(3, jnp.float32)
     np.testing.assert_array_equal(native(x, factor=2.0), 2.0)
-    with pytest.raises(TypeError, match=r"'tests.kw_native'.*'fctor'.*does not take"):
+    with pytest.raises(TypeError, match=r"'tests.kw_native'.*'fctor'.*neither kernel"):
         native(x, factor=2.0, fctor=3.0)
     with pytest.raises(TypeError, match=r"'tests.kw_native'.*takes keyword argument 'factor'"):
         native(x)
+
+
+def test_keyword_argument_only_a_shape_function_takes_need_not_reach_the_kernel():
+    @jaxbind.kernel
+    def fill(out, x):
+        out[:] = x[0]
+
+    def shape(x, *, n, **kwargs):  # `n` sets the output's size; the kernel reads it from `out`
+        return (((n,), x.dtype),)
+
+    op = jaxbind.get_nonlinear_call(fill, (None, None), shape, name="tests.kw_shape_only")
+    np.testing.assert_array_equal(op(jnp.ones(2, jnp.float32), n=4)[0], np.ones(4))
+    with pytest.raises(TypeError, match="'m', which neither kernel fill nor"):
+        op(jnp.ones(2, jnp.float32), n=4, m=1)  # a name neither takes is still an error
 
 
 # --- @numba.njit functions are kernels (issue 36) ----------------------------------------

@@ -104,33 +104,39 @@ class Kernel:
     def call_for(self, values: dict, where: str) -> KernelCall:
         return KernelCall(self, values, where)
 
-    def check_call(self, names, n_inputs: int, n_outputs: int, where: str) -> None:
-        """At trace time: a numba kernel's function must take the call's arrays and every
-        keyword argument the call passes (a keyword argument it does not take would be
-        dropped silently). C kernels get every keyword argument, whatever its name."""
+    def check_call(self, names, n_inputs: int, n_outputs: int, where: str, shape_fns=()) -> None:
+        """At trace time: a numba kernel's function must take the call's arrays, and every
+        keyword argument the call passes must be a parameter of the function or of one of
+        the op's shape functions (`shape_fns`: a keyword argument that only sets output
+        shapes, such as a grid size, need not reach the kernel). Any other one, a typo,
+        would be dropped silently. C kernels get every keyword argument."""
         if self._fn is None:
             return
         key = (tuple(sorted(names)), n_inputs, n_outputs)
         if key in self._checked:
             return
         static = _static_parameters(self, self._fn, n_inputs, n_outputs, where)
-        unknown = sorted(set(names) - {p.name for p in static})
-        if unknown:
-            takes = ", ".join(p.name for p in static) or "none"
-            raise TypeError(
-                f"{where}: the call passes keyword argument {unknown[0]!r}, which kernel "
-                f"{self.name} does not take (its keyword parameters, after "
-                f"{_count(n_outputs, 'output')} and {_count(n_inputs, 'input')}: {takes}). "
-                "Rename the keyword "
-                "argument, or add a parameter of that name to the kernel's function"
-            )
+        outside = set(names) - {p.name for p in static}  # not the kernel's parameters
+        if outside:
+            named = set().union(*(_parameter_names(fn) for fn in shape_fns))
+            unknown = sorted(outside - named)
+            if unknown:
+                takes = ", ".join(p.name for p in static) or "none"
+                raise TypeError(
+                    f"{where}: the call passes keyword argument {unknown[0]!r}, which "
+                    f"neither kernel {self.name} nor the op's shape function takes (the "
+                    f"kernel's keyword parameters, after {_count(n_outputs, 'output')} and "
+                    f"{_count(n_inputs, 'input')}: {takes}). Rename the keyword argument, "
+                    "or add a parameter of that name to the kernel's function"
+                )
         missing = [p.name for p in static if p.name not in names and p.default is p.empty]
         if missing:
             raise TypeError(
                 f"{where}: kernel {self.name} takes keyword argument {missing[0]!r}, which "
                 "the call does not pass (give it a default, or pass it)"
             )
-        self._checked.add(key)
+        if not outside:  # (the shape functions may differ between the kernel's bindings)
+            self._checked.add(key)
 
     def address_for(self, ins, outs, values: dict, where: str | None = None) -> int:
         """The address of the kernel for buffers of these element types and ranks."""
@@ -482,6 +488,15 @@ def _numba():
         _numba_support.update(numba=numba, pointer=pointer, readonly=readonly)
     support = _numba_support
     return support["numba"], support["pointer"], support["readonly"]
+
+
+def _parameter_names(fn) -> set:
+    """The names a function takes as parameters, other than *args and **kwargs."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return set()
+    return {p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
 
 
 def _count(n: int, what: str) -> str:

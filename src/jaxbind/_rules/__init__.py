@@ -41,11 +41,12 @@ class BodyRules(NamedTuple):
 
 def _kernel_output_avals(spec: CallSpec, avals):
     """A kernel's outputs are a callable's; in addition, the call must suit the kernel (a
-    numba kernel's function takes every keyword argument the call passes)."""
+    numba kernel's function takes every keyword argument that no shape function takes)."""
     outs = abstract.output_avals(spec, avals)
-    kernel = spec.binding.body(spec.role)
-    kernel.check_call(
-        spec.kwargs.names(), len(avals), len(outs), about(spec.binding.name, spec.role)
+    binding = spec.binding
+    shape_fns = [r.abstract for r in binding.roles.values() if r.abstract is not None]
+    binding.body(spec.role).check_call(
+        spec.kwargs.names(), len(avals), len(outs), about(binding.name, spec.role), shape_fns
     )
     return outs
 
