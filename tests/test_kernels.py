@@ -678,7 +678,7 @@ def test_keyword_argument_only_a_shape_function_takes_need_not_reach_the_kernel(
 
     op = jaxbind.get_nonlinear_call(fill, (None, None), shape, name="tests.kw_shape_only")
     np.testing.assert_array_equal(op(jnp.ones(2, jnp.float32), n=4)[0], np.ones(4))
-    with pytest.raises(TypeError, match="'m', which neither kernel fill nor"):
+    with pytest.raises(TypeError, match=r"'m', which neither kernel .*fill nor"):
         op(jnp.ones(2, jnp.float32), n=4, m=1)  # a name neither takes is still an error
 
 
