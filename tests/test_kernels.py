@@ -642,6 +642,7 @@ def test_keyword_argument_a_numba_kernel_does_not_take_is_a_trace_time_error():
         jax.jit(lambda x: op(x, aa=5.0))(x)
     with pytest.raises(TypeError, match=expected):  # no program was run: trace time
         jax.jit(lambda x: op(x, aa=5.0)).lower(x)
+
     # a Python callable takes any keyword argument; its transpose kernel does not
     def f(out, args, kwargs):
         out[0][...] = args[0]
