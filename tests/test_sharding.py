@@ -78,5 +78,21 @@ def test_effectful_op_on_a_sharded_input_runs_once(results):
     _check(results, "case_effectful_op_on_a_sharded_input_runs_once")
 
 
+def test_grad_of_an_effectful_op_on_a_sharded_input_runs_each_role_once(results):
+    _check(results, "case_grad_of_an_effectful_op_on_a_sharded_input_runs_each_role_once")
+
+
+def test_ordered_ops_keep_program_order_with_io_callbacks_on_sharded_inputs(results):
+    _check(results, "case_ordered_ops_keep_program_order_with_io_callbacks_on_sharded_inputs")
+
+
+def test_effect_dispatched_just_before_exit_runs(results):
+    _check(results, "case_effect_dispatched_just_before_exit_runs")
+
+
+def test_effectful_kernel_under_shardy(results):
+    _check(results, "case_effectful_kernel_under_shardy")
+
+
 def test_kernel_under_shard_map_and_batch_sharded_jit(results):
     _check(results, "case_kernel_under_shard_map_and_batch_sharded_jit")

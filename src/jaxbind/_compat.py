@@ -237,6 +237,34 @@ def run_once_sharding(ctx, avals_out):
         return None
 
 
+def emit_host_callback(ctx, callback, token, operands, sharding):
+    """JAX's host-callback custom call (the one io_callback lowers to), running the
+    Python function `callback` on NumPy arrays, with side effects, once where `sharding`
+    puts it: (results, token out). jax._src.callback.emit_python_callback: jax 0.7 - 0.12
+    (returns_token since 0.8; 0.7 always returns the token it is given)."""
+    from jax._src import callback as _callback
+
+    results, token_out, _ = _callback.emit_python_callback(
+        ctx,
+        callback,
+        token,
+        list(operands),
+        ctx.avals_in,
+        ctx.avals_out,
+        has_side_effect=True,
+        sharding=sharding,
+    )
+    shardings = getattr(sharding, "shardings", None)  # Shardy's per-result list
+    if token is not None and shardings and ctx.avals_out:
+        # jax 0.7 puts the token result on every device (replicated), which XLA refuses
+        # for a call with side effects (fixed in 0.8): place it with the other results
+        token_sharding = type(shardings[0])(
+            mesh_shape=(), dim_shardings=(), logical_device_ids=shardings[0].logical_device_ids
+        )
+        set_sharding(ctx, token_out.owner, type(sharding)((token_sharding, *shardings)))
+    return results, token_out
+
+
 def auto_partitioned_devices(ctx) -> int:
     """How many devices XLA partitions this program over automatically (1: none).
     jax._src.sharding_impls.ShardingContext (num_devices): jax 0.7 - 0.12."""

@@ -43,7 +43,18 @@ def install() -> None:
     assert _ext.call_format == FORMAT, "the extension and the Python package disagree"
     _ext.init(XLA_ELEMENT_TYPES, resolve_site, format_callback_error, _gpu.dispatch)
     _ext.set_view_hooks(collect_jax_garbage, escaped_views)
-    atexit.register(_ext.shutdown)  # handlers stop calling Python once the interpreter exits
+    atexit.register(_shutdown)
+
+
+def _shutdown() -> None:
+    """At interpreter exit: programs with effects that were dispatched and not waited for
+    run first (JAX waits for them at exit too, but later: atexit runs jaxbind's hook
+    before JAX's, which was registered first); then handlers stop calling Python."""
+    try:
+        jax.effects_barrier()
+    except Exception:  # a failed program has reported its own error
+        pass
+    _ext.shutdown()
 
 
 def resolve_site(

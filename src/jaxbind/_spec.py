@@ -123,6 +123,9 @@ class CallSpec:
     out_hint: tuple | None = None
     # The call's pytree structure (JAX-native API; see _native.Trees), or None.
     trees: object = None
+    # Run by the host callback that carries the binding's effect (see _rules.lowering,
+    # effects under Shardy): this call has no effect of its own.
+    hosted: bool = False
 
     def __repr__(self):
         text = f"{self.binding.name}:{self.role}"

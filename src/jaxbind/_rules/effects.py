@@ -14,7 +14,10 @@ in every place they need to go, so nothing is added to JAX's tables:
 
 The lowering (_rules.lowering) marks the custom call ``has_side_effect`` and, for
 ordered calls, passes the token through it; the trampoline skips the token
-buffers. Programs with effects cannot be exported (JAX cannot load them).
+buffers. In a program partitioned over several devices a call runs once, on one
+device; under Shardy it becomes JAX's host callback, which runs the call as a
+``hosted`` CallSpec: no effect of its own, the callback carries it. Programs with
+effects cannot be exported (JAX cannot load them).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ ORDERED = ORDERED_IO_EFFECT
 def effects_of(spec) -> set:
     """The effects of one call: every role of a binding has the binding's effect."""
     effect = spec.binding.options.effect
-    if effect is None:
+    if effect is None or spec.hosted:
         return no_effects
     return {ORDERED} if effect == "ordered" else {SIDE_EFFECT}
 

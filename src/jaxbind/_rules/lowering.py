@@ -4,8 +4,9 @@ Each call carries the attributes of call format 3 (see _callformat); the CPU and
 CUDA targets are registered with XLA at import. Calls of bindings with
 input_output_aliases alias those operands and results; calls with side effects
 (_rules.effects) are marked has_side_effect, and ordered ones pass JAX's token through
-as their first operand and result. Roles computed by JAX functions are inlined
-instead (see .jaxfn).
+as their first operand and result; in a program partitioned over several devices they
+run once, on one device (under Shardy as JAX's host callback: see _hosted). Roles
+computed by JAX functions are inlined instead (see .jaxfn).
 
 On jaxlib 0.7, CPU calls may need another form: see .jaxlib07.
 """
@@ -15,12 +16,16 @@ from __future__ import annotations
 import dataclasses
 import warnings
 
+import jax
+import numpy as np
+
 from .. import _ext
 from .._callformat import CallAttributes
 from .._compat import (
     abstract_token,
     auto_partitioned_devices,
     config_use_shardy,
+    emit_host_callback,
     ffi,
     for_export,
     mlir,
@@ -30,6 +35,7 @@ from .._compat import (
 )
 from .._errors import ExportedDefaultNameWarning, about
 from .._kwargs import data_blob, is_local, localized, not_data_reason
+from .._primitive import eager
 from .._spec import CallSpec
 from .effects import ORDERED
 from .jaxlib07 import cpu_root_call_form
@@ -75,7 +81,7 @@ def lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
     # programs can have no keep-alives: the loading process keeps its bindings.
     if not exporting:
         ctx.module_context.add_keepalive(binding)
-    effect = binding.options.effect
+    effect = None if spec.hosted else binding.options.effect
     if exporting and effect is not None:
         raise TypeError(
             f"jaxbind: cannot export '{binding.name}': it has side effects "
@@ -83,6 +89,8 @@ def lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
             "cannot load programs with effects that are not JAX's own. Export a variant "
             "without has_side_effect/ordered"
         )
+    if effect is not None and config_use_shardy() and auto_partitioned_devices(ctx) > 1:
+        return _hosted(ctx, args, spec, cpu=target == CPU_TARGET)
     aliases = dict(binding.options.aliases) if spec.role == "f" else {}
     token = ctx.tokens_in.get(ORDERED) if effect == "ordered" else None
     outer = ctx
@@ -106,17 +114,6 @@ def lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
     cpu = target == CPU_TARGET
     if effect is not None:
         target = EFFECT_TARGETS[target]
-        devices = auto_partitioned_devices(ctx)
-        if devices > 1 and config_use_shardy():
-            raise TypeError(
-                f"{about(binding.name)} has side effects "
-                f"({'ordered=True' if effect == 'ordered' else 'has_side_effect=True'}) and is "
-                f"called in a program that XLA partitions over {devices} devices. Under Shardy "
-                "(JAX's default partitioner) XLA cannot run a custom call with side effects "
-                "once, on one device; on every device its effects would repeat (and run on "
-                "padding). Call it inside jax.shard_map (once per shard), outside the sharded "
-                "program, or with jax_use_shardy_partitioner=False (then once, on device 0)"
-            )
     args, lower = cpu_root_call_form(
         target,
         cpu,
@@ -156,6 +153,48 @@ def lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
         mark_batch_partitionable(
             results[0].owner, spec, [a.ndim for a in ctx.avals_in], [a.ndim for a in ctx.avals_out]
         )
+    return results
+
+
+# Programs for the calls that host callbacks run (see _hosted), one per call.
+HOSTED_CALLS: dict = {}
+
+
+def _hosted(ctx: mlir.LoweringRuleContext, args, spec: CallSpec, cpu: bool):
+    """An effectful call in a program that Shardy partitions over several devices.
+
+    Such a call must run once, on one device, over the whole logical arrays: never on
+    every device, never on a shard or on padding rows of a batch. Shardy keeps a custom
+    call on one device only if it is JAX's own host callback (XLA's import keeps the
+    shardings of that target and drops those of others), so the call lowers to that
+    callback, placed as io_callback places its own, with the ordered token passed through
+    it. The callback runs the call itself, without the effect the callback already
+    carries, as a one-device program on the host: the same trampoline, kernels and batch
+    loop as any other call, so under vmap the body runs once per real batch element.
+    """
+    binding = spec.binding
+    if not cpu:
+        raise TypeError(
+            f"{about(binding.name)} has side effects "
+            f"({'ordered=True' if binding.options.effect == 'ordered' else 'has_side_effect=True'})"
+            " and is called in a GPU program that Shardy partitions over several devices; "
+            "jaxbind runs such calls once, on one device, on CPU only. Call it inside "
+            "jax.shard_map (once per shard), outside the sharded program, or with "
+            "jax_use_shardy_partitioner=False"
+        )
+    program = eager(HOSTED_CALLS, dataclasses.replace(spec, hosted=True))
+    host = jax.devices("cpu")[0]
+
+    def run(*arrays):
+        return tuple(np.asarray(out) for out in program(*jax.device_put(arrays, host)))
+
+    run.__name__ = run.__qualname__ = binding.name
+    ctx.module_context.add_keepalive(binding)
+    token = ctx.tokens_in.get(ORDERED) if binding.options.effect == "ordered" else None
+    sharding = run_once_sharding(ctx, ctx.avals_out)
+    results, token_out = emit_host_callback(ctx, run, token, args, sharding)
+    if token is not None:
+        ctx.set_tokens_out(ctx.tokens_in.update_tokens(mlir.TokenSet({ORDERED: token_out})))
     return results
 
 
