@@ -60,8 +60,11 @@ def test_exception_inside_grad_names_the_transpose():
 @pytest.mark.parametrize(
     "result, match",
     [
-        (None, "returned NoneType"),
-        (((3,), np.float32), r"output 0 is \(3,\); expected \(shape, dtype\)"),
+        (None, "returned None; it must return a tuple"),
+        (
+            ((3,), np.float32),
+            r"whose output 0 is \(3,\); it must return a tuple with one \(shape, dtype\)",
+        ),
         ((((3,), "not a dtype"),), "output 0 has dtype 'not a dtype'"),
         ((((-1, 3), np.float32),), "negative dimensions"),
         ((((3.5,), np.float32),), "not a tuple of integers"),

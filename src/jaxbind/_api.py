@@ -13,7 +13,7 @@ import jax.numpy as jnp
 
 from ._binding import Binding, register
 from ._compat import register_cache
-from ._errors import about
+from ._errors import about, words
 from ._kwargs import KwargsDump, encode_kwargs
 from ._options import OPTION_DOCS, CallOptions, Options, declare
 from ._primitive import IMPL_CALLS, PRIMITIVE, bind, eager, nested
@@ -93,7 +93,8 @@ class Op(OpBase):
         if len(args) <= binding.options.fixed:
             raise TypeError(
                 f"{about(binding.name)} got {len(args)} positional arguments but has "
-                f"first_n_args_fixed={binding.options.fixed}; it needs at least one more"
+                f"{words(binding.options).fixed}={binding.options.fixed}; it needs at least "
+                "one more"
             )
         if binding.options.vectorized and "batch_axes" in kwargs:
             raise TypeError(
@@ -166,7 +167,7 @@ register_cache(_EAGER_CACHES, "jaxbind: eager calls of each op")
 _NO_KWARGS = encode_kwargs({})
 
 
-def _check_body_runs(what: str, fn, name) -> None:
+def check_body_runs(what: str, fn, name, options: Options) -> None:
     """A generator or async function returns without running its body: its results
     would never be written. Refused here, as the trampoline refuses a return value."""
     target = fn.func if isinstance(fn, functools.partial) else fn
@@ -179,7 +180,7 @@ def _check_body_runs(what: str, fn, name) -> None:
             f"jaxbind: {what} of '{name or getattr(target, '__qualname__', target)}' is a "
             f"{'generator' if inspect.isgeneratorfunction(target) else 'coroutine'} function: "
             "calling it returns without running its body, so it would never write its "
-            "results. A callable writes each result into out[k][...] and returns None"
+            f"results. {words(options).callable_contract}"
         )
 
 
@@ -206,7 +207,7 @@ def make_op(
         ),
         *zip(("f_jvp", "f_vjp"), derivatives or ()),
     ):
-        _check_body_runs(what, fn, name)
+        check_body_runs(what, fn, name, options)
     if not callable(abstract):
         raise TypeError(f"jaxbind: abstract must be callable, got {abstract!r}")
     for shape in abstract_T if isinstance(abstract_T, tuple) else (abstract_T,):
@@ -225,10 +226,7 @@ def make_op(
         )
     roles = role_table(kind, f, transposes, derivatives, abstract, abstract_T)
     if options.vectorized and any(r.kind is Body.KERNEL for r in roles.values()):
-        raise TypeError(
-            f"jaxbind: '{name}' has compiled kernel bodies and func_can_batch/vectorized; a "
-            "kernel batches through jaxbind.kernel(..., batches=True) instead"
-        )
+        raise TypeError(f"{about(name)} has {words(options).kernel_batching()}")
     binding = Binding(name=name, kind=kind, roles=roles, options=options)
     binding, _ = register(binding, explicit_name=explicit, replace=replace)
     return Op(binding)

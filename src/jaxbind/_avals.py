@@ -69,17 +69,18 @@ def check_supported(dtype, where: str) -> None:
 
 def check_result(result, where, batched):
     """[(shape, dtype, out_batch_axis | None)] from what an abstract function returned."""
+    must = (
+        "it must return a tuple with one (shape, dtype) or (shape, dtype, out_batch_axis) "
+        "per output"
+    )
     if not isinstance(result, (tuple, list)):
-        raise TypeError(
-            f"{where} returned {type(result).__name__}; it must return a tuple "
-            "with one (shape, dtype) or (shape, dtype, out_batch_axis) per output"
-        )
+        raise TypeError(f"{where} returned {_show(result)}; {must}{_hint(result)}")
     outs = []
     for i, entry in enumerate(result):
         if not isinstance(entry, (tuple, list)) or len(entry) not in (2, 3):
             raise TypeError(
-                f"{where}: output {i} is {entry!r}; expected (shape, dtype) or "
-                "(shape, dtype, out_batch_axis)"
+                f"{where} returned {_show(result)}, whose output {i} is {_show(entry)}; "
+                f"{must}{_hint(result)}"
             )
         shape, dtype = _shape(entry[0], f"{where}: output {i}"), entry[1]
         try:
@@ -106,6 +107,30 @@ def check_result(result, where, batched):
             axis %= max(len(shape), 1)
         outs.append((shape, jax.dtypes.canonicalize_dtype(dtype), axis))
     return outs
+
+
+def _show(value, limit: int = 120) -> str:
+    """`value` as a message shows it: its repr, shortened."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _hint(result) -> str:
+    """What a wrongly formed abstract result looks like it meant, if anything."""
+    if any(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in jax.tree.leaves(result)):
+        return (
+            " (jax.ShapeDtypeStruct is how the shape functions of the decorators linear_op, "
+            "multilinear_op and nonlinear_op say it; here write ((x.shape, x.dtype),) for "
+            "one output)"
+        )
+    if (
+        isinstance(result, (tuple, list))
+        and len(result) == 2
+        and isinstance(result[0], (tuple, list))
+        and not isinstance(result[1], (tuple, list))
+    ):
+        return " (that looks like one output's (shape, dtype): wrap it, ((shape, dtype),))"
+    return ""
 
 
 def _shape(shape, where):

@@ -19,11 +19,19 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ._errors import about
+from ._errors import about, words
 from ._options import Options
 from ._roles import Kind, OpBase, Role, RoleDef, missing_role, same_values
 
 __all__ = ["Binding", "register", "lookup"]
+
+# What needs each role's body, for the message when an op was given none.
+_NEEDED_FOR = {
+    "f": "all calls",
+    "T": "grad, vjp and jax.linear_transpose",
+    "jvp": "jax.jvp and jax.linearize (forward mode)",
+    "vjp": "grad and vjp (reverse mode)",
+}
 
 
 class SiteHolder:
@@ -127,8 +135,9 @@ class Binding:
         entry = self.role(role)
         if entry.body is None:
             raise NotImplementedError(
-                f"{about(self.name)} was given no callable for {entry.role.describe()}; "
-                "pass one to get_linear_call to transpose or differentiate this op"
+                f"{about(self.name)} has no {entry.role.describe().removeprefix('the ')}, "
+                f"which {_NEEDED_FOR[entry.role.base]} need; "
+                f"{words(self.options).give(entry.role)}"
             )
         return entry.body
 

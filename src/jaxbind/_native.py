@@ -42,7 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._api import Op, make_op
+from ._api import Op, check_body_runs, make_op
 from ._errors import about, add_context
 from ._kernels import Kernel
 from ._kwargs import KwargsDump, encode_kwargs, load_kwargs
@@ -129,6 +129,39 @@ def _structures(trees: KwargsDump) -> tuple:
     """(argument tree, result tree) of a call from its CallSpec.trees."""
     values = trees._values
     return _structure(values["in"]), _structure(values["out"])
+
+
+def _check_declared(name: str, declared, effectful: bool) -> None:
+    """What the shape function returned: a pytree of jax.ShapeDtypeStruct (or of anything
+    with a tuple ``shape`` and a ``dtype``, as jax.eval_shape gives and jax.pure_callback
+    takes), else a TypeError saying what it returned and what it must return. No outputs
+    (None, ()) only for an op with a side effect: nothing else would ever call it."""
+    leaves = jax.tree.leaves(declared)
+    if (leaves or effectful) and all(
+        isinstance(getattr(leaf, "shape", None), tuple) and hasattr(leaf, "dtype")
+        for leaf in leaves
+    ):
+        return
+    shown = repr(declared)
+    shown = shown if len(shown) <= 120 else shown[:117] + "..."
+    hint = ""
+    if not leaves:
+        hint = " (no outputs, and the op has no side effect: nothing would ever call it)"
+    elif isinstance(declared, (tuple, list)) and all(
+        isinstance(d, (tuple, list)) and len(d) in (2, 3) and isinstance(d[0], (tuple, list))
+        for d in declared
+    ):
+        hint = (
+            ": ((shape, dtype), ...) is JAXbind 1.3's form; here "
+            "write jax.ShapeDtypeStruct(shape, dtype) for each output"
+        )
+    elif isinstance(declared, (tuple, list)) and len(declared) == 2:
+        hint = ": for (shape, dtype), write jax.ShapeDtypeStruct(shape, dtype)"
+    raise TypeError(
+        f"{about(name)}: the shape function returned {shown}{hint}. It must return a "
+        "jax.ShapeDtypeStruct for one output, or a pytree (tuple, list, dict) of them for "
+        "several, e.g. jax.ShapeDtypeStruct(x.shape, x.dtype)"
+    )
 
 
 def _takes_out(fn: Callable) -> bool:
@@ -230,6 +263,8 @@ def _body(native: NativeOp, fn, args: Args, what: str, index=None):
     """A callable wrapped for pytrees; a compiled kernel as it is (it takes flat arrays)."""
     if isinstance(fn, Kernel):
         return fn
+    name = getattr(native, "name", None) or native._explicit_name or native.fn.__qualname__
+    check_body_runs(what, fn, name, native.options)
     return _Callable(native, fn, args, what, index=index)
 
 
@@ -439,6 +474,7 @@ class NativeOp:
             declared = self.shape(*jax.tree.unflatten(in_tree, specs), **kwargs)
         except Exception as exc:
             raise add_context(exc, f"jaxbind: the shape function of '{self.name}' failed") from None
+        _check_declared(self.name, declared, self.options.effect is not None)
         out_tree = jax.tree.structure(declared)
         return leaves, kwargs, _call_trees(in_tree, out_tree)
 

@@ -41,6 +41,8 @@ class Options:
         input's memory (``input_output_aliases``).
       effect: None, "unordered" (``has_side_effect``) or "ordered".
       linear_in: nonlinear ops: arguments in which the function is jointly linear.
+      native: made by the JAX-native API (the decorators), not ``get_*_call``; every
+        message about the op speaks that API (see _errors.words).
     """
 
     fixed: int = 0
@@ -49,6 +51,7 @@ class Options:
     aliases: tuple = ()
     effect: str | None = None
     linear_in: tuple = ()
+    native: bool = False
 
 
 class _SharedOptions(TypedDict, total=False):
@@ -174,6 +177,7 @@ def declare(
         aliases=_aliases(options.get("input_output_aliases"), fixed, fixed_name),
         effect=_effect(options.get("has_side_effect", False), options.get("ordered", False)),
         linear_in=_linear_in(linear_in, fixed, fixed_name),
+        native=native,
     )
     return checked, name, replace
 

@@ -31,6 +31,7 @@ from ._avals import XLA_ELEMENT_TYPES, check_result
 from ._binding import lookup
 from ._callformat import FORMAT, MAX_LEVELS, NO_LOOP, CallAttributes, Loop
 from ._compat import ShapedArray, collect_jax_garbage
+from ._errors import words
 from ._kernels import Kernel
 from ._kwargs import decode_kwargs, encode_kwargs
 from ._roles import Body, Role, for_call
@@ -77,7 +78,8 @@ def resolve_site(
     if binding is None:
         raise LookupError(
             f"no binding named '{name}' is registered in this process. Import or run the "
-            "code that creates it (jaxbind.get_linear_call / get_nonlinear_call) before "
+            "code that creates it (jaxbind.get_linear_call / get_nonlinear_call, or the "
+            "linear_op / multilinear_op / nonlinear_op decorator) before "
             "calling the program"
         )
     call = CallAttributes.read(fmt, name, role_text, blob, digest, levels, flags, n_fixed, trees)
@@ -186,7 +188,7 @@ class BufferCheck:
             return self._problem(ins, outs)
         except Exception as exc:  # the abstract function itself failed
             return (
-                f"its abstract function fails for the buffers of this call "
+                f"{words(self.binding.options).shapes} fails for the buffers of this call "
                 f"({_describe(ins)}): {type(exc).__name__}: {exc}"
             )
 
@@ -218,12 +220,13 @@ class BufferCheck:
             kwargs.setdefault("batch_axes", None)
         declared = check_result(
             entry.declared(in_avals, kwargs, n, self.trees),
-            "the abstract function",
+            words(binding.options).shapes,
             kwargs.get("batch_axes") is not None,
         )
         if len(declared) != len(out_avals):
             return (
-                f"the program gives it {len(out_avals)} outputs, but its abstract function "
+                f"the program gives it {len(out_avals)} outputs, but "
+                f"{words(binding.options).shapes} "
                 f"declares {len(declared)} for inputs ({_describe(ins)})"
             )
         # XLA may run this check on a thread where jax_enable_x64 (thread-local under
@@ -238,7 +241,8 @@ class BufferCheck:
             if tuple(shape) != got.shape or got.dtype not in allowed:
                 return (
                     f"output {k} is {got.dtype.name}{list(got.shape)} in the program, but "
-                    f"the abstract function declares {dtype.name}{list(shape)} for inputs "
+                    f"{words(binding.options).shapes} declares {dtype.name}{list(shape)} for "
+                    "inputs "
                     f"({_describe(ins)})"
                 )
         return None

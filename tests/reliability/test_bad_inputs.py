@@ -21,8 +21,12 @@ def _op(abstract, name, f=_copy):
     "result, error, match",
     [
         ([((3,), np.float32)][0], TypeError, r"output 0 is \(3,\)"),  # not nested
-        ({"shape": (3,)}, TypeError, "returned dict"),  # wrong container
-        ((((3,), np.float32, 0, 1),), TypeError, "expected \\(shape, dtype\\)"),  # too long
+        ({"shape": (3,)}, TypeError, r"returned \{'shape': \(3,\)\}"),  # wrong container
+        (
+            (((3,), np.float32, 0, 1),),
+            TypeError,
+            "must return a tuple with one \\(shape, dtype\\)",
+        ),  # too long
         ((((3,), "float17"),), TypeError, "'float17', which is not a NumPy dtype"),  # unknown dtype
         (
             (((3,), np.dtype("U5")),),

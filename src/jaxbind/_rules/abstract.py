@@ -7,8 +7,7 @@ import jax.export  # noqa: F401  (a submodule: not loaded by "import jax")
 
 from .._avals import check_result, check_supported
 from .._compat import InconclusiveDimensionOperation, ShapedArray, output_aval
-from .._errors import about, add_context
-from .._roles import describe_role
+from .._errors import about, add_context, words
 from .._spec import BatchAxes, CallSpec
 
 __all__ = ["check_aliases", "check_arguments", "declared_outputs", "output_avals"]
@@ -23,13 +22,14 @@ def declared_outputs(spec: CallSpec, avals, batch_axes: BatchAxes | None = None)
         binding.body(entry.role)  # a role without a callable is reported as such
         if spec.out_hint is None:
             raise NotImplementedError(
-                f"{about(binding.name)} was given no abstract function for {entry.role.describe()}"
+                f"{about(binding.name)} has no {words(binding.options).shapes.removeprefix('the ')}"
+                f" for {entry.role.describe()}"
             )
         return _from_hint(spec, avals, batch_axes)
     kwargs = spec.kwargs.to_dict()
     if binding.options.vectorized:
         kwargs["batch_axes"] = None if batch_axes is None else batch_axes.axes
-    where = f"jaxbind: abstract function of '{binding.name}' ({describe_role(spec.role)})"
+    where = f"jaxbind: {words(binding.options).shapes_of(binding.name, spec.role)}"
     try:
         result = entry.declared(avals, kwargs, spec.n_fixed, spec.trees)
     except InconclusiveDimensionOperation as exc:
@@ -47,7 +47,14 @@ def declared_outputs(spec: CallSpec, avals, batch_axes: BatchAxes | None = None)
         shapes = ", ".join(a.str_short() for a in avals)
         add_context(exc, f"{where} failed for arguments ({shapes})")
         raise
-    return check_result(result, where, batched=batch_axes is not None)
+    outs = check_result(result, where, batched=batch_axes is not None)
+    if not outs and spec.role == "f" and binding.options.effect is None:
+        raise TypeError(
+            f"{where} declares no outputs, and the op is not marked has_side_effect=True, "
+            "so nothing would ever call it: declare its outputs, or pass "
+            "has_side_effect=True if the callable does something besides writing outputs"
+        )
+    return outs
 
 
 def _from_hint(spec: CallSpec, avals, batch_axes: BatchAxes | None):
@@ -92,7 +99,7 @@ def check_aliases(spec: CallSpec, avals, outs) -> None:
                 f"({o.str_short()}) must have the same shape and dtype to share "
                 "memory"
                 + (
-                    " (when batched natively, the abstract function must "
+                    f" (when batched natively, {words(spec.binding.options).shapes} must "
                     "put the output's batch axes where the input has them)"
                     if spec.batch_axes is not None
                     else ""
@@ -105,8 +112,9 @@ def check_arguments(spec: CallSpec, avals) -> None:
     where = f"{about(spec.name, spec.role)}"
     if len(avals) <= spec.n_fixed and spec.role == "f":
         raise TypeError(
-            f"{where} got {len(avals)} arguments, but first_n_args_fixed="
-            f"{spec.n_fixed}; at least one argument must not be fixed"
+            f"{where} got {len(avals)} arguments, but "
+            f"{words(spec.binding.options).fixed}={spec.n_fixed}; at least one argument "
+            "must not be fixed"
         )
     for i, aval in enumerate(avals):
         if not isinstance(aval, ShapedArray):

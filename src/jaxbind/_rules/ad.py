@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from jax.numpy import moveaxis
 
 from .._compat import ad, instantiate_zeros, is_undefined_primal, zero_tangent
-from .._errors import about
+from .._errors import about, words
 from .._primitive import bind
 from .._roles import Kind, describe_role
 from .._spec import BatchAxes, CallSpec
@@ -74,8 +74,9 @@ def _checked(spec: CallSpec, results, args):
     if len(results) != len(args):
         raise TypeError(
             f"jaxbind: the transpose of '{spec.name}' ({describe_role(spec.role)}) produced "
-            f"{len(results)} cotangents for {len(args)} inputs; the transposed abstract "
-            "function must give one output per input after the fixed ones, in order"
+            f"{len(results)} cotangents for {len(args)} inputs; "
+            f"{words(spec.binding.options).shapes} of the transpose must give one output "
+            "per input after the fixed ones, in order"
         )
     out = []
     for r, a in zip(results, args):
@@ -85,9 +86,10 @@ def _checked(spec: CallSpec, results, args):
         if r.shape != a.aval.shape or r.dtype != a.aval.dtype:
             raise TypeError(
                 f"jaxbind: the transpose of '{spec.name}' ({describe_role(spec.role)}) produced a "
-                f"cotangent {r.dtype}{list(r.shape)} for an input {a.aval.str_short()}; the "
-                "transposed abstract function must give each output the shape and dtype of the "
-                "corresponding input (batch axes first when batched natively)"
+                f"cotangent {r.dtype}{list(r.shape)} for an input {a.aval.str_short()}; "
+                f"{words(spec.binding.options).shapes} of the transpose must give each output "
+                "the shape and dtype of the corresponding input (batch axes first when "
+                "batched natively)"
             )
         out.append(r)
     return out
@@ -106,13 +108,12 @@ def _fixed_error(spec: CallSpec, index: int, action: str) -> Exception:
         return NotImplementedError(
             f"{about(binding.name)} is a nonlinear op differentiable to order {order} "
             f"only; a derivative of order {order + 1} needs {describe_role(spec.role)} of "
-            f"'{binding.name}' differentiated with respect to its primal input {index}. Give "
-            "get_nonlinear_call JAX functions (jaxbind ops, or functions marked with "
-            "jaxbind.jax_function) as f_jvp and f_vjp to differentiate further, or write "
-            "the function in JAX"
+            f"'{binding.name}' differentiated with respect to its primal input {index}. To "
+            f"differentiate further, {words(binding.options).differentiable_derivatives()}; "
+            "or write the function in JAX"
         )
     return TypeError(
-        f"{about(binding.name)} argument {index} is fixed (first_n_args_fixed="
+        f"{about(binding.name)} argument {index} is fixed ({words(binding.options).fixed}="
         f"{binding.options.fixed}) and cannot be {action}; move it after the fixed "
         "arguments or use jax.custom_jvp"
     )

@@ -18,7 +18,7 @@ from dataclasses import replace
 import jax
 
 from .._compat import ShapedArray, not_mapped
-from .._errors import about
+from .._errors import about, words
 from .._primitive import bind
 from .._spec import BatchAxes, CallSpec
 from .abstract import declared_outputs
@@ -47,7 +47,8 @@ def _batch_native(args, dims, spec: CallSpec):
     for k, (_, _, axis) in enumerate(outs):
         if axis is None:
             raise TypeError(
-                f"{about(binding.name)} has func_can_batch=True, so its abstract function "
+                f"{about(binding.name)} has {words(binding.options).vectorized}=True, so "
+                f"{words(binding.options).shapes} "
                 f"must return (shape, dtype, out_batch_axis) for each output when batch_axes is "
                 f"set; output {k} has no out_batch_axis"
             )

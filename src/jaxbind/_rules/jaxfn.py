@@ -21,6 +21,7 @@ import numpy as np
 from jax.numpy import moveaxis
 
 from .._compat import ShapedArray, mlir, output_aval
+from .._errors import words
 from .._roles import for_call
 from .._spec import CallSpec
 from .abstract import declared_outputs
@@ -93,7 +94,7 @@ def _check(spec: CallSpec, avals, outs) -> None:
     if spec.entry.args.shaped_like_f:
         if binding.roles["f"].abstract is None:
             return
-        what = "the tangents of the op's outputs (its abstract function at the primals)"
+        what = f"the tangents of the op's outputs ({words(binding.options).shapes} at the primals)"
         f_spec = spec.derive("f", binding.options.fixed, None, None)
         want = [(shape, dtype) for shape, dtype, _ in declared_outputs(f_spec, avals[:n])]
     else:

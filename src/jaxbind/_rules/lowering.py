@@ -69,6 +69,7 @@ def _suffix_warning(name: str) -> str:
 def lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
     """A call of a role whose body is a callable: the trampoline's custom call."""
     binding = spec.binding
+    binding.body(spec.role)  # a role the op was given no body for: say so now, not when run
     exporting = for_export(ctx)
     if exporting and binding.default_name and "#" in binding.name:
         warnings.warn(_suffix_warning(binding.name), ExportedDefaultNameWarning, stacklevel=2)

@@ -1,0 +1,361 @@
+"""Every error speaks the API the user wrote.
+
+Each case makes the same mistake once with the JAX-native API (decorators, ``def_*``,
+``fixed=``, ``vectorized=``, shape functions) and once with JAXbind's
+(``get_linear_call``/``get_nonlinear_call``, ``first_n_args_fixed``, ``func_can_batch``,
+abstract functions). The message must name the fix in that API's words, and never a
+word of the other.
+"""
+
+import itertools
+import re
+import traceback
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxbind
+
+_counter = itertools.count()
+
+# Words that belong to one API only: a message about an op of the other must not use them.
+NATIVE_ONLY = [
+    r"def_transpose",
+    r"def_jvp",
+    r"def_vjp",
+    r"\bvectorized\b",
+    r"\bfixed=",
+    r"shape function",
+    r"linear_op",
+    r"out= argument",
+]
+CALLS_ONLY = [
+    r"first_n_args_fixed",
+    r"func_can_batch",
+    r"get_linear_call",
+    r"get_nonlinear_call",
+    r"abstract function",
+    r"\bf_T\b",
+    r"\bf_jvp\b",
+    r"\bf_vjp\b",
+    r"out\[k\]",
+]
+
+
+def _name(what):
+    return f"tests.words.{what}{next(_counter)}"
+
+
+def _text(info) -> str:
+    """The whole message, with its notes (where jaxbind names the binding for user errors)."""
+    return "".join(traceback.format_exception_only(info.value))
+
+
+def _speaks(text: str, api: str, expected: list[str]) -> None:
+    for pattern in expected:
+        assert re.search(pattern, text), (pattern, text)
+    for pattern in NATIVE_ONLY if api == "calls" else CALLS_ONLY:
+        assert not re.search(pattern, text), (pattern, text)
+
+
+def _sds(x, *rest, **kwargs):
+    return jax.ShapeDtypeStruct(x.shape, x.dtype)
+
+
+def _last_sds(*args, **kwargs):
+    return jax.ShapeDtypeStruct(args[-1].shape, args[-1].dtype)
+
+
+def _pairs(*args, **kwargs):
+    return ((args[-1].shape, args[-1].dtype),)
+
+
+def _copy(out, args, kwargs_dump):
+    out[0][...] = args[-1]
+
+
+X = jnp.arange(3.0)
+
+
+# --- each mistake, made with each API -------------------------------------------------------
+
+
+def _no_transpose(api):
+    if api == "native":
+        op = jaxbind.linear_op(shape=_sds, name=_name("lin"))(lambda x: 2 * x)
+        return lambda: jax.grad(lambda x: op(x).sum())(X)
+    op = jaxbind.get_linear_call(_copy, None, _pairs, name=_name("lin"))
+    return lambda: jax.grad(lambda x: op(x)[0].sum())(X)
+
+
+def _no_multilinear_transpose(api):
+    if api == "native":
+        op = jaxbind.multilinear_op(shape=_sds, name=_name("bil"))(lambda a, b: a * b)
+        op.def_transpose(argnum=0)(lambda b, ct: ct * b)
+        return lambda: jax.grad(lambda b: op(X, b).sum())(X)
+
+    def f(out, args, kd):
+        out[0][...] = args[0] * args[1]
+
+    op = jaxbind.get_linear_call(f, (f, None), _pairs, name=_name("bil"))
+    return lambda: jax.grad(lambda b: op(X, b)[0].sum())(X)
+
+
+def _no_jvp(api):
+    if api == "native":
+        op = jaxbind.nonlinear_op(shape=_sds, name=_name("sin"))(np.sin)
+        op.def_vjp(lambda p, c: (np.cos(p[0]) * c,))
+        return lambda: jax.jvp(op, (X,), (X,))
+
+    def f(out, args, kd):
+        out[0][...] = np.sin(args[0])
+
+    def vjp(out, args, kd):
+        out[0][...] = np.cos(args[0]) * args[1]
+
+    op = jaxbind.get_nonlinear_call(f, (None, vjp), _pairs, name=_name("sin"))
+    return lambda: jax.jvp(lambda x: op(x)[0], (X,), (X,))
+
+
+def _second_order(api):
+    if api == "native":
+        op = jaxbind.nonlinear_op(shape=_sds, name=_name("sin"))(np.sin)
+        op.def_jvp(lambda p, t: np.cos(p[0]) * t[0])
+        op.def_vjp(lambda p, c: (np.cos(p[0]) * c,))
+        return lambda: jax.hessian(lambda x: op(x).sum())(X)
+
+    def f(out, args, kd):
+        out[0][...] = np.sin(args[0])
+
+    def jvp(out, args, kd):
+        out[0][...] = np.cos(args[0]) * args[1]
+
+    op = jaxbind.get_nonlinear_call(f, (jvp, jvp), _pairs, name=_name("sin"))
+    return lambda: jax.hessian(lambda x: op(x)[0].sum())(X)
+
+
+def _fixed_differentiated(api):
+    if api == "native":
+        op = jaxbind.linear_op(shape=_last_sds, fixed=1, name=_name("scale"))(lambda a, x: a * x)
+        op.def_transpose(lambda a, ct: a * ct)
+        return lambda: jax.grad(lambda a: op(a, X).sum())(X)
+
+    def f(out, args, kd):
+        out[0][...] = args[0] * args[1]
+
+    op = jaxbind.get_linear_call(f, f, _pairs, first_n_args_fixed=1, name=_name("scale"))
+    return lambda: jax.grad(lambda a: op(a, X)[0].sum())(X)
+
+
+def _only_fixed_arguments(api):
+    if api == "native":
+        op = jaxbind.linear_op(shape=_last_sds, fixed=1, name=_name("scale"))(lambda a, x: a * x)
+        return lambda: op(X)
+    op = jaxbind.get_linear_call(_copy, None, _pairs, first_n_args_fixed=1, name=_name("scale"))
+    return lambda: op(X)
+
+
+@jaxbind.kernel
+def _copy_kernel(out, x):
+    for i in range(x.size):
+        out.flat[i] = x.flat[i]
+
+
+def _kernel_vectorized(api):
+    if api == "native":
+        return lambda: jaxbind.linear_op(shape=_sds, vectorized=True, name=_name("k"))(_copy_kernel)
+    return lambda: jaxbind.get_linear_call(
+        _copy_kernel, None, _pairs, func_can_batch=True, name=_name("k")
+    )
+
+
+def _generator_transpose(api):
+    def gen(*args, **kwargs):
+        yield
+
+    if api == "native":
+        op = jaxbind.linear_op(shape=_sds, name=_name("gen"))(lambda x: x)
+        return lambda: op.def_transpose(gen)
+    return lambda: jaxbind.get_linear_call(_copy, gen, _pairs, name=_name("gen"))
+
+
+def _shapes_raise(api):
+    def shapes(x, **kwargs):
+        raise ValueError("no shapes today")
+
+    if api == "native":
+        op = jaxbind.linear_op(shape=shapes, name=_name("raise"))(lambda x: x)
+        return lambda: op(X)
+    op = jaxbind.get_linear_call(_copy, None, shapes, name=_name("raise"))
+    return lambda: op(X)
+
+
+def _no_outputs(api):
+    if api == "native":
+        op = jaxbind.linear_op(shape=lambda x: None, name=_name("none"))(lambda x: None)
+        return lambda: op(X)
+    op = jaxbind.get_linear_call(_copy, None, lambda x: (), name=_name("none"))
+    return lambda: op(X)
+
+
+CASES = {
+    "grad without a transpose": (
+        _no_transpose,
+        NotImplementedError,
+        {"native": [r"@op\.def_transpose"], "calls": [r"get_linear_call as f_T"]},
+    ),
+    "grad without one transpose of a multilinear op": (
+        _no_multilinear_transpose,
+        NotImplementedError,
+        {
+            "native": [r"def_transpose\(argnum=1\)"],
+            "calls": [r"get_linear_call as f_T\[1\]"],
+        },
+    ),
+    "jvp without a JVP": (
+        _no_jvp,
+        NotImplementedError,
+        {"native": [r"@op\.def_jvp"], "calls": [r"get_nonlinear_call as f_jvp"]},
+    ),
+    "a Hessian with callable derivatives": (
+        _second_order,
+        NotImplementedError,
+        {
+            "native": [r"@op\.def_jvp", r"@op\.def_vjp", r"jaxbind\.jax_function"],
+            "calls": [r"get_nonlinear_call", r"f_jvp and f_vjp", r"jaxbind\.jax_function"],
+        },
+    ),
+    "grad of a fixed argument": (
+        _fixed_differentiated,
+        TypeError,
+        {"native": [r"argument 0 is fixed \(fixed=1\)"], "calls": [r"first_n_args_fixed=1"]},
+    ),
+    "only fixed arguments": (
+        _only_fixed_arguments,
+        TypeError,
+        {"native": [r"\bfixed=1"], "calls": [r"first_n_args_fixed=1"]},
+    ),
+    "kernels with native batching": (
+        _kernel_vectorized,
+        TypeError,
+        {"native": [r"vectorized=True"], "calls": [r"func_can_batch=True"]},
+    ),
+    "a generator as transpose": (
+        _generator_transpose,
+        TypeError,
+        {"native": [r"generator", r"out= argument"], "calls": [r"generator", r"out\[k\]"]},
+    ),
+    "the shapes fail": (
+        _shapes_raise,
+        ValueError,
+        {"native": [r"the shape function of '"], "calls": [r"the abstract function of '"]},
+    ),
+    "no outputs and no effect": (
+        _no_outputs,
+        TypeError,
+        {
+            "native": [r"shape function returned None", r"no outputs"],
+            "calls": [r"abstract function of '.*' declares no outputs", r"has_side_effect"],
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize("api", ["native", "calls"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_error_speaks_the_api_used(case, api):
+    make, error, expected = CASES[case]
+    with pytest.raises(error) as info:
+        make(api)()
+    text = _text(info)
+    assert re.search(r"'tests\.words\.\w+'", text), text  # names the binding
+    _speaks(text, api, expected[api])
+
+
+# --- the shape function's mistakes (JAX-native API) -----------------------------------------
+
+SHAPE_MISTAKES = {
+    "JAXbind 1.3's form": (lambda x: ((x.shape, x.dtype),), r"JAXbind 1\.3's form"),
+    "a bare (shape, dtype)": (lambda x: (x.shape, x.dtype), r"for \(shape, dtype\), write"),
+    "None": (lambda x: None, r"returned None \(no outputs"),
+    "an int": (lambda x: 3, r"returned 3\."),
+    "a shape alone": (lambda x: x.shape, r"returned \(3,\)"),
+    "a dict with a dtype": (lambda x: {"y": x.dtype}, r"returned \{'y': dtype"),
+}
+
+
+@pytest.mark.parametrize("mistake", list(SHAPE_MISTAKES))
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_shape_function_mistakes_are_the_shape_functions(mistake, jit):
+    shape, said = SHAPE_MISTAKES[mistake]
+    name = _name("shape")
+    op = jaxbind.linear_op(shape=shape, name=name)(lambda x: x)
+    call = jax.jit(op) if jit else op
+    with pytest.raises(TypeError) as info:
+        call(X)
+    text = _text(info)
+    assert f"'{name}': the shape function returned" in text
+    assert re.search(said, text), text
+    assert "must return a jax.ShapeDtypeStruct" in text
+    _speaks(text, "native", [])
+
+
+def test_shape_function_may_return_arrays_and_pytrees():
+    """Anything with a tuple shape and a dtype is a shape, as for jax.pure_callback."""
+    op = jaxbind.linear_op(shape=lambda x: np.zeros(x.shape, x.dtype), name=_name("arr"))(
+        lambda x: 2 * x
+    )
+    np.testing.assert_array_equal(op(X), 2 * X)
+    op = jaxbind.linear_op(shape=lambda x: {"a": _sds(x), "b": [_sds(x)]}, name=_name("tree"))(
+        lambda x: {"a": x, "b": [3 * x]}
+    )
+    out = op(X)
+    np.testing.assert_array_equal(out["b"][0], 3 * X)
+
+
+def test_shape_function_without_outputs_for_an_effect():
+    """An op with a side effect may declare no outputs: it is called for the effect."""
+    seen = []
+
+    def record(x):
+        seen.append(float(np.sum(x)))
+
+    op = jaxbind.linear_op(shape=lambda x: None, has_side_effect=True, name=_name("log"))(record)
+    assert op(X) is None
+    jax.jit(lambda x: op(x))(X)
+    jax.effects_barrier()
+    assert seen == [3.0, 3.0]
+
+
+# --- the abstract function's mistakes (JAXbind's API) ---------------------------------------
+
+ABSTRACT_MISTAKES = {
+    "the decorators' form": (
+        lambda x, **kw: (jax.ShapeDtypeStruct(x.shape, x.dtype),),
+        r"jax\.ShapeDtypeStruct is how the shape functions",
+    ),
+    "one bare jax.ShapeDtypeStruct": (
+        lambda x, **kw: jax.ShapeDtypeStruct(x.shape, x.dtype),
+        r"jax\.ShapeDtypeStruct is how the shape functions",
+    ),
+    "a bare (shape, dtype)": (
+        lambda x, **kw: (x.shape, x.dtype),
+        r"wrap it, \(\(shape, dtype\),\)",
+    ),
+    "None": (lambda x, **kw: None, r"returned None"),
+}
+
+
+@pytest.mark.parametrize("mistake", list(ABSTRACT_MISTAKES))
+def test_abstract_function_mistakes(mistake):
+    abstract, said = ABSTRACT_MISTAKES[mistake]
+    name = _name("abstract")
+    op = jaxbind.get_linear_call(_copy, None, abstract, name=name)
+    with pytest.raises(TypeError) as info:
+        op(X)
+    text = _text(info)
+    assert f"the abstract function of '{name}'" in text
+    assert re.search(said, text), text
+    assert "must return a tuple with one (shape, dtype)" in text
