@@ -1,5 +1,10 @@
 """jaxbind.testing.check passes correct ops and catches the usual binding bugs."""
 
+import ctypes
+import shutil
+import subprocess
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -185,3 +190,222 @@ def test_report_table(enable_x64, capsys):
 def test_rejects_non_ops():
     with pytest.raises(TypeError, match="expects a jaxbind op"):
         check(jnp.sin, np.ones(3))
+
+
+# --- inputs unchanged: bodies that write their inputs past jaxbind's read-only views -------
+
+
+def _poke(a: np.ndarray, value=0.0) -> None:
+    """Write into `a` through its address, as C code or ctypes can: read-only flags
+    do not stop it."""
+    raw = (ctypes.c_char * a.nbytes).from_address(a.ctypes.data)
+    np.frombuffer(raw, a.dtype)[...] = value
+
+
+def _copy_f(out, args, kd):
+    out[0][...] = args[-1]
+
+
+def _copy_pokes_input(out, args, kd):
+    out[0][...] = args[0]
+    _poke(args[0])
+
+
+def _transpose_pokes_cotangent(out, args, kd):
+    out[0][...] = args[-1]
+    _poke(args[-1])
+
+
+def _pokes_kwarg(out, args, kd):
+    out[0][...] = args[0]
+    _poke(jaxbind.load_kwargs(kd)["weights"], 7.0)
+
+
+def _row(text: str, check_name: str, target: str) -> bool:
+    return f"- {check_name} [{target}" in text.split("\n\n")[0]
+
+
+def test_catches_a_callable_that_writes_its_input(enable_x64):
+    op = jaxbind.get_linear_call(_copy_pokes_input, _copy_f, _same, None, name="tests.pokes_f")
+    with pytest.raises(AssertionError) as info:
+        check(op, random((4,), seed=1), verbose=False)
+    text = str(info.value)
+    assert "'tests.pokes_f' failed" in text
+    assert _row(text, "inputs unchanged", "the function: input 0, float64]")
+    assert "the function wrote 100% of its input 0" in text
+
+
+def test_catches_a_transpose_that_writes_its_cotangent(enable_x64):
+    op = jaxbind.get_linear_call(
+        _copy_f, _transpose_pokes_cotangent, _same, None, name="tests.pokes_T"
+    )
+    with pytest.raises(AssertionError) as info:
+        check(op, random((4,), seed=2), verbose=False)
+    text = str(info.value)
+    assert _row(text, "inputs unchanged", "the transpose: input 0, float64]")
+    assert not _row(text, "inputs unchanged", "the function")
+
+
+def test_catches_a_native_jvp_that_writes_a_primal(enable_x64):
+    @jaxbind.nonlinear_op(
+        shape=lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), name="tests.pokes_jvp"
+    )
+    def sin(x):
+        return np.sin(x)
+
+    @sin.def_jvp
+    def _(primals, tangents):
+        result = np.cos(primals[0]) * tangents[0]
+        ptr = ctypes.cast(primals[0].ctypes.data, ctypes.POINTER(ctypes.c_double))
+        np.ctypeslib.as_array(ptr, primals[0].shape)[0] = 99.0
+        return result
+
+    @sin.def_vjp
+    def _(primals, cotangent):
+        return (np.cos(primals[0]) * cotangent,)
+
+    with pytest.raises(AssertionError) as info:
+        check(sin, random((5,), seed=3), verbose=False)
+    text = str(info.value)
+    assert _row(text, "inputs unchanged", "the JVP: input 0, float64]")
+    assert "the JVP wrote 20% of its input 0" in text
+    assert not _row(text, "inputs unchanged", "the VJP")
+
+
+def test_catches_a_write_into_an_array_keyword_argument(enable_x64):
+    op = jaxbind.get_linear_call(_pokes_kwarg, _copy_f, _same, None, name="tests.pokes_kwarg")
+    with pytest.raises(AssertionError) as info:
+        check(op, random((3,), seed=4), weights=np.ones(2), verbose=False)
+    text = str(info.value)
+    assert _row(text, "inputs unchanged", "the function: keyword argument 'weights'")
+    assert "wrote 100% of keyword argument 'weights'" in text
+
+
+_CLOBBER_SOURCE = r"""
+#include "jaxbind/kernel.h"
+/* out = x (float64), then x = 0: breaks the contract that inputs are read-only */
+int32_t copy_then_clobber(const jaxbind_call *call) {
+  double *x = (double *)call->inputs[call->n_inputs - 1].data;
+  double *y = (double *)call->outputs[0].data;
+  int64_t n = 1;
+  for (int64_t d = 0; d < call->outputs[0].rank; ++d) n *= call->outputs[0].dims[d];
+  for (int64_t i = 0; i < n; ++i) { y[i] = x[i]; x[i] = 0; }
+  return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def clobber_lib(tmp_path_factory):
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        pytest.skip("no C compiler")
+    tmp = tmp_path_factory.mktemp("clobber")
+    (tmp / "k.c").write_text(_CLOBBER_SOURCE)
+    so = tmp / "libclobber.so"
+    include = f"-I{jaxbind.kernel_include_dir()}"
+    subprocess.run(
+        [cc, "-O1", "-shared", "-fPIC", include, str(tmp / "k.c"), "-o", str(so)], check=True
+    )
+    return ctypes.CDLL(str(so))
+
+
+@pytest.mark.parametrize("how", ["ctypes", "cffi"])
+def test_catches_a_c_kernel_that_writes_its_input(enable_x64, clobber_lib, how):
+    if how == "ctypes":
+        k = jaxbind.kernel(clobber_lib.copy_then_clobber)
+    else:
+        cffi = pytest.importorskip("cffi")
+        ffi = cffi.FFI()
+        ffi.cdef("int32_t copy_then_clobber(const void *call);")
+        k = jaxbind.kernel(ffi.dlopen(clobber_lib._name).copy_then_clobber)
+    op = jaxbind.get_linear_call(_copy_f, k, _same, None, name=f"tests.clobber_{how}")
+    with pytest.raises(AssertionError) as info:
+        check(op, random((4,), seed=5), verbose=False)
+    text = str(info.value)
+    assert _row(text, "inputs unchanged", "the transpose: input 0, float64]")
+
+
+def test_inputs_unchanged_rows_for_every_role_kind(enable_x64):
+    """Correct bodies of every kind (callable, numba kernel, JAX function) pass the row."""
+
+    @jaxbind.kernel
+    def scale(out, x, factor):
+        for i in range(x.size):
+            out.flat[i] = factor * x.flat[i]
+
+    op = jaxbind.get_linear_call(scale, scale, _same, None, name="tests.unchanged_kernel")
+    report = check(op, random((4,), seed=6), factor=2.0, verbose=False)
+    rows = {r.target for r in report if r.check == "inputs unchanged"}
+    assert rows == {"the function: input 0", "the transpose: input 0"}
+
+    def f(out, args, kd):
+        out[0][...] = np.sin(args[0])
+
+    @jaxbind.jax_function
+    def jvp(x, t):
+        return [jnp.cos(x) * t]
+
+    @jaxbind.jax_function
+    def vjp(x, ct):
+        return [jnp.cos(x) * ct]
+
+    op = jaxbind.get_nonlinear_call(f, (jvp, vjp), _same, name="tests.unchanged_jaxfn")
+    report = check(op, random((4,), seed=7), verbose=False)
+    rows = {r.target for r in report if r.check == "inputs unchanged"}
+    assert rows == {f"the {r}: input {k}" for r in ("function", "JVP", "VJP") for k in (0, 1)} - {
+        "the function: input 1"
+    }
+
+
+# --- linearity -------------------------------------------------------------------------------
+
+
+def _plus_one(out, args, kd):
+    out[0][...] = args[0] + 1.0
+
+
+def _cube_root_of_sum_of_cubes(out, args, kd):
+    x = args[0]
+    out[0][...] = np.cbrt(x**3 + np.roll(x, 1) ** 3)  # homogeneous, not additive
+
+
+def _abs(out, args, kd):
+    out[0][...] = np.abs(args[0])
+
+
+@pytest.mark.parametrize(
+    "f, row, why",
+    [
+        (_plus_one, "linearity: f(0) = 0", "affine or nonlinear"),
+        (_abs, "linearity: f(a x) = a f(x)", "not homogeneous"),
+        (_cube_root_of_sum_of_cubes, "linearity: f(x + y) = f(x) + f(y)", "not additive"),
+    ],
+)
+def test_linearity_row_names_the_cause(enable_x64, f, row, why):
+    op = jaxbind.get_linear_call(f, _copy_f, _same, None, name=f"tests.not_linear{f.__name__}")
+    with pytest.raises(AssertionError) as info:
+        check(op, random((5,), seed=8), verbose=False)
+    text = str(info.value)
+    assert _row(text, row, "argument 0, float64]")
+    assert why in text
+
+
+def test_linearity_of_a_multilinear_op_is_per_argument(enable_x64):
+    def add(out, args, kd):  # jointly linear, but not linear in each argument alone
+        out[0][...] = args[0] + args[1]
+
+    op = jaxbind.get_linear_call(add, (_copy_f, _copy_f), _same, name="tests.sum_as_bilinear")
+    with pytest.raises(AssertionError) as info:
+        check(op, random((3,), seed=9), random((3,), seed=10), verbose=False)
+    text = str(info.value)
+    assert _row(text, "linearity: f(0) = 0", "argument 0")
+    assert _row(text, "linearity: f(0) = 0", "argument 1")
+
+
+def test_linearity_rows_pass_for_linear_ops(enable_x64):
+    report = check(bilinear, random((4,), seed=11), random((4,), seed=12), verbose=False)
+    rows = {(r.check, r.target) for r in report if r.check.startswith("linearity")}
+    assert len(rows) == 6  # three rows per argument
+    report = check(nonlinear, random((4,), seed=13), random((4,), seed=14), verbose=False)
+    assert not any(r.check.startswith("linearity") for r in report)
