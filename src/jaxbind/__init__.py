@@ -2,19 +2,22 @@
 
 Two ways to define the same ops. The JAX-native one:
 
-- :func:`linear_op`, :func:`multilinear_op`, :func:`nonlinear_op`: decorators, with
+- [`linear_op`][jaxbind.linear_op], [`multilinear_op`][jaxbind.multilinear_op],
+  [`nonlinear_op`][jaxbind.nonlinear_op]: decorators, with
   ``def_transpose`` / ``def_jvp`` / ``def_vjp``, pytrees and ``jax.ShapeDtypeStruct``.
 
 The JAXbind 1.3 one (drop-in compatible):
 
-- :func:`get_linear_call`: a linear or multilinear op from ``f`` and its transpose(s);
-- :func:`get_nonlinear_call`: a nonlinear op from ``f``, its JVP and its VJP;
-- :func:`jax_function`: mark a JAX function as a nonlinear op's JVP or VJP
+- [`get_linear_call`][jaxbind.get_linear_call]: a linear or multilinear op from ``f`` and its
+  transpose(s);
+- [`get_nonlinear_call`][jaxbind.get_nonlinear_call]: a nonlinear op from ``f``, its JVP and
+  its VJP;
+- [`jax_function`][jaxbind.jax_function]: mark a JAX function as a nonlinear op's JVP or VJP
   (differentiable again: Hessians);
-- :func:`load_kwargs`: the keyword arguments of a call, inside a callable;
-- :func:`kernel`: a compiled op body (numba, C, ...), called without the GIL;
-- :func:`export`: ``jax.export.export`` with jaxbind's custom call allowed;
-- :func:`jaxbind.testing.check`: check an op's abstract function, derivatives,
+- [`load_kwargs`][jaxbind.load_kwargs]: the keyword arguments of a call, inside a callable;
+- [`kernel`][jaxbind.kernel]: a compiled op body (numba, C, ...), called without the GIL;
+- [`export`][jaxbind.export]: ``jax.export.export`` with jaxbind's custom call allowed;
+- [`jaxbind.testing.check`][jaxbind.testing.check]: check an op's abstract function, derivatives,
   transposes and batching on example inputs.
 """
 

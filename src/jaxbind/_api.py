@@ -259,7 +259,7 @@ def get_linear_call(
         see "Options" below.
 
     Returns:
-      An :class:`Op`. It supports ``jit``, ``jvp``, ``grad``/``vjp``,
+      An [`Op`][jaxbind.Op]. It supports ``jit``, ``jvp``, ``grad``/``vjp``,
       ``linear_transpose`` and ``vmap``; linear ops differentiate to any order.
     """
     multilinear = isinstance(f_T, (tuple, list))
@@ -298,7 +298,7 @@ def get_nonlinear_call(
         followed by the cotangents of f's outputs and writes the cotangents of
         the non-fixed arguments. Either may be ``None`` (no forward / reverse mode).
         Either may also be a JAX function instead of a callable: a jaxbind op, or
-        a function marked with :func:`jaxbind.jax_function`, called with the same
+        a function marked with [`jaxbind.jax_function`][jaxbind.jax_function], called with the same
         arguments as JAX arrays (and the keyword arguments) and returning the list
         of results. Such derivatives are differentiable in turn, so the op has
         second (and higher) derivatives, as far as the JAX functions do.
@@ -306,10 +306,11 @@ def get_nonlinear_call(
       abstract_reverse: output shapes of ``f_vjp``, called with f's arguments
         followed by the cotangents; None: they are shaped as the non-fixed
         arguments, which jaxbind knows from the primals.
-      **options: as for :func:`get_linear_call`, and ``linear_in``: see "Options" below.
+      **options: as for [`get_linear_call`][jaxbind.get_linear_call], and ``linear_in``: see
+        "Options" below.
 
     Returns:
-      An :class:`Op`, differentiable in forward and reverse mode: to first order
+      An [`Op`][jaxbind.Op], differentiable in forward and reverse mode: to first order
       with callables as derivatives, further with JAX functions.
     """
     if not isinstance(f_derivative, (tuple, list)) or len(f_derivative) != 2:

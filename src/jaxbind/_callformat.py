@@ -1,17 +1,17 @@
 """The call format: how a program names one jaxbind call, written by the lowering and
 read by the runtime (and by the trampoline in cpp/, whose ``CallAttributes`` struct
-mirrors :class:`CallAttributes`).
+mirrors `CallAttributes`).
 
 A compiled or exported program names its jaxbind calls by these FFI attributes
 (call format 3; the trampoline checks ``jaxbind_format`` first):
 
 - ``jaxbind_format`` (int32): the format version, 3. Format 1 and 2 programs still run.
 - ``binding`` (str): the binding's name; the process must have created it.
-- ``role`` (str): which of the binding's callables, see :class:`jaxbind._roles.Role`.
+- ``role`` (str): which of the binding's callables, see `jaxbind._roles.Role`.
 - ``kwargs`` (uint8 array): the keyword arguments the callables receive, encoded
   (see _kwargs); for a natively batched call they include ``batch_axes``.
 - ``loop_levels`` (int32) and ``loop_batched`` (one uint8 flag per input):
-  jaxbind's own batch loop, see :class:`Loop` (format 1 kept it inside ``kwargs``).
+  jaxbind's own batch loop, see `Loop` (format 1 kept it inside ``kwargs``).
 - ``n_fixed`` (int32): the role's leading arguments that are not linear or
   differentiated, which the runtime needs to evaluate the abstract function.
 - ``trees`` (uint8 array, format 3): the pytree structure of a JAX-native op's call

@@ -1,9 +1,10 @@
 """Compiled kernels: op bodies that the trampoline calls without the GIL and without Python.
 
 A kernel implements the C ABI of ``jaxbind/kernel.h`` (shipped with the package, see
-:func:`kernel_include_dir`): ``int32_t kernel(const jaxbind_call *call)``. It can be
-the body of any role (f, a transpose, the JVP, the VJP), in either API, beside Python
-callables and JAX functions in the same op. :func:`kernel` makes one from
+[`kernel_include_dir`][jaxbind.kernel_include_dir]):
+``int32_t kernel(const jaxbind_call *call)``. It can be the body of any role (f, a
+transpose, the JVP, the VJP), in either API, beside Python callables and JAX functions in
+the same op. [`kernel`][jaxbind.kernel] makes one from
 
 - a numba-compilable Python function ``fn(*outputs, *inputs, **static)`` over arrays:
   jaxbind compiles, for each buffer signature (dtypes and ranks), a ``numba.cfunc``
@@ -18,7 +19,7 @@ callables, and the process that runs the program (a loaded ``jax.export`` artifa
 too) finds the kernel through the binding it made under that name.
 
 Shared: made at trace time, read by the runtime when it resolves a call site
-(:meth:`Kernel.call_for`).
+(`Kernel.call_for`).
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ class KernelCall:
 
 
 class Kernel:
-    """A compiled op body (made by :func:`kernel`).
+    """A compiled op body (made by [`kernel`][jaxbind.kernel]).
 
     Attributes:
       name: what messages call it.
@@ -278,7 +279,7 @@ def kernel(
       name: what messages call it (default: the function's name).
 
     Returns:
-      A :class:`Kernel`, to pass wherever a callable goes (``f``, ``f_T``, ``f_jvp``,
+      A [`Kernel`][jaxbind.Kernel], to pass wherever a callable goes (``f``, ``f_T``, ``f_jvp``,
       ``f_vjp``, ``def_transpose``, ...).
     """
     if fn is None:

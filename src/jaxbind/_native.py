@@ -303,13 +303,14 @@ class _Shapes(_Body):
 
 
 class NativeOp:
-    """An op of the JAX-native API (made by :func:`linear_op`, :func:`multilinear_op` or
-    :func:`nonlinear_op`). Call it with pytrees of arrays and static keyword arguments;
-    it returns the pytree its ``shape`` function describes (one array for one output).
+    """An op of the JAX-native API (made by [`linear_op`][jaxbind.linear_op],
+    [`multilinear_op`][jaxbind.multilinear_op] or [`nonlinear_op`][jaxbind.nonlinear_op]).
+    Call it with pytrees of arrays and static keyword arguments; it returns the pytree its
+    ``shape`` function describes (one array for one output).
 
     Attributes:
       name: the binding's name, as jaxprs, HLO and exported programs show it.
-      op: the underlying :class:`jaxbind.Op` (built at the first call).
+      op: the underlying [`jaxbind.Op`][jaxbind.Op] (built at the first call).
     """
 
     def __init__(
@@ -503,9 +504,10 @@ def linear_op(*, shape: ShapeFn, **options: Unpack[OpOptions]) -> Decorator:
     Args:
       shape: ``shape(*args, **kwargs)`` with ``jax.ShapeDtypeStruct``-like arguments,
         returning the output's ``jax.ShapeDtypeStruct`` (or a pytree of them).
-      **options: the options of both APIs (see :func:`jaxbind.get_linear_call`), with
-        two under their own names here: ``fixed``, the leading arguments that are
-        parameters (single arrays), not linear inputs; ``vectorized``, the callables
+      **options: the options of both APIs (see
+        [`jaxbind.get_linear_call`][jaxbind.get_linear_call]), with two under their own
+        names here: ``fixed``, the leading arguments that are parameters (single
+        arrays), not linear inputs; ``vectorized``, the callables
         handle batches themselves: batched arrays arrive with their batch axes in
         front, and results go back the same way. ``name``, ``replace``,
         ``platform_mode``, ``input_output_aliases`` (indices of array leaves),
@@ -521,17 +523,17 @@ def linear_op(*, shape: ShapeFn, **options: Unpack[OpOptions]) -> Decorator:
 def multilinear_op(*, shape: ShapeFn, **options: Unpack[OpOptions]) -> Decorator:
     """Decorator: an op linear in each argument separately (e.g. a product).
 
-    As :func:`linear_op`; define one transpose per argument with
+    As [`linear_op`][jaxbind.linear_op]; define one transpose per argument with
     ``@op.def_transpose(argnum=i)``.
     """
     return _decorator("multilinear", shape, options)
 
 
 def nonlinear_op(*, shape: ShapeFn, **options: Unpack[OpOptions]) -> Decorator:
-    """Decorator: a nonlinear op. As :func:`linear_op`; define its derivatives with
-    ``@op.def_jvp`` and ``@op.def_vjp`` (callables, or ``jaxbind.jax_function``\\ s for
-    second derivatives). Its options include ``linear_in``, as for
-    :func:`jaxbind.get_nonlinear_call`: the positions of arguments (single arrays, after
-    the fixed ones) in which the function is jointly linear, so that it transposes in
-    them, through its VJP."""
+    """Decorator: a nonlinear op. As [`linear_op`][jaxbind.linear_op]; define its derivatives with
+    ``@op.def_jvp`` and ``@op.def_vjp`` (callables, or functions marked with
+    ``jaxbind.jax_function``, for second derivatives). Its options include ``linear_in``, as for
+    [`jaxbind.get_nonlinear_call`][jaxbind.get_nonlinear_call]: the positions of arguments
+    (single arrays, after the fixed ones) in which the function is jointly linear, so that it
+    transposes in them, through its VJP."""
     return _decorator("nonlinear", shape, options)

@@ -5,18 +5,18 @@
   nonlinear    "f";  "jvp" <-> "vjp"           (f is transposed through its VJP
                                                  only where it is declared linear_in)
 
-Each role is one :class:`RoleDef`: its body (what computes it), its abstract
-function (the shapes of its outputs), its argument layout (:class:`Args`) and its
-transpose partner. :func:`role_table` builds the table from what either API was
+Each role is one `RoleDef`: its body (what computes it), its abstract
+function (the shapes of its outputs), its argument layout (`Args`) and its
+transpose partner. `role_table` builds the table from what either API was
 given; the rules read it and never ask which API made the op.
 
-A body is one of the :class:`Body` kinds: a Python callable, which the trampoline
+A body is one of the `Body` kinds: a Python callable, which the trampoline
 calls while the program runs; a compiled kernel, which it calls without the GIL; or a
 JAX function, which is traced into the program.
 The rules for each kind are grouped in ``jaxbind._rules`` (one set per kind).
 
 Roles travel as text (in the CallSpec and in a program's ``role`` attribute) and are
-parsed once into a :class:`Role`.
+parsed once into a `Role`.
 """
 
 from __future__ import annotations

@@ -2,17 +2,17 @@
 
 Everything here runs inside a compiled program, called from C++ with the GIL held:
 
-- :func:`resolve_site`: on the first call of a site, check the call's attributes
+- `resolve_site`: on the first call of a site, check the call's attributes
   (see _callformat) and return an ``_ext.Site`` holding the callable, its keyword
   arguments and jaxbind's batch loop. The programs that call a site own it (see
   Binding.keep_site); the trampoline holds it weakly, so it goes with them.
-- :class:`BufferCheck`: the site's check of the buffers XLA hands over against what
+- `BufferCheck`: the site's check of the buffers XLA hands over against what
   the binding's abstract function declares for them, once per new set of shapes.
-- :func:`format_callback_error`: the text of the error a failing callable becomes.
-- :func:`escaped_views`: told when views outlived their call (they then hold copies).
-- GPU calls go to :func:`jaxbind._gpu.dispatch`.
+- `format_callback_error`: the text of the error a failing callable becomes.
+- `escaped_views`: told when views outlived their call (they then hold copies).
+- GPU calls go to `jaxbind._gpu.dispatch`.
 
-:func:`install` hands these to the trampoline, once, at import. Trace-time code
+`install` hands these to the trampoline, once, at import. Trace-time code
 (the registry, the rules, the lowering) never reaches into this module.
 """
 

@@ -4,7 +4,7 @@ A CallSpec is frozen and hashable, so equal calls give equal jaxpr equations and
 JAX's caches. It names the binding (by identity), the role being called, how many
 leading arguments the role is not linear in, the keyword arguments, the pytree
 structure of the call (JAX-native API) and, once batched, the batch axes of every
-input and output: the one representation of batching, :class:`BatchAxes`. With
+input and output: the one representation of batching, `BatchAxes`. With
 ``func_can_batch`` the callables receive those axes as ``batch_axes``; otherwise
 jaxbind loops over the batch itself, and `loop` derives that loop from the same
 axes (the lowering writes it as explicit call attributes).

@@ -262,7 +262,7 @@ def check(
       **kwargs: keyword arguments of the op call.
 
     Returns:
-      The :class:`CheckReport` when every check passes.
+      The `CheckReport` when every check passes.
 
     Raises:
       AssertionError: naming each failed check, its argument, dtype and error,

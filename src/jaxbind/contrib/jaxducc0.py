@@ -2,16 +2,16 @@
 
 Drop-in compatible with JAXbind 1.3's ``jaxbind.contrib.jaxducc0``:
 
-- :data:`c2c`, :data:`genuine_fht`: complex FFT and Hartley transform (ops).
-- :data:`r2c`, :data:`c2r`: the real FFT pair (ops).
-- :func:`get_healpix_sht`, :func:`nalm`: spherical-harmonic synthesis on HEALPix;
-  :func:`realalm_to_alm`, :func:`alm_to_realalm`, :func:`realalm_size`,
-  :func:`realalm_ell`: its real coefficient layout (NumPy and JAX).
-- :func:`get_wgridder`: the radio-interferometric (w-)gridder, image to visibilities.
-- :func:`get_nufft`: type-1 and type-2 non-uniform FFTs with fixed points (the fast path).
-- :func:`nufft1`, :func:`nufft2`, :func:`nufft3`, :class:`Opts`: jax-finufft's calls,
-  differentiable in the values and in the points; :func:`nufft_points`, the op beneath.
-- :class:`NufftPlan`: a NUFFT of any type with fixed, concrete points, planned once.
+- `c2c`, `genuine_fht`: complex FFT and Hartley transform (ops).
+- `r2c`, `c2r`: the real FFT pair (ops).
+- `get_healpix_sht`, `nalm`: spherical-harmonic synthesis on HEALPix;
+  `realalm_to_alm`, `alm_to_realalm`, `realalm_size`,
+  `realalm_ell`: its real coefficient layout (NumPy and JAX).
+- `get_wgridder`: the radio-interferometric (w-)gridder, image to visibilities.
+- `get_nufft`: type-1 and type-2 non-uniform FFTs with fixed points (the fast path).
+- `nufft1`, `nufft2`, `nufft3`, `Opts`: jax-finufft's calls,
+  differentiable in the values and in the points; `nufft_points`, the op beneath.
+- `NufftPlan`: a NUFFT of any type with fixed, concrete points, planned once.
 
 Every op returns a list with one array, as JAXbind ops do, and follows JAX's
 convention for transposes: no complex conjugation (the transpose of ``x -> A x``

@@ -8,7 +8,7 @@ Rather than a table that the next DUCC release would make wrong, the finest
 accuracy of each (transform, dimension, precision) is found by running DUCC on a
 tiny problem, bisecting the accuracy between what fails and what works.
 
-The policy every DUCC op with an accuracy follows (:func:`working_precision`):
+The policy every DUCC op with an accuracy follows (`working_precision`):
 
 - an accuracy finer than DUCC reaches in the data's precision is clamped to the
   finest it reaches, as FINUFFT does;

@@ -25,7 +25,7 @@ DUCC can reach is clamped to the finest it can; in single precision, one finer t
 single precision's kernels reach is computed in double precision and rounded back.
 Non-finite coordinates give NaN where they enter the sum (every output of a type-1
 transform, the outputs at those points of a type 2). Everything is differentiable in
-the values and in the points (see :mod:`.nufft_points`), to any order, and
+the values and in the points (see `.nufft_points`), to any order, and
 batches under ``vmap``.
 """
 
@@ -239,8 +239,9 @@ def nufft2(source, *points, iflag: int = -1, eps: float = 1e-6, opts=None):
     Args:
       source: complex grid values, ``(..., *grid)``.
       *points: ``x``, ``y``, ``z``: 1-3 real arrays ``(..., M)``.
-      iflag, eps, opts: the sign of the exponent, the requested accuracy and the
-        options, as for :func:`nufft1`.
+      iflag: the sign of the exponent.
+      eps: the requested accuracy, as for `nufft1`.
+      opts: the options, as for `nufft1`.
 
     Returns:
       ``(..., M)``.
@@ -257,8 +258,9 @@ def nufft3(source, *points, iflag: int = -1, eps: float = 1e-6, opts=None):
       *points: the source coordinates, then as many target coordinates:
         ``x, s`` (1-D), ``x, y, s, t`` (2-D) or ``x, y, z, s, t, u`` (3-D);
         sources ``(..., M)``, targets ``(..., K)``.
-      iflag, eps, opts: the sign of the exponent, the requested accuracy and the
-        options, as for :func:`nufft1`.
+      iflag: the sign of the exponent.
+      eps: the requested accuracy, as for `nufft1`.
+      opts: the options, as for `nufft1`.
 
     Returns:
       ``(..., K)``.

@@ -121,7 +121,7 @@ def get_nufft(
       nufft_type: 1 (non-uniform values -> grid, ``ducc0.nufft.nu2u``) or
         2 (grid -> values at the points, ``ducc0.nufft.u2nu``).
       forward: exponent sign, -1 if True; epsilon: accuracy (> 0; see
-        :func:`nufft1` for the finest DUCC reaches); fft_order: grid
+        `nufft1` for the finest DUCC reaches); fft_order: grid
         starts at the zero mode instead of the most negative one.
       **kwargs: ``verbosity``, ``sigma_min`` and ``sigma_max``, passed to DUCC.
 

@@ -13,7 +13,7 @@ constructor, instead of in every call. The op is linear in the values:
 points) uses the same plan. Leading dimensions of the values are transforms
 sharing the points (one DUCC call); ``vmap`` calls DUCC once per element, each
 time on the same plan. The points are not differentiable here: use
-:func:`nufft1`/:func:`nufft2`/:func:`nufft3` for that.
+`nufft1`/`nufft2`/`nufft3` for that.
 
 The plan lives in this process and travels to the callables as a keyword
 argument that is not data: compiled programs that call it keep it alive, and
@@ -93,7 +93,7 @@ class NufftPlan:
       eps: the requested accuracy, > 0: clamped to the finest DUCC reaches; in single
         precision, finer than single precision reaches plans in double precision (the
         values are converted at each call and the results rounded back).
-      opts: an object with ``modeord`` and ``nthreads``, as for :func:`nufft1`.
+      opts: an object with ``modeord`` and ``nthreads``, as for `nufft1`.
       dtype: complex64 or complex128; by default the complex type of the points.
 
     Calling the plan on values ``(..., M)`` (types 1 and 3) or ``(..., *n_modes)``

@@ -31,7 +31,7 @@ Shapes (``T`` transforms share the points; ``d`` in 1..3 dimensions):
 - ``qs`` (type 3 only): ``(d, K)`` target coordinates.
 
 ``vmap`` over any argument runs DUCC once per batch element (jaxbind's loop).
-:mod:`.finufft` builds jax-finufft's calling convention on top of this op.
+`.finufft` builds jax-finufft's calling convention on top of this op.
 """
 
 from __future__ import annotations
@@ -293,7 +293,7 @@ def nufft_points(
       sign: the sign of the exponent, +1 or -1.
       eps: the requested accuracy (> 0). Finer than DUCC reaches is clamped to the finest
         it reaches; in single precision, finer than single precision's kernels reach is
-        computed in double precision and rounded back (see :mod:`._accuracy`).
+        computed in double precision and rounded back (see `._accuracy`).
       modeord: 0: grids run from the most negative mode; 1: FFT order.
       nthreads: DUCC threads (0: all).
       grid: type 1 only: the output grid's shape.

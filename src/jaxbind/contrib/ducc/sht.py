@@ -30,7 +30,7 @@ def nalm(lmax, mmax):
 
 
 def realalm_size(lmax, mmax):
-    """Length of the real alm layout that :func:`get_healpix_sht` takes: ``2 nalm - lmax - 1``."""
+    """Length of the real alm layout that `get_healpix_sht` takes: ``2 nalm - lmax - 1``."""
     return 2 * nalm(lmax, mmax) - lmax - 1
 
 
@@ -51,7 +51,7 @@ def _xp(x):
 def realalm_to_alm(x, lmax):
     """Real alm layout -> complex alm in DUCC's order (m-major), along the last axis.
 
-    The inverse of :func:`alm_to_realalm`. Works on NumPy arrays (returns NumPy) and
+    The inverse of `alm_to_realalm`. Works on NumPy arrays (returns NumPy) and
     on JAX arrays, also under ``jit``, ``grad`` and ``vmap`` (returns JAX).
     ``x[..., :lmax + 1]`` are the m = 0 coefficients; then come the real and
     imaginary parts of each m > 0 coefficient, times sqrt(2).
@@ -64,10 +64,10 @@ def realalm_to_alm(x, lmax):
 
 
 def alm_to_realalm(alm, lmax):
-    """Complex alm (DUCC's order, last axis) -> the real layout of :func:`get_healpix_sht`.
+    """Complex alm (DUCC's order, last axis) -> the real layout of `get_healpix_sht`.
 
     The m = 0 coefficients keep their real part (their imaginary part must be 0 for
-    a real map). Works on NumPy and JAX arrays (traceable), like :func:`realalm_to_alm`.
+    a real map). Works on NumPy and JAX arrays (traceable), like `realalm_to_alm`.
     """
     xp = _xp(alm)
     alm = xp.asarray(alm)
