@@ -190,7 +190,7 @@ if plt is not None:
     )
     pix = base.ang2pix(np.stack([th, ph], axis=-1))
     panels = [("truth", signal), ("data (masked, noisy)", data), ("Wiener filter", Y(rec))]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 3.4))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 3.0), layout="constrained")
     vmax = float(jnp.max(jnp.abs(signal)))
     for ax, (title, m) in zip(axes, panels):
         im = ax.imshow(
@@ -199,7 +199,8 @@ if plt is not None:
         ax.set_title(title)
         ax.set_xlabel("longitude [deg]")
     axes[0].set_ylabel("latitude [deg]")
-    fig.colorbar(im, ax=axes, shrink=0.8)
+    cbar = fig.colorbar(im, ax=axes, shrink=0.72, pad=0.01, aspect=15)
+    cbar.set_label("field value [arbitrary units]")
     out = pathlib.Path(__file__).with_suffix(".png")
     fig.savefig(out, dpi=90, bbox_inches="tight")
     print(f"figure written to {out}")
