@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "xla/ffi/api/ffi.h"
+#include "xla_ffi.h"
 
 namespace jaxbind {
 

@@ -22,7 +22,7 @@
 #include <numpy/arrayobject.h>
 
 #include "callformat.h"
-#include "xla/ffi/api/ffi.h"
+#include "xla_ffi.h"
 
 namespace nb = nanobind;
 namespace ffi = xla::ffi;
