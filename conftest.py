@@ -18,6 +18,7 @@ import re
 
 import pytest
 
+_DOCSTRING_COLLECTOR = "MarkdownDocstringCodeModule"  # the plugin's collector of .py files
 _INCLUDE = re.compile(r'^--8<-- "([^"]+)"$')
 
 
@@ -45,6 +46,17 @@ def _has_cuda() -> bool:
 
 def _is_block(item) -> bool:
     return getattr(item, "test_definition", None) is not None and "::[CodeFence#" in item.nodeid
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collect_file(file_path, parent):
+    """Markdown files only: the plugin would also import every .py file under testpaths to
+    read its docstrings, and the scripts in tests/ that run in subprocesses (sharding_cases,
+    distributed_worker, ...) change JAX's configuration when imported."""
+    outcome = yield
+    if file_path.suffix == ".py":
+        found = outcome.get_result()
+        outcome.force_result([c for c in found if type(c).__name__ != _DOCSTRING_COLLECTOR])
 
 
 def pytest_collection_modifyitems(config, items):
