@@ -26,3 +26,25 @@ def random(shape, dtype=np.float64, seed=0, complex_=False):
 
 def tol(dtype):
     return 2e-5 if np.dtype(dtype) in (np.float32, np.complex64) else 1e-12
+
+
+def compile_c_library(tmp_path_factory, name: str, source: str):
+    """`source` (C, against jaxbind/kernel.h) compiled into a shared library, loaded with
+    ctypes; the test is skipped where there is no C compiler."""
+    import ctypes
+    import shutil
+    import subprocess
+
+    import jaxbind
+
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        pytest.skip("no C compiler")
+    tmp = tmp_path_factory.mktemp(name)
+    (tmp / "k.c").write_text(source)
+    so = tmp / f"lib{name}.so"
+    include = f"-I{jaxbind.kernel_include_dir()}"
+    subprocess.run(
+        [cc, "-O1", "-shared", "-fPIC", include, str(tmp / "k.c"), "-o", str(so)], check=True
+    )
+    return ctypes.CDLL(str(so))

@@ -3,7 +3,6 @@ errors, export, and calls that run without the GIL."""
 
 import ctypes
 import pathlib
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -13,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import random
+from helpers import compile_c_library, random
 
 import jaxbind
 
@@ -260,26 +259,7 @@ int32_t wait_for_flag(const jaxbind_call *call) {
 
 @pytest.fixture(scope="module")
 def clib(tmp_path_factory):
-    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if cc is None:
-        pytest.skip("no C compiler")
-    tmp = tmp_path_factory.mktemp("ckernels")
-    (tmp / "k.c").write_text(_C_SOURCE)
-    so = tmp / "libk.so"
-    subprocess.run(
-        [
-            cc,
-            "-O1",
-            "-shared",
-            "-fPIC",
-            f"-I{jaxbind.kernel_include_dir()}",
-            str(tmp / "k.c"),
-            "-o",
-            str(so),
-        ],
-        check=True,
-    )
-    return ctypes.CDLL(str(so))
+    return compile_c_library(tmp_path_factory, "k", _C_SOURCE)
 
 
 def test_c_kernel_through_ctypes_and_raw_address(clib):

@@ -1,14 +1,12 @@
 """jaxbind.testing.check passes correct ops and catches the usual binding bugs."""
 
 import ctypes
-import shutil
-import subprocess
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import random
+from helpers import compile_c_library, random
 from reference_ops import axpy, bilinear, flip2, flipsum, matvec, nonlinear, power
 
 import jaxbind
@@ -297,17 +295,7 @@ int32_t copy_then_clobber(const jaxbind_call *call) {
 
 @pytest.fixture(scope="module")
 def clobber_lib(tmp_path_factory):
-    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if cc is None:
-        pytest.skip("no C compiler")
-    tmp = tmp_path_factory.mktemp("clobber")
-    (tmp / "k.c").write_text(_CLOBBER_SOURCE)
-    so = tmp / "libclobber.so"
-    include = f"-I{jaxbind.kernel_include_dir()}"
-    subprocess.run(
-        [cc, "-O1", "-shared", "-fPIC", include, str(tmp / "k.c"), "-o", str(so)], check=True
-    )
-    return ctypes.CDLL(str(so))
+    return compile_c_library(tmp_path_factory, "clobber", _CLOBBER_SOURCE)
 
 
 @pytest.mark.parametrize("how", ["ctypes", "cffi"])
