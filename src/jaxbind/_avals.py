@@ -17,7 +17,7 @@ import numpy as np
 
 from ._compat import InconclusiveDimensionOperation
 
-__all__ = ["XLA_ELEMENT_TYPES", "check_result", "check_supported"]
+__all__ = ["XLA_ELEMENT_TYPES", "check_result", "check_supported", "shown"]
 
 is_symbolic_dim = jax.export.is_symbolic_dim  # public since jax 0.4.30
 
@@ -74,12 +74,12 @@ def check_result(result, where, batched):
         "per output"
     )
     if not isinstance(result, (tuple, list)):
-        raise TypeError(f"{where} returned {_show(result)}; {must}{_hint(result)}")
+        raise TypeError(f"{where} returned {shown(result)}; {must}{_hint(result)}")
     outs = []
     for i, entry in enumerate(result):
         if not isinstance(entry, (tuple, list)) or len(entry) not in (2, 3):
             raise TypeError(
-                f"{where} returned {_show(result)}, whose output {i} is {_show(entry)}; "
+                f"{where} returned {shown(result)}, whose output {i} is {shown(entry)}; "
                 f"{must}{_hint(result)}"
             )
         shape, dtype = _shape(entry[0], f"{where}: output {i}"), entry[1]
@@ -109,8 +109,8 @@ def check_result(result, where, batched):
     return outs
 
 
-def _show(value, limit: int = 120) -> str:
-    """`value` as a message shows it: its repr, shortened."""
+def shown(value, limit: int = 120) -> str:
+    """`value` as a message shows it: its repr, shortened (what a user's function returned)."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

@@ -43,6 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._api import Op, check_body_runs, make_op
+from ._avals import shown
 from ._errors import about, add_context
 from ._kernels import Kernel
 from ._kwargs import KwargsDump, encode_kwargs, load_kwargs
@@ -142,8 +143,6 @@ def _check_declared(name: str, declared, effectful: bool) -> None:
         for leaf in leaves
     ):
         return
-    shown = repr(declared)
-    shown = shown if len(shown) <= 120 else shown[:117] + "..."
     hint = ""
     if not leaves:
         hint = " (no outputs, and the op has no side effect: nothing would ever call it)"
@@ -158,7 +157,7 @@ def _check_declared(name: str, declared, effectful: bool) -> None:
     elif isinstance(declared, (tuple, list)) and len(declared) == 2:
         hint = ": for (shape, dtype), write jax.ShapeDtypeStruct(shape, dtype)"
     raise TypeError(
-        f"{about(name)}: the shape function returned {shown}{hint}. It must return a "
+        f"{about(name)}: the shape function returned {shown(declared)}{hint}. It must return a "
         "jax.ShapeDtypeStruct for one output, or a pytree (tuple, list, dict) of them for "
         "several, e.g. jax.ShapeDtypeStruct(x.shape, x.dtype)"
     )
