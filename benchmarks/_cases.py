@@ -88,7 +88,15 @@ def _jaxbind_ops():
             _abstract_batched,
             func_can_batch=True,
         ),
+        kernel=jaxbind.get_linear_call(
+            jaxbind.kernel(_double_kernel), jaxbind.kernel(_double_kernel), _abstract, _abstract
+        ),
     )
+
+
+def _double_kernel(out, x):  # a numba kernel: jaxbind's C++ loop calls it per batch element
+    for i in range(x.size):
+        out[i] = 2 * x[i]
 
 
 def _pure_callback(x):
@@ -233,10 +241,10 @@ def build(impl: str, case: str, size: int):
             else None,
         }[impl]
         return jax.jit(jax.grad(lambda x: jnp.sum(f(x)))), x
-    if case in ("vmap", "vmap_native"):
+    if case in ("vmap", "vmap_native", "vmap_kernel"):
         xb = jnp.ones((64, n), jnp.float32)
         if impl == "jaxbind":
-            op = _jaxbind_ops()["native" if case == "vmap_native" else "double"]
+            op = _jaxbind_ops()[{"vmap": "double", "vmap_native": "native"}.get(case, "kernel")]
             f = lambda x: op(x)[0]  # noqa: E731
         elif impl == "jnp":
             f = lambda x: 2 * x  # noqa: E731

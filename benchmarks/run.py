@@ -48,6 +48,7 @@ FULL = [
     ("grad", [1_000], ["jnp", "floor", "jaxbind", "jaxbind13", "pure_callback"]),
     ("vmap", [1_000], ["jnp", "jaxbind", "jaxbind13", "pure_callback"]),
     ("vmap_native", [1_000], ["jnp", "jaxbind", "jaxbind13", "pure_callback"]),
+    ("vmap_kernel", [1_000], ["jnp", "jaxbind"]),  # a numba kernel, jaxbind's C++ loop
     ("eager", [1_000], ["jnp", "jaxbind", "jaxbind13", "pure_callback"]),
     ("first_call", [1_000], ["jnp", "jaxbind", "jaxbind13"]),
     ("import", [0], ["jnp", "jaxbind", "jaxbind13"]),
@@ -92,7 +93,7 @@ def _reps(case, size, quick):
         return 20
     budget = 0.05  # seconds per measurement, roughly
     per_call = {1: 10e-6, 1_000: 12e-6, 1_000_000: 4e-4, 16_000_000: 2e-2}.get(size, 1e-4)
-    if case in ("vmap", "vmap_native"):
+    if case in ("vmap", "vmap_native", "vmap_kernel"):
         per_call *= 64
     if case == "eager":
         per_call = 2e-4

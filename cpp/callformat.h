@@ -59,21 +59,19 @@ bool get_attr(const ffi::Dictionary &attrs, std::string_view name, T &out) {
   return true;
 }
 
-struct CallAttributes {
-  // Read at every call: the format, checked, and the site digest (the cache key).
+// What every call reads before anything else: its format, checked, and the site digest
+// (the cache key). The resolver (jaxbind/_callformat.py, CallAttributes.read) reads and
+// checks the other attributes of the call's format when it first sees a site.
+struct Header {
   int32_t format = 0;
   int64_t site = 0;  // signed: jax 0.7 cannot lower uint64 attributes above 2**63
-  // Read when the site is not cached yet, for the resolver.
-  std::string_view binding, role;
-  ffi::Span<const uint8_t> kwargs, flags, trees;
-  int32_t levels = -1, n_fixed = -1;  // -1: format 1, whose loop is inside kwargs
 
-  // The format and the site. Returns what is wrong (an empty message if nothing is).
   struct Problem {
     ffi::ErrorCode code = ffi::ErrorCode::kInvalidArgument;
     std::string message;
   };
-  Problem read_header(const ffi::Dictionary &attrs) {
+  // Returns what is wrong (an empty message if nothing is).
+  Problem read(const ffi::Dictionary &attrs) {
     if (!get_attr(attrs, "jaxbind_format", format))
       return {ffi::ErrorCode::kInvalidArgument,
               "custom call has no 'jaxbind_format' attribute; it was not made by jaxbind"};
@@ -82,30 +80,12 @@ struct CallAttributes {
               "program uses jaxbind call format " + std::to_string(format) +
                   ", but this jaxbind reads formats 1 to " + std::to_string(kCallFormat) +
                   "; upgrade jaxbind to run it"};
-    if (!get_attr(attrs, "site", site)) return {ffi::ErrorCode::kInvalidArgument, kMissing};
+    if (!get_attr(attrs, "site", site))
+      return {ffi::ErrorCode::kInvalidArgument,
+              "custom call lacks one of the attributes 'site', 'binding', 'role', 'kwargs' "
+              "that call format 1 requires"};
     return {};
   }
-
-  // The other attributes of the call's format; throws std::invalid_argument.
-  void read_rest(const ffi::Dictionary &attrs) {
-    if (!get_attr(attrs, "binding", binding) || !get_attr(attrs, "role", role) ||
-        !get_attr(attrs, "kwargs", kwargs))
-      throw std::invalid_argument(kMissing);
-    if (format >= 2 &&
-        (!get_attr(attrs, "loop_levels", levels) || !get_attr(attrs, "loop_batched", flags) ||
-         !get_attr(attrs, "n_fixed", n_fixed)))
-      throw std::invalid_argument(kMissingLoop);
-    if (format >= 3 && !get_attr(attrs, "trees", trees)) throw std::invalid_argument(kMissingTrees);
-  }
-
-  static constexpr const char *kMissing =
-      "custom call lacks one of the attributes 'site', 'binding', 'role', 'kwargs' that call "
-      "format 1 requires";
-  static constexpr const char *kMissingLoop =
-      "custom call lacks one of the attributes 'loop_levels', 'loop_batched', 'n_fixed' that "
-      "call format 2 requires";
-  static constexpr const char *kMissingTrees =
-      "custom call lacks the attribute 'trees' that call format 3 requires";
 };
 
 }  // namespace jaxbind

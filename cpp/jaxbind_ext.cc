@@ -1,33 +1,40 @@
-// jaxbind's trampoline: the XLA FFI handlers that call a Python callable.
+// jaxbind's trampoline: the XLA FFI handlers, and the module.
 //
-// Files: state.h (call sites, their cache and tables), views.h (NumPy views of host
-// buffers), and this file (the CPU and CUDA handlers and the module).
+// Files, from the bottom up:
+//   callformat.h  the attributes a call carries; its header (format, site digest)
+//   call.h        one described call: its buffers (decoded once), signature, batch loop
+//   kernels.h     compiled kernels' keyword arguments, and the ABI call of a kernel
+//   state.h       process-wide state: the Python functions called, the dtype table
+//   site.h        call sites by digest, and what a first call asks of Python
+//   views.h       NumPy views of host buffers, for Python callables
+//   this file     the CPU and CUDA handlers, and the module
 //
-// When XLA runs a compiled program and reaches a jaxbind custom call on the
-// CPU, `Call` below takes the GIL, wraps every input buffer as a read-only NumPy array and
-// every output buffer as a writable NumPy array (both zero-copy), and calls
-//
-//     callable(out: tuple, args: tuple, kwargs_dump)
-//
-// The program does not name the callable by address. Its attributes (call
-// format 3, see jaxbind/_callformat.py) carry the binding's stable name, the
-// role, the encoded keyword arguments, jaxbind's batch loop and a 64-bit digest
-// of them all. The digest keys a cache of resolved call sites; on a miss, the
-// Python resolver (jaxbind/_runtime.py, set by `init`) checks the attributes and
-// returns a Site, which its binding owns and the cache holds weakly. Before the
-// callable runs, the buffers are checked against the loop and, once per new
-// set of shapes, against the binding's abstract function (`check_buffers`).
-// Unknown names, bad programs and Python exceptions become ffi::Error values,
-// never crashes.
-// On CUDA, `CallCuda` hands the device pointers and XLA's stream to Python
-// (jaxbind/_gpu.py); it needs no CUDA header or library.
+// A program does not name its body by address. A call's attributes (call format 3, see
+// jaxbind/_callformat.py) carry the binding's stable name, the role, the encoded keyword
+// arguments, jaxbind's batch loop and a 64-bit digest of them all. The digest keys the
+// sites; a site's first call, and each new buffer signature, are checked in Python
+// against the binding's abstract function (site.h). Then every call, on every platform,
+// is the same: its buffers decoded once, jaxbind's loop checked once against them, and
+// the body run once per batch element:
+//   - a compiled kernel: without the GIL, and without Python once its signature is known;
+//   - a Python callable on the CPU: the GIL taken, every input wrapped as a read-only NumPy
+//     array and every output as a writable one (zero-copy), and
+//         callable(out: tuple, args: tuple, kwargs_dump)
+//     called;
+//   - on CUDA: the element's device pointers and XLA's stream handed to the Python GPU
+//     dispatcher (jaxbind/_runtime/gpu.py); no CUDA header or library is needed here.
+// Unknown names, bad programs and Python exceptions become ffi::Error values, never
+// crashes.
 
+#include "call.h"
 #include "kernels.h"
+#include "site.h"
 #include "state.h"
 #include "views.h"
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <thread>
 
 #if defined(__GLIBCXX__)
@@ -36,122 +43,111 @@
 
 namespace jaxbind {
 
-inline Site &site_of(PyObject *obj) { return *nb::inst_ptr<Site>(nb::handle(obj)); }
+// What one call works on, reused by the calls of a thread (no allocation per call once
+// warm): the call's buffers, and a batch element's. A stack, because a Python callable
+// may call a jaxbind op eagerly, which runs on the same thread.
+struct Frame {
+  Call call, element;
+};
 
-// Find the call site named by the attributes. A cached site needs only the
-// digest; on a miss the resolver checks every attribute and returns a Site,
-// which its binding owns. Returns a strong reference: the call keeps its site
-// alive even if the callable drops the last other reference to the binding.
-nb::object resolve(CallAttributes &call, const ffi::Dictionary &attrs) {
-  auto it = state->sites.find(call.site);
-  if (it != state->sites.end()) return nb::borrow(it->second.site);
-  call.read_rest(attrs);
-  auto bytes = [](ffi::Span<const uint8_t> span) {
-    return nb::bytes(reinterpret_cast<const char *>(span.begin()), span.size());
-  };
-  nb::object found =
-      state->resolver(call.format, nb::str(call.binding.data(), call.binding.size()),
-                      nb::str(call.role.data(), call.role.size()), bytes(call.kwargs), call.site,
-                      call.levels, bytes(call.flags), call.n_fixed, bytes(call.trees));
-  if (!nb::isinstance<Site>(found)) throw std::runtime_error("the resolver returned no Site");
-  Site &site = site_of(found.ptr());
-  if (site.levels < 0 || site.levels > 64)
-    throw std::invalid_argument("the call's batch levels are out of range");
-  // When the site is freed (with its binding), the weak reference's callback
-  // drops the entry, unless the digest has meanwhile been given to another site.
-  int64_t digest = call.site;
-  KernelRef kernel = site.kernel;
-  nb::object forget = nb::cpp_function([digest, kernel](nb::handle ref) {
-    if (state == nullptr) return;
-    auto entry = state->sites.find(digest);
-    if (entry != state->sites.end() && entry->second.ref.ptr() == ref.ptr())
-      state->sites.erase(entry);
-    if (!kernel) return;
-    std::lock_guard lock(kernel_mu);
-    auto ks = kernel_sites.find(digest);
-    if (ks != kernel_sites.end() && ks->second == kernel) kernel_sites.erase(ks);
-    kernel->alive.store(false, std::memory_order_release);
-  });
-  nb::weakref ref(found, forget);
-  // The resolver ran Python, so another thread may have resolved the same digest
-  // meanwhile: its site stays the one (replacing the entry would drop the weak reference
-  // whose callback marks that site's kernel dead when its binding goes).
-  auto again = state->sites.find(digest);
-  if (again != state->sites.end()) return nb::borrow(again->second.site);
-  state->sites.emplace(digest, Entry{found.ptr(), std::move(ref)});
-  if (site.kernel) {
-    std::lock_guard lock(kernel_mu);
-    kernel_sites.insert_or_assign(digest, site.kernel);
+class ScopedFrame {
+ public:
+  ScopedFrame() {
+    Stack &stack = local();
+    if (stack.depth == stack.frames.size()) stack.frames.push_back(std::make_unique<Frame>());
+    frame_ = stack.frames[stack.depth++].get();
   }
-  return found;
+  ~ScopedFrame() { --local().depth; }
+  ScopedFrame(const ScopedFrame &) = delete;
+  ScopedFrame &operator=(const ScopedFrame &) = delete;
+  Frame &operator*() const { return *frame_; }
+  Frame *operator->() const { return frame_; }
+
+ private:
+  struct Stack {
+    std::vector<std::unique_ptr<Frame>> frames;
+    size_t depth = 0;
+  };
+  static Stack &local() {
+    thread_local Stack stack;
+    return stack;
+  }
+  Frame *frame_;
+};
+
+// Run a kernel site's call: once, or once per batch element, without the GIL.
+inline void run_kernel(const SiteCore &core, jaxbind_kernel_fn fn, Frame &frame) {
+  const Loop *batch = core.whole_batch ? &core.loop : nullptr;
+  core.loop.run(frame.call, core.whole_batch, frame.element,
+                [&](const Call &call) { call_kernel(fn, core.kwargs, core.label, call, batch); });
 }
 
-// Buffer signature: for each input, then each output, its element type, rank and
-// dimensions. `known` holds the signatures the site's check accepted.
-template <typename Remaining>
-bool signature_part_matches(const Remaining &buffers, const std::vector<int64_t> &sig,
-                            size_t &pos) {
-  for (size_t i = 0; i < buffers.size(); ++i) {
-    ffi::AnyBuffer b = buffer_at(buffers, i, "buffer");
-    auto dims = b.dimensions();
-    if (pos + 2 + dims.size() > sig.size() || sig[pos] != static_cast<int64_t>(b.element_type()) ||
-        sig[pos + 1] != static_cast<int64_t>(dims.size()))
-      return false;
-    pos += 2;
-    for (int64_t d : dims)
-      if (sig[pos++] != d) return false;
+// What each thread keeps between kernel calls, in one place (one thread-local lookup per
+// call): the last kernel site it found, and the last signature it matched.
+struct FastCache {
+  int64_t digest = 0;
+  CoreRef core;             // keeps the core alive while this thread uses it
+  uint64_t matched_id = 0;  // SiteCore::id of the signature below
+  Signature signature;
+  jaxbind_kernel_fn fn = nullptr;
+};
+
+inline FastCache &fast_cache() {
+  thread_local FastCache cache;
+  return cache;
+}
+
+// A kernel call whose site and signature are known: no GIL, no Python object. Returns
+// false when the call needs the GIL path (see `guarded`).
+bool run_kernel_fast(const RawAttrs &attrs, const ffi::RemainingArgs &args,
+                     const ffi::RemainingRets &rets, Frame &frame, ffi::Error &result) {
+  int64_t digest = 0;
+  if (!attrs.site(digest)) return false;
+  FastCache &cache = fast_cache();
+  if (!cache.core || cache.digest != digest || !cache.core->alive.load(std::memory_order_acquire)) {
+    std::lock_guard lock(fast_mu);
+    auto it = fast_sites.find(digest);
+    if (it == fast_sites.end()) return false;  // (its format was checked when resolved)
+    cache.digest = digest;
+    cache.core = it->second;
+  }
+  SiteCore &core = *cache.core.get();
+  try {
+    frame.call.decode(args, rets);
+  } catch (std::exception &) {
+    return false;  // the GIL path reports it, with the binding's name
+  }
+  jaxbind_kernel_fn fn = nullptr;
+  if (cache.matched_id == core.id && cache.signature.matches(frame.call)) {
+    fn = cache.fn;
+  } else {
+    if (!core.accepted.find(frame.call, fn)) return false;
+    cache.matched_id = core.id;
+    cache.signature = Signature::of(frame.call);
+    cache.fn = fn;
+  }
+  try {
+    run_kernel(core, fn, frame);
+    result = ffi::Error::Success();
+  } catch (KernelError &e) {
+    result = error(ffi::ErrorCode::kInternal, e.what());
+  } catch (std::invalid_argument &e) {
+    result = error(ffi::ErrorCode::kInvalidArgument, core.label + ": " + e.what());
+  } catch (std::exception &e) {
+    result = error(ffi::ErrorCode::kInternal, core.label + ": " + e.what());
   }
   return true;
 }
 
-template <typename Remaining>
-void append_signature(const Remaining &buffers, std::vector<int64_t> &sig, nb::list &described,
-                      const char *what) {
-  for (size_t i = 0; i < buffers.size(); ++i) {
-    ffi::AnyBuffer b = buffer_at(buffers, i, what);
-    auto dims = b.dimensions();
-    sig.push_back(static_cast<int64_t>(b.element_type()));
-    sig.push_back(static_cast<int64_t>(dims.size()));
-    nb::list shape;
-    for (int64_t d : dims) {
-      sig.push_back(d);
-      shape.append(d);
-    }
-    described.append(nb::make_tuple(nb::tuple(shape), static_cast<int>(b.element_type())));
-  }
-}
-
-// Check the buffers XLA hands over against what the binding's abstract function
-// declares for them (the site's `check`, once per new signature).
-void check_buffers(Site &site, const Args &args, const Rets &rets) {
-  for (auto it = site.known.rbegin(); it != site.known.rend(); ++it) {
-    size_t pos = 0;
-    if (signature_part_matches(args, *it, pos) && signature_part_matches(rets, *it, pos) &&
-        pos == it->size()) {
-      if (it != site.known.rbegin()) {  // least recently used goes first: move it last
-        auto hit = std::prev(it.base());
-        std::rotate(hit, hit + 1, site.known.end());
-      }
-      return;
-    }
-  }
-  std::vector<int64_t> sig;
-  nb::list ins, outs;
-  append_signature(args, sig, ins, "input");
-  append_signature(rets, sig, outs, "output");
-  nb::object problem = site.check(nb::tuple(ins), nb::tuple(outs));
-  if (!problem.is_none()) throw std::invalid_argument(nb::cast<std::string>(problem));
-  if (site.known.size() >= kKnownSignatures) site.known.erase(site.known.begin());
-  site.known.push_back(std::move(sig));
-}
-
-// What every jaxbind call does around its platform's body: check the call
-// format, decode the attributes, take the GIL, resolve the site, and turn
-// every failure into an ffi::Error that names the binding.
+// What every call that needs Python does around its platform's body: check the call
+// format, take the GIL, decode the buffers, resolve the site (accepting the buffers'
+// signature), and turn every failure into an ffi::Error that names the binding.
+// `body(site, kernel address)` runs the call.
 template <typename Body>
-ffi::Error guarded(const ffi::Dictionary &attrs, Body &&body) {
-  CallAttributes call;
-  CallAttributes::Problem problem = call.read_header(attrs);
+ffi::Error guarded(const ffi::Dictionary &attrs, const ffi::RemainingArgs &args,
+                   const ffi::RemainingRets &rets, Frame &frame, Body &&body) {
+  Header header;
+  Header::Problem problem = header.read(attrs);
   if (!problem.message.empty()) return error(problem.code, problem.message);
   InFlight running;  // counted before the check below: see `shutdown`
   if (state == nullptr || python_is_finalizing())
@@ -161,14 +157,16 @@ ffi::Error guarded(const ffi::Dictionary &attrs, Body &&body) {
   nb::object site;
   // For messages: the binding's name, from the site or (before one is found) the attributes.
   auto name = [&]() -> std::string {
-    if (site.is_valid()) return site_of(site.ptr()).binding;
+    if (site.is_valid()) return site_of(site).binding;
     std::string_view binding = "?";
     get_attr(attrs, "binding", binding);
     return std::string(binding);
   };
   try {
-    site = resolve(call, attrs);
-    body(site_of(site.ptr()));
+    frame.call.decode(args, rets);
+    jaxbind_kernel_fn fn = nullptr;
+    site = resolve(header, attrs, frame.call, fn);
+    body(site_of(site), fn);
     return ffi::Error::Success();
   } catch (nb::python_error &e) {
     if (e.matches(PyExc_KeyboardInterrupt)) {
@@ -179,10 +177,18 @@ ffi::Error guarded(const ffi::Dictionary &attrs, Body &&body) {
       return error(ffi::ErrorCode::kCancelled,
                    "'" + name() + "' was interrupted (KeyboardInterrupt) while its callable ran");
     }
+    if (!site.is_valid()) {  // the resolver refused the call: a program error, said plainly
+      std::string why = e.what();
+      try {
+        why = nb::cast<std::string>(nb::str(e.value()));
+      } catch (...) {
+      }
+      return error(ffi::ErrorCode::kInvalidArgument, "'" + name() + "': " + why);
+    }
     std::string message;
     try {
       nb::object where =
-          site.is_valid() ? site_of(site.ptr()).label : nb::object(nb::str(name().c_str()));
+          site.is_valid() ? site_of(site).label : nb::object(nb::str(name().c_str()));
       message = nb::cast<std::string>(state->formatter(where, e.type(), e.value(), e.traceback()));
 #if defined(__GLIBCXX__)
     } catch (abi::__forced_unwind &) {
@@ -207,151 +213,79 @@ ffi::Error guarded(const ffi::Dictionary &attrs, Body &&body) {
   }
 }
 
-// A kernel site's call with the GIL held (its first call, or a new buffer signature):
-// the buffers checked by the site's Python check, the kernel's address for their
-// signature looked up, then the kernel run without the GIL.
-void call_kernel_site(Site &site, const Args &args, const Rets &rets) {
-  KernelSite &ks = *site.kernel;
-  std::vector<jaxbind_buffer> ins, outs;
-  describe_buffers(args, "input", ins);
-  describe_buffers(rets, "output", outs);
-  if (ks.levels > 0) kernel_batch_size(ks, ins, outs);  // the loop's checks, before Python's
-  check_buffers(site, args, rets);
-  KernelCache &cache = kernel_cache();
-  jaxbind_kernel_fn fn = find_kernel(ks, ins, outs, cache);
-  if (fn == nullptr) {
-    std::vector<int64_t> sig;
-    nb::list unused_in, unused_out;
-    append_signature(args, sig, unused_in, "input");
-    append_signature(rets, sig, unused_out, "output");
-    // The kernel sees what it is called with: with jaxbind's loop, one batch element.
-    bool loop = ks.levels > 0 && !ks.batches;
-    std::vector<jaxbind_buffer> in_k, out_k;
-    element_of(ins, loop ? ks.levels : 0, 0, ks.batched.data(), in_k);
-    element_of(outs, loop ? ks.levels : 0, 0, nullptr, out_k);
-    auto described = [](const std::vector<jaxbind_buffer> &buffers) {
-      nb::list items;
-      for (const jaxbind_buffer &b : buffers) {
-        nb::list shape;
-        for (int64_t d = 0; d < b.rank; ++d) shape.append(b.dims[d]);
-        items.append(nb::make_tuple(nb::tuple(shape), b.dtype));
-      }
-      return nb::tuple(items);
-    };
-    auto address = nb::cast<uintptr_t>(site.kernel_address(described(in_k), described(out_k)));
-    if (address == 0) throw std::runtime_error("the kernel's address is 0");
-    fn = reinterpret_cast<jaxbind_kernel_fn>(address);
-    ks.add(std::move(sig), fn);
+// A Python callable on one (batch element of a) CPU call: NumPy views of the buffers,
+// the callable called with them, the views released (or kept for the next call).
+void run_callable(Site &site, const Call &call) {
+  nb::object outs = views(site.out_views, call.outs, true, "output");
+  nb::object ins = views(site.in_views, call.ins, false, "input");
+  PyObject *argv[3] = {outs.ptr(), ins.ptr(), site.kwargs_dump.ptr()};
+  PyObject *result = PyObject_Vectorcall(site.callable.ptr(), argv, 3, nullptr);
+  if (result == nullptr) {
+    nb::python_error raised;         // takes the exception; the views can then be released
+    release_views(outs, ins, site);  // a view the callable kept gets its own copy
+    throw raised;
   }
-  nb::gil_scoped_release release;
-  run_kernel(ks, fn, ins, outs, cache);
+  if (result != Py_None) {  // the commonest mistake: returning the result
+    nb::object returned = nb::steal(result);
+    release_views(outs, ins, site);
+    std::string what = nb::cast<std::string>(nb::type_name(returned.type()));
+    PyErr_Format(PyExc_TypeError, "%s",
+                 ("the callable returned a " + what +
+                  " instead of None. A callable of "
+                  "get_linear_call / get_nonlinear_call writes each result into its "
+                  "output array, out[k][...] = result, and returns nothing; to return "
+                  "results instead, define the op with the JAX-native API "
+                  "(jaxbind.linear_op, multilinear_op, nonlinear_op)")
+                     .c_str());
+    throw nb::python_error();
+  }
+  Py_DECREF(result);
+  if (!release_views(outs, ins, site)) {  // nothing kept: reuse them next time
+    cache_views(site.out_views, std::move(outs));
+    cache_views(site.in_views, std::move(ins));
+  }
 }
 
-// A kernel call whose site and buffer signature are known: no GIL, no Python object.
-// Returns false when the call needs the GIL path (see call_kernel_site).
-bool call_kernel_fast(const RawAttrs &attrs, const ffi::RemainingArgs &args,
-                      const ffi::RemainingRets &rets, ffi::Error &result) {
-  int64_t digest = 0;
-  if (!attrs.site(digest)) return false;
-  KernelCache &cache = kernel_cache();
-  KernelSite *ks = find_kernel_site(digest, cache);
-  if (ks == nullptr) return false;  // (a kernel site's format was checked when resolved)
-  try {
-    std::vector<jaxbind_buffer> &ins = cache.ins, &outs = cache.outs;
-    describe_all(args, "input", ins);
-    describe_all(rets, "output", outs);
-    jaxbind_kernel_fn fn = find_kernel(*ks, ins, outs, cache);
-    if (fn == nullptr) return false;
-    run_kernel(*ks, fn, ins, outs, cache);
-    result = ffi::Error::Success();
-  } catch (KernelError &e) {
-    result = error(ffi::ErrorCode::kInternal, e.what());
-  } catch (std::invalid_argument &e) {
-    result = error(ffi::ErrorCode::kInvalidArgument, ks->label + ": " + e.what());
-  } catch (std::exception &e) {
-    result = error(ffi::ErrorCode::kInternal, ks->label + ": " + e.what());
-  }
-  return true;
-}
-
-// CPU: NumPy views of the host buffers, the callable called in place; or a kernel.
-ffi::Error Call(ffi::RemainingArgs all_args, ffi::RemainingRets all_rets, RawAttrs raw) {
+// CPU: a kernel (without the GIL, and without Python once its site and signature are
+// known), or NumPy views of the host buffers and the callable called in place.
+ffi::Error CpuCall(ffi::RemainingArgs args, ffi::RemainingRets rets, RawAttrs raw) {
+  ScopedFrame frame;
   ffi::Error result = ffi::Error::Success();
-  if (call_kernel_fast(raw, all_args, all_rets, result)) return result;
-  return guarded(raw.dict(), [&](Site &site) {
-    Args args(all_args);
-    Rets rets(all_rets);
-    if (site.kernel) return call_kernel_site(site, args, rets);
-    int64_t n = site.levels > 0 ? batch_size(site, args, rets) : 1;
-    check_buffers(site, args, rets);
-    for (int64_t k = 0; k < n; ++k) {
-      nb::object outs = views(site.out_views, rets, true, "output", site.levels, k);
-      nb::object ins = views(site.in_views, args, false, "input", site.levels, k, site.batched);
-      PyObject *argv[3] = {outs.ptr(), ins.ptr(), site.kwargs_dump.ptr()};
-      PyObject *result = PyObject_Vectorcall(site.callable.ptr(), argv, 3, nullptr);
-      if (result == nullptr) {
-        nb::python_error raised;         // takes the exception; the views can then be released
-        release_views(outs, ins, site);  // a view the callable kept gets its own copy
-        throw raised;
-      }
-      if (result != Py_None) {  // the commonest mistake: returning the result
-        nb::object returned = nb::steal(result);
-        release_views(outs, ins, site);
-        std::string what = nb::cast<std::string>(nb::type_name(returned.type()));
-        PyErr_Format(PyExc_TypeError, "%s",
-                     ("the callable returned a " + what +
-                      " instead of None. A callable of "
-                      "get_linear_call / get_nonlinear_call writes each result into its "
-                      "output array, out[k][...] = result, and returns nothing; to return "
-                      "results instead, define the op with the JAX-native API "
-                      "(jaxbind.linear_op, multilinear_op, nonlinear_op)")
-                         .c_str());
-        throw nb::python_error();
-      }
-      Py_DECREF(result);
-      if (!release_views(outs, ins, site)) {  // nothing kept: reuse them next time
-        cache_views(site.out_views, std::move(outs));
-        cache_views(site.in_views, std::move(ins));
-      }
+  if (run_kernel_fast(raw, args, rets, *frame, result)) return result;
+  return guarded(raw.dict(), args, rets, *frame, [&](Site &site, jaxbind_kernel_fn fn) {
+    SiteCore &core = *site.core.get();
+    if (core.is_kernel) {
+      nb::gil_scoped_release release;
+      return run_kernel(core, fn, *frame);
     }
+    core.loop.run(frame->call, false, frame->element,
+                  [&](const Call &call) { run_callable(site, call); });
   });
 }
 
-// GPU buffers as Python sees them: a tuple of (device pointer, shape, XLA element type).
-template <typename Remaining>
-nb::object describe(const Remaining &buffers, const char *what) {
-  nb::list items;
-  for (size_t i = 0; i < buffers.size(); ++i) {
-    View v = view_of(buffers, i, what, 0, 0, false);
-    nb::list shape;
-    for (int64_t d : v.dims) shape.append(d);
-    items.append(nb::make_tuple(reinterpret_cast<uintptr_t>(v.data), nb::tuple(shape),
-                                static_cast<int>(v.type)));
-  }
-  return nb::tuple(items);
+// A GPU call: the GPU dispatcher (jaxbind/_runtime/gpu.py) once per batch element, with
+// the element's device pointers and XLA's stream. Also reached from Python, on host
+// memory, by the plumbing tests (`gpu_call_for_tests`).
+void run_gpu(Site &site, Frame &frame, uintptr_t stream, int32_t device) {
+  if (!state->gpu_dispatch.is_valid()) throw std::runtime_error("no GPU dispatcher is set");
+  if (site.core->is_kernel)
+    throw std::invalid_argument(
+        "its body is a CPU kernel, which cannot run in a GPU program (jaxbind's GPU kernels "
+        "are not built yet); run the program on the CPU");
+  site.core->loop.run(frame.call, false, frame.element, [&](const Call &call) {
+    state->gpu_dispatch(site.resolved, stream, device, describe(call.ins), describe(call.outs));
+  });
 }
 
-// CUDA: the device buffers and XLA's stream go to the Python dispatcher (see
-// jaxbind/_gpu.py), which wraps them as zero-copy CUDA arrays, or copies them
-// to the host for a binding in host mode, and calls the callable. No CUDA
-// header or library is needed here: the stream is an opaque pointer.
-ffi::Error CallCuda(void *stream, int32_t device, ffi::RemainingArgs all_args,
-                    ffi::RemainingRets all_rets, ffi::Dictionary attrs) {
-  return guarded(attrs, [&](Site &site) {
-    Args args(all_args);
-    Rets rets(all_rets);
-    if (!state->gpu_dispatch.is_valid()) throw std::runtime_error("no GPU dispatcher is set");
-    if (site.kernel)
-      throw std::invalid_argument(
-          "its body is a CPU kernel, which cannot run in a GPU program (jaxbind's GPU kernels "
-          "are not built yet); run the program on the CPU");
-    if (site.levels > 0) batch_size(site, args, rets);  // the same checks as on the CPU
-    check_buffers(site, args, rets);
-    nb::list flags;
-    for (bool b : site.batched) flags.append(b);
-    state->gpu_dispatch(site.callable, site.kwargs_dump, site.platform_mode, site.levels,
-                        nb::tuple(flags), reinterpret_cast<uintptr_t>(stream), device,
-                        describe(args, "input"), describe(rets, "output"));
+// CUDA: the device buffers and XLA's stream go to the Python dispatcher, which wraps them
+// as zero-copy CUDA arrays, or copies them to the host for a binding in host mode, and
+// calls the callable. No CUDA header or library is needed here: the stream is an opaque
+// pointer.
+ffi::Error CudaCall(void *stream, int32_t device, ffi::RemainingArgs args, ffi::RemainingRets rets,
+                    ffi::Dictionary attrs) {
+  ScopedFrame frame;
+  return guarded(attrs, args, rets, *frame, [&](Site &site, jaxbind_kernel_fn) {
+    run_gpu(site, *frame, reinterpret_cast<uintptr_t>(stream), device);
   });
 }
 
@@ -363,21 +297,14 @@ int site_traverse(PyObject *self, visitproc visit, void *arg) {
 #endif
   if (!nb::inst_ready(self)) return 0;
   Site &s = site_of(self);
-  Py_VISIT(s.callable.ptr());
-  Py_VISIT(s.kwargs_dump.ptr());
-  Py_VISIT(s.label.ptr());
-  Py_VISIT(s.check.ptr());
-  Py_VISIT(s.platform_mode.ptr());
-  Py_VISIT(s.kernel_address.ptr());
+  for (const nb::object *held : {&s.resolved, &s.callable, &s.kwargs_dump, &s.label, &s.accept})
+    Py_VISIT(held->ptr());
   return 0;
 }
 
 int site_clear(PyObject *self) {
   Site &s = site_of(self);
-  s.callable.reset();
-  s.kwargs_dump.reset();
-  s.check.reset();
-  s.kernel_address.reset();
+  for (nb::object *held : {&s.resolved, &s.callable, &s.kwargs_dump, &s.accept}) held->reset();
   s.out_views.reset();
   s.in_views.reset();
   return 0;
@@ -388,13 +315,13 @@ int site_clear(PyObject *self) {
 using namespace jaxbind;
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
-    jaxbind_cpu_handler, Call,
+    jaxbind_cpu_handler, CpuCall,
     ffi::Ffi::Bind()
         .RemainingArgs()      // inputs, any dtype and rank
         .RemainingRets()      // outputs, written in place
         .Attrs<RawAttrs>());  // jaxbind_format, site, binding, role, kwargs, ...
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cuda_handler, CallCuda,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cuda_handler, CudaCall,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<void *>>()  // XLA's CUDA stream
                                   .Ctx<ffi::DeviceOrdinal>()           // the device's ordinal
@@ -437,33 +364,43 @@ NB_MODULE(_ext, m) {
   nb::class_<Site>(m, "Site", nb::type_slots(site_slots), nb::is_weak_referenceable(),
                    "One resolved call site (made by jaxbind._runtime.resolve_site).")
       .def(
-          "__init__",
-          [](Site *self, nb::object callable, nb::object kwargs_dump, nb::object label,
-             std::string binding, int levels, std::vector<bool> batched, nb::object platform_mode,
-             nb::object check, nb::object kernel) {
-            new (self) Site();
-            if (!kernel.is_none()) {
-              self->kernel =
-                  make_kernel_site(kernel, nb::cast<std::string>(label), levels, batched);
-              self->kernel_address = kernel.attr("address");
-            }
-            self->callable = callable;
-            self->kwargs_dump = kwargs_dump;
-            self->label = label;
-            self->binding = std::move(binding);
-            self->levels = levels;
-            self->batched = std::move(batched);
-            self->platform_mode = platform_mode;
-            self->check = check;
-          },
-          nb::arg("callable"), nb::arg("kwargs_dump"), nb::arg("label"), nb::arg("binding"),
-          nb::arg("levels"), nb::arg("batched"), nb::arg("platform_mode"), nb::arg("check"),
-          nb::arg("kernel") = nb::none())
+          "__init__", [](Site *self, nb::handle resolved) { new (self) Site(resolved); },
+          nb::arg("resolved"),
+          "From the resolver's description of the site (jaxbind._runtime.resolve.Resolved).")
       .def_prop_ro("binding", [](const Site &s) { return s.binding; })
-      .def_prop_ro("levels", [](const Site &s) { return s.levels; })
-      .def_prop_ro("batched", [](const Site &s) { return s.batched; })
-      .def_prop_ro("known_signatures", [](const Site &s) { return s.known.size(); })
-      .def_prop_ro("is_kernel", [](const Site &s) { return static_cast<bool>(s.kernel); });
+      .def_prop_ro("levels", [](const Site &s) { return s.core->loop.levels; })
+      .def_prop_ro("known_signatures", [](const Site &s) { return s.core->accepted.size(); })
+      .def_prop_ro("is_kernel", [](const Site &s) { return s.core->is_kernel; });
+
+  m.def(
+      "gpu_call_for_tests",
+      [](Site &site, uintptr_t stream, int32_t device, nb::handle ins, nb::handle outs) {
+        // the buffers as the dispatcher gets them: (address, shape, XLA element type)
+        std::vector<std::vector<int64_t>> dims;
+        auto read = [&](nb::handle items, std::vector<Buffer> &out) {
+          dims.reserve(dims.size() + nb::len(items) + 8);
+          for (nb::handle item : items) {
+            nb::tuple t = nb::cast<nb::tuple>(item);
+            dims.push_back(nb::cast<std::vector<int64_t>>(t[1]));
+            out.push_back(Buffer{reinterpret_cast<void *>(nb::cast<uintptr_t>(t[0])),
+                                 nb::cast<int64_t>(t[2]), static_cast<int64_t>(dims.back().size()),
+                                 dims.back().data()});
+          }
+        };
+        Frame frame;
+        dims.reserve(nb::len(ins) + nb::len(outs));
+        read(ins, frame.call.ins);
+        read(outs, frame.call.outs);
+        try {
+          run_gpu(site, frame, stream, device);
+        } catch (std::invalid_argument &e) {
+          throw nb::value_error(e.what());
+        }
+      },
+      nb::arg("site"), nb::arg("stream"), nb::arg("device"), nb::arg("inputs"), nb::arg("outputs"),
+      "Run the CUDA handler's body for `site` on buffers given as (address, shape, XLA "
+      "element type): its batch loop and the GPU dispatcher, without a GPU (host memory "
+      "stands in for device memory), for tests.");
 
   m.def(
       "set_gpu_dispatch",
@@ -472,9 +409,8 @@ NB_MODULE(_ext, m) {
         state->gpu_dispatch = dispatch;
       },
       nb::arg("dispatch"),
-      "Set the Python function that runs GPU calls: (callable, kwargs_dump, "
-      "platform_mode, levels, batched, stream, device, inputs, outputs), each buffer as "
-      "(pointer, shape, element type).");
+      "Set the Python function that runs one GPU call (one batch element): (resolved, "
+      "stream, device, inputs, outputs), each buffer as (address, shape, element type).");
 
   m.def(
       "init",
@@ -544,8 +480,8 @@ NB_MODULE(_ext, m) {
   m.def(
       "kernel_site_count",
       []() {
-        std::lock_guard lock(kernel_mu);
-        return kernel_sites.size();
+        std::lock_guard lock(fast_mu);
+        return fast_sites.size();
       },
       "Number of kernel sites that calls reach without the GIL.");
   m.def("kernel_abi_version", []() { return JAXBIND_KERNEL_ABI_VERSION; });

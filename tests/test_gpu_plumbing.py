@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 import jaxbind
-from jaxbind import _gpu
+from jaxbind import _ext
+from jaxbind._runtime import gpu as _gpu
+from jaxbind._runtime.resolve import Resolved
 
 
 def _double(out, args, kwargs_dump):
@@ -116,9 +118,19 @@ def test_cuda_array_used_as_numpy_says_to_use_host_mode():
         a.__dlpack__(copy=True)
 
 
-def test_dispatch_walks_batch_elements_by_pointer():
-    # Host memory stands in for device memory: the dispatcher only does pointer
-    # arithmetic and never dereferences a device pointer itself.
+def _site(callable_, levels=0, batched=(), mode="device"):
+    """A call site of `callable_` as the resolver makes one (no buffer check: the GPU
+    handler's body runs after it)."""
+    resolved = Resolved(
+        "tests.gpu", "'tests.gpu' (f)", callable_, None, levels, batched, mode, None, None
+    )
+    return _ext.Site(resolved)
+
+
+def test_gpu_batch_loop_walks_elements_by_pointer_in_cpp():
+    """The CUDA handler's body: the trampoline's one batch loop (in C++) hands the
+    dispatcher each element's pointers. Host memory stands in for device memory: nothing
+    on the way dereferences a device pointer."""
     x = np.arange(3 * 4, dtype=np.float32).reshape(3, 4)
     fixed = np.array([10.0, 20.0], np.float32)
     y = np.zeros((3, 4), np.float32)
@@ -138,7 +150,7 @@ def test_dispatch_walks_batch_elements_by_pointer():
     f32 = 11  # XLA element type of float32
     ins = ((fixed.ctypes.data, (2,), f32), (x.ctypes.data, (3, 4), f32))
     outs = ((y.ctypes.data, (3, 4), f32),)
-    _gpu.dispatch(callable_, None, "device", 1, (False, True), 99, 0, ins, outs)
+    _ext.gpu_call_for_tests(_site(callable_, 1, (False, True)), 99, 0, ins, outs)
     np.testing.assert_array_equal(y, 2 * x + 1)  # 3 elements, the fixed input unbatched
     assert len(calls) == 3
     assert all(c[0] == jaxbind.CallContext("cuda", 99, 0, "device") for c in calls)
@@ -146,9 +158,21 @@ def test_dispatch_walks_batch_elements_by_pointer():
     assert jaxbind.current_call().platform == "cpu"  # reset afterwards
 
 
+def test_gpu_batch_loop_checks_the_buffers_first():
+    """The same bounds check as on the CPU: an input that does not lead with the batch
+    axes never reaches the dispatcher."""
+    x, y = np.zeros((2, 4), np.float32), np.zeros((3, 4), np.float32)
+    calls = []
+    site = _site(lambda *a: calls.append(a), 1, (True,))
+    ins, outs = ((x.ctypes.data, (2, 4), 11),), ((y.ctypes.data, (3, 4), 11),)
+    with pytest.raises(ValueError, match="input 0 does not lead with the batch axes of output 0"):
+        _ext.gpu_call_for_tests(site, 0, 0, ins, outs)
+    assert calls == []
+
+
 def test_dispatch_rejects_unknown_element_types():
     with pytest.raises(TypeError, match="element type 99"):
-        _gpu.dispatch(lambda *a: None, None, "device", 0, (), 0, 0, ((0, (1,), 99),), ())
+        _ext.gpu_call_for_tests(_site(lambda *a: None), 0, 0, ((0, (1,), 99),), ())
 
 
 class _HostMemoryDriver:
@@ -164,9 +188,11 @@ class _HostMemoryDriver:
         pass
 
 
-def test_host_mode_runs_the_same_batch_loop_on_host_copies():
-    """Host mode: copies in, the batch loop over read-only NumPy views of the copies (the
-    fixed input unbatched), copies out; an aliased output starts as its input."""
+def test_host_mode_runs_the_same_batch_loop_on_host_copies(monkeypatch):
+    """Host mode: per batch element (the C++ loop), copies in, the callable on read-only
+    NumPy copies (the fixed input unbatched), copies out; an aliased output starts as its
+    input."""
+    monkeypatch.setattr(_gpu, "_driver", _HostMemoryDriver)
     x = np.arange(3 * 4, dtype=np.float32).reshape(3, 4)
     fixed = np.array([10.0, 20.0], np.float32)
     y = np.zeros((3, 4), np.float32)
@@ -175,14 +201,14 @@ def test_host_mode_runs_the_same_batch_loop_on_host_copies():
 
     def callable_(out, args, kwargs_dump):
         seen.append((args[0].flags.writeable, args[1].flags.writeable, out[0].flags.writeable))
-        assert args[1].base is not None  # views of the host copy, not copies of their own
         out[0][...] = 2 * args[1] + args[0][0]
         assert out[1].shape == (0,)
 
     f32 = 11
     ins = ((fixed.ctypes.data, (2,), f32), (x.ctypes.data, (3, 4), f32))
     outs = ((y.ctypes.data, (3, 4), f32), (empty.ctypes.data, (3, 0), f32))
-    _gpu._run_on_host(callable_, None, 1, (False, True), 0, ins, outs, _HostMemoryDriver())
+    site = _site(callable_, 1, (False, True), mode="host")
+    _ext.gpu_call_for_tests(site, 0, 0, ins, outs)
     np.testing.assert_array_equal(y, 2 * x + 10)
     assert seen == [(False, False, True)] * 3
 
@@ -192,5 +218,5 @@ def test_host_mode_runs_the_same_batch_loop_on_host_copies():
         out[0][...] += 1
 
     aliased = ((z.ctypes.data, (4,), f32),)
-    _gpu._run_on_host(add_one, None, 0, (), 0, aliased, aliased, _HostMemoryDriver())
+    _ext.gpu_call_for_tests(_site(add_one, mode="host"), 0, 0, aliased, aliased)
     np.testing.assert_array_equal(z, 8.0)

@@ -392,13 +392,17 @@ def test_a_digest_resolved_twice_keeps_one_site():
     after replace=True (and keeps calling the replaced kernel)."""
     from jaxbind._callformat import NO_LOOP, CallAttributes
     from jaxbind._kwargs import encode_kwargs
-    from jaxbind._runtime import resolve_site
+    from jaxbind._runtime.resolve import resolve_site
 
     op = jaxbind.get_linear_call(scale, None, _same, name="tests.kernel_resolved_twice")
     call = CallAttributes.of_call(op.name, "f", encode_kwargs({"factor": 2.0}).blob, NO_LOOP, 1, 0)
-    args = (call.format, call.binding, call.role, call.kwargs, call.digest)
-    args += (call.levels, call.flags, call.n_fixed, call.trees)
-    first, second = resolve_site(*args), resolve_site(*args)
+    found = {"jaxbind_format": call.format, "binding": call.binding, "role": call.role}
+    found.update(kwargs=call.kwargs, site=call.digest, loop_levels=call.levels)
+    found.update(loop_batched=call.flags, n_fixed=call.n_fixed, trees=call.trees)
+    buffers = ((0, (3,), 11),)  # float32[3]: one input, one output
+    first, problem, address = resolve_site(found, buffers, buffers)
+    second = resolve_site(found, buffers, buffers)[0]
+    assert problem is None and address != 0
     assert first is second
     assert op.binding.sites[call.digest] is first
 
@@ -692,3 +696,21 @@ def test_njit_function_is_a_kernel_with_its_options():
 def test_numba_jit_in_object_mode_is_refused_with_what_to_pass():
     with pytest.raises(TypeError, match=r"object mode.*Use @numba.njit"):
         jaxbind.kernel(numba.jit(forceobj=True)(lambda out, x: None))
+
+
+def test_abi_layout_table_is_the_headers():
+    """One table of the ABI's layout (jaxbind/_kernels/abi.py): the header declares each
+    struct's fields in the table's order, each one 8-byte word (a kwarg's array a whole
+    jaxbind_buffer); the packing and the numba code generator read the same table."""
+    import re
+
+    from jaxbind._kernels import abi
+
+    header = (pathlib.Path(jaxbind.kernel_include_dir()) / "jaxbind" / "kernel.h").read_text()
+    header = re.sub(r"/\*.*?\*/", "", header, flags=re.S)
+    for struct in (abi.BUFFER, abi.KWARG, abi.CALL):
+        body = re.search(rf"typedef struct {struct.name} \{{(.*?)\}}", header, re.S).group(1)
+        assert tuple(re.findall(r"(\w+)\s*;", body)) == struct.fields, struct.name
+    assert f"#define JAXBIND_KERNEL_ABI_VERSION {abi.ABI_VERSION}" in header
+    assert abi.KWARG["array.dims"] == abi.KWARG["array"] + abi.BUFFER["dims"]
+    assert (abi.BUFFER.words, abi.KWARG.words, abi.CALL.words) == (4, 10, 11)

@@ -5,9 +5,13 @@ Trace time builds and lowers programs (the APIs, the primitive's rules). Run tim
 what the trampoline calls while XLA runs a program. A run-time module that imported a
 trace-time one (or the reverse) would tie the hot path to tracing, or tracing to the
 trampoline; only the package's face (``__init__``) wires the two together.
+
+Within the layers, the import graph stays flat: no chain of imports is longer than
+`MAX_FLOORS` modules (a module's floor is one above the highest it imports).
 """
 
 import ast
+import functools
 import pathlib
 
 import pytest
@@ -18,7 +22,7 @@ if not PACKAGE.is_dir():  # an installed jaxbind (CI's wheel setups)
 
     PACKAGE = pathlib.Path(jaxbind.__file__).parent
 
-RUN_TIME = {"_runtime", "_gpu"}
+RUN_TIME = {"_runtime", "_runtime.resolve", "_runtime.report", "_runtime.gpu"}
 TRACE_TIME = {
     "_api",
     "_native",
@@ -41,6 +45,8 @@ SHARED = {
     "_binding",
     "_roles",
     "_kernels",
+    "_kernels.abi",
+    "_kernels.numba_codegen",
     "_options",
     "_kwargs",
     "_avals",
@@ -50,6 +56,9 @@ SHARED = {
     "_versions",
     "_buildcheck",
 }
+
+
+MAX_FLOORS = 10
 
 
 def _path(module: str) -> pathlib.Path:
@@ -78,10 +87,17 @@ def _imports(module: str) -> set[str]:
                 found.update(".".join([*base, alias.name]) for alias in node.names)
         elif (node.module or "").startswith("jaxbind."):
             found.add(node.module.removeprefix("jaxbind."))
-    return {m for m in found if m} - {"_ext"}
+    modules = _modules()
+    named = set()
+    for m in found - {"", "_ext"}:  # `from . import name` may name a module's attribute
+        while m not in modules and "." in m:
+            m = m.rsplit(".", 1)[0]
+        named.add(m)
+    return named
 
 
-def _modules() -> set[str]:
+@functools.cache
+def _modules() -> frozenset[str]:
     found = set()
     for path in PACKAGE.rglob("*.py"):
         parts = path.relative_to(PACKAGE).with_suffix("").parts
@@ -91,7 +107,7 @@ def _modules() -> set[str]:
             parts = parts[:-1]
         if parts:
             found.add(".".join(parts))
-    return found
+    return frozenset(found)
 
 
 def test_every_module_has_a_layer():
@@ -114,3 +130,30 @@ def test_trace_time_imports_no_run_time_module(module):
 @pytest.mark.parametrize("module", sorted(SHARED))
 def test_shared_modules_import_only_shared_ones(module):
     assert _imports(module) <= SHARED
+
+
+def _floors() -> dict[str, int]:
+    modules = _modules()
+    imports = {m: _imports(m) & modules for m in modules}
+    floors: dict[str, int] = {}
+
+    def floor(module: str, path: tuple = ()) -> int:
+        assert module not in path, f"import cycle: {' -> '.join((*path, module))}"
+        if module not in floors:
+            below = (floor(m, (*path, module)) for m in imports[module] if m != module)
+            floors[module] = 1 + max(below, default=0)
+        return floors[module]
+
+    for module in modules:
+        floor(module)
+    return floors
+
+
+def test_import_graph_is_flat_and_acyclic():
+    floors = _floors()
+    top = max(floors.values())
+    assert top <= MAX_FLOORS, f"the package's imports are {top} floors tall: " + ", ".join(
+        m for m, f in sorted(floors.items(), key=lambda x: -x[1])[:3]
+    )
+    # the bottom floor holds the values everything shares; nothing there imports jaxbind
+    assert {"_roles", "_options", "_kwargs"} <= {m for m, f in floors.items() if f == 1}

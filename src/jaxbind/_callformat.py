@@ -31,6 +31,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ._kwargs import decode_kwargs, encode_kwargs
+
 __all__ = ["FORMAT", "CallAttributes", "Loop", "NO_LOOP"]
 
 FORMAT = 3
@@ -90,46 +92,73 @@ class CallAttributes:
         return cls(binding, role, kwargs, loop.levels, loop.flags(n_inputs), n_fixed, trees)
 
     @classmethod
-    def read(
-        cls,
-        fmt: int,
-        binding: str,
-        role: str,
-        kwargs: bytes,
-        digest: int,
-        levels: int,
-        flags: bytes,
-        n_fixed: int,
-        trees: bytes = b"",
-    ) -> CallAttributes:
-        """The attributes of a call as the trampoline found them in a program, checked:
-        the digest must match, and the loop and n_fixed be in range. Format 1 programs
-        pass -1, b"", -1 for the attributes they lack, and formats 1 and 2 b"" for
-        ``trees``."""
+    def read(cls, found: dict) -> CallAttributes:
+        """The attributes of a call as the trampoline found them in a program, by their
+        names there (those of the call's format that it found with the right type),
+        checked: every attribute of the format present, the loop and n_fixed in range,
+        and the digest (``site``) matching."""
+        fmt = found["jaxbind_format"]
+        if not all(name in found for name in ("binding", "role", "kwargs")):
+            raise ValueError(
+                "custom call lacks one of the attributes 'site', 'binding', 'role', 'kwargs' "
+                "that call format 1 requires"
+            )
+        binding, role, kwargs = found["binding"], found["role"], found["kwargs"]
         if fmt == 1:
             attributes = cls(binding, role, kwargs, None, b"", None, format=1)
         else:
+            if not all(name in found for name in ("loop_levels", "loop_batched", "n_fixed")):
+                raise ValueError(
+                    "custom call lacks one of the attributes 'loop_levels', 'loop_batched', "
+                    "'n_fixed' that call format 2 requires"
+                )
+            if fmt >= 3 and "trees" not in found:
+                raise ValueError(
+                    "custom call lacks the attribute 'trees' that call format 3 requires"
+                )
+            levels, flags, n_fixed = found["loop_levels"], found["loop_batched"], found["n_fixed"]
+            trees = found.get("trees", b"") if fmt >= 3 else b""
             if not 0 <= levels <= MAX_LEVELS:
                 raise ValueError(f"the call's batch levels ({levels}) are out of range")
             if any(b > 1 for b in flags):
                 raise ValueError("the call's batch flags are not 0 or 1")
             if not 0 <= n_fixed <= MAX_FIXED:
                 raise ValueError(f"the call's n_fixed ({n_fixed}) is out of range")
-            if fmt < 3 and trees:
-                raise ValueError(f"call format {fmt} has no pytree structure attribute")
             attributes = cls(
                 binding, role, kwargs, levels, bytes(flags), n_fixed, bytes(trees), format=fmt
             )
-        if attributes.digest != digest:
+        if attributes.digest != found["site"]:
             raise ValueError(
                 f"the call attributes of '{binding}' are inconsistent (digest mismatch); "
                 "the program was modified or corrupted"
             )
         return attributes
 
+    def upgraded(self, vectorized: bool) -> CallAttributes:
+        """The same call in this format's terms: formats 1 and 2 kept a JAX-native op's
+        pytree structure among the keyword arguments (``jaxbind_in``, ``jaxbind_out``),
+        and format 1 jaxbind's loop too (``batch_axes``, unless the binding is
+        `vectorized`: then they are the callable's). `n_fixed` stays None for format 1."""
+        if self.format >= 3:
+            return self
+        values, trees, loop = decode_kwargs(self.kwargs).to_dict(), b"", self.loop
+        if _FORMAT2_TREES[0] in values:
+            pytrees = {
+                "in": values.pop(_FORMAT2_TREES[0]),
+                "out": values.pop(_FORMAT2_TREES[1], None),
+            }
+            trees = encode_kwargs(pytrees).blob
+        if self.format == 1 and not vectorized and "batch_axes" in values:
+            loop = _format1_loop(values.pop("batch_axes"))
+        kwargs = encode_kwargs(values).blob if trees or loop.levels else self.kwargs
+        flags = loop.flags(len(loop.batched))
+        return CallAttributes(
+            self.binding, self.role, kwargs, loop.levels, flags, self.n_fixed, trees
+        )
+
     @property
     def loop(self) -> Loop:
-        """jaxbind's own batch loop (format 2; NO_LOOP for format 1, see _runtime)."""
+        """jaxbind's own batch loop (NO_LOOP for format 1 before `upgraded`)."""
         if not self.levels:
             return NO_LOOP
         return Loop(self.levels, tuple(bool(b) for b in self.flags))
@@ -170,3 +199,19 @@ class CallAttributes:
             n_fixed=np.int32(self.n_fixed),
             trees=np.frombuffer(self.trees, dtype=np.uint8),
         )
+
+
+_FORMAT2_TREES = ("jaxbind_in", "jaxbind_out")
+
+
+def _format1_loop(batch_axes) -> Loop:
+    """Format 1 kept jaxbind's loop in the keyword arguments, as "batch_axes": one tuple of
+    leading axes per input (see _rules.batching)."""
+    if not isinstance(batch_axes, tuple) or not all(
+        isinstance(ax, tuple) and all(type(a) is int for a in ax) for ax in batch_axes
+    ):
+        raise ValueError("the call's batch axes are not a tuple of tuples of integers")
+    levels = max((len(ax) for ax in batch_axes), default=0)
+    if not 0 < levels <= MAX_LEVELS:
+        raise ValueError(f"the call's batch levels ({levels}) are out of range")
+    return Loop(levels, tuple(bool(ax) for ax in batch_axes))

@@ -27,8 +27,6 @@ import types
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ._kernels import Kernel
-
 __all__ = [
     "Args",
     "Body",
@@ -199,8 +197,11 @@ class Body(enum.Enum):
 
     @staticmethod
     def of(fn) -> Body:
-        if isinstance(fn, Kernel):
-            return Body.KERNEL
+        """The kind of `fn`: a body that is not a Python callable says so (a compiled
+        kernel's class has ``body_kind = Body.KERNEL``, see _kernels)."""
+        declared = getattr(type(fn), "body_kind", None)
+        if isinstance(declared, Body):
+            return declared
         return Body.JAX if is_jax_function(fn) else Body.CALLABLE
 
     @property

@@ -1,7 +1,8 @@
 """GPU calls: CUDA device buffers handed to Python callables, zero-copy, on XLA's stream.
 
-The CUDA FFI handler (cpp/jaxbind_ext.cc) passes each call's device pointers,
-shapes, element types, XLA's stream and the device ordinal to `dispatch`. For a
+The CUDA FFI handler (cpp/jaxbind_ext.cc) runs jaxbind's batch loop and passes each
+call's (or batch element's) device pointers, shapes, element types, XLA's stream and the
+device ordinal to `dispatch`. For a
 binding in the default ``platform_mode="device"``, the callable receives
 `CudaArray` views: they support ``__cuda_array_interface__`` (version 3, with
 the stream) and ``__dlpack__``/``__dlpack_device__``, so ``cupy.asarray``,
@@ -28,8 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _ext
-from ._avals import XLA_ELEMENT_TYPES
+from .. import _ext
+from .._avals import XLA_ELEMENT_TYPES
 
 __all__ = ["CallContext", "CudaArray", "current_call", "dispatch"]
 
@@ -292,42 +293,18 @@ def _streams_for(stream: int, device: int) -> tuple:
     ) + ((_NO_CONTEXT,) if torch_on is None else (torch.cuda.stream(torch_on),))
 
 
-def _batch_count(outs, levels) -> int:
-    """Number of batch elements of jaxbind's loop: the leading `levels` axes of output 0."""
-    return int(np.prod(outs[0][1][:levels], dtype=np.int64)) if levels and outs else 1
-
-
-def _elements(buffers, levels, k, batched):
-    """Batch element k of each buffer, as (byte offset, shape, dtype); the whole buffer
-    where it is not batched (or levels = 0). `batched` is None for outputs (all are)."""
-    out = []
-    for i, (_ptr, shape, code) in enumerate(buffers):
-        dtype, offset = XLA_ELEMENT_TYPES[code], 0
-        if levels and (batched is None or batched[i]):
-            shape = shape[levels:]
-            offset = k * int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        out.append((offset, tuple(shape), dtype))
-    return out
-
-
-def _batch_loop(callable_, kwargs_dump, levels, batched, ins, outs, view) -> None:
-    """jaxbind's batch loop on the GPU, in either mode: the callable once per batch element
-    (once if levels = 0), with ``view(i, offset, shape, dtype, is_input)`` making the array
-    it gets for part of buffer i. (On the CPU the trampoline runs this loop in C++.)"""
-    for k in range(_batch_count(outs, levels)):
-        args = tuple(view(i, *e, True) for i, e in enumerate(_elements(ins, levels, k, batched)))
-        out = tuple(view(i, *e, False) for i, e in enumerate(_elements(outs, levels, k, None)))
-        callable_(out, args, kwargs_dump)
-
-
 _contexts: dict = {}  # CallContext by (stream, device, mode): one object per stream
 
 
-def dispatch(callable_, kwargs_dump, mode, levels, batched, stream, device, ins, outs):
-    """Run one GPU call (called by the CUDA FFI handler, with the GIL held)."""
+def dispatch(resolved, stream: int, device: int, ins: tuple, outs: tuple) -> None:
+    """Run one GPU call of a site's callable, or one batch element of it (called by the
+    trampoline, which runs jaxbind's batch loop, with the GIL held). `resolved` is the
+    site (see resolve.Resolved); each buffer is ``(device address, shape, XLA element
+    type)``."""
     for _ptr, _shape, code in (*ins, *outs):
         if code not in XLA_ELEMENT_TYPES:
             raise TypeError(f"a buffer has XLA element type {code}, which jaxbind cannot wrap")
+    mode = resolved.platform_mode
     previous = getattr(_local, "context", None)
     context = _contexts.get((stream, device, mode))
     if context is None:
@@ -335,26 +312,30 @@ def dispatch(callable_, kwargs_dump, mode, levels, batched, stream, device, ins,
     _local.context = context
     try:
         if mode == "host":
-            _run_on_host(callable_, kwargs_dump, levels, batched, stream, ins, outs, _driver())
+            _run_on_host(resolved.callable, resolved.kwargs_dump, stream, ins, outs, _driver())
         else:
-            _run_on_device(callable_, kwargs_dump, levels, batched, stream, device, ins, outs)
+            _run_on_device(resolved.callable, resolved.kwargs_dump, stream, device, ins, outs)
     finally:
         _local.context = previous
 
 
-def _run_on_device(callable_, kwargs_dump, levels, batched, stream, device, ins, outs):
-    def view(i, offset, shape, dtype, is_input):
-        ptr = (ins if is_input else outs)[i][0] + offset
-        return CudaArray(ptr, shape, dtype, is_input, stream, device)
-
+def _run_on_device(callable_, kwargs_dump, stream, device, ins, outs) -> None:
+    """Device mode: the callable gets CudaArray views, with XLA's stream current in CuPy
+    and PyTorch."""
+    args = tuple(
+        CudaArray(p, shape, XLA_ELEMENT_TYPES[c], True, stream, device) for p, shape, c in ins
+    )
+    out = tuple(
+        CudaArray(p, shape, XLA_ELEMENT_TYPES[c], False, stream, device) for p, shape, c in outs
+    )
     cupy_device, cupy_on, torch_on = _streams_for(stream, device)
     with cupy_device, cupy_on, torch_on:
-        _batch_loop(callable_, kwargs_dump, levels, batched, ins, outs, view)
+        callable_(out, args, kwargs_dump)
 
 
-def _run_on_host(callable_, kwargs_dump, levels, batched, stream, ins, outs, driver):
-    """Host mode: the buffers copied to the host, the loop over NumPy views of the copies,
-    the outputs copied back. `driver` copies (see _Driver)."""
+def _run_on_host(callable_, kwargs_dump, stream, ins, outs, driver) -> None:
+    """Host mode: the buffers copied to the host, the callable called on NumPy arrays
+    (the inputs read-only), the outputs copied back. `driver` copies (see _Driver)."""
     host_in = []
     for ptr, shape, code in ins:
         a = np.empty(shape, XLA_ELEMENT_TYPES[code])
@@ -368,11 +349,6 @@ def _run_on_host(callable_, kwargs_dump, levels, batched, stream, ins, outs, dri
             o[...] = by_address[ptr]  # the output starts as the input, as on the device
     for a in host_in:
         a.flags.writeable = False
-
-    def view(i, offset, shape, dtype, is_input):
-        # a view of the copy (its base keeps the copy alive); read-only for inputs
-        return np.ndarray(shape, dtype, (host_in if is_input else host_out)[i], offset)
-
-    _batch_loop(callable_, kwargs_dump, levels, batched, ins, outs, view)
+    callable_(tuple(host_out), tuple(host_in), kwargs_dump)
     for (ptr, _, _), o in zip(outs, host_out):
         driver.to_device(ptr, o, stream)  # host_out arrays are C-contiguous

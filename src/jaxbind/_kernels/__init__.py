@@ -1,0 +1,322 @@
+"""Compiled kernels: op bodies that the trampoline calls without the GIL and without Python.
+
+A kernel implements the C ABI of ``jaxbind/kernel.h`` (shipped with the package, see
+[`kernel_include_dir`][jaxbind.kernel_include_dir]):
+``int32_t kernel(const jaxbind_call *call)``. It can be the body of any role (f, a
+transpose, the JVP, the VJP), in either API, beside Python callables and JAX functions in
+the same op. [`kernel`][jaxbind.kernel] makes one from
+
+- a numba-compilable Python function ``fn(*outputs, *inputs, **static)`` over arrays:
+  jaxbind compiles, for each buffer signature (dtypes and ranks), a ``numba.cfunc``
+  that unpacks the call and calls ``fn`` with the outputs, the inputs and the static
+  keyword arguments it names; compiled code holds no GIL;
+- a numba ``@cfunc``, a ctypes function pointer (``ctypes.CDLL(...).name``) or a cffi
+  function pointer that implements the ABI;
+- a raw address, with ``abi_version=`` (any library: C, C++, Fortran, Rust).
+
+Programs never hold an address: a call names its binding and role, as for Python
+callables, and the process that runs the program (a loaded ``jax.export`` artifact
+too) finds the kernel through the binding it made under that name.
+
+Shared: made at trace time, read by the runtime when it resolves a call site
+(`Kernel.call_for`). The ABI's layout is in `abi`, numba's code generation in `numba`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import inspect
+import os
+import pathlib
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .._roles import Body
+from . import abi
+from .abi import ABI_VERSION
+from .numba_codegen import compile_numba, count, parameter_names, static_parameters
+
+__all__ = ["ABI_VERSION", "Kernel", "KernelCall", "kernel", "kernel_include_dir"]
+
+
+def kernel_include_dir() -> str:
+    """The directory with ``jaxbind/kernel.h``, the C ABI of kernels (for ``-I``)."""
+    return str(pathlib.Path(__file__).parent.parent / "include")
+
+
+class KernelCall:
+    """What the trampoline reads for one kernel site (see cpp/kernels.h): whether the
+    kernel batches, the static keyword arguments as typed values, and `address`, the
+    kernel's address for a buffer signature ``(inputs, outputs)``, each a tuple of
+    ``(shape, XLA element type)``."""
+
+    __slots__ = ("kernel", "batches", "kwargs", "values", "where")
+
+    def __init__(self, kernel: Kernel, values: dict, where: str):
+        self.kernel, self.batches, self.values, self.where = kernel, kernel.batches, values, where
+        self.kwargs = [abi.typed_kwarg(name, values[name], where) for name in sorted(values)]
+
+    def address(self, ins, outs) -> int:
+        return self.kernel.address_for(ins, outs, self.values, self.where)
+
+
+class Kernel:
+    """A compiled op body (made by [`kernel`][jaxbind.kernel]).
+
+    Attributes:
+      name: what messages call it.
+      batches: it takes a whole batch (the call's ``batch_levels``), instead of being
+        called by jaxbind once per batch element.
+    """
+
+    body_kind = Body.KERNEL  # what the rules and the runtime see (see _roles.Body.of)
+
+    def __init__(
+        self,
+        name: str,
+        batches: bool,
+        address: int | None,
+        fn: Callable | None,
+        keep=(),
+        options: dict | None = None,
+    ):
+        self.name, self.batches = name, batches
+        self._address, self._fn = address, fn
+        self._options = dict(options or {})  # numba: the options of the user's @njit
+        self._keep = keep  # what holds the code at `address` (see kernel())
+        self._compiled: dict = {}  # numba: buffer signature -> cfunc (kept alive here)
+        self._checked: set = set()  # numba: call layouts check_call accepted
+        self._lock = threading.Lock()
+        self.__wrapped__ = fn  # where it was defined (notebook cells run again)
+
+    def __repr__(self):
+        return f"<jaxbind kernel {self.name}{' (batches)' if self.batches else ''}>"
+
+    def for_trees(self, trees) -> Kernel:
+        """Kernels take flat arrays, whatever the call's pytree structure."""
+        return self
+
+    def call_for(self, values: dict, where: str) -> KernelCall:
+        return KernelCall(self, values, where)
+
+    def check_call(self, names, n_inputs: int, n_outputs: int, where: str, shape_fns=()) -> None:
+        """At trace time: a numba kernel's function must take the call's arrays, and every
+        keyword argument the call passes must be a parameter of the function or of one of
+        the op's shape functions (`shape_fns`: a keyword argument that only sets output
+        shapes, such as a grid size, need not reach the kernel). Any other one, a typo,
+        would be dropped silently. C kernels get every keyword argument."""
+        if self._fn is None:
+            return
+        key = (tuple(sorted(names)), n_inputs, n_outputs)
+        if key in self._checked:
+            return
+        static = static_parameters(self, self._fn, n_inputs, n_outputs, where)
+        outside = set(names) - {p.name for p in static}  # not the kernel's parameters
+        if outside:
+            named = set().union(*(parameter_names(fn) for fn in shape_fns))
+            unknown = sorted(outside - named)
+            if unknown:
+                takes = ", ".join(p.name for p in static) or "none"
+                raise TypeError(
+                    f"{where}: the call passes keyword argument {unknown[0]!r}, which "
+                    f"neither kernel {self.name} nor the op's shape function takes (the "
+                    f"kernel's keyword parameters, after {count(n_outputs, 'output')} and "
+                    f"{count(n_inputs, 'input')}: {takes}). Rename the keyword argument, "
+                    "or add a parameter of that name to the kernel's function"
+                )
+        missing = [p.name for p in static if p.name not in names and p.default is p.empty]
+        if missing:
+            raise TypeError(
+                f"{where}: kernel {self.name} takes keyword argument {missing[0]!r}, which "
+                "the call does not pass (give it a default, or pass it)"
+            )
+        if not outside:  # (the shape functions may differ between the kernel's bindings)
+            self._checked.add(key)
+
+    def address_for(self, ins, outs, values: dict, where: str | None = None) -> int:
+        """The address of the kernel for buffers of these element types and ranks."""
+        if self._address is not None:
+            return self._address
+        key = (
+            tuple((code, len(shape)) for _, shape, code in ins),
+            tuple((code, len(shape)) for _, shape, code in outs),
+            tuple(sorted((k, _kind_of(v)) for k, v in values.items())),
+        )
+        with self._lock:
+            compiled = self._compiled.get(key)
+            if compiled is None:
+                compiled = compile_numba(self, ins, outs, values, where or repr(self))
+                self._compiled[key] = compiled
+        return compiled.address
+
+    def __call__(self, out, args, kwargs_dump) -> None:
+        """Run the kernel from Python on NumPy arrays, as the trampoline would (for
+        ``jaxbind.testing.check`` and debugging): ``out`` and ``args`` are tuples of
+        arrays, ``kwargs_dump`` the call's keyword arguments."""
+        from .._kwargs import load_kwargs
+
+        values = load_kwargs(kwargs_dump) if kwargs_dump is not None else {}
+        values.pop("batch_axes", None)
+        ins = [np.asarray(a, order="C") for a in args]  # (ascontiguousarray makes 0-d 1-d)
+        for o in out:
+            if not o.flags.c_contiguous or not o.flags.writeable:
+                raise ValueError(f"jaxbind: {self!r}: outputs must be writable and contiguous")
+        describe = lambda arrays: tuple((0, a.shape, abi.xla_code(a.dtype)) for a in arrays)  # noqa: E731
+        call = self.call_for(values, repr(self))
+        address = call.address(describe(ins), describe(out))
+        status, message = abi.call_kernel(address, ins, out, call.kwargs)
+        if status != 0:
+            why = message or (
+                "the numba kernel raised an exception" if status == -1 else f"status {status}"
+            )
+            raise RuntimeError(f"jaxbind: kernel {self.name} failed: {why}")
+
+
+def _kind_of(value) -> Any:
+    if isinstance(value, np.ndarray):
+        return ("array", value.dtype.str, value.ndim)
+    return type(value).__name__
+
+
+def kernel(
+    fn=None, /, *, abi_version: int | None = None, batches: bool = False, name: str | None = None
+):
+    """Make a compiled op body (a decorator when called without `fn`).
+
+    Args:
+      fn: a numba-compilable Python function ``fn(*outputs, *inputs, **static)`` (its
+        parameters after the arrays are bound to the call's keyword arguments by name),
+        a numba ``@cfunc``, a ctypes or cffi function pointer implementing the ABI of
+        ``jaxbind/kernel.h``, or an integer address (then `abi_version` is required).
+      abi_version: the ABI version the kernel implements (default: this jaxbind's, 1).
+      batches: the kernel takes a whole batch under ``vmap`` (the leading
+        ``batch_levels`` axes of its buffers); otherwise jaxbind's C++ loop calls it once
+        per batch element.
+      name: what messages call it (default: the function's name).
+
+    Returns:
+      A [`Kernel`][jaxbind.Kernel], to pass wherever a callable goes (``f``, ``f_T``, ``f_jvp``,
+      ``f_vjp``, ``def_transpose``, ...).
+    """
+    if fn is None:
+        return lambda f: kernel(f, abi_version=abi_version, batches=batches, name=name)
+    if isinstance(fn, Kernel):
+        return fn
+    label = name or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    if abi_version is not None and abi_version != ABI_VERSION:
+        raise ValueError(
+            f"jaxbind.kernel: {label or fn!r} implements kernel ABI version {abi_version}, but "
+            f"this jaxbind calls version {ABI_VERSION}"
+        )
+    if isinstance(fn, bool) or not isinstance(fn, (int, np.integer)):
+        address = _address_of(fn)
+    else:
+        if abi_version is None:
+            raise TypeError(
+                "jaxbind.kernel: a raw address needs abi_version= (the version of "
+                "jaxbind/kernel.h it was compiled against)"
+            )
+        address = int(fn)
+        label = label if name else f"at {address:#x}"
+    if address is not None:
+        if not address:
+            raise ValueError(f"jaxbind.kernel: {label}: the address is 0")
+        # The code must outlive the binding: keep the pointer object (a numba cfunc owns
+        # its code; a ctypes pointer its CDLL), and the shared library that holds the
+        # address open (cffi closes a library when its object is collected).
+        keep = (fn, _pin_library(address))
+        return Kernel(label or f"at {address:#x}", batches, address, None, keep)
+    options = None
+    if _is_numba_dispatcher(fn):  # @njit(...): its Python function, compiled with its options
+        fn, options = _from_dispatcher(fn, label)
+    if not callable(fn) or not inspect.isfunction(fn):
+        raise TypeError(
+            "jaxbind.kernel: expected a numba-compilable Python function (plain, or decorated "
+            "with @numba.njit), a numba cfunc, a ctypes or cffi function pointer, or an "
+            f"address; got {fn!r}"
+        )
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        raise ImportError(
+            f"jaxbind.kernel: compiling {label} needs numba (pip install numba)"
+        ) from None
+    return Kernel(label, batches, None, fn, options=options)
+
+
+def _is_numba_dispatcher(fn) -> bool:
+    """A function decorated with @numba.njit / @numba.jit (numba's Dispatcher)."""
+    return hasattr(fn, "py_func") and hasattr(fn, "targetoptions") and hasattr(fn, "overloads")
+
+
+def _from_dispatcher(dispatcher, label) -> tuple[Callable, dict]:
+    options = dict(dispatcher.targetoptions)
+    if getattr(dispatcher, "_required_target_backend", None) not in (None, "cpu") or type(
+        dispatcher
+    ).__name__ not in ("CPUDispatcher", "Dispatcher"):
+        raise TypeError(
+            f"jaxbind.kernel: {label} is compiled by numba for "
+            f"{type(dispatcher).__name__}, not the CPU; pass the plain Python function, or "
+            "a function decorated with @numba.njit"
+        )
+    if options.get("forceobj") or options.get("nopython") is False:
+        raise TypeError(
+            f"jaxbind.kernel: {label} is compiled by numba in object mode (forceobj=True or "
+            "nopython=False), which needs the GIL; a kernel runs without it. Use "
+            "@numba.njit, or pass the plain Python function"
+        )
+    options.pop("nopython", None)  # njit sets it
+    return dispatcher.py_func, options
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [
+        ("dli_fname", ctypes.c_char_p),
+        ("dli_fbase", ctypes.c_void_p),
+        ("dli_sname", ctypes.c_char_p),
+        ("dli_saddr", ctypes.c_void_p),
+    ]
+
+
+def _pin_library(address: int):
+    """Open once more the shared library that holds `address`, so that it stays loaded
+    whatever its other owners do (the loader counts openings; this one is never closed).
+    Returns the handle, or None where the address is in no library (JIT-compiled code)."""
+    try:
+        if sys.platform == "win32":
+            handle = ctypes.c_void_p()
+            from_address = 0x4  # GET_MODULE_HANDLE_EX_FLAG_FROM_ADDRESS: counts a reference
+            ok = ctypes.WinDLL("kernel32").GetModuleHandleExW(
+                from_address, ctypes.c_void_p(address), ctypes.byref(handle)
+            )
+            return handle if ok else None
+        dladdr = ctypes.CDLL(None).dladdr
+        dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
+        dladdr.restype = ctypes.c_int
+        info = _DlInfo()
+        if not dladdr(ctypes.c_void_p(address), ctypes.byref(info)) or not info.dli_fname:
+            return None
+        path = os.fsdecode(info.dli_fname)
+        return ctypes.CDLL(path) if os.path.isabs(path) else None  # not the main program
+    except (OSError, AttributeError):  # no dladdr, or a library that cannot be opened by path
+        return None
+
+
+def _address_of(fn) -> int | None:
+    """The address of a compiled function pointer, or None for a Python function."""
+    if isinstance(fn, ctypes._CFuncPtr):
+        return ctypes.cast(fn, ctypes.c_void_p).value or 0
+    if type(fn).__module__ == "_cffi_backend":
+        import cffi
+
+        ffi = cffi.FFI()
+        if ffi.typeof(fn).kind != "function":
+            raise TypeError(f"jaxbind.kernel: {fn!r} is not a cffi function pointer")
+        return int(ffi.cast("uintptr_t", fn))
+    if type(fn).__name__ == "CFunc" and hasattr(fn, "address"):  # numba.cfunc
+        return int(fn.address)
+    return None

@@ -1,0 +1,48 @@
+"""Run time: the Python the trampoline (cpp/) calls while XLA runs a program.
+
+Everything here runs inside a compiled program, called from C++ with the GIL held;
+trace-time code (the registry, the rules, the lowering) never reaches into it.
+
+- `resolve`: a site's first call. The call's attributes read and checked, the binding's
+  body for its role found, and its buffers accepted (checked against the binding's
+  abstract function; a kernel's address for their signature), in one crossing.
+- `report`: what a failing callable becomes, and views that outlived their call.
+- `gpu`: the GPU dispatcher (one call of one batch element), CUDA arrays, host mode.
+
+`install` hands these to the trampoline, once, at import.
+"""
+
+from __future__ import annotations
+
+import atexit
+
+import jax
+
+from .. import _ext
+from .._avals import XLA_ELEMENT_TYPES
+from .._callformat import FORMAT
+from .._compat import collect_jax_garbage
+from . import gpu
+from .report import escaped_views, format_callback_error
+from .resolve import resolve_site
+
+__all__ = ["install"]
+
+
+def install() -> None:
+    """Hand the trampoline its tables and callbacks (once, at import)."""
+    assert _ext.call_format == FORMAT, "the extension and the Python package disagree"
+    _ext.init(XLA_ELEMENT_TYPES, resolve_site, format_callback_error, gpu.dispatch)
+    _ext.set_view_hooks(collect_jax_garbage, escaped_views)
+    atexit.register(_shutdown)
+
+
+def _shutdown() -> None:
+    """At interpreter exit: programs with effects that were dispatched and not waited for
+    run first (JAX waits for them at exit too, but later: atexit runs jaxbind's hook
+    before JAX's, which was registered first); then handlers stop calling Python."""
+    try:
+        jax.effects_barrier()
+    except Exception:  # a failed program has reported its own error
+        pass
+    _ext.shutdown()
