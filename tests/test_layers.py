@@ -26,6 +26,8 @@ RUN_TIME = {"_runtime", "_runtime.resolve", "_runtime.report", "_runtime.gpu"}
 TRACE_TIME = {
     "_api",
     "_native",
+    "_native.trees",
+    "_native.bodies",
     "_primitive",
     "_spec",
     "_export",

@@ -1,0 +1,160 @@
+"""The bodies and the shape function of a JAX-native op, made for calls: each groups the
+call's flat arrays into the user's pytrees (see trees.layout) and takes its results
+back, as the trampoline (callables) or the rules (JAX functions, shapes) call it.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+
+import jax
+import numpy as np
+
+from .._api import check_body_runs
+from .._avals import shown
+from .._errors import about
+from .._kernels import Kernel
+from .._kwargs import KwargsDump, load_kwargs
+from .._roles import Args
+from .._spec import BatchAxes
+from .trees import layout, split, structures
+
+__all__ = ["JaxDerivative", "Shapes", "body", "check_declared"]
+
+
+def check_declared(name: str, declared, effectful: bool) -> None:
+    """What the shape function returned: a pytree of jax.ShapeDtypeStruct (or of anything
+    with a tuple ``shape`` and a ``dtype``, as jax.eval_shape gives and jax.pure_callback
+    takes), else a TypeError saying what it returned and what it must return. No outputs
+    (None, ()) only for an op with a side effect: nothing else would ever call it."""
+    leaves = jax.tree.leaves(declared)
+    if (leaves or effectful) and all(
+        isinstance(getattr(leaf, "shape", None), tuple) and hasattr(leaf, "dtype")
+        for leaf in leaves
+    ):
+        return
+    hint = ""
+    if not leaves:
+        hint = " (no outputs, and the op has no side effect: nothing would ever call it)"
+    elif isinstance(declared, (tuple, list)) and all(
+        isinstance(d, (tuple, list)) and len(d) in (2, 3) and isinstance(d[0], (tuple, list))
+        for d in declared
+    ):
+        hint = (
+            ": ((shape, dtype), ...) is JAXbind 1.3's form; here "
+            "write jax.ShapeDtypeStruct(shape, dtype) for each output"
+        )
+    elif isinstance(declared, (tuple, list)) and len(declared) == 2:
+        hint = ": for (shape, dtype), write jax.ShapeDtypeStruct(shape, dtype)"
+    raise TypeError(
+        f"{about(name)}: the shape function returned {shown(declared)}{hint}. It must return a "
+        "jax.ShapeDtypeStruct for one output, or a pytree (tuple, list, dict) of them for "
+        "several, e.g. jax.ShapeDtypeStruct(x.shape, x.dtype)"
+    )
+
+
+def _takes_out(fn: Callable) -> bool:
+    try:
+        return "out" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+class _Body:
+    """One body or shape function of a native op, made for calls by `for_trees`: the call's
+    pytree structure decides how its flat arrays are grouped into the user's pytrees."""
+
+    def __init__(self, native, fn: Callable, args: Args, what: str, index=None):
+        self.native, self.fn, self.args, self.what, self.index = native, fn, args, what, index
+        functools.update_wrapper(self, fn, updated=())
+
+    def trees(self, trees: KwargsDump):
+        ins, outs = structures(trees)
+        return layout(self.args, ins, outs, self.native.fixed, self.index)
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(
+            f"{about(self.native.name)} ({self.what}) is called with the pytree structure of "
+            "a call (for_trees), not directly"
+        )
+
+
+class _Callable(_Body):
+    """A callable of a native op, as the trampoline calls it: (out, args, kwargs_dump)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.takes_out = _takes_out(self.fn)
+
+    def for_trees(self, trees: KwargsDump) -> Callable:
+        return functools.partial(self._run, *self.trees(trees))
+
+    def _run(self, arg_trees, out_tree, out, args, kwargs_dump):
+        kwargs = load_kwargs(kwargs_dump)
+        batch = kwargs.pop("batch_axes", None)
+        leaves = BatchAxes(batch).to_front(args, np.moveaxis) if batch else list(args)
+        user_args = split(leaves, arg_trees)
+        if self.takes_out:
+            self.fn(*user_args, out=jax.tree.unflatten(out_tree, list(out)), **kwargs)
+            return
+        result = self.fn(*user_args, **kwargs)
+        try:
+            results = out_tree.flatten_up_to(result)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(
+                f"{about(self.native.name)} ({self.what}) returned a result whose "
+                f"structure is not {out_tree}: {exc}"
+            ) from None
+        for k, (o, r) in enumerate(zip(out, results)):
+            r = np.asarray(r)
+            if r.shape != o.shape:
+                raise ValueError(
+                    f"{about(self.native.name)} ({self.what}) returned output {k} "
+                    f"with shape {r.shape}; its shape says {o.shape}"
+                )
+            np.copyto(o, r, casting="same_kind")
+
+
+def body(native, fn, args: Args, what: str, index=None):
+    """A callable wrapped for pytrees; a compiled kernel as it is (it takes flat arrays)."""
+    if isinstance(fn, Kernel):
+        return fn
+    name = getattr(native, "name", None) or native._explicit_name or native.fn.__qualname__
+    check_body_runs(what, fn, name, native.options)
+    return _Callable(native, fn, args, what, index=index)
+
+
+class JaxDerivative(_Body):
+    """A derivative given as a JAX function, for a native op (pytrees in and out)."""
+
+    def for_trees(self, trees: KwargsDump) -> Callable:
+        arg_trees, out_tree = self.trees(trees)
+
+        def call(*leaves, **kwargs):
+            return out_tree.flatten_up_to(self.fn(*split(list(leaves), arg_trees), **kwargs))
+
+        return call
+
+
+class Shapes(_Body):
+    """The op's shape function as its abstract function (f's, and the JVP's at the primals)."""
+
+    def for_trees(self, trees: KwargsDump) -> Callable:
+        ins, outs = structures(trees)
+        return functools.partial(self._declare, ins, outs)
+
+    def _declare(self, ins, outs, *avals, batch_axes=None, **kwargs):
+        levels = ()
+        if batch_axes:  # vectorized: the shape function sees the arrays without batch axes
+            layout = BatchAxes(batch_axes)
+            levels = layout.sizes([a.shape for a in avals])
+            avals = [
+                jax.ShapeDtypeStruct(layout.core_shape(a.shape, i), a.dtype)
+                for i, a in enumerate(avals)
+            ]
+        declared = outs.flatten_up_to(self.fn(*split(list(avals), ins.children()), **kwargs))
+        if not batch_axes:
+            return tuple((d.shape, d.dtype) for d in declared)
+        return tuple((levels + tuple(d.shape), d.dtype, 0) for d in declared)
