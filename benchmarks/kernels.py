@@ -144,7 +144,10 @@ def bodies() -> dict:
     k_op = jaxbind.get_linear_call(kernel, None, _shape, name="bench.kernel_affine")
     py_op = jaxbind.get_linear_call(affine_callable, None, _shape, name="bench.callable_affine")
     x = np.ones(N, np.float32)
-    address = kernel.address_for(((x.shape, 11),), ((x.shape, 11),), {})
+    try:  # a buffer is (address, shape, XLA element type)
+        address = kernel.address_for(((0, x.shape, 11),), ((0, x.shape, 11),), {})
+    except ValueError:  # builds before the one described call (#37): (shape, type)
+        address = kernel.address_for(((x.shape, 11),), ((x.shape, 11),), {})
     floor = _cases._floor_op(affine_callable, (np.empty(N, np.float32),), (x,))
 
     def pure(x):

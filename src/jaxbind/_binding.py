@@ -5,7 +5,7 @@ each role's body, abstract function, argument layout and transpose partner) and
 its Options (see _options).
 
 Bindings are registered by name so that a compiled program, which names its
-binding by string, can find the callable again (see _runtime.resolve_site).
+binding by string, can find the callable again (see _runtime.resolve).
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ class Binding:
     def keep_site(self, digest: int, site):
         """Give a resolved site to the programs that call it (or to the orphan LRU), and
         return the site of `digest`: the one kept already if two threads resolved it at
-        once (the trampoline keeps the first too; see resolve in cpp/jaxbind_ext.cc)."""
+        once (the trampoline keeps the first too; see keep in cpp/site.h)."""
         with _lock:
             holder = self.holders.get(digest)
             if holder is not None:

@@ -49,10 +49,10 @@ def kernel_include_dir() -> str:
 
 
 class KernelCall:
-    """What the trampoline reads for one kernel site (see cpp/kernels.h): whether the
-    kernel batches, the static keyword arguments as typed values, and `address`, the
-    kernel's address for a buffer signature ``(inputs, outputs)``, each a tuple of
-    ``(shape, XLA element type)``."""
+    """What the trampoline reads for one kernel site (see cpp/site.h): whether the
+    kernel batches, the static keyword arguments as typed values (cpp/kernels.h), and
+    `address`, the kernel's address for a buffer signature ``(inputs, outputs)``, each a
+    tuple of ``(address, shape, XLA element type)``."""
 
     __slots__ = ("kernel", "batches", "kwargs", "values", "where")
 
