@@ -21,6 +21,9 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from jax.sharding import Mesh, NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P
+from support.ops import same_as_first
+from support.processes import run_python
+from support.skips import importable
 
 import jaxbind  # noqa: E402
 
@@ -77,8 +80,8 @@ fft_native = jaxbind.get_linear_call(
 fft_loop = jaxbind.get_linear_call(
     _fft,
     _fft,
-    lambda x: ((x.shape, x.dtype),),
-    lambda x: ((x.shape, x.dtype),),
+    same_as_first,
+    same_as_first,
     name="sharding.fft_loop",
 )
 
@@ -101,8 +104,8 @@ def _cube_vjp(out, args, kwargs_dump):
 cube = jaxbind.get_nonlinear_call(
     _cube,
     (_cube_jvp, _cube_vjp),
-    lambda x: ((x.shape, x.dtype),),
-    lambda x, ct: ((x.shape, x.dtype),),
+    same_as_first,
+    same_as_first,
     name="sharding.cube",
 )
 
@@ -114,7 +117,7 @@ def _calls_jax(out, args, kwargs_dump):  # a callable that itself runs JAX compu
 
 
 calls_jax = jaxbind.get_nonlinear_call(
-    _calls_jax, (None, None), lambda x: ((x.shape, x.dtype),), None, name="sharding.calls_jax"
+    _calls_jax, (None, None), same_as_first, None, name="sharding.calls_jax"
 )
 
 
@@ -246,16 +249,16 @@ def _log_rows(out, args, kwargs_dump):
 logged = jaxbind.get_linear_call(
     _log_rows,
     _log_rows,
-    lambda x: ((x.shape, x.dtype),),
-    lambda x: ((x.shape, x.dtype),),
+    same_as_first,
+    same_as_first,
     name="sharding.logged",
     has_side_effect=True,
 )
 logged_in_order = jaxbind.get_linear_call(
     _log_rows,
     _log_rows,
-    lambda x: ((x.shape, x.dtype),),
-    lambda x: ((x.shape, x.dtype),),
+    same_as_first,
+    same_as_first,
     name="sharding.logged_in_order",
     ordered=True,
 )
@@ -432,9 +435,13 @@ def _kernel_case():
         for i in range(x.size):
             out.flat[i] = 2.0 * x.flat[i]
 
-    same = lambda x: ((x.shape, x.dtype),)  # noqa: E731
     op = jaxbind.get_linear_call(
-        double, double, same, same, name="sharding.kernel_effect", has_side_effect=True
+        double,
+        double,
+        same_as_first,
+        same_as_first,
+        name="sharding.kernel_effect",
+        has_side_effect=True,
     )
     for rows in (3, 8):
         x = jnp.arange(rows * 2.0).reshape(rows, 2)
@@ -446,9 +453,7 @@ def _kernel_case():
 
 
 def case_effectful_kernel_under_shardy():
-    try:
-        import numba  # noqa: F401
-    except ImportError:
+    if not importable("numba"):
         return "skipped: numba is not installed"
     _partitioners(_kernel_case)
     return "an effectful numba kernel under vmap and grad on a batch sharded over 4 devices"
@@ -474,20 +479,14 @@ print("dispatched", flush=True)
 
 
 def case_effect_dispatched_just_before_exit_runs():
-    import subprocess
-
-    proc = subprocess.run(
-        [sys.executable, "-c", _AT_EXIT], capture_output=True, text=True, timeout=120
-    )
+    proc = run_python("-c", _AT_EXIT, timeout=120)
     assert proc.returncode == 0 and "ran" in proc.stdout, (proc.stdout, proc.stderr[-2000:])
     assert "not running" not in proc.stderr, proc.stderr[-2000:]
     return "an effectful call dispatched under Shardy just before exit runs before jaxbind stops"
 
 
 def case_kernel_under_shard_map_and_batch_sharded_jit():
-    try:
-        import numba  # noqa: F401
-    except ImportError:
+    if not importable("numba"):
         return "skipped: numba is not installed"
 
     @jaxbind.kernel
@@ -495,8 +494,9 @@ def case_kernel_under_shard_map_and_batch_sharded_jit():
         for i in range(x.size):
             out.flat[i] = 3.0 * x.flat[i]
 
-    same = lambda x: ((x.shape, x.dtype),)  # noqa: E731
-    op = jaxbind.get_linear_call(triple, triple, same, same, name="sharding.kernel_triple")
+    op = jaxbind.get_linear_call(
+        triple, triple, same_as_first, same_as_first, name="sharding.kernel_triple"
+    )
     xs = np.arange(8 * 5, dtype=np.float64).reshape(8, 5)
     f = shard_map(lambda x: op(x)[0], mesh=mesh, in_specs=P("b"), out_specs=P("b"))
     _close(jax.jit(f)(xs), 3 * xs)

@@ -4,9 +4,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import FLOAT_DTYPES, random, skip_unless_x64, tol
 from jax.test_util import check_grads
 from reference_ops import bilinear, bilinear_ref
+from support.arrays import random, tol
+from support.dtypes import FLOAT_DTYPES, skip_unless_x64
+from support.ops import same_as_first
 
 import jaxbind
 
@@ -74,14 +76,10 @@ def _mul(out, args, kd):
     out[0][...] = args[0] * args[1]
 
 
-def _same(*args, **kwargs):
-    return ((args[0].shape, args[0].dtype),)
-
-
 def test_missing_transpose_is_a_clear_error(x64, dtype):
     skip_unless_x64(dtype, x64)
     op = jaxbind.get_linear_call(
-        _mul, (None, None), _same, (None, None), name="tests.mul_without_transposes"
+        _mul, (None, None), same_as_first, (None, None), name="tests.mul_without_transposes"
     )
     x = random((3,), dtype, 1)
     with pytest.raises(

@@ -4,9 +4,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import FLOAT_DTYPES, random, skip_unless_x64, tol
 from jax.test_util import check_grads
 from reference_ops import nonlinear, nonlinear_ref, power
+from support.arrays import random, tol
+from support.dtypes import FLOAT_DTYPES, skip_unless_x64
 
 pytestmark = pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 
