@@ -5,7 +5,8 @@ from support.skips import has_cuda
 
 @pytest.fixture(params=[False, True], ids=["x32", "x64"])
 def x64(request):
-    """Run the test with jax_enable_x64 off and on."""
+    """Run the test with jax_enable_x64 off and on (or as support.dtypes.dtypes_and_x64
+    parametrizes it, together with the dtype)."""
     with global_x64(request.param):
         yield request.param
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from support.arrays import random
 from support.clib import compile_c_library
+from support.dtypes import dtypes_and_x64
 from support.ops import same_as_last
 from support.processes import run_python
 
@@ -31,11 +32,8 @@ scale_op = jaxbind.get_linear_call(
 )
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64])
-def test_linear_kernel_every_transformation(dtype):
-    if np.dtype(dtype).itemsize == 8 and np.dtype(dtype).kind == "f":
-        if not jax.config.read("jax_enable_x64"):
-            pytest.skip("64-bit dtype needs jax_enable_x64")
+@dtypes_and_x64([np.float32, np.float64, np.complex64], both=False)
+def test_linear_kernel_every_transformation(x64, dtype):
     x = random((3, 4), dtype, 1)
     f = lambda x: scale_op(x, factor=2.5)[0]  # noqa: E731
     np.testing.assert_allclose(f(x), 2.5 * x, rtol=1e-6)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 FLOAT_DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
+REAL_DTYPES = [np.float32, np.float64]
 
 # Every dtype JAX has on the CPU (jaxbind's callables see each of them)
 JAX_DTYPES = [
@@ -62,8 +63,3 @@ def global_x64(enabled: bool):
         yield enabled
     finally:
         jax.config.update("jax_enable_x64", old)
-
-
-def skip_unless_x64(dtype, x64):
-    if needs_x64(dtype) and not x64:
-        pytest.skip("64-bit dtype needs jax_enable_x64")
