@@ -13,6 +13,8 @@ from support.processes import run_python
 
 HERE = pathlib.Path(__file__).parent
 
+pytestmark = pytest.mark.slow  # the subprocess that runs every case takes about 10 s
+
 
 @pytest.fixture(scope="module")
 def results():

@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference_ops import axpy, axpy_ref, bilinear, flipsum, flipsum_loop, flipsum_ref
@@ -44,6 +45,7 @@ def batched_pair(draw):
     return batched_inputs(core, axes, b, seed), tuple(axes)
 
 
+@pytest.mark.slow  # about 11 s
 @SETTINGS
 @given(case=batched_pair(), native=st.booleans())
 def test_vmap_any_in_axes_matches_jax(case, native):

@@ -6,10 +6,13 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from support.ops import same_as_first
 
 import jaxbind
 from jaxbind import _binding, _ext
+
+pytestmark = pytest.mark.slow  # the 1000 bindings take about 40 s
 
 
 def _rss_mb() -> float:
