@@ -14,17 +14,17 @@ os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
 )
 
-import json  # noqa: E402
-import traceback  # noqa: E402
+import json
+import traceback
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from jax.sharding import Mesh, NamedSharding  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from support.ops import same_as_first
 
-import jaxbind  # noqa: E402
+import jaxbind
 
 calls = []
 

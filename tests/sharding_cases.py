@@ -11,21 +11,21 @@ os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
 )
 
-import json  # noqa: E402
-import sys  # noqa: E402
-import threading  # noqa: E402
-import traceback  # noqa: E402
+import json
+import sys
+import threading
+import traceback
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from jax.sharding import Mesh, NamedSharding  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from support.ops import same_as_first
 from support.processes import run_python
 from support.skips import importable
 
-import jaxbind  # noqa: E402
+import jaxbind
 
 jax.config.update("jax_enable_x64", True)
 
@@ -153,7 +153,7 @@ def case_shard_map_forward_jvp_grad_vmap():
         return scale(a, cube(x)[0])[0]
 
     sm = shard_map(local, mesh=mesh, in_specs=(P("b"), P("b")), out_specs=P("b"))
-    ref = lambda a, x: A * x**3  # noqa: E731
+    ref = lambda a, x: A * x**3
     _close(jax.jit(sm)(A, X), ref(A, X))
     t = rng.standard_normal(X.shape)
     _close(jax.jvp(lambda x: sm(A, x), (X,), (t,))[1], 3 * A * X**2 * t)
@@ -328,7 +328,7 @@ def _uneven_vmap(op, rows):
 def case_effectful_vmap_on_an_uneven_batch_runs_once_per_real_row():
     for op in EFFECT_OPS.values():
         for rows in (1, 3, 6, 8):
-            _partitioners(lambda: _uneven_vmap(op, rows))  # noqa: B023
+            _partitioners(lambda: _uneven_vmap(op, rows))
     return (
         "has_side_effect and ordered ops (both APIs) under vmap on a batch sharded over 4 "
         "devices, padded or not: once per real row, under Shardy and GSPMD; never on padding"
@@ -345,7 +345,7 @@ def _sharded_once(op):
 
 def case_effectful_op_on_a_sharded_input_runs_once():
     for op in EFFECT_OPS.values():
-        _partitioners(lambda: _sharded_once(op))  # noqa: B023
+        _partitioners(lambda: _sharded_once(op))
     return (
         "an unbatched effectful op (both APIs) on a sharded input: once, over the whole "
         "array, under Shardy and GSPMD"
@@ -363,7 +363,7 @@ def _grad_once(op):
 
 def case_grad_of_an_effectful_op_on_a_sharded_input_runs_each_role_once():
     for op in EFFECT_OPS.values():
-        _partitioners(lambda: _grad_once(op))  # noqa: B023
+        _partitioners(lambda: _grad_once(op))
     return "grad of an effectful op on a sharded input: the forward and the transpose once each"
 
 
@@ -445,9 +445,9 @@ def _kernel_case():
     )
     for rows in (3, 8):
         x = jnp.arange(rows * 2.0).reshape(rows, 2)
-        f = lambda x: jax.vmap(  # noqa: E731
-            lambda r: op(r)[0]
-        )(jax.lax.with_sharding_constraint(x, batch_sharded))
+        f = lambda x: jax.vmap(lambda r: op(r)[0])(
+            jax.lax.with_sharding_constraint(x, batch_sharded)
+        )
         _close(jax.jit(f)(x), 2 * np.asarray(x))
         _close(jax.jit(jax.grad(lambda x: jnp.sum(f(x))))(x), np.full((rows, 2), 2.0))
 

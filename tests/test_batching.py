@@ -64,7 +64,7 @@ def test_grad_of_vmapped_op(op, in_axes):
 @pytest.mark.parametrize("op", [flipsum, flipsum_loop], ids=["native", "fallback"])
 def test_vmap_of_grad(op):
     x, y = batched_inputs(SHAPE, (0, 0), BATCH, seed=20)
-    loss = lambda f: lambda x, y: jnp.sum(f(x, y) ** 3)  # noqa: E731
+    loss = lambda f: lambda x, y: jnp.sum(f(x, y) ** 3)
     g = jax.vmap(jax.grad(loss(lambda x, y: op(x, y)[0]), argnums=(0, 1)))(x, y)
     g_ref = jax.vmap(jax.grad(loss(flipsum_ref), argnums=(0, 1)))(x, y)
     for got, want in zip(g, g_ref):

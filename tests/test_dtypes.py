@@ -123,7 +123,7 @@ def test_64_bit_program_run_on_a_thread_without_x64():
     def run():
         try:
             result["y"] = np.asarray(compiled(x))
-        except Exception as exc:  # noqa: BLE001 - reported below
+        except Exception as exc:  # reported below
             result["error"] = exc
 
     thread = threading.Thread(target=run)

@@ -48,14 +48,14 @@ def _clear():
 
 
 def test_unused_result_is_not_removed():
-    dead = lambda op: lambda x: (op(x), x)[1]  # noqa: E731
+    dead = lambda op: lambda x: (op(x), x)[1]
     assert _run(dead(pure), jnp.ones(3)) == []  # what a pure op gets
     assert _run(dead(side), jnp.ones(3)) == [1.0]
     assert _run(dead(ordered), jnp.ones(3)) == [1.0]
 
 
 def test_identical_calls_are_not_merged():
-    twice = lambda op: lambda x: op(x)[0] + op(x)[0]  # noqa: E731
+    twice = lambda op: lambda x: op(x)[0] + op(x)[0]
     assert _run(twice(pure), jnp.ones(3)) == [1.0]  # XLA merges the pure calls
     assert _run(twice(side), jnp.ones(3)) == [1.0, 1.0]
     assert _run(twice(ordered), jnp.ones(3)) == [1.0, 1.0]
@@ -97,7 +97,7 @@ def test_order_with_ordered_io_callback():
         )
         return x
 
-    import jax.experimental  # noqa: F401
+    import jax.experimental
 
     assert _run(prog, jnp.ones(2)) == [5.0, 6.0, 7.0]
 

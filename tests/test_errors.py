@@ -203,7 +203,7 @@ def test_bindings_share_one_primitive_and_leave_jax_rule_tables_alone():
     batchers = batchers if isinstance(batchers, dict) else batching.fancy_primitive_batchers
     sizes = lambda: (
         len(ad.primitive_jvps),
-        len(ad.primitive_transposes),  # noqa: E731
+        len(ad.primitive_transposes),
         len(batchers),
         len(mlir._lowerings),
     )

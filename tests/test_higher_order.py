@@ -128,7 +128,7 @@ def test_hessian_under_vmap_and_jit():
 
 def test_derivatives_given_as_jaxbind_ops_reach_second_order_and_name_the_third():
     assert exp2.binding.order() == 2 and sin_y2.binding.order() == float("inf")
-    f = lambda x: jnp.sum(exp2(x)[0] ** 2)  # noqa: E731
+    f = lambda x: jnp.sum(exp2(x)[0] ** 2)
     assert _max_err(jax.hessian(f)(X), jax.hessian(lambda x: jnp.sum(jnp.exp(x) ** 2))(X)) < 1e-10
     with pytest.raises(
         NotImplementedError,
@@ -147,7 +147,7 @@ def test_callables_as_derivatives_stop_at_first_order_with_the_order_named():
         same_as_first,
         name="tests.exp1",
     )
-    f = lambda x: jnp.sum(op(x)[0] ** 2)  # noqa: E731
+    f = lambda x: jnp.sum(op(x)[0] ** 2)
     np.testing.assert_allclose(jax.grad(f)(X), 2 * np.exp(2 * X), rtol=1e-12)
     with pytest.raises(
         NotImplementedError,

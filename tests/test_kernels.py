@@ -35,7 +35,7 @@ scale_op = jaxbind.get_linear_call(
 @dtypes_and_x64([np.float32, np.float64, np.complex64], both=False)
 def test_linear_kernel_every_transformation(x64, dtype):
     x = random((3, 4), dtype, 1)
-    f = lambda x: scale_op(x, factor=2.5)[0]  # noqa: E731
+    f = lambda x: scale_op(x, factor=2.5)[0]
     np.testing.assert_allclose(f(x), 2.5 * x, rtol=1e-6)
     np.testing.assert_allclose(jax.jit(f)(x), 2.5 * x, rtol=1e-6)
     (t,) = jax.linear_transpose(f, x)(x)
@@ -79,7 +79,7 @@ sin_op = jaxbind.get_nonlinear_call(
 
 def test_nonlinear_with_mixed_bodies():
     x = random((7,), np.float32, 4)
-    f = lambda x: sin_op(x)[0]  # noqa: E731
+    f = lambda x: sin_op(x)[0]
     np.testing.assert_allclose(jax.jit(f)(x), np.sin(x), rtol=1e-6)
     _, t = jax.jvp(f, (x,), (jnp.ones_like(x),))
     np.testing.assert_allclose(t, np.cos(x), rtol=1e-6)
@@ -294,7 +294,7 @@ def test_c_kernel_of_each_kind_under_every_transformation(clib, how):
     op = jaxbind.get_linear_call(
         k, k, same_as_last, same_as_last, name=f"tests.kernel_c_{how.replace(' ', '_')}"
     )
-    f = lambda x: op(x, factor=3.0)[0]  # noqa: E731
+    f = lambda x: op(x, factor=3.0)[0]
     x = random((3, 4), np.float32, 11)
     np.testing.assert_allclose(jax.jit(f)(x), 3 * x, rtol=1e-6)
     np.testing.assert_allclose(jax.jvp(f, (x,), (x,))[1], 3 * x, rtol=1e-6)

@@ -60,7 +60,7 @@ def test_transpose_matches_dense_adjoint(x64, dtype):
 
 def test_grad_of_real_loss_matches_jax(x64, dtype):
     x, y = random((6,), dtype, 8), random((6,), dtype, 9)
-    loss = lambda f: lambda x, y: jnp.sum(jnp.abs(f(x, y)) ** 2)  # noqa: E731
+    loss = lambda f: lambda x, y: jnp.sum(jnp.abs(f(x, y)) ** 2)
     g = jax.jit(jax.grad(loss(lambda x, y: axpy(x, y, scale=0.5)[0]), argnums=(0, 1)))(x, y)
     g_ref = jax.grad(loss(lambda x, y: axpy_ref(x, y, 0.5)), argnums=(0, 1))(x, y)
     for got, want in zip(g, g_ref):

@@ -35,7 +35,7 @@ def test_jvp_is_product_rule(x64, dtype):
 def test_grad_with_respect_to_each_and_both(x64, dtype):
     x, y = random((5,), dtype, 5), random((5,), dtype, 6)
     for argnums in (0, 1, (0, 1)):
-        loss = lambda f: lambda x, y: jnp.sum(jnp.abs(f(x, y)) ** 2)  # noqa: E731
+        loss = lambda f: lambda x, y: jnp.sum(jnp.abs(f(x, y)) ** 2)
         g = jax.grad(loss(lambda x, y: bilinear(x, y)[0]), argnums)(x, y)
         g_ref = jax.grad(loss(bilinear_ref), argnums)(x, y)
         for got, want in zip(jax.tree.leaves(g), jax.tree.leaves(g_ref)):
@@ -60,8 +60,8 @@ def test_check_grads_to_second_order(x64, dtype):
 @pytest.mark.parametrize("dtype", REAL_DTYPES)  # jax.hessian needs a real output
 def test_hessian_matches_jax(enable_x64, dtype):
     x, y = random((3,), dtype, 12), random((3,), dtype, 13)
-    f = lambda x, y: jnp.sum(bilinear(x, y)[0] ** 2)  # noqa: E731
-    f_ref = lambda x, y: jnp.sum(bilinear_ref(x, y) ** 2)  # noqa: E731
+    f = lambda x, y: jnp.sum(bilinear(x, y)[0] ** 2)
+    f_ref = lambda x, y: jnp.sum(bilinear_ref(x, y) ** 2)
     for argnums in ((0, 1), 0):
         h = jax.hessian(f, argnums)(x, y)
         h_ref = jax.hessian(f_ref, argnums)(x, y)

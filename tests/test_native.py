@@ -118,7 +118,7 @@ def test_pytrees_in_and_out_with_every_transformation():
     got = jax.jit(prodsum)(D)
     assert set(got) == {"p", "s"} and got["s"].shape == ()
     np.testing.assert_array_equal(got["p"], [2.0, 4.0, 6.0])
-    loss = lambda f: lambda d: jnp.sum(f(d)["p"] ** 2) + f(d)["s"]  # noqa: E731
+    loss = lambda f: lambda d: jnp.sum(f(d)["p"] ** 2) + f(d)["s"]
     for a, b in zip(
         jax.tree.leaves(jax.grad(loss(prodsum))(D)),
         jax.tree.leaves(jax.grad(loss(_prodsum_ref))(D)),

@@ -14,7 +14,7 @@ from support.dtypes import REAL_DTYPES, dtypes_and_x64
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
 def test_forward_matches_jax(x64, dtype, jit):
     x1, x2 = random((3, 2), dtype, 1), random((3, 2), dtype, 2)
-    fn = lambda a, b: nonlinear(a, b)[0]  # noqa: E731
+    fn = lambda a, b: nonlinear(a, b)[0]
     fn = jax.jit(fn) if jit else fn
     np.testing.assert_allclose(fn(x1, x2), nonlinear_ref(x1, x2), rtol=tol(dtype))
 
@@ -34,7 +34,7 @@ def test_jvp_and_vjp_match_jax(x64, dtype):
 @dtypes_and_x64()
 def test_grad_under_jit_matches_jax(x64, dtype):
     x1, x2 = random((4,), dtype, 6), random((4,), dtype, 7)
-    loss = lambda f: lambda a, b: jnp.sum(jnp.abs(f(a, b)) ** 2)  # noqa: E731
+    loss = lambda f: lambda a, b: jnp.sum(jnp.abs(f(a, b)) ** 2)
     g = jax.jit(jax.grad(loss(lambda a, b: nonlinear(a, b)[0]), argnums=(0, 1)))(x1, x2)
     g_ref = jax.grad(loss(nonlinear_ref), argnums=(0, 1))(x1, x2)
     for got, want in zip(g, g_ref):
@@ -50,7 +50,7 @@ def test_check_grads_first_order(x64, dtype):
 @dtypes_and_x64()
 def test_second_order_is_a_clear_error(x64, dtype):
     x1, x2 = random((4,), dtype, 10), random((4,), dtype, 11)
-    f = lambda a: jnp.sum(jnp.real(nonlinear(a, x2)[0]))  # noqa: E731
+    f = lambda a: jnp.sum(jnp.real(nonlinear(a, x2)[0]))
     missing = "differentiable to order 1 only; a derivative of order 2"
     if np.dtype(dtype).kind == "f":
         with pytest.raises(NotImplementedError, match=missing):

@@ -23,8 +23,8 @@ from support.arrays import norm_relative_error, random_complex
 
 pytest.importorskip("ducc0")
 
-from jaxbind.contrib import jaxducc0  # noqa: E402
-from jaxbind.contrib.ducc._accuracy import finest_epsilon  # noqa: E402
+from jaxbind.contrib import jaxducc0
+from jaxbind.contrib.ducc._accuracy import finest_epsilon
 
 pytestmark = pytest.mark.usefixtures("enable_x64")  # from tests/conftest.py
 

@@ -87,7 +87,7 @@ def test_fft_adjointness_and_grads(dtype):
     x = random((4, 6), dtype, 3, complex_=True)
     y = random((4, 6), dtype, 4, complex_=True)
     for kwargs in ({}, dict(axes=(1,), forward=False, inorm=1)):
-        f = lambda x: jaxducc0.c2c(x, **kwargs)[0]  # noqa: E731
+        f = lambda x: jaxducc0.c2c(x, **kwargs)[0]
         assert _adjoint_error(f, x, y) < 10 * tol(dtype)
     xr, yr = random((4, 6), dtype, 5), random((4, 6), dtype, 6)
     assert _adjoint_error(lambda x: jaxducc0.genuine_fht(x)[0], xr, yr) < 10 * tol(dtype)

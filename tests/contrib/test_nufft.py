@@ -18,9 +18,9 @@ from support.arrays import norm_relative_error, random_complex
 
 pytest.importorskip("ducc0")
 
-from jaxbind.contrib import jaxducc0  # noqa: E402
-from jaxbind.contrib.ducc.nufft_points import mode_numbers, nufft_points  # noqa: E402
-from jaxbind.testing import check  # noqa: E402
+from jaxbind.contrib import jaxducc0
+from jaxbind.contrib.ducc.nufft_points import mode_numbers, nufft_points
+from jaxbind.testing import check
 
 pytestmark = pytest.mark.usefixtures("enable_x64")  # from tests/conftest.py
 
@@ -69,17 +69,17 @@ def _problem(kind, d, iflag, modeord, rng, batch=(2, 3), pbatch=(2,), m=11, k=7)
     opts = jaxducc0.Opts(modeord=modeord)
     kw = dict(iflag=iflag, eps=1e-12, opts=opts)
     if kind == 1:
-        fast = lambda v, *p: jaxducc0.nufft1(grid, v, *p, **kw)  # noqa: E731
-        ref = lambda v, *p: dense1(grid, v, *p, iflag=iflag, modeord=modeord)  # noqa: E731
+        fast = lambda v, *p: jaxducc0.nufft1(grid, v, *p, **kw)
+        ref = lambda v, *p: dense1(grid, v, *p, iflag=iflag, modeord=modeord)
         v = random_complex(rng, batch + (m,))
     elif kind == 2:
-        fast = lambda v, *p: jaxducc0.nufft2(v, *p, **kw)  # noqa: E731
-        ref = lambda v, *p: dense2(v, *p, iflag=iflag, modeord=modeord)  # noqa: E731
+        fast = lambda v, *p: jaxducc0.nufft2(v, *p, **kw)
+        ref = lambda v, *p: dense2(v, *p, iflag=iflag, modeord=modeord)
         v = random_complex(rng, batch + grid)
     else:
         xs += [jnp.asarray(rng.uniform(-6, 6, pbatch + (k,))) for _ in range(d)]
-        fast = lambda v, *p: jaxducc0.nufft3(v, *p, **kw)  # noqa: E731
-        ref = lambda v, *p: dense3(v, *p, iflag=iflag)  # noqa: E731
+        fast = lambda v, *p: jaxducc0.nufft3(v, *p, **kw)
+        ref = lambda v, *p: dense3(v, *p, iflag=iflag)
         v = random_complex(rng, batch + (m,))
     # the values have one leading dimension more than the points: shared points
     return fast, jax.jit(lambda v, *p: ref(v, *(q[..., None, :] for q in p))), v, xs
@@ -325,7 +325,7 @@ def test_plan_matches_the_unplanned_transform(kind, iflag, modeord):
     (a,) = jax.linear_transpose(plan, v)(ct)
     (b,) = jax.linear_transpose(fast, v)(ct)
     assert norm_relative_error(a, b) < 1e-11
-    loss = lambda f: lambda v: jnp.sum(jnp.abs(f(v)) ** 2)  # noqa: E731
+    loss = lambda f: lambda v: jnp.sum(jnp.abs(f(v)) ** 2)
     assert norm_relative_error(jax.jit(jax.grad(loss(plan)))(v), jax.grad(loss(fast))(v)) < 1e-10
     vs = jnp.stack([v, 1j * v])
     assert norm_relative_error(jax.vmap(plan)(vs), jnp.stack([fast(v), fast(1j * v)])) < 1e-11

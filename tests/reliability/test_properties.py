@@ -69,7 +69,7 @@ def test_vmap_any_in_axes_matches_jax(case, native):
 @given(shape=shapes, dtype=dtypes, seed=st.integers(0, 9))
 def test_bilinear_grad_matches_jax(shape, dtype, seed):
     x, y = random(shape, dtype, seed), random(shape, dtype, seed + 1)
-    loss = lambda f: lambda x, y: jnp.sum(jnp.abs(f(x, y)) ** 2)  # noqa: E731
+    loss = lambda f: lambda x, y: jnp.sum(jnp.abs(f(x, y)) ** 2)
     g = jax.grad(loss(lambda x, y: bilinear(x, y)[0]), argnums=(0, 1))(x, y)
     g_ref = jax.grad(loss(lambda x, y: x * y), argnums=(0, 1))(x, y)
     for a, b in zip(g, g_ref):
