@@ -222,13 +222,13 @@ def build(impl: str, case: str, size: int):
         xs = tuple(jnp.ones(n, jnp.float32) + k for k in range(4))
         if impl == "jaxbind":
             op = _jaxbind_ops()["double4"]
-            f = lambda *xs: op(*xs)  # noqa: E731
+            f = lambda *xs: op(*xs)
         elif impl == "jnp":
-            f = lambda *xs: [2 * a for a in xs]  # noqa: E731
+            f = lambda *xs: [2 * a for a in xs]
         elif impl == "buffer_callback":
             f = _buffer_callback(4)
         else:
-            f = lambda *xs: [_pure_callback(a) for a in xs]  # noqa: E731
+            f = lambda *xs: [_pure_callback(a) for a in xs]
         g = jax.jit(f)
         return (lambda xs: g(*xs)), xs
     if case == "grad":
@@ -245,13 +245,13 @@ def build(impl: str, case: str, size: int):
         xb = jnp.ones((64, n), jnp.float32)
         if impl == "jaxbind":
             op = _jaxbind_ops()[{"vmap": "double", "vmap_native": "native"}.get(case, "kernel")]
-            f = lambda x: op(x)[0]  # noqa: E731
+            f = lambda x: op(x)[0]
         elif impl == "jnp":
-            f = lambda x: 2 * x  # noqa: E731
+            f = lambda x: 2 * x
         elif impl == "pure_callback":
             vm = "sequential" if case == "vmap" else "expand_dims"
             f = lambda x: jax.pure_callback(
-                lambda a: 2 * a,  # noqa: E731
+                lambda a: 2 * a,
                 jax.ShapeDtypeStruct(x.shape, x.dtype),
                 x,
                 vmap_method=vm,

@@ -90,8 +90,8 @@ def _ops():
     def empty(out, args, kwargs_dump):
         pass
 
-    same = lambda x: ((x.shape, x.dtype),)  # noqa: E731
-    make = lambda f, **kw: jaxbind.get_nonlinear_call(  # noqa: E731
+    same = lambda x: ((x.shape, x.dtype),)
+    make = lambda f, **kw: jaxbind.get_nonlinear_call(
         f, (None, None), same, None, name=f"bench.gpu_{f.__name__}", **kw
     )
     return dict(
@@ -157,10 +157,10 @@ def build(impl, case):
             "jaxbind (raw kernel)": "double_raw",
         }[impl]
         op = ops["host" if case == "host" else name]
-        f = lambda x: op(x)[0]  # noqa: E731
+        f = lambda x: op(x)[0]
     elif impl == "pure_callback":
         fn = (lambda a: np.array(a)) if kind == "copy" else (lambda a: 2 * a)
-        f = lambda x: jax.pure_callback(fn, jax.ShapeDtypeStruct(x.shape, x.dtype), x)  # noqa
+        f = lambda x: jax.pure_callback(fn, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
     elif impl.startswith("buffer_callback"):
         f = _buffer_callback("raw" if "raw" in impl else kind)
         if f is None:

@@ -486,7 +486,7 @@ def cic_fit(n: int, particles: int, blocks: int, steps: int = 10) -> dict:
             return 0.5 * jnp.vdot(r, r)
 
         def descent(w, pos, target, loss=loss):
-            step = lambda i, w: w - lr * jax.grad(loss)(w, pos, target)  # noqa: E731
+            step = lambda i, w: w - lr * jax.grad(loss)(w, pos, target)
             return jax.lax.fori_loop(0, steps, step, w)
 
         value_and_grad = jax.jit(jax.value_and_grad(loss))

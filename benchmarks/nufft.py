@@ -44,10 +44,10 @@ def _cases(lib, n_points, n_grid):
     c = jnp.asarray(rng.normal(size=n_points) + 1j * rng.normal(size=n_points))
     f = jnp.asarray(rng.normal(size=(n_grid, n_grid)) + 1j * rng.normal(size=(n_grid, n_grid)))
     opts = lib.Opts(nthreads=1)
-    t1 = lambda c, x, y: lib.nufft1((n_grid, n_grid), c, x, y, eps=EPS, opts=opts)  # noqa: E731
-    t2 = lambda f, x, y: lib.nufft2(f, x, y, eps=EPS, opts=opts)  # noqa: E731
-    t3 = lambda c, x, y: lib.nufft3(c, x, y, s, t, eps=EPS, opts=opts)  # noqa: E731
-    loss = lambda fn: lambda v, x, y: jnp.sum(jnp.abs(fn(v, x, y)) ** 2)  # noqa: E731
+    t1 = lambda c, x, y: lib.nufft1((n_grid, n_grid), c, x, y, eps=EPS, opts=opts)
+    t2 = lambda f, x, y: lib.nufft2(f, x, y, eps=EPS, opts=opts)
+    t3 = lambda c, x, y: lib.nufft3(c, x, y, s, t, eps=EPS, opts=opts)
+    loss = lambda fn: lambda v, x, y: jnp.sum(jnp.abs(fn(v, x, y)) ** 2)
     out = {}
     for kind, fn, v in (("type 1", t1, c), ("type 2", t2, f), ("type 3", t3, c)):
         out[f"{kind}"] = (jax.jit(fn), (v, x, y))

@@ -44,8 +44,8 @@ def abstract_T(x1, x2, ct, **kwargs):  # shapes of the VJP's outputs
 
 
 op = jaxbind.get_nonlinear_call(f, (f_jvp, f_vjp), abstract, abstract_T, name="demo.nonlin")
-fj = lambda x1, x2: op(x1, x2)[0]  # noqa: E731
-ref = lambda x1, x2: x1 * x2**2  # noqa: E731
+fj = lambda x1, x2: op(x1, x2)[0]
+ref = lambda x1, x2: x1 * x2**2
 
 rng = np.random.default_rng(1)
 x1, x2, t1, t2 = (jnp.asarray(rng.standard_normal(6), jnp.float32) for _ in range(4))
@@ -62,7 +62,7 @@ check("jit", jax.jit(fj)(x1, x2), ref(x1, x2))
 check("jvp", jax.jvp(fj, (x1, x2), (t1, t2))[1], jax.jvp(ref, (x1, x2), (t1, t2))[1])
 for got, want in zip(jax.vjp(fj, x1, x2)[1](t1), jax.vjp(ref, x1, x2)[1](t1)):
     check("vjp", got, want)
-loss = lambda fn: lambda a, b: jnp.sum(jnp.tanh(fn(a, b)))  # noqa: E731
+loss = lambda fn: lambda a, b: jnp.sum(jnp.tanh(fn(a, b)))
 grads = jax.jit(jax.grad(loss(fj), (0, 1)))(x1, x2)
 for got, want in zip(grads, jax.grad(loss(ref), (0, 1))(x1, x2)):
     check("grad w.r.t. (x1, x2)", got, want)
@@ -102,8 +102,8 @@ g_op = jaxbind.get_nonlinear_call(
     first_n_args_fixed=1,
     name="demo.nonlin_fixed",
 )
-gj = lambda p, a, b: g_op(p, a, b)[0]  # noqa: E731
-gref = lambda p, a, b: a * b**p  # noqa: E731
+gj = lambda p, a, b: g_op(p, a, b)[0]
+gref = lambda p, a, b: a * b**p
 p = jnp.asarray(3.0, jnp.float32)
 check("fixed p: g", jax.jit(gj)(p, x1, x2), gref(p, x1, x2))
 check(

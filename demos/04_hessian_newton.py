@@ -88,7 +88,7 @@ def main():
 
     results = {}
     for name, spectrum in (("jaxbind", with_jaxbind), ("pure JAX", with_jax)):
-        loss = lambda x, s=spectrum: neg_log_likelihood(x, data, s)  # noqa: E731
+        loss = lambda x, s=spectrum: neg_log_likelihood(x, data, s)
         grad, hess = jax.jit(jax.grad(loss)), jax.jit(jax.hessian(loss))
 
         @jax.jit
@@ -117,7 +117,7 @@ def main():
         )
 
     # the JAX-native op: same Hessian, same primitive
-    loss_native = lambda x: neg_log_likelihood(x, data, power_native)  # noqa: E731
+    loss_native = lambda x: neg_log_likelihood(x, data, power_native)
     h_native = np.asarray(jax.jit(jax.hessian(loss_native))(x0))
     err_native = np.max(np.abs(h_native - results["jaxbind"]["H"])) / np.max(np.abs(h_native))
     names = {

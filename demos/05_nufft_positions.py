@@ -92,7 +92,7 @@ assert np.median(err) < 1e-3 and recovered > 0.8, (np.median(err), recovered)
 assert diff < 1e-8, diff
 
 # The gradient of the misfit with respect to the positions, against the dense reference
-loss = lambda model: lambda x, y: jnp.sum(jnp.abs(model(f, x, y) - data) ** 2)  # noqa: E731
+loss = lambda model: lambda x, y: jnp.sum(jnp.abs(model(f, x, y) - data) ** 2)
 g_fast = jax.grad(loss(fast_nufft2), argnums=(0, 1))(x_true, y_true)
 g_ref = jax.grad(loss(dense_nufft2), argnums=(0, 1))(x_true, y_true)
 rel = max(float(jnp.linalg.norm(a - b) / jnp.linalg.norm(b)) for a, b in zip(g_fast, g_ref))

@@ -105,7 +105,7 @@ check("vmap over pos and w", jax.vmap(cic)(poss, ws), jax.vmap(cic_ref)(poss, ws
 
 # %% Fitting the weights by gradient descent
 def fit(dep, steps=20, lr=0.1):
-    step = lambda i, w: w - lr * jax.grad(loss(dep, target))(w)  # noqa: E731
+    step = lambda i, w: w - lr * jax.grad(loss(dep, target))(w)
     return jax.jit(lambda w: jax.lax.fori_loop(0, steps, step, w))(jnp.ones_like(w))
 
 

@@ -21,15 +21,15 @@ os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
 )
 
-import time  # noqa: E402
+import time
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from jax.sharding import Mesh, NamedSharding  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jaxbind.contrib import jaxducc0  # noqa: E402
+from jaxbind.contrib import jaxducc0
 
 mesh = Mesh(np.array(jax.devices()), ("batch",))
 print(f"{len(jax.devices())} devices, {os.cpu_count()} cores")

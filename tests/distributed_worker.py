@@ -14,16 +14,17 @@ os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2"
 )
 
-import json  # noqa: E402
-import traceback  # noqa: E402
+import json
+import traceback
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from jax.sharding import Mesh, NamedSharding  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+from support.ops import same_as_first
 
-import jaxbind  # noqa: E402
+import jaxbind
 
 calls = []
 
@@ -33,9 +34,7 @@ def _cube(out, args, kwargs_dump):
     out[0][...] = args[0] ** 3
 
 
-cube = jaxbind.get_nonlinear_call(
-    _cube, (None, None), lambda x: ((x.shape, x.dtype),), None, name="distributed.cube"
-)
+cube = jaxbind.get_nonlinear_call(_cube, (None, None), same_as_first, None, name="distributed.cube")
 
 
 def main(process_id: int, port: int):

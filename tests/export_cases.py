@@ -8,11 +8,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from reference_ops import axpy, flip2, matvec, native_pair, nonlinear
+from support.arrays import normal
 
 
 def _args(*shapes, seed=0):
     rng = np.random.default_rng(seed)
-    return tuple(rng.standard_normal(s).astype(np.float32) for s in shapes)
+    return tuple(normal(rng, s, np.float32) for s in shapes)
 
 
 CASES = {

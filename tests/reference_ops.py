@@ -3,12 +3,9 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+from support.ops import same_as_first, same_as_last
 
 import jaxbind
-
-
-def _same(*args, **kwargs):
-    return ((args[-1].shape, args[-1].dtype),)
 
 
 # --- linear: y = A @ x, A fixed (first_n_args_fixed=1) -----------------------
@@ -83,7 +80,9 @@ def _mul_T1(out, args, kwargs_dump):
     out[0][...] = ct * x
 
 
-bilinear = jaxbind.get_linear_call(_mul, (_mul_T0, _mul_T1), _same, (_same, _same))
+bilinear = jaxbind.get_linear_call(
+    _mul, (_mul_T0, _mul_T1), same_as_last, (same_as_last, same_as_last)
+)
 
 
 def bilinear_ref(x, y):
@@ -143,7 +142,7 @@ def _pow_abstract_T(p, x, ct, **kwargs):
 
 
 power = jaxbind.get_nonlinear_call(
-    _pow, (_pow_jvp, _pow_vjp), _same, _pow_abstract_T, first_n_args_fixed=1
+    _pow, (_pow_jvp, _pow_vjp), same_as_last, _pow_abstract_T, first_n_args_fixed=1
 )
 
 
@@ -234,7 +233,7 @@ def _flipsum_plain_T(out, args, kwargs_dump):
 flipsum_loop = jaxbind.get_linear_call(
     _flipsum_plain,
     _flipsum_plain_T,
-    lambda x, y: ((x.shape, x.dtype),),
+    same_as_first,
     lambda ct: ((ct.shape, ct.dtype),) * 2,
 )
 

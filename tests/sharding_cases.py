@@ -11,18 +11,21 @@ os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
 )
 
-import json  # noqa: E402
-import sys  # noqa: E402
-import threading  # noqa: E402
-import traceback  # noqa: E402
+import json
+import sys
+import threading
+import traceback
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from jax.sharding import Mesh, NamedSharding  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+from support.ops import same_as_first
+from support.processes import run_python
+from support.skips import importable
 
-import jaxbind  # noqa: E402
+import jaxbind
 
 jax.config.update("jax_enable_x64", True)
 
@@ -77,8 +80,8 @@ fft_native = jaxbind.get_linear_call(
 fft_loop = jaxbind.get_linear_call(
     _fft,
     _fft,
-    lambda x: ((x.shape, x.dtype),),
-    lambda x: ((x.shape, x.dtype),),
+    same_as_first,
+    same_as_first,
     name="sharding.fft_loop",
 )
 
@@ -101,8 +104,8 @@ def _cube_vjp(out, args, kwargs_dump):
 cube = jaxbind.get_nonlinear_call(
     _cube,
     (_cube_jvp, _cube_vjp),
-    lambda x: ((x.shape, x.dtype),),
-    lambda x, ct: ((x.shape, x.dtype),),
+    same_as_first,
+    same_as_first,
     name="sharding.cube",
 )
 
@@ -114,7 +117,7 @@ def _calls_jax(out, args, kwargs_dump):  # a callable that itself runs JAX compu
 
 
 calls_jax = jaxbind.get_nonlinear_call(
-    _calls_jax, (None, None), lambda x: ((x.shape, x.dtype),), None, name="sharding.calls_jax"
+    _calls_jax, (None, None), same_as_first, None, name="sharding.calls_jax"
 )
 
 
@@ -150,7 +153,7 @@ def case_shard_map_forward_jvp_grad_vmap():
         return scale(a, cube(x)[0])[0]
 
     sm = shard_map(local, mesh=mesh, in_specs=(P("b"), P("b")), out_specs=P("b"))
-    ref = lambda a, x: A * x**3  # noqa: E731
+    ref = lambda a, x: A * x**3
     _close(jax.jit(sm)(A, X), ref(A, X))
     t = rng.standard_normal(X.shape)
     _close(jax.jvp(lambda x: sm(A, x), (X,), (t,))[1], 3 * A * X**2 * t)
@@ -246,16 +249,16 @@ def _log_rows(out, args, kwargs_dump):
 logged = jaxbind.get_linear_call(
     _log_rows,
     _log_rows,
-    lambda x: ((x.shape, x.dtype),),
-    lambda x: ((x.shape, x.dtype),),
+    same_as_first,
+    same_as_first,
     name="sharding.logged",
     has_side_effect=True,
 )
 logged_in_order = jaxbind.get_linear_call(
     _log_rows,
     _log_rows,
-    lambda x: ((x.shape, x.dtype),),
-    lambda x: ((x.shape, x.dtype),),
+    same_as_first,
+    same_as_first,
     name="sharding.logged_in_order",
     ordered=True,
 )
@@ -325,7 +328,7 @@ def _uneven_vmap(op, rows):
 def case_effectful_vmap_on_an_uneven_batch_runs_once_per_real_row():
     for op in EFFECT_OPS.values():
         for rows in (1, 3, 6, 8):
-            _partitioners(lambda: _uneven_vmap(op, rows))  # noqa: B023
+            _partitioners(lambda: _uneven_vmap(op, rows))
     return (
         "has_side_effect and ordered ops (both APIs) under vmap on a batch sharded over 4 "
         "devices, padded or not: once per real row, under Shardy and GSPMD; never on padding"
@@ -342,7 +345,7 @@ def _sharded_once(op):
 
 def case_effectful_op_on_a_sharded_input_runs_once():
     for op in EFFECT_OPS.values():
-        _partitioners(lambda: _sharded_once(op))  # noqa: B023
+        _partitioners(lambda: _sharded_once(op))
     return (
         "an unbatched effectful op (both APIs) on a sharded input: once, over the whole "
         "array, under Shardy and GSPMD"
@@ -360,7 +363,7 @@ def _grad_once(op):
 
 def case_grad_of_an_effectful_op_on_a_sharded_input_runs_each_role_once():
     for op in EFFECT_OPS.values():
-        _partitioners(lambda: _grad_once(op))  # noqa: B023
+        _partitioners(lambda: _grad_once(op))
     return "grad of an effectful op on a sharded input: the forward and the transpose once each"
 
 
@@ -432,23 +435,25 @@ def _kernel_case():
         for i in range(x.size):
             out.flat[i] = 2.0 * x.flat[i]
 
-    same = lambda x: ((x.shape, x.dtype),)  # noqa: E731
     op = jaxbind.get_linear_call(
-        double, double, same, same, name="sharding.kernel_effect", has_side_effect=True
+        double,
+        double,
+        same_as_first,
+        same_as_first,
+        name="sharding.kernel_effect",
+        has_side_effect=True,
     )
     for rows in (3, 8):
         x = jnp.arange(rows * 2.0).reshape(rows, 2)
-        f = lambda x: jax.vmap(  # noqa: E731
-            lambda r: op(r)[0]
-        )(jax.lax.with_sharding_constraint(x, batch_sharded))
+        f = lambda x: jax.vmap(lambda r: op(r)[0])(
+            jax.lax.with_sharding_constraint(x, batch_sharded)
+        )
         _close(jax.jit(f)(x), 2 * np.asarray(x))
         _close(jax.jit(jax.grad(lambda x: jnp.sum(f(x))))(x), np.full((rows, 2), 2.0))
 
 
 def case_effectful_kernel_under_shardy():
-    try:
-        import numba  # noqa: F401
-    except ImportError:
+    if not importable("numba"):
         return "skipped: numba is not installed"
     _partitioners(_kernel_case)
     return "an effectful numba kernel under vmap and grad on a batch sharded over 4 devices"
@@ -474,20 +479,14 @@ print("dispatched", flush=True)
 
 
 def case_effect_dispatched_just_before_exit_runs():
-    import subprocess
-
-    proc = subprocess.run(
-        [sys.executable, "-c", _AT_EXIT], capture_output=True, text=True, timeout=120
-    )
+    proc = run_python("-c", _AT_EXIT, timeout=120)
     assert proc.returncode == 0 and "ran" in proc.stdout, (proc.stdout, proc.stderr[-2000:])
     assert "not running" not in proc.stderr, proc.stderr[-2000:]
     return "an effectful call dispatched under Shardy just before exit runs before jaxbind stops"
 
 
 def case_kernel_under_shard_map_and_batch_sharded_jit():
-    try:
-        import numba  # noqa: F401
-    except ImportError:
+    if not importable("numba"):
         return "skipped: numba is not installed"
 
     @jaxbind.kernel
@@ -495,8 +494,9 @@ def case_kernel_under_shard_map_and_batch_sharded_jit():
         for i in range(x.size):
             out.flat[i] = 3.0 * x.flat[i]
 
-    same = lambda x: ((x.shape, x.dtype),)  # noqa: E731
-    op = jaxbind.get_linear_call(triple, triple, same, same, name="sharding.kernel_triple")
+    op = jaxbind.get_linear_call(
+        triple, triple, same_as_first, same_as_first, name="sharding.kernel_triple"
+    )
     xs = np.arange(8 * 5, dtype=np.float64).reshape(8, 5)
     f = shard_map(lambda x: op(x)[0], mesh=mesh, in_specs=P("b"), out_specs=P("b"))
     _close(jax.jit(f)(xs), 3 * xs)

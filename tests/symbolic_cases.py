@@ -31,6 +31,7 @@ from reference_ops import (
     trim,
     trim_ref,
 )
+from support.arrays import normal
 
 
 @dataclass(frozen=True)
@@ -59,10 +60,7 @@ class SymbolicCase:
                 for d in spec.split(",")
                 if d.strip()
             )
-            x = rng.standard_normal(shape)
-            if np.dtype(dtype).kind == "c":
-                x = x + 1j * rng.standard_normal(shape)
-            out.append(x.astype(dtype))
+            out.append(normal(rng, shape, dtype))
         return out
 
 

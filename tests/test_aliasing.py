@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from support.ops import same_as_first
 
 import jaxbind
 
@@ -23,12 +24,13 @@ def _scale_T(out, args, kwargs_dump):  # the same diagonal map, not in place
     out[0][::2] *= 3
 
 
-def _same(x, **kwargs):
-    return ((x.shape, x.dtype),)
-
-
 inplace = jaxbind.get_linear_call(
-    _scale_every_other, _scale_T, _same, _same, input_output_aliases={0: 0}, name="tests.inplace"
+    _scale_every_other,
+    _scale_T,
+    same_as_first,
+    same_as_first,
+    input_output_aliases={0: 0},
+    name="tests.inplace",
 )
 
 
@@ -97,7 +99,7 @@ def test_nonlinear_op_with_a_second_input():
     op = jaxbind.get_nonlinear_call(
         f,
         (jvp, vjp),
-        lambda x, y: ((x.shape, x.dtype),),
+        same_as_first,
         lambda x, y, ct: ((x.shape, x.dtype), (y.shape, y.dtype)),
         input_output_aliases={0: 0},
         name="tests.add_square",
@@ -111,10 +113,17 @@ def test_nonlinear_op_with_a_second_input():
 
 def test_bad_aliases_are_clear_errors():
     with pytest.raises(TypeError, match="input_output_aliases must be a dict"):
-        jaxbind.get_linear_call(_scale_every_other, None, _same, None, input_output_aliases=[0])
+        jaxbind.get_linear_call(
+            _scale_every_other, None, same_as_first, None, input_output_aliases=[0]
+        )
     with pytest.raises(ValueError, match="input 0 is fixed"):
         jaxbind.get_linear_call(
-            _scale_every_other, None, _same, None, first_n_args_fixed=1, input_output_aliases={0: 0}
+            _scale_every_other,
+            None,
+            same_as_first,
+            None,
+            first_n_args_fixed=1,
+            input_output_aliases={0: 0},
         )
     half = jaxbind.get_linear_call(
         _scale_every_other,
@@ -133,7 +142,7 @@ def test_bad_aliases_are_clear_errors():
     two = jaxbind.get_linear_call(
         _scale_every_other,
         None,
-        _same,
+        same_as_first,
         None,
         input_output_aliases={1: 0},
         name="tests.alias_missing",

@@ -6,7 +6,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import random
 from reference_ops import (
     axpy,
     axpy_ref,
@@ -19,22 +18,13 @@ from reference_ops import (
     nonlinear,
     nonlinear_ref,
 )
+from support.arrays import batched_inputs, random
+from support.ops import same_as_first
 
 import jaxbind
 
 BATCH, SHAPE = 3, (2, 4)
 IN_AXES = [(0, 0), (0, None), (None, 0), (1, 0), (0, 2), (2, None), (None, 1), (2, 1)]
-
-
-def _batched(in_axes, seed=0):
-    """Two inputs of core shape SHAPE, batched along the given axes (None: unbatched)."""
-    xs = []
-    for k, ax in enumerate(in_axes):
-        shape = list(SHAPE)
-        if ax is not None:
-            shape.insert(ax, BATCH)
-        xs.append(random(tuple(shape), np.float32, seed + k))
-    return xs
 
 
 def _loop(f, in_axes, args):
@@ -48,7 +38,7 @@ def _loop(f, in_axes, args):
 @pytest.mark.parametrize("op", [flipsum, flipsum_loop], ids=["native", "fallback"])
 @pytest.mark.parametrize("in_axes", IN_AXES, ids=str)
 def test_vmap_two_inputs_every_in_axes(op, in_axes):
-    x, y = _batched(in_axes)
+    x, y = batched_inputs(SHAPE, in_axes, BATCH)
     got = jax.vmap(lambda x, y: op(x, y)[0], in_axes=in_axes)(x, y)
     np.testing.assert_allclose(got, _loop(flipsum_ref, in_axes, (x, y)), rtol=1e-6)
     got_jit = jax.jit(jax.vmap(lambda x, y: op(x, y)[0], in_axes=in_axes))(x, y)
@@ -58,7 +48,7 @@ def test_vmap_two_inputs_every_in_axes(op, in_axes):
 @pytest.mark.parametrize("op", [flipsum, flipsum_loop], ids=["native", "fallback"])
 @pytest.mark.parametrize("in_axes", IN_AXES, ids=str)
 def test_grad_of_vmapped_op(op, in_axes):
-    x, y = _batched(in_axes, seed=10)
+    x, y = batched_inputs(SHAPE, in_axes, BATCH, seed=10)
     w = random((BATCH,) + SHAPE, np.float32, 99)
 
     def loss(f):
@@ -73,8 +63,8 @@ def test_grad_of_vmapped_op(op, in_axes):
 
 @pytest.mark.parametrize("op", [flipsum, flipsum_loop], ids=["native", "fallback"])
 def test_vmap_of_grad(op):
-    x, y = _batched((0, 0), seed=20)
-    loss = lambda f: lambda x, y: jnp.sum(f(x, y) ** 3)  # noqa: E731
+    x, y = batched_inputs(SHAPE, (0, 0), BATCH, seed=20)
+    loss = lambda f: lambda x, y: jnp.sum(f(x, y) ** 3)
     g = jax.vmap(jax.grad(loss(lambda x, y: op(x, y)[0]), argnums=(0, 1)))(x, y)
     g_ref = jax.vmap(jax.grad(loss(flipsum_ref), argnums=(0, 1)))(x, y)
     for got, want in zip(g, g_ref):
@@ -203,9 +193,7 @@ def test_vmap_without_batch_rule_is_one_custom_call_without_a_loop():
         )
         out[0][...] = args[0]
 
-    op = jaxbind.get_linear_call(
-        f, None, lambda x, **k: ((x.shape, x.dtype),), None, name="tests.looped_calls"
-    )
+    op = jaxbind.get_linear_call(f, None, same_as_first, None, name="tests.looped_calls")
     jax.vmap(jax.vmap(lambda x: op(x, k=1)[0]), in_axes=2)(np.ones((3, 4, 2, 5), np.float32))
     assert calls == [((4, 5), True, True, {"k": 1})] * 6  # 2 x 3 elements, one custom call
 

@@ -3,25 +3,15 @@
 import json
 import pathlib
 import shutil
-import subprocess
-import sys
+
+from support.processes import run_python
 
 ROOT = pathlib.Path(__file__).parent.parent
 
 
 def test_runner_quick(tmp_path):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "run.py"),
-            "--quick",
-            "--no-jaxbind13",
-            "--out",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
+    proc = run_python(
+        ROOT / "benchmarks" / "run.py", "--quick", "--no-jaxbind13", "--out", tmp_path, timeout=600
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads((tmp_path / "quick.json").read_text())
@@ -43,19 +33,14 @@ def test_runner_quick(tmp_path):
 
 def test_overhead_and_inplace_quick(tmp_path):
     if shutil.which("c++"):  # the floor custom call is compiled on first use
-        proc = subprocess.run(
-            [
-                sys.executable,
-                str(ROOT / "benchmarks" / "overhead.py"),
-                "--blocks",
-                "4",
-                "--reps",
-                "20",
-                "--out",
-                str(tmp_path),
-            ],
-            capture_output=True,
-            text=True,
+        proc = run_python(
+            ROOT / "benchmarks" / "overhead.py",
+            "--blocks",
+            "4",
+            "--reps",
+            "20",
+            "--out",
+            tmp_path,
             timeout=600,
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
@@ -65,31 +50,11 @@ def test_overhead_and_inplace_quick(tmp_path):
             ("double", 1),
             ("grad", 1000),
         }
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "inplace.py"),
-            "--quick",
-            "--out",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = run_python(ROOT / "benchmarks" / "inplace.py", "--quick", "--out", tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]  # includes: donated input not copied
     assert json.loads((tmp_path / "inplace.json").read_text())["same_memory"] is True
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "eager_kwargs.py"),
-            "--quick",
-            "--out",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
+    proc = run_python(
+        ROOT / "benchmarks" / "eager_kwargs.py", "--quick", "--out", tmp_path, timeout=600
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (row,) = json.loads((tmp_path / "eager_kwargs.json").read_text())["results"]
@@ -100,19 +65,11 @@ def test_nufft_benchmarks_quick(tmp_path):
     import pytest
 
     pytest.importorskip("ducc0")
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "nufft_plan.py"), "--quick", "--rounds", "1"],
-        capture_output=True,
-        text=True,
-        timeout=600,
+    proc = run_python(
+        ROOT / "benchmarks" / "nufft_plan.py", "--quick", "--rounds", "1", timeout=600
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| NufftPlan" in proc.stdout and "| nufft2 |" in proc.stdout
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "nufft.py"), "--quick", "--rounds", "1"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = run_python(ROOT / "benchmarks" / "nufft.py", "--quick", "--rounds", "1", timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]  # without jax-finufft: says so, exits 0
     assert "type 3 grad points" in proc.stdout or "jax-finufft is not installed" in proc.stdout

@@ -11,8 +11,6 @@ import json
 import os
 import pathlib
 import re
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +18,7 @@ import jaxlib.version
 import numpy as np
 import pytest
 from reference_ops import axpy
+from support.processes import run_python
 
 from jaxbind import _buildcheck, _ext, _versions
 
@@ -109,9 +108,7 @@ def test_import_with_a_fake_old_jaxlib_raises_the_clear_error():
         "    print('IMPORTED')\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAXBIND")}
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
-    )
+    proc = run_python("-c", code, timeout=120, env=env)
     assert (
         f"IMPORT ERROR: jaxbind needs jaxlib>={_ext.jaxlib_version}, but jaxlib 0.6.2 is "
         f"installed" in proc.stdout
@@ -121,7 +118,5 @@ def test_import_with_a_fake_old_jaxlib_raises_the_clear_error():
 def test_import_with_the_real_jaxlib_is_silent():
     code = "import jaxbind; print('OK')"
     env = dict(os.environ, JAXBIND_SILENCE_JAX_VERSION_WARNING="1")
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
-    )
+    proc = run_python("-c", code, timeout=120, env=env)
     assert proc.stdout.strip() == "OK", proc.stdout + proc.stderr

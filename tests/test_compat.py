@@ -4,6 +4,7 @@ import warnings
 
 import jax
 import pytest
+from support.processes import run_python
 
 from jaxbind import _compat
 
@@ -41,19 +42,7 @@ def test_too_old_jax_is_an_import_error():
 
 def test_import_with_docstrings_stripped():
     """python -OO removes docstrings; importing jaxbind and its DUCC module must still work."""
-    import subprocess
-    import sys
-
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-OO",
-            "-c",
-            "import jaxbind, jaxbind.testing; print(jaxbind.get_linear_call.__doc__)",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    code = "import jaxbind, jaxbind.testing; print(jaxbind.get_linear_call.__doc__)"
+    proc = run_python("-OO", "-c", code, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "None"

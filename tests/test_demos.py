@@ -1,10 +1,9 @@
 """The demos run to the end (each checks itself against pure JAX)."""
 
 import pathlib
-import subprocess
-import sys
 
 import pytest
+from support.processes import run_python
 
 DEMOS = sorted((pathlib.Path(__file__).parent.parent / "demos").glob("*.py"))
 
@@ -16,7 +15,5 @@ def test_demo_runs(demo):
         pytest.importorskip("ducc0", reason="ducc0 is not installed")
     if "numba" in demo.name:
         pytest.importorskip("numba", reason="numba is not installed")
-    proc = subprocess.run(
-        [sys.executable, str(demo)], capture_output=True, text=True, timeout=300, cwd=demo.parent
-    )
+    proc = run_python(demo, timeout=300, cwd=demo.parent)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -2,31 +2,13 @@
 
 import jax
 import jax.numpy as jnp
-import ml_dtypes
 import numpy as np
 import pytest
+from support.dtypes import JAX_DTYPES, global_x64, name
+from support.ops import same_as_first
 
 import jaxbind
 
-DTYPES = [
-    np.bool_,
-    np.int8,
-    np.int16,
-    np.int32,
-    np.int64,
-    np.uint8,
-    np.uint16,
-    np.uint32,
-    np.uint64,
-    np.float16,
-    ml_dtypes.bfloat16,
-    np.float32,
-    np.float64,
-    np.complex64,
-    np.complex128,
-    ml_dtypes.float8_e4m3fn,
-    ml_dtypes.float8_e5m2,
-]
 SHAPES = [(), (0,), (3, 0, 2), (5,), (2, 3, 4)]
 
 seen = {}
@@ -39,11 +21,7 @@ def _copy(out, args, kwargs_dump):
     out[0][...] = x
 
 
-def _abstract(x, **kwargs):
-    return ((x.shape, x.dtype),)
-
-
-copy = jaxbind.get_linear_call(_copy, _copy, _abstract, _abstract, name="tests.copy")
+copy = jaxbind.get_linear_call(_copy, _copy, same_as_first, same_as_first, name="tests.copy")
 
 
 def _values(shape, dtype):
@@ -61,7 +39,7 @@ def _values(shape, dtype):
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", JAX_DTYPES, ids=name)
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
 def test_round_trip(enable_x64, dtype, shape, jit):
     x = _values(shape, dtype)
@@ -86,7 +64,7 @@ count = jaxbind.get_nonlinear_call(
 )
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", JAX_DTYPES, ids=name)
 def test_empty_inputs_reach_the_callable(enable_x64, dtype):
     xs = [jnp.asarray(_values(s, dtype)) for s in [(0,), (3, 0, 2), ()]]
     assert int(jax.jit(lambda *xs: count(*xs)[0])(*xs)) == 1
@@ -97,7 +75,7 @@ def test_inputs_are_read_only_views():
     def f(out, args, kwargs_dump):
         args[0][0] = 1.0
 
-    op = jaxbind.get_linear_call(f, None, _abstract, None, name="tests.writes_input")
+    op = jaxbind.get_linear_call(f, None, same_as_first, None, name="tests.writes_input")
     with pytest.raises(Exception, match="read-only"):
         jax.block_until_ready(op(jnp.zeros(3)))
 
@@ -119,22 +97,10 @@ def test_x64_off_canonicalizes_declared_output_dtype():
     with (
         jax.experimental.enable_x64(False)
         if hasattr(jax.experimental, "enable_x64")
-        else _x64(False)
+        else global_x64(False)
     ):
         y = op(jnp.ones(3, jnp.float32))[0]
     assert y.dtype == np.float32 and seen["dtype"] == np.float32
-
-
-class _x64:
-    def __init__(self, value):
-        self.value = value
-
-    def __enter__(self):
-        self.old = jax.config.jax_enable_x64
-        jax.config.update("jax_enable_x64", self.value)
-
-    def __exit__(self, *exc):
-        jax.config.update("jax_enable_x64", self.old)
 
 
 def test_64_bit_program_run_on_a_thread_without_x64():
@@ -157,7 +123,7 @@ def test_64_bit_program_run_on_a_thread_without_x64():
     def run():
         try:
             result["y"] = np.asarray(compiled(x))
-        except Exception as exc:  # noqa: BLE001 - reported below
+        except Exception as exc:  # reported below
             result["error"] = exc
 
     thread = threading.Thread(target=run)

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from support.ops import same_as_first
 
 import jaxbind
 
@@ -21,16 +22,14 @@ def _record(out, args, kwargs_dump):
     out[0][...] = args[0]
 
 
-def _same(x, **kwargs):
-    return ((x.shape, x.dtype),)
-
-
-pure = jaxbind.get_linear_call(_record, _record, _same, _same, name="tests.effects_pure")
+pure = jaxbind.get_linear_call(
+    _record, _record, same_as_first, same_as_first, name="tests.effects_pure"
+)
 side = jaxbind.get_linear_call(
-    _record, _record, _same, _same, name="tests.effects_side", has_side_effect=True
+    _record, _record, same_as_first, same_as_first, name="tests.effects_side", has_side_effect=True
 )
 ordered = jaxbind.get_linear_call(
-    _record, _record, _same, _same, name="tests.effects_ordered", ordered=True
+    _record, _record, same_as_first, same_as_first, name="tests.effects_ordered", ordered=True
 )
 
 
@@ -49,14 +48,14 @@ def _clear():
 
 
 def test_unused_result_is_not_removed():
-    dead = lambda op: lambda x: (op(x), x)[1]  # noqa: E731
+    dead = lambda op: lambda x: (op(x), x)[1]
     assert _run(dead(pure), jnp.ones(3)) == []  # what a pure op gets
     assert _run(dead(side), jnp.ones(3)) == [1.0]
     assert _run(dead(ordered), jnp.ones(3)) == [1.0]
 
 
 def test_identical_calls_are_not_merged():
-    twice = lambda op: lambda x: op(x)[0] + op(x)[0]  # noqa: E731
+    twice = lambda op: lambda x: op(x)[0] + op(x)[0]
     assert _run(twice(pure), jnp.ones(3)) == [1.0]  # XLA merges the pure calls
     assert _run(twice(side), jnp.ones(3)) == [1.0, 1.0]
     assert _run(twice(ordered), jnp.ones(3)) == [1.0, 1.0]
@@ -98,7 +97,7 @@ def test_order_with_ordered_io_callback():
         )
         return x
 
-    import jax.experimental  # noqa: F401
+    import jax.experimental
 
     assert _run(prog, jnp.ones(2)) == [5.0, 6.0, 7.0]
 
@@ -159,4 +158,4 @@ def test_export_is_refused_with_the_reason(op):
 
 def test_options_are_validated():
     with pytest.raises(TypeError, match="has_side_effect and ordered must be bools"):
-        jaxbind.get_linear_call(_record, None, _same, None, has_side_effect="yes")
+        jaxbind.get_linear_call(_record, None, same_as_first, None, has_side_effect="yes")

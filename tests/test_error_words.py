@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from support.ops import copy_last, same_as_last
 
 import jaxbind
 
@@ -68,14 +69,6 @@ def _last_sds(*args, **kwargs):
     return jax.ShapeDtypeStruct(args[-1].shape, args[-1].dtype)
 
 
-def _pairs(*args, **kwargs):
-    return ((args[-1].shape, args[-1].dtype),)
-
-
-def _copy(out, args, kwargs_dump):
-    out[0][...] = args[-1]
-
-
 X = jnp.arange(3.0)
 
 
@@ -86,7 +79,7 @@ def _no_transpose(api):
     if api == "native":
         op = jaxbind.linear_op(shape=_sds, name=_name("lin"))(lambda x: 2 * x)
         return lambda: jax.grad(lambda x: op(x).sum())(X)
-    op = jaxbind.get_linear_call(_copy, None, _pairs, name=_name("lin"))
+    op = jaxbind.get_linear_call(copy_last, None, same_as_last, name=_name("lin"))
     return lambda: jax.grad(lambda x: op(x)[0].sum())(X)
 
 
@@ -99,7 +92,7 @@ def _no_multilinear_transpose(api):
     def f(out, args, kd):
         out[0][...] = args[0] * args[1]
 
-    op = jaxbind.get_linear_call(f, (f, None), _pairs, name=_name("bil"))
+    op = jaxbind.get_linear_call(f, (f, None), same_as_last, name=_name("bil"))
     return lambda: jax.grad(lambda b: op(X, b)[0].sum())(X)
 
 
@@ -115,7 +108,7 @@ def _no_jvp(api):
     def vjp(out, args, kd):
         out[0][...] = np.cos(args[0]) * args[1]
 
-    op = jaxbind.get_nonlinear_call(f, (None, vjp), _pairs, name=_name("sin"))
+    op = jaxbind.get_nonlinear_call(f, (None, vjp), same_as_last, name=_name("sin"))
     return lambda: jax.jvp(lambda x: op(x)[0], (X,), (X,))
 
 
@@ -132,7 +125,7 @@ def _second_order(api):
     def jvp(out, args, kd):
         out[0][...] = np.cos(args[0]) * args[1]
 
-    op = jaxbind.get_nonlinear_call(f, (jvp, jvp), _pairs, name=_name("sin"))
+    op = jaxbind.get_nonlinear_call(f, (jvp, jvp), same_as_last, name=_name("sin"))
     return lambda: jax.hessian(lambda x: op(x)[0].sum())(X)
 
 
@@ -145,7 +138,7 @@ def _fixed_differentiated(api):
     def f(out, args, kd):
         out[0][...] = args[0] * args[1]
 
-    op = jaxbind.get_linear_call(f, f, _pairs, first_n_args_fixed=1, name=_name("scale"))
+    op = jaxbind.get_linear_call(f, f, same_as_last, first_n_args_fixed=1, name=_name("scale"))
     return lambda: jax.grad(lambda a: op(a, X)[0].sum())(X)
 
 
@@ -153,7 +146,9 @@ def _only_fixed_arguments(api):
     if api == "native":
         op = jaxbind.linear_op(shape=_last_sds, fixed=1, name=_name("scale"))(lambda a, x: a * x)
         return lambda: op(X)
-    op = jaxbind.get_linear_call(_copy, None, _pairs, first_n_args_fixed=1, name=_name("scale"))
+    op = jaxbind.get_linear_call(
+        copy_last, None, same_as_last, first_n_args_fixed=1, name=_name("scale")
+    )
     return lambda: op(X)
 
 
@@ -167,7 +162,7 @@ def _kernel_vectorized(api):
     if api == "native":
         return lambda: jaxbind.linear_op(shape=_sds, vectorized=True, name=_name("k"))(_copy_kernel)
     return lambda: jaxbind.get_linear_call(
-        _copy_kernel, None, _pairs, func_can_batch=True, name=_name("k")
+        _copy_kernel, None, same_as_last, func_can_batch=True, name=_name("k")
     )
 
 
@@ -178,7 +173,7 @@ def _generator_transpose(api):
     if api == "native":
         op = jaxbind.linear_op(shape=_sds, name=_name("gen"))(lambda x: x)
         return lambda: op.def_transpose(gen)
-    return lambda: jaxbind.get_linear_call(_copy, gen, _pairs, name=_name("gen"))
+    return lambda: jaxbind.get_linear_call(copy_last, gen, same_as_last, name=_name("gen"))
 
 
 def _shapes_raise(api):
@@ -188,7 +183,7 @@ def _shapes_raise(api):
     if api == "native":
         op = jaxbind.linear_op(shape=shapes, name=_name("raise"))(lambda x: x)
         return lambda: op(X)
-    op = jaxbind.get_linear_call(_copy, None, shapes, name=_name("raise"))
+    op = jaxbind.get_linear_call(copy_last, None, shapes, name=_name("raise"))
     return lambda: op(X)
 
 
@@ -196,7 +191,7 @@ def _no_outputs(api):
     if api == "native":
         op = jaxbind.linear_op(shape=lambda x: None, name=_name("none"))(lambda x: None)
         return lambda: op(X)
-    op = jaxbind.get_linear_call(_copy, None, lambda x: (), name=_name("none"))
+    op = jaxbind.get_linear_call(copy_last, None, lambda x: (), name=_name("none"))
     return lambda: op(X)
 
 
@@ -352,7 +347,7 @@ ABSTRACT_MISTAKES = {
 def test_abstract_function_mistakes(mistake):
     abstract, said = ABSTRACT_MISTAKES[mistake]
     name = _name("abstract")
-    op = jaxbind.get_linear_call(_copy, None, abstract, name=name)
+    op = jaxbind.get_linear_call(copy_last, None, abstract, name=name)
     with pytest.raises(TypeError) as info:
         op(X)
     text = _text(info)

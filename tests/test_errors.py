@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from reference_ops import matvec
+from support.ops import same_as_first
 
 import jaxbind
 
@@ -17,11 +18,7 @@ def _fails(out, args, kwargs_dump):
     out[0][...] = args[0]
 
 
-def _same(x, **kwargs):
-    return ((x.shape, x.dtype),)
-
-
-failing = jaxbind.get_linear_call(_fails, None, _same, None, name="tests.failing_kernel")
+failing = jaxbind.get_linear_call(_fails, None, same_as_first, None, name="tests.failing_kernel")
 
 
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
@@ -49,8 +46,8 @@ def test_exception_inside_grad_names_the_transpose():
     op = jaxbind.get_linear_call(
         lambda out, args, kd: out[0].__setitem__(..., args[0]),
         f_T,
-        _same,
-        _same,
+        same_as_first,
+        same_as_first,
         name="tests.bad_transpose",
     )
     with pytest.raises(Exception, match=r"'tests.bad_transpose' \(the transpose\) raised KeyError"):
@@ -166,7 +163,7 @@ def test_reserved_batch_axes_keyword():
     ],
 )
 def test_bad_construction_arguments(kwargs, match):
-    args = dict(f=_fails, f_T=None, abstract=_same, abstract_T=None)
+    args = dict(f=_fails, f_T=None, abstract=same_as_first, abstract_T=None)
     args.update(kwargs)
     extra = {k: args.pop(k) for k in ("first_n_args_fixed", "name") if k in args}
     with pytest.raises(TypeError, match=match):
@@ -180,11 +177,11 @@ def test_explicit_name_clash_is_an_error():
         out[0][...] = 0
 
     with pytest.raises(ValueError, match="'tests.failing_kernel' is already used"):
-        jaxbind.get_linear_call(other, None, _same, None, name="tests.failing_kernel")
+        jaxbind.get_linear_call(other, None, same_as_first, None, name="tests.failing_kernel")
 
 
 def test_equal_binding_is_reused():
-    again = jaxbind.get_linear_call(_fails, None, _same, None, name="tests.failing_kernel")
+    again = jaxbind.get_linear_call(_fails, None, same_as_first, None, name="tests.failing_kernel")
     assert again.binding is failing.binding
 
 
@@ -206,14 +203,14 @@ def test_bindings_share_one_primitive_and_leave_jax_rule_tables_alone():
     batchers = batchers if isinstance(batchers, dict) else batching.fancy_primitive_batchers
     sizes = lambda: (
         len(ad.primitive_jvps),
-        len(ad.primitive_transposes),  # noqa: E731
+        len(ad.primitive_transposes),
         len(batchers),
         len(mlir._lowerings),
     )
     before = sizes()
     ops = [
         jaxbind.get_linear_call(
-            lambda out, args, kd: None, None, _same, None, name=f"tests.no_tables_{k}"
+            lambda out, args, kd: None, None, same_as_first, None, name=f"tests.no_tables_{k}"
         )
         for k in range(20)
     ]

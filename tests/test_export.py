@@ -4,9 +4,6 @@ import datetime
 import json
 import pathlib
 import re
-import subprocess
-import sys
-import textwrap
 
 import jax
 import jax.export
@@ -15,27 +12,14 @@ import numpy as np
 import pytest
 from export_cases import CASES
 from reference_ops import axpy
+from support.ops import same_as_first
+from support.processes import run_isolated
 
 import jaxbind
 from jaxbind import _buildcheck
 
 HERE = pathlib.Path(__file__).parent
 DATA = HERE / "data"
-
-
-def _run(code, tmp_path):
-    """Run `code` in a fresh Python process with tests/ importable; return its stdout."""
-    script = tmp_path / "load.py"
-    script.write_text(textwrap.dedent(code))
-    proc = subprocess.run(
-        [sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=HERE,
-        env={"PYTHONPATH": str(HERE), "JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"},
-    )
-    return proc
 
 
 LOADER = """
@@ -69,7 +53,7 @@ def test_export_then_call_in_a_fresh_process(tmp_path):
     code = LOADER % (list(CASES),)
     code = code.replace('open(name + ".bin"', f'open({str(tmp_path)!r} + "/" + name + ".bin"')
     code = code.replace("np.load(name + f", f'np.load({str(tmp_path)!r} + "/" + name + f')
-    proc = _run(code, tmp_path)
+    proc = run_isolated(tmp_path, code)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     for name, want in expected.items():
@@ -92,7 +76,8 @@ def test_artifact_names_bindings_and_carries_kwargs_as_data():
 def test_missing_binding_in_the_loading_process(tmp_path):
     fn, args = CASES["nonlinear"]
     (tmp_path / "p.bin").write_bytes(jaxbind.export(fn)(*args).serialize())
-    proc = _run(
+    proc = run_isolated(
+        tmp_path,
         f"""
         import jax, jax.export, numpy as np
         import jaxbind
@@ -103,7 +88,6 @@ def test_missing_binding_in_the_loading_process(tmp_path):
             print("ERROR:", e)
         print("alive")
     """,
-        tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "no binding named 'reference_ops._nl' is registered in this process" in proc.stdout
@@ -167,13 +151,14 @@ def test_explicit_name_replacement():
     def f2(out, args, kd):
         out[0][...] = 2
 
-    ab = lambda x: ((x.shape, x.dtype),)  # noqa: E731
-    op1 = jaxbind.get_linear_call(f1, None, ab, None, name="tests.replaceable")
+    op1 = jaxbind.get_linear_call(f1, None, same_as_first, None, name="tests.replaceable")
     fn = jax.jit(lambda x: op1(x)[0])
     assert float(fn(jnp.zeros(1))[0]) == 1
     with pytest.raises(ValueError, match="pass replace=True"):
-        jaxbind.get_linear_call(f2, None, ab, None, name="tests.replaceable")
-    op2 = jaxbind.get_linear_call(f2, None, ab, None, name="tests.replaceable", replace=True)
+        jaxbind.get_linear_call(f2, None, same_as_first, None, name="tests.replaceable")
+    op2 = jaxbind.get_linear_call(
+        f2, None, same_as_first, None, name="tests.replaceable", replace=True
+    )
     assert float(fn(jnp.zeros(1))[0]) == 2  # the program names the binding, now f2
     assert op2.name == op1.name == "tests.replaceable"
 

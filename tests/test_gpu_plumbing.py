@@ -8,22 +8,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from support import ops
 
 import jaxbind
 from jaxbind import _ext
 from jaxbind._runtime import gpu as _gpu
 from jaxbind._runtime.resolve import Resolved
 
-
-def _double(out, args, kwargs_dump):
-    out[0][...] = 2 * args[0]
-
-
-def _same(x, **kwargs):
-    return ((x.shape, x.dtype),)
-
-
-double = jaxbind.get_linear_call(_double, _double, _same, _same, name="gpu_plumbing.double")
+double = jaxbind.get_linear_call(
+    ops.double, ops.double, ops.same_as_first, ops.same_as_first, name="gpu_plumbing.double"
+)
 
 
 def _cuda_text(fn, *args):
@@ -44,13 +38,13 @@ def test_lowering_for_cuda_targets_the_cuda_handler():
 def test_platform_mode_is_checked_and_part_of_the_binding():
     with pytest.raises(ValueError, match="platform_mode must be one of"):
         jaxbind.get_linear_call(
-            _double, _double, lambda x: ((x.shape, x.dtype),), None, platform_mode="gpu"
+            ops.double, ops.double, ops.same_as_first, None, platform_mode="gpu"
         )
     host = jaxbind.get_linear_call(
-        _double,
-        _double,
-        lambda x: ((x.shape, x.dtype),),
-        lambda x: ((x.shape, x.dtype),),
+        ops.double,
+        ops.double,
+        ops.same_as_first,
+        ops.same_as_first,
         platform_mode="host",
         name="gpu_plumbing.host_double",
     )
@@ -59,10 +53,10 @@ def test_platform_mode_is_checked_and_part_of_the_binding():
     np.testing.assert_array_equal(jax.jit(lambda x: host(x)[0])(jnp.arange(3.0)), [0, 2, 4])
     with pytest.raises(ValueError, match="already used"):
         jaxbind.get_linear_call(
-            _double,
-            _double,
-            lambda x: ((x.shape, x.dtype),),
-            lambda x: ((x.shape, x.dtype),),
+            ops.double,
+            ops.double,
+            ops.same_as_first,
+            ops.same_as_first,
             platform_mode="device",
             name="gpu_plumbing.host_double",
         )
@@ -76,7 +70,7 @@ def test_current_call_on_cpu():
         out[0][...] = args[0]
 
     op = jaxbind.get_nonlinear_call(
-        f, (None, None), lambda x: ((x.shape, x.dtype),), None, name="gpu_plumbing.where"
+        f, (None, None), ops.same_as_first, None, name="gpu_plumbing.where"
     )
     x = jax.device_put(jnp.ones(2), jax.devices("cpu")[0])  # also where a GPU is the default
     jax.block_until_ready(jax.jit(lambda x: op(x)[0])(x))

@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from support.ops import same_as_first
 
 import jaxbind
 from jaxbind.testing import check
@@ -32,7 +33,7 @@ sin_y2 = jaxbind.get_nonlinear_call(
         ),
         jaxbind.jax_function(lambda x, y, ct: [jnp.cos(x) * y**2 * ct, 2 * jnp.sin(x) * y * ct]),
     ),
-    lambda x, y: ((x.shape, x.dtype),),
+    same_as_first,
     lambda x, y, ct: ((x.shape, x.dtype), (y.shape, y.dtype)),
     name="tests.sin_y2",
 )
@@ -73,8 +74,8 @@ lin_exp = jaxbind.get_nonlinear_call(
 exp2 = jaxbind.get_nonlinear_call(
     _exp,
     (lin_exp, lin_exp),
-    lambda x: ((x.shape, x.dtype),),
-    lambda x, ct: ((x.shape, x.dtype),),
+    same_as_first,
+    same_as_first,
     name="tests.exp2",
 )
 
@@ -127,7 +128,7 @@ def test_hessian_under_vmap_and_jit():
 
 def test_derivatives_given_as_jaxbind_ops_reach_second_order_and_name_the_third():
     assert exp2.binding.order() == 2 and sin_y2.binding.order() == float("inf")
-    f = lambda x: jnp.sum(exp2(x)[0] ** 2)  # noqa: E731
+    f = lambda x: jnp.sum(exp2(x)[0] ** 2)
     assert _max_err(jax.hessian(f)(X), jax.hessian(lambda x: jnp.sum(jnp.exp(x) ** 2))(X)) < 1e-10
     with pytest.raises(
         NotImplementedError,
@@ -142,11 +143,11 @@ def test_callables_as_derivatives_stop_at_first_order_with_the_order_named():
     op = jaxbind.get_nonlinear_call(
         _exp,
         (_lin_exp, _lin_exp),
-        lambda x: ((x.shape, x.dtype),),
-        lambda x, ct: ((x.shape, x.dtype),),
+        same_as_first,
+        same_as_first,
         name="tests.exp1",
     )
-    f = lambda x: jnp.sum(op(x)[0] ** 2)  # noqa: E731
+    f = lambda x: jnp.sum(op(x)[0] ** 2)
     np.testing.assert_allclose(jax.grad(f)(X), 2 * np.exp(2 * X), rtol=1e-12)
     with pytest.raises(
         NotImplementedError,
@@ -189,8 +190,8 @@ def test_keyword_arguments_reach_the_jax_functions():
     op = jaxbind.get_nonlinear_call(
         f,
         (jaxbind.jax_function(jvp), jaxbind.jax_function(jvp)),
-        lambda x, **kw: ((x.shape, x.dtype),),
-        lambda x, ct, **kw: ((x.shape, x.dtype),),
+        same_as_first,
+        same_as_first,
         name="tests.scaled_tanh",
     )
     got = jax.hessian(lambda x: jnp.sum(op(x, scale=1.5)[0] ** 2))(X)
@@ -208,7 +209,7 @@ def test_jax_function_that_returns_no_list_is_a_clear_error():
     op = jaxbind.get_nonlinear_call(
         _exp,
         (jaxbind.jax_function(lambda x, dx: jnp.exp(x) * dx), None),
-        lambda x: ((x.shape, x.dtype),),
+        same_as_first,
         None,
         name="tests.exp_bad",
     )
@@ -237,7 +238,7 @@ def test_check_catches_a_wrong_second_derivative():
                 ]
             ),
         ),
-        lambda x, y: ((x.shape, x.dtype),),
+        same_as_first,
         lambda x, y, ct: ((x.shape, x.dtype), (y.shape, y.dtype)),
         name="tests.sin_y2_wrong",
     )

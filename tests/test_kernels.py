@@ -3,8 +3,6 @@ errors, export, and calls that run without the GIL."""
 
 import ctypes
 import pathlib
-import subprocess
-import sys
 import textwrap
 import threading
 
@@ -12,7 +10,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import compile_c_library, random
+from support.arrays import random
+from support.clib import compile_c_library
+from support.dtypes import dtypes_and_x64
+from support.ops import same_as_last
+from support.processes import run_python
 
 import jaxbind
 
@@ -25,20 +27,15 @@ def scale(out, x, factor):
         out.flat[i] = factor * x.flat[i]
 
 
-def _same(*avals, **kwargs):
-    return ((avals[-1].shape, avals[-1].dtype),)
+scale_op = jaxbind.get_linear_call(
+    scale, scale, same_as_last, same_as_last, name="tests.kernel_scale"
+)
 
 
-scale_op = jaxbind.get_linear_call(scale, scale, _same, _same, name="tests.kernel_scale")
-
-
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64])
-def test_linear_kernel_every_transformation(dtype):
-    if np.dtype(dtype).itemsize == 8 and np.dtype(dtype).kind == "f":
-        if not jax.config.read("jax_enable_x64"):
-            pytest.skip("64-bit dtype needs jax_enable_x64")
+@dtypes_and_x64([np.float32, np.float64, np.complex64], both=False)
+def test_linear_kernel_every_transformation(x64, dtype):
     x = random((3, 4), dtype, 1)
-    f = lambda x: scale_op(x, factor=2.5)[0]  # noqa: E731
+    f = lambda x: scale_op(x, factor=2.5)[0]
     np.testing.assert_allclose(f(x), 2.5 * x, rtol=1e-6)
     np.testing.assert_allclose(jax.jit(f)(x), 2.5 * x, rtol=1e-6)
     (t,) = jax.linear_transpose(f, x)(x)
@@ -75,12 +72,14 @@ def _sin_vjp(out, args, kwargs_dump):  # a Python callable beside kernels
     out[0][...] = np.cos(x) * ct
 
 
-sin_op = jaxbind.get_nonlinear_call(_sin, (_sin_jvp, _sin_vjp), _same, name="tests.kernel_sin")
+sin_op = jaxbind.get_nonlinear_call(
+    _sin, (_sin_jvp, _sin_vjp), same_as_last, name="tests.kernel_sin"
+)
 
 
 def test_nonlinear_with_mixed_bodies():
     x = random((7,), np.float32, 4)
-    f = lambda x: sin_op(x)[0]  # noqa: E731
+    f = lambda x: sin_op(x)[0]
     np.testing.assert_allclose(jax.jit(f)(x), np.sin(x), rtol=1e-6)
     _, t = jax.jvp(f, (x,), (jnp.ones_like(x),))
     np.testing.assert_allclose(t, np.cos(x), rtol=1e-6)
@@ -121,7 +120,7 @@ def _kwargs_kernel(out, x, n, w, flag, label, table):
         out[i] = x[i] * n + w + (1.0 if flag else 0.0) + label.size + table[i % table.size]
 
 
-kwargs_op = jaxbind.get_linear_call(_kwargs_kernel, None, _same, name="tests.kernel_kwargs")
+kwargs_op = jaxbind.get_linear_call(_kwargs_kernel, None, same_as_last, name="tests.kernel_kwargs")
 
 
 def test_static_keyword_arguments_of_every_type():
@@ -141,7 +140,7 @@ def _fails(out, x):
     out[0] = x[0]
 
 
-fails_op = jaxbind.get_linear_call(_fails, None, _same, name="tests.kernel_fails")
+fails_op = jaxbind.get_linear_call(_fails, None, same_as_last, name="tests.kernel_fails")
 
 
 def test_a_failing_kernel_names_the_binding_and_role():
@@ -170,7 +169,7 @@ def test_native_api_takes_kernels():
 
 def test_kernel_refuses_func_can_batch_and_bad_inputs():
     with pytest.raises(TypeError, match="kernel bodies and func_can_batch"):
-        jaxbind.get_linear_call(scale, None, _same, func_can_batch=True, name="tests.kvec")
+        jaxbind.get_linear_call(scale, None, same_as_last, func_can_batch=True, name="tests.kvec")
     with pytest.raises(TypeError, match="needs abi_version"):
         jaxbind.kernel(1234)
     with pytest.raises(ValueError, match="ABI version 99"):
@@ -268,7 +267,7 @@ def test_c_kernel_through_ctypes_and_raw_address(clib):
     address = ctypes.cast(clib.add_offset, ctypes.c_void_p).value
     raw = jaxbind.kernel(address, abi_version=1, name="add_offset")
     for i, k in enumerate((by_ctypes, raw)):
-        op = jaxbind.get_linear_call(k, None, _same, name=f"tests.kernel_c{i}")
+        op = jaxbind.get_linear_call(k, None, same_as_last, name=f"tests.kernel_c{i}")
         x = random((2, 3), np.float32, 9)
         np.testing.assert_allclose(jax.jit(lambda x: op(x, offset=1.5)[0])(x), x + 1.5)
         np.testing.assert_allclose(jax.vmap(lambda x: op(x, offset=0.5)[0])(x), x + 0.5)
@@ -292,8 +291,10 @@ def _c_kernel(clib, how: str):
 @pytest.mark.parametrize("how", ["ctypes", "cffi", "raw address"])
 def test_c_kernel_of_each_kind_under_every_transformation(clib, how):
     k = _c_kernel(clib, how)
-    op = jaxbind.get_linear_call(k, k, _same, _same, name=f"tests.kernel_c_{how.replace(' ', '_')}")
-    f = lambda x: op(x, factor=3.0)[0]  # noqa: E731
+    op = jaxbind.get_linear_call(
+        k, k, same_as_last, same_as_last, name=f"tests.kernel_c_{how.replace(' ', '_')}"
+    )
+    f = lambda x: op(x, factor=3.0)[0]
     x = random((3, 4), np.float32, 11)
     np.testing.assert_allclose(jax.jit(f)(x), 3 * x, rtol=1e-6)
     np.testing.assert_allclose(jax.jvp(f, (x,), (x,))[1], 3 * x, rtol=1e-6)
@@ -319,7 +320,7 @@ def test_crafted_calls_never_reach_a_kernel_with_wrong_buffers(clib):
     from jaxbind._rules.lowering import CPU_TARGET
 
     k = jaxbind.kernel(clib.scale_f32)
-    op = jaxbind.get_linear_call(k, k, _same, _same, name="tests.kernel_crafted")
+    op = jaxbind.get_linear_call(k, k, same_as_last, same_as_last, name="tests.kernel_crafted")
     cases = [  # (binding, inputs, outputs)
         ("tests.kernel_crafted", [((4,), np.float32)], [((64,), np.float32)]),  # bigger out
         # another width of the declared kind: let through by the trampoline (x64 may be
@@ -361,7 +362,7 @@ def test_a_kernel_keeps_its_library_loaded_after_the_user_drops_it(clib):
         print(f(jnp.ones(3)).tolist(), op(jnp.ones(2), factor=3.0)[0].tolist())
         """
     )
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    proc = run_python("-c", script)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split("\n")[-2] == "[2.0, 2.0, 2.0] [3.0, 3.0]"
 
@@ -394,7 +395,7 @@ def test_a_digest_resolved_twice_keeps_one_site():
     from jaxbind._kwargs import encode_kwargs
     from jaxbind._runtime.resolve import resolve_site
 
-    op = jaxbind.get_linear_call(scale, None, _same, name="tests.kernel_resolved_twice")
+    op = jaxbind.get_linear_call(scale, None, same_as_last, name="tests.kernel_resolved_twice")
     call = CallAttributes.of_call(op.name, "f", encode_kwargs({"factor": 2.0}).blob, NO_LOOP, 1, 0)
     found = {"jaxbind_format": call.format, "binding": call.binding, "role": call.role}
     found.update(kwargs=call.kwargs, site=call.digest, loop_levels=call.levels)
@@ -412,7 +413,9 @@ def test_cffi_function_pointer(clib):
     ffi = cffi.FFI()
     ffi.cdef("int32_t add_offset(const void *call);")
     lib = ffi.dlopen(clib._name)
-    op = jaxbind.get_linear_call(jaxbind.kernel(lib.add_offset), None, _same, name="tests.kcffi")
+    op = jaxbind.get_linear_call(
+        jaxbind.kernel(lib.add_offset), None, same_as_last, name="tests.kcffi"
+    )
     x = random((4,), np.float32, 10)
     np.testing.assert_allclose(op(x, offset=2.0)[0], x + 2.0)
 
@@ -470,7 +473,7 @@ def test_exported_program_finds_its_kernel_by_name(tmp_path):
         print(exp.call(np.arange(4, dtype=np.float32)).tolist())
         """
     )
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    proc = run_python("-c", script)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == str([18.0 * i for i in range(4)])
     missing = textwrap.dedent(
@@ -483,7 +486,7 @@ def test_exported_program_finds_its_kernel_by_name(tmp_path):
             print("ERROR", e)
         """
     )
-    proc = subprocess.run([sys.executable, "-c", missing], capture_output=True, text=True)
+    proc = run_python("-c", missing)
     assert "no binding named 'tests.kernel_export' is registered" in proc.stdout
 
 
@@ -497,7 +500,7 @@ def test_aliasing_and_side_effects_with_kernels():
     op = jaxbind.get_linear_call(
         _add_one_in_place,
         None,
-        _same,
+        same_as_last,
         input_output_aliases={0: 0},
         has_side_effect=True,
         name="tests.kernel_inplace",
@@ -505,7 +508,9 @@ def test_aliasing_and_side_effects_with_kernels():
     x = jnp.arange(4.0, dtype=jnp.float32)
     np.testing.assert_allclose(jax.jit(lambda x: op(x)[0])(x), np.arange(4.0) + 1)
     jax.jit(lambda x: (op(x), None)[1])(x)  # kept although its result is unused
-    ordered = jaxbind.get_linear_call(scale, None, _same, ordered=True, name="tests.kordered")
+    ordered = jaxbind.get_linear_call(
+        scale, None, same_as_last, ordered=True, name="tests.kordered"
+    )
     f = jax.jit(lambda x: ordered(x, factor=2.0)[0] + ordered(x, factor=3.0)[0])
     for _ in range(3):  # the token is not a buffer of the kernel's (fast path included)
         np.testing.assert_allclose(f(x), 5 * np.arange(4.0))
@@ -550,7 +555,7 @@ def _writing_kernel(route):
 @pytest.mark.parametrize("route", list(_INPUT_WRITES))
 def test_numba_kernel_writing_its_input_is_a_compile_error(route):
     op = jaxbind.get_nonlinear_call(
-        _writing_kernel(route), (None, None), _same, name=f"tests.writes_input_{route}"
+        _writing_kernel(route), (None, None), same_as_last, name=f"tests.writes_input_{route}"
     )
     x = jnp.arange(6.0, dtype=jnp.float32)
     for call in (op, jax.jit(op)):
@@ -566,7 +571,7 @@ def test_the_example_of_issue_36_no_longer_changes_a_jax_array():
             out.flat[i] = 7.0
             x.flat[i] = a * out.flat[i]
 
-    op = jaxbind.get_linear_call(k, k, _same, _same, name="tests.issue36_example")
+    op = jaxbind.get_linear_call(k, k, same_as_last, same_as_last, name="tests.issue36_example")
     x = jnp.arange(6.0, dtype=jnp.float32)
     with pytest.raises(Exception, match=r"the outputs are \(x\) and the inputs \(out\)"):
         jax.block_until_ready(op(x, a=3.0))
@@ -582,7 +587,9 @@ def test_array_keyword_arguments_are_read_only_in_numba_kernels():
         w[0] = 0.0
         out[:] = x * w
 
-    op = jaxbind.get_nonlinear_call(writes_weights, (None, None), _same, name="tests.ro_kwarg")
+    op = jaxbind.get_nonlinear_call(
+        writes_weights, (None, None), same_as_last, name="tests.ro_kwarg"
+    )
     w = np.ones(4, np.float32)
     with pytest.raises(Exception, match="read-only"):
         jax.block_until_ready(op(jnp.ones(4, jnp.float32), w=w))
@@ -598,7 +605,7 @@ def test_numba_kernels_still_write_their_outputs_every_way():
         for v in np.nditer(out):
             v[()] = v[()] * 2.0
 
-    op = jaxbind.get_nonlinear_call(writes_out, (None, None), _same, name="tests.rw_outputs")
+    op = jaxbind.get_nonlinear_call(writes_out, (None, None), same_as_last, name="tests.rw_outputs")
     x = np.arange(4.0, dtype=np.float32)
     expected = 2 * (x + 1)
     expected[0] = 10.0
@@ -615,7 +622,7 @@ def _scaled(out, x, a=2.0):
 
 
 def test_keyword_argument_a_numba_kernel_does_not_take_is_a_trace_time_error():
-    op = jaxbind.get_linear_call(_scaled, _scaled, _same, _same, name="tests.kw_typo")
+    op = jaxbind.get_linear_call(_scaled, _scaled, same_as_last, same_as_last, name="tests.kw_typo")
     x = jnp.ones(3, jnp.float32)
     np.testing.assert_array_equal(op(x, a=3.0)[0], 3.0)
     np.testing.assert_array_equal(op(x)[0], 2.0)  # a default stays a default
@@ -631,7 +638,7 @@ def test_keyword_argument_a_numba_kernel_does_not_take_is_a_trace_time_error():
     def f(out, args, kwargs):
         out[0][...] = args[0]
 
-    mixed = jaxbind.get_linear_call(f, _scaled, _same, _same, name="tests.kw_typo_T")
+    mixed = jaxbind.get_linear_call(f, _scaled, same_as_last, same_as_last, name="tests.kw_typo_T")
     np.testing.assert_array_equal(mixed(x, aa=5.0)[0], 1.0)
     with pytest.raises(TypeError, match=r"'tests.kw_typo_T' \(the transpose\).*'aa'"):
         jax.linear_transpose(lambda v: mixed(v, aa=5.0)[0], x)(x)
@@ -677,7 +684,7 @@ def test_njit_function_is_a_kernel_with_its_options():
         for i in range(x.size):
             out[i] = a * x[i]
 
-    op = jaxbind.get_linear_call(fast, fast, _same, _same, name="tests.njit_kernel")
+    op = jaxbind.get_linear_call(fast, fast, same_as_last, same_as_last, name="tests.njit_kernel")
     x = random((5,), np.float32, 4)
     np.testing.assert_allclose(op(x, a=2.0)[0], 2 * x, rtol=1e-6)
     np.testing.assert_allclose(jax.grad(lambda x: op(x, a=2.0)[0].sum())(x), 2.0, rtol=1e-6)
@@ -688,7 +695,9 @@ def test_njit_function_is_a_kernel_with_its_options():
     def past_the_end(out, x):
         out[0] = x[x.size]
 
-    checked = jaxbind.get_nonlinear_call(past_the_end, (None, None), _same, name="tests.njit_bc")
+    checked = jaxbind.get_nonlinear_call(
+        past_the_end, (None, None), same_as_last, name="tests.njit_bc"
+    )
     with pytest.raises(Exception, match=r"'tests.njit_bc' \(the function\) failed"):
         jax.block_until_ready(checked(jnp.ones(3, jnp.float32)))
 

@@ -4,11 +4,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import FLOAT_DTYPES, random, skip_unless_x64, tol
 from jax.test_util import check_grads
 from reference_ops import axpy, axpy_ref, matvec, matvec_ref
+from support.arrays import random, tol
+from support.dtypes import dtypes_and_x64
 
-pytestmark = pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+pytestmark = dtypes_and_x64()  # each dtype with x64 off and on; 64-bit floats with x64 only
 
 
 def _inputs(dtype):
@@ -17,7 +18,6 @@ def _inputs(dtype):
 
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
 def test_forward_matches_jax(x64, dtype, jit):
-    skip_unless_x64(dtype, x64)
     a, x = _inputs(dtype)
     fn = lambda a, x: matvec(a, x)[0]
     fn = jax.jit(fn) if jit else fn
@@ -27,14 +27,12 @@ def test_forward_matches_jax(x64, dtype, jit):
 
 
 def test_kwargs_reach_callable(x64, dtype):
-    skip_unless_x64(dtype, x64)
     x, y = random((5,), dtype, 3), random((5,), dtype, 4)
     out = jax.jit(lambda x, y: axpy(x, y, scale=3.0)[0])(x, y)
     np.testing.assert_allclose(out, axpy_ref(x, y, 3.0), rtol=tol(dtype))
 
 
 def test_jvp_matches_jax(x64, dtype):
-    skip_unless_x64(dtype, x64)
     a, x = _inputs(dtype)
     t = random(x.shape, dtype, 5)
     y, ty = jax.jvp(lambda x: matvec(a, x)[0], (x,), (t,))
@@ -43,7 +41,6 @@ def test_jvp_matches_jax(x64, dtype):
 
 
 def test_vjp_matches_jax(x64, dtype):
-    skip_unless_x64(dtype, x64)
     a, x = _inputs(dtype)
     ct = random((4,), dtype, 6)
     _, vjp = jax.vjp(lambda x: matvec(a, x)[0], x)
@@ -52,7 +49,6 @@ def test_vjp_matches_jax(x64, dtype):
 
 
 def test_transpose_matches_dense_adjoint(x64, dtype):
-    skip_unless_x64(dtype, x64)
     a, x = _inputs(dtype)
     ct = random((4,), dtype, 7)
     transpose = jax.linear_transpose(lambda x: matvec(a, x)[0], x)
@@ -63,9 +59,8 @@ def test_transpose_matches_dense_adjoint(x64, dtype):
 
 
 def test_grad_of_real_loss_matches_jax(x64, dtype):
-    skip_unless_x64(dtype, x64)
     x, y = random((6,), dtype, 8), random((6,), dtype, 9)
-    loss = lambda f: lambda x, y: jnp.sum(jnp.abs(f(x, y)) ** 2)  # noqa: E731
+    loss = lambda f: lambda x, y: jnp.sum(jnp.abs(f(x, y)) ** 2)
     g = jax.jit(jax.grad(loss(lambda x, y: axpy(x, y, scale=0.5)[0]), argnums=(0, 1)))(x, y)
     g_ref = jax.grad(loss(lambda x, y: axpy_ref(x, y, 0.5)), argnums=(0, 1))(x, y)
     for got, want in zip(g, g_ref):
@@ -73,7 +68,6 @@ def test_grad_of_real_loss_matches_jax(x64, dtype):
 
 
 def test_check_grads_to_second_order(x64, dtype):
-    skip_unless_x64(dtype, x64)
     a, x = _inputs(dtype)
     check_grads(lambda x: matvec(a, x)[0], (x,), order=2, modes=("fwd", "rev"))
     y = random(x.shape, dtype, 10)
@@ -81,7 +75,6 @@ def test_check_grads_to_second_order(x64, dtype):
 
 
 def test_fixed_argument_cannot_be_differentiated(x64, dtype):
-    skip_unless_x64(dtype, x64)
     a, x = _inputs(dtype)
     with pytest.raises(TypeError, match=r"argument 0 is fixed \(first_n_args_fixed=1\)"):
         jax.jvp(lambda a: matvec(a, x)[0], (a,), (a,))

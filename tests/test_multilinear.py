@@ -4,17 +4,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import FLOAT_DTYPES, random, skip_unless_x64, tol
 from jax.test_util import check_grads
 from reference_ops import bilinear, bilinear_ref
+from support.arrays import random, tol
+from support.dtypes import REAL_DTYPES, dtypes_and_x64
+from support.ops import same_as_first
 
 import jaxbind
 
-pytestmark = pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 
-
+@dtypes_and_x64()
 def test_forward_and_jit(x64, dtype):
-    skip_unless_x64(dtype, x64)
     x, y = random((3, 4), dtype, 1), random((3, 4), dtype, 2)
     np.testing.assert_allclose(bilinear(x, y)[0], bilinear_ref(x, y), rtol=tol(dtype))
     np.testing.assert_allclose(
@@ -22,8 +22,8 @@ def test_forward_and_jit(x64, dtype):
     )
 
 
+@dtypes_and_x64()
 def test_jvp_is_product_rule(x64, dtype):
-    skip_unless_x64(dtype, x64)
     x, y, tx, ty = (random((5,), dtype, s) for s in range(4))
     out, tan = jax.jvp(lambda x, y: bilinear(x, y)[0], (x, y), (tx, ty))
     out_ref, tan_ref = jax.jvp(bilinear_ref, (x, y), (tx, ty))
@@ -31,19 +31,19 @@ def test_jvp_is_product_rule(x64, dtype):
     np.testing.assert_allclose(tan, tan_ref, rtol=tol(dtype), atol=tol(dtype))
 
 
+@dtypes_and_x64()
 def test_grad_with_respect_to_each_and_both(x64, dtype):
-    skip_unless_x64(dtype, x64)
     x, y = random((5,), dtype, 5), random((5,), dtype, 6)
     for argnums in (0, 1, (0, 1)):
-        loss = lambda f: lambda x, y: jnp.sum(jnp.abs(f(x, y)) ** 2)  # noqa: E731
+        loss = lambda f: lambda x, y: jnp.sum(jnp.abs(f(x, y)) ** 2)
         g = jax.grad(loss(lambda x, y: bilinear(x, y)[0]), argnums)(x, y)
         g_ref = jax.grad(loss(bilinear_ref), argnums)(x, y)
         for got, want in zip(jax.tree.leaves(g), jax.tree.leaves(g_ref)):
             np.testing.assert_allclose(got, want, rtol=tol(dtype), atol=tol(dtype))
 
 
+@dtypes_and_x64()
 def test_linear_transpose_per_argument(x64, dtype):
-    skip_unless_x64(dtype, x64)
     x, y, ct = random((5,), dtype, 7), random((5,), dtype, 8), random((5,), dtype, 9)
     tx = jax.linear_transpose(lambda x: bilinear(x, y)[0], x)(ct)[0]
     ty = jax.linear_transpose(lambda y: bilinear(x, y)[0], y)(ct)[0]
@@ -51,18 +51,17 @@ def test_linear_transpose_per_argument(x64, dtype):
     np.testing.assert_allclose(ty, ct * x, rtol=tol(dtype))
 
 
+@dtypes_and_x64()
 def test_check_grads_to_second_order(x64, dtype):
-    skip_unless_x64(dtype, x64)
     x, y = random((4,), dtype, 10), random((4,), dtype, 11)
     check_grads(lambda x, y: bilinear(x, y)[0], (x, y), order=2, modes=("fwd", "rev"))
 
 
+@pytest.mark.parametrize("dtype", REAL_DTYPES)  # jax.hessian needs a real output
 def test_hessian_matches_jax(enable_x64, dtype):
-    if np.dtype(dtype).kind == "c":
-        pytest.skip("jax.hessian needs a real output")
     x, y = random((3,), dtype, 12), random((3,), dtype, 13)
-    f = lambda x, y: jnp.sum(bilinear(x, y)[0] ** 2)  # noqa: E731
-    f_ref = lambda x, y: jnp.sum(bilinear_ref(x, y) ** 2)  # noqa: E731
+    f = lambda x, y: jnp.sum(bilinear(x, y)[0] ** 2)
+    f_ref = lambda x, y: jnp.sum(bilinear_ref(x, y) ** 2)
     for argnums in ((0, 1), 0):
         h = jax.hessian(f, argnums)(x, y)
         h_ref = jax.hessian(f_ref, argnums)(x, y)
@@ -74,14 +73,10 @@ def _mul(out, args, kd):
     out[0][...] = args[0] * args[1]
 
 
-def _same(*args, **kwargs):
-    return ((args[0].shape, args[0].dtype),)
-
-
+@dtypes_and_x64()
 def test_missing_transpose_is_a_clear_error(x64, dtype):
-    skip_unless_x64(dtype, x64)
     op = jaxbind.get_linear_call(
-        _mul, (None, None), _same, (None, None), name="tests.mul_without_transposes"
+        _mul, (None, None), same_as_first, (None, None), name="tests.mul_without_transposes"
     )
     x = random((3,), dtype, 1)
     with pytest.raises(

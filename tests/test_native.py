@@ -1,14 +1,14 @@
 """The JAX-native API (linear_op, multilinear_op, nonlinear_op) against the JAXbind one."""
 
 import dataclasses
-import subprocess
-import sys
 import textwrap
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from support.ops import same_as_first
+from support.processes import run_script
 
 import jaxbind
 from jaxbind.testing import check
@@ -118,7 +118,7 @@ def test_pytrees_in_and_out_with_every_transformation():
     got = jax.jit(prodsum)(D)
     assert set(got) == {"p", "s"} and got["s"].shape == ()
     np.testing.assert_array_equal(got["p"], [2.0, 4.0, 6.0])
-    loss = lambda f: lambda d: jnp.sum(f(d)["p"] ** 2) + f(d)["s"]  # noqa: E731
+    loss = lambda f: lambda d: jnp.sum(f(d)["p"] ** 2) + f(d)["s"]
     for a, b in zip(
         jax.tree.leaves(jax.grad(loss(prodsum))(D)),
         jax.tree.leaves(jax.grad(loss(_prodsum_ref))(D)),
@@ -258,15 +258,9 @@ def test_native_op_exports_and_loads_in_a_fresh_process(tmp_path):
             exp = jax.export.deserialize(bytearray(open(path, "rb").read()))
             print([np.asarray(r).tolist() for r in exp.call(np.ones(2), np.arange(3.0))])
     """)
-    (tmp_path / "s.py").write_text(script)
     blob = str(tmp_path / "swap.bin")
     for mode in ("export", "load"):
-        proc = subprocess.run(
-            [sys.executable, str(tmp_path / "s.py"), blob, mode],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        proc = run_script(tmp_path, script, blob, mode, name="s.py", timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == "[[0.0, 2.0, 4.0], [2.0, 2.0]]"
 
@@ -317,13 +311,9 @@ def test_a_named_definition_run_again_replaces_its_binding():
 
         return scale
 
-    kept = jaxbind.get_linear_call(
-        make(1), None, lambda x: ((x.shape, x.dtype),), None, name="tests.closure_named"
-    )
+    kept = jaxbind.get_linear_call(make(1), None, same_as_first, None, name="tests.closure_named")
     with pytest.raises(ValueError, match="'tests.closure_named' is already used"):
-        jaxbind.get_linear_call(
-            make(2), None, lambda x: ((x.shape, x.dtype),), None, name="tests.closure_named"
-        )
+        jaxbind.get_linear_call(make(2), None, same_as_first, None, name="tests.closure_named")
     np.testing.assert_array_equal(kept(jnp.ones(2))[0], [1.0, 1.0])
 
 
@@ -391,9 +381,7 @@ def test_both_apis_take_every_option_into_one_options_value(option):
         return np.asarray(x)
 
     shape = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype)
-    classic = jaxbind.get_nonlinear_call(
-        f, (None, None), lambda x: ((x.shape, x.dtype),), None, **{option: value}
-    )
+    classic = jaxbind.get_nonlinear_call(f, (None, None), same_as_first, None, **{option: value})
     native = jaxbind.nonlinear_op(shape=shape, **{option: value})(fn)
     # the same value, but for the API that made it (which decides the words of errors)
     assert dataclasses.replace(classic.binding.options, native=True) == native.binding.options
@@ -409,7 +397,7 @@ def test_both_apis_take_every_option_into_one_options_value(option):
         lambda: jaxbind.get_linear_call(
             lambda out, args, kw: None,
             None,
-            lambda x: ((x.shape, x.dtype),),
+            same_as_first,
             None,
             platfrom_mode="host",
         ),

@@ -4,14 +4,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import random
+from support.arrays import random
+from support.ops import same_as_last
 
 import jaxbind
 from jaxbind._roles import Args, Body, Kind, role_table
-
-
-def _same(*avals, **kwargs):
-    return tuple((a.shape, a.dtype) for a in avals[-1:])
 
 
 def _scale(out, args, kwargs_dump):
@@ -83,27 +80,27 @@ def test_multilinear_transposes_shapes_from_primals():
 
 def test_abstract_T_must_be_callable_or_none():
     with pytest.raises(TypeError, match="must be callables or None"):
-        jaxbind.get_linear_call(_scale, _scale, _same, 3)
+        jaxbind.get_linear_call(_scale, _scale, same_as_last, 3)
 
 
 def test_role_table_entries():
     """Each role: its body, abstract function, argument layout and transpose partner."""
     f, t = object(), object()
-    table = role_table(Kind.LINEAR, f, t, None, _same, None)
+    table = role_table(Kind.LINEAR, f, t, None, same_as_last, None)
     assert table["f"].body is f and table["f"].partner == "T" and table["f"].args is Args.F
     assert table["T"].body is t and table["T"].partner == "f" and table["T"].abstract is None
     jvp = jaxbind.jax_function(lambda *a: a)
-    table = role_table(Kind.NONLINEAR, f, None, (jvp, t), _same, None)
+    table = role_table(Kind.NONLINEAR, f, None, (jvp, t), same_as_last, None)
     assert table["jvp"].kind is Body.JAX and table["vjp"].kind is Body.CALLABLE
-    assert table["jvp"].abstract is _same and table["jvp"].args.shaped_like_f
+    assert table["jvp"].abstract is same_as_last and table["jvp"].args.shaped_like_f
     assert table["f"].partner is None and not table["f"].jointly_linear
     assert (table["jvp"].partner, table["vjp"].partner) == ("vjp", "jvp")
-    table = role_table(Kind.MULTILINEAR, f, (t, None), None, _same, None)
+    table = role_table(Kind.MULTILINEAR, f, (t, None), None, same_as_last, None)
     assert list(table) == ["f", "T0", "T1"] and table["T1"].body is None
 
 
 def test_binding_reports_missing_role():
-    op = jaxbind.get_linear_call(_scale, None, _same, name="test_roles.no_transpose")
+    op = jaxbind.get_linear_call(_scale, None, same_as_last, name="test_roles.no_transpose")
     with pytest.raises(
         NotImplementedError, match="no_transpose' has no transpose, .* get_linear_call as f_T"
     ):

@@ -7,23 +7,18 @@ leaks into the other tests.
 
 import json
 import pathlib
-import subprocess
-import sys
 
 import pytest
+from support.processes import run_python
 
 HERE = pathlib.Path(__file__).parent
+
+pytestmark = pytest.mark.slow  # the subprocess that runs every case takes about 10 s
 
 
 @pytest.fixture(scope="module")
 def results():
-    proc = subprocess.run(
-        [sys.executable, str(HERE / "sharding_cases.py")],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=HERE,
-    )
+    proc = run_python(HERE / "sharding_cases.py", timeout=600, cwd=HERE)
     found = {}
     for line in proc.stdout.splitlines():
         if line.startswith("{"):

@@ -2,14 +2,15 @@
 
 import json
 import pathlib
-import subprocess
-import sys
-import textwrap
 
 import jax
 import jax.export
 import numpy as np
 import pytest
+from support.arrays import assert_close
+from support.ops import same_as_first
+from support.processes import run_isolated
+from support.skips import importable
 from symbolic_cases import CASES, ducc_cases
 
 import jaxbind
@@ -18,12 +19,7 @@ HERE = pathlib.Path(__file__).parent
 
 pytestmark = pytest.mark.usefixtures("enable_x64")  # DUCC cases are float64 / complex128
 
-try:
-    import ducc0  # noqa: F401
-
-    HAVE_DUCC = True
-except ImportError:
-    HAVE_DUCC = False
+HAVE_DUCC = importable("ducc0")
 
 
 def _all_cases():
@@ -41,9 +37,7 @@ def _sym(spec, dtype=np.float32):
 def _close(got, want, dtype):
     rtol = 2e-5 if np.dtype(dtype) in (np.float32, np.complex64) else 1e-9
     for g, w in zip(got, want, strict=True):
-        assert g.shape == w.shape, (g.shape, w.shape)
-        scale = max(float(np.max(np.abs(w), initial=0)), 1e-30)
-        assert float(np.max(np.abs(g - w), initial=0)) <= rtol * scale
+        assert_close(g, w, rtol, check_dtype=False)
 
 
 LOADER = """
@@ -77,16 +71,8 @@ def test_symbolic_exports_run_in_a_fresh_process(tmp_path):
             for i, a in enumerate(case.args(size, seed=k)):
                 np.save(tmp_path / f"{name}.{k}.arg{i}.npy", a)
     (tmp_path / "cases.json").write_text(json.dumps({n: len(c.sizes) for n, c in cases.items()}))
-    script = tmp_path / "load.py"
-    script.write_text(textwrap.dedent(LOADER.format(ducc=HAVE_DUCC, where=str(tmp_path))))
-    proc = subprocess.run(
-        [sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=HERE,
-        env={"PYTHONPATH": str(HERE), "JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"},
-    )
+    loader = LOADER.format(ducc=HAVE_DUCC, where=str(tmp_path))
+    proc = run_isolated(tmp_path, loader, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     for name, case in cases.items():
         for k, size in enumerate(case.sizes):
@@ -155,7 +141,7 @@ def test_callable_writing_another_shape_is_a_clean_error():
     def write_half(out, args):
         out[0][...] = np.zeros((args[0].shape[0], 4), np.float32)
 
-    op = _double_op("tests.sym_bad_writer", lambda x: ((x.shape, x.dtype),), write_half)
+    op = _double_op("tests.sym_bad_writer", same_as_first, write_half)
     exp = jaxbind.export(lambda x: op(x)[0])(_sym("b, 8"))
     with pytest.raises(Exception, match=r"tests\.sym_bad_writer.*\n?.*broadcast"):
         exp.call(np.ones((3, 8), np.float32))
@@ -163,7 +149,7 @@ def test_callable_writing_another_shape_is_a_clean_error():
 
 def test_artifact_that_disagrees_with_the_loading_binding_is_refused():
     """The loading process declares other shapes for the same name: refused per size."""
-    op = _double_op("tests.sym_declared", lambda x: ((x.shape, x.dtype),))
+    op = _double_op("tests.sym_declared", same_as_first)
     blob = jaxbind.export(lambda x: op(x)[0])(_sym("b, 8")).serialize()
     np.testing.assert_array_equal(
         jax.export.deserialize(blob).call(np.ones((2, 8), np.float32)), 2 * np.ones((2, 8))
@@ -191,7 +177,7 @@ def test_abstract_function_that_needs_concrete_sizes_says_so():
 
 
 def test_symbolic_keyword_argument_is_refused_with_the_binding_name():
-    op = _double_op("tests.sym_kwarg", lambda x, **kw: ((x.shape, x.dtype),))
+    op = _double_op("tests.sym_kwarg", same_as_first)
     with pytest.raises(TypeError, match=r"tests\.sym_kwarg.*keyword argument 'n'.*symbolic"):
         jaxbind.export(lambda x: op(x, n=x.shape[0])[0])(_sym("b, 8"))
 

@@ -6,14 +6,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import compile_c_library, random
 from reference_ops import axpy, bilinear, flip2, flipsum, matvec, nonlinear, power
+from support.arrays import random
+from support.clib import compile_c_library
+from support.dtypes import FLOAT_DTYPES
+from support.ops import copy_last, same_as_first
 
 import jaxbind
 from jaxbind.testing import check
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 def test_reference_ops_pass(enable_x64, dtype):
     report = check(matvec, random((4, 3), dtype, 1), random((3,), dtype, 2), verbose=False)
     names = {r.check for r in report}
@@ -113,13 +116,9 @@ def _sq_vjp(out, args, kd):
     out[0][...] = 2 * x * ct
 
 
-def _same(*args, **k):
-    return ((args[0].shape, args[0].dtype),)
-
-
 def test_catches_a_wrong_jvp(enable_x64):
     op = jaxbind.get_nonlinear_call(
-        _sq, (_sq_jvp_wrong, _sq_vjp), _same, _same, name="tests.wrong_jvp"
+        _sq, (_sq_jvp_wrong, _sq_vjp), same_as_first, same_as_first, name="tests.wrong_jvp"
     )
     with pytest.raises(AssertionError) as info:
         check(op, random((4,), seed=5), verbose=False)
@@ -139,7 +138,9 @@ def _writes_a_copy(out, args, kd):
 
 def test_catches_unwritten_outputs(enable_x64):
     for f, frac in ((_writes_half, "50%"), (_writes_a_copy, "100%")):
-        op = jaxbind.get_linear_call(f, None, _same, None, name=f"tests.unwritten_{f.__name__}")
+        op = jaxbind.get_linear_call(
+            f, None, same_as_first, None, name=f"tests.unwritten_{f.__name__}"
+        )
         with pytest.raises(
             AssertionError,
             match=rf"abstract vs callable: written \[output 0, "
@@ -173,7 +174,7 @@ def _nondeterministic(out, args, kd):
 
 
 def test_catches_nondeterminism(enable_x64):
-    op = jaxbind.get_linear_call(_nondeterministic, None, _same, None, name="tests.nondet")
+    op = jaxbind.get_linear_call(_nondeterministic, None, same_as_first, None, name="tests.nondet")
     with pytest.raises(AssertionError, match=r"determinism \[output 0, float64\]"):
         check(op, random((3,), seed=8), verbose=False)
 
@@ -200,10 +201,6 @@ def _poke(a: np.ndarray, value=0.0) -> None:
     np.frombuffer(raw, a.dtype)[...] = value
 
 
-def _copy_f(out, args, kd):
-    out[0][...] = args[-1]
-
-
 def _copy_pokes_input(out, args, kd):
     out[0][...] = args[0]
     _poke(args[0])
@@ -224,7 +221,9 @@ def _row(text: str, check_name: str, target: str) -> bool:
 
 
 def test_catches_a_callable_that_writes_its_input(enable_x64):
-    op = jaxbind.get_linear_call(_copy_pokes_input, _copy_f, _same, None, name="tests.pokes_f")
+    op = jaxbind.get_linear_call(
+        _copy_pokes_input, copy_last, same_as_first, None, name="tests.pokes_f"
+    )
     with pytest.raises(AssertionError) as info:
         check(op, random((4,), seed=1), verbose=False)
     text = str(info.value)
@@ -235,7 +234,7 @@ def test_catches_a_callable_that_writes_its_input(enable_x64):
 
 def test_catches_a_transpose_that_writes_its_cotangent(enable_x64):
     op = jaxbind.get_linear_call(
-        _copy_f, _transpose_pokes_cotangent, _same, None, name="tests.pokes_T"
+        copy_last, _transpose_pokes_cotangent, same_as_first, None, name="tests.pokes_T"
     )
     with pytest.raises(AssertionError) as info:
         check(op, random((4,), seed=2), verbose=False)
@@ -271,7 +270,9 @@ def test_catches_a_native_jvp_that_writes_a_primal(enable_x64):
 
 
 def test_catches_a_write_into_an_array_keyword_argument(enable_x64):
-    op = jaxbind.get_linear_call(_pokes_kwarg, _copy_f, _same, None, name="tests.pokes_kwarg")
+    op = jaxbind.get_linear_call(
+        _pokes_kwarg, copy_last, same_as_first, None, name="tests.pokes_kwarg"
+    )
     with pytest.raises(AssertionError) as info:
         check(op, random((3,), seed=4), weights=np.ones(2), verbose=False)
     text = str(info.value)
@@ -307,7 +308,7 @@ def test_catches_a_c_kernel_that_writes_its_input(enable_x64, clobber_lib, how):
         ffi = cffi.FFI()
         ffi.cdef("int32_t copy_then_clobber(const void *call);")
         k = jaxbind.kernel(ffi.dlopen(clobber_lib._name).copy_then_clobber)
-    op = jaxbind.get_linear_call(_copy_f, k, _same, None, name=f"tests.clobber_{how}")
+    op = jaxbind.get_linear_call(copy_last, k, same_as_first, None, name=f"tests.clobber_{how}")
     with pytest.raises(AssertionError) as info:
         check(op, random((4,), seed=5), verbose=False)
     text = str(info.value)
@@ -322,7 +323,7 @@ def test_inputs_unchanged_rows_for_every_role_kind(enable_x64):
         for i in range(x.size):
             out.flat[i] = factor * x.flat[i]
 
-    op = jaxbind.get_linear_call(scale, scale, _same, None, name="tests.unchanged_kernel")
+    op = jaxbind.get_linear_call(scale, scale, same_as_first, None, name="tests.unchanged_kernel")
     report = check(op, random((4,), seed=6), factor=2.0, verbose=False)
     rows = {r.target for r in report if r.check == "inputs unchanged"}
     assert rows == {"the function: input 0", "the transpose: input 0"}
@@ -338,7 +339,7 @@ def test_inputs_unchanged_rows_for_every_role_kind(enable_x64):
     def vjp(x, ct):
         return [jnp.cos(x) * ct]
 
-    op = jaxbind.get_nonlinear_call(f, (jvp, vjp), _same, name="tests.unchanged_jaxfn")
+    op = jaxbind.get_nonlinear_call(f, (jvp, vjp), same_as_first, name="tests.unchanged_jaxfn")
     report = check(op, random((4,), seed=7), verbose=False)
     rows = {r.target for r in report if r.check == "inputs unchanged"}
     assert rows == {f"the {r}: input {k}" for r in ("function", "JVP", "VJP") for k in (0, 1)} - {
@@ -371,7 +372,9 @@ def _abs(out, args, kd):
     ],
 )
 def test_linearity_row_names_the_cause(enable_x64, f, row, why):
-    op = jaxbind.get_linear_call(f, _copy_f, _same, None, name=f"tests.not_linear{f.__name__}")
+    op = jaxbind.get_linear_call(
+        f, copy_last, same_as_first, None, name=f"tests.not_linear{f.__name__}"
+    )
     with pytest.raises(AssertionError) as info:
         check(op, random((5,), seed=8), verbose=False)
     text = str(info.value)
@@ -383,7 +386,9 @@ def test_linearity_of_a_multilinear_op_is_per_argument(enable_x64):
     def add(out, args, kd):  # jointly linear, but not linear in each argument alone
         out[0][...] = args[0] + args[1]
 
-    op = jaxbind.get_linear_call(add, (_copy_f, _copy_f), _same, name="tests.sum_as_bilinear")
+    op = jaxbind.get_linear_call(
+        add, (copy_last, copy_last), same_as_first, name="tests.sum_as_bilinear"
+    )
     with pytest.raises(AssertionError) as info:
         check(op, random((3,), seed=9), random((3,), seed=10), verbose=False)
     text = str(info.value)

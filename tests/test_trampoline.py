@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from support import ops
 
 import jaxbind
 from jaxbind import _callformat, _ext, _kwargs
@@ -90,16 +91,8 @@ def test_missing_attributes():
         _raw_call(jnp.ones(3), **_attrs("tests.double", trees=_kwargs.encode_kwargs({}).blob))
 
 
-def _double(out, args, kwargs_dump):
-    out[0][...] = 2 * args[0]
-
-
 double = jaxbind.get_linear_call(
-    _double,
-    _double,
-    lambda x: ((x.shape, x.dtype),),
-    lambda x: ((x.shape, x.dtype),),
-    name="tests.double",
+    ops.double, ops.double, ops.same_as_first, ops.same_as_first, name="tests.double"
 )
 
 
@@ -142,7 +135,7 @@ def test_abstract_function_failing_on_the_buffers_is_a_clean_error():
             raise ValueError("at most 4 elements")
         return ((x.shape, x.dtype),)
 
-    op = jaxbind.get_linear_call(_double, None, abstract, None, name="tests.at_most_4")  # noqa
+    op = jaxbind.get_linear_call(ops.double, None, abstract, None, name="tests.at_most_4")  # noqa
     with pytest.raises(
         Exception, match="'tests.at_most_4'.*abstract function fails.*at most 4 elements"
     ):
@@ -156,7 +149,7 @@ def test_each_new_buffer_signature_is_checked_once_per_site():
         calls.append(x.shape)
         return ((x.shape, x.dtype),)
 
-    op = jaxbind.get_linear_call(_double, None, abstract, None, name="tests.checks_once")  # noqa
+    op = jaxbind.get_linear_call(ops.double, None, abstract, None, name="tests.checks_once")  # noqa
     for n in (3, 3, 4, 3, 4, 4):  # one site, two signatures
         _raw_call(jnp.ones(n), **_attrs("tests.checks_once"))
     assert calls == [(3,), (4,)]
@@ -171,9 +164,7 @@ def test_kwargs_are_decoded_once_per_call_site():
         kw.pop("k")  # callables may pop: each call gets a fresh dict
         out[0][...] = args[0]
 
-    op = jaxbind.get_linear_call(
-        f, None, lambda x, **k: ((x.shape, x.dtype),), None, name="tests.records_dumps"
-    )
+    op = jaxbind.get_linear_call(f, None, ops.same_as_first, None, name="tests.records_dumps")
     fn = jax.jit(lambda x: op(x, k=np.arange(3), s="text")[0])
     for _ in range(5):
         fn(jnp.ones(2))
@@ -190,7 +181,7 @@ def test_equal_kwargs_hit_the_jit_cache():
         traces.append(kwargs)
         return ((x.shape, x.dtype),)
 
-    op = jaxbind.get_linear_call(_double, None, abstract, None, name="tests.counts_traces")
+    op = jaxbind.get_linear_call(ops.double, None, abstract, None, name="tests.counts_traces")
     fn = jax.jit(lambda x, scale: op(x, scale=scale, order=(1, 2))[0], static_argnums=1)
     x = jnp.ones(3)
     fn(x, 2)
@@ -228,9 +219,7 @@ def _seen_shapes_op(name):
         seen.append((args[0].shape, out[0].shape, args[0].flags.writeable, out[0].flags.writeable))
         out[0][...] = 2 * args[0]
 
-    op = jaxbind.get_linear_call(
-        f, f, lambda x: ((x.shape, x.dtype),), lambda x: ((x.shape, x.dtype),), name=name
-    )
+    op = jaxbind.get_linear_call(f, f, ops.same_as_first, ops.same_as_first, name=name)
     return op, seen
 
 
@@ -254,7 +243,7 @@ def test_view_reshaped_by_the_callable_is_not_reused():
         out[0][...] = x + 1
 
     op = jaxbind.get_nonlinear_call(
-        f, (None, None), lambda x: ((x.shape, x.dtype),), None, name="tests.reshaping_callable"
+        f, (None, None), ops.same_as_first, None, name="tests.reshaping_callable"
     )
     fn = jax.jit(lambda x: op(x)[0])
     x = jnp.arange(6.0).reshape(2, 3)

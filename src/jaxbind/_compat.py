@@ -56,7 +56,7 @@ __all__ = [
     "zero_tangent",
 ]
 
-from ._versions import NEWEST_TESTED_JAX, OLDEST_SUPPORTED_JAX  # noqa: E402
+from ._versions import NEWEST_TESTED_JAX, OLDEST_SUPPORTED_JAX
 
 ShapedArray = jax.core.ShapedArray
 # jax.errors since jax 0.8; the same class in jax._src.core from 0.7 to 0.12

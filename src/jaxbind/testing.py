@@ -604,7 +604,7 @@ def _second_order(case: _Case, diff: list[int]) -> None:
     hw = jax.jvp(grad, xs, w)[1]
     dt = str(xs[0].dtype)
     lhs, rhs = sum(map(_pair, w, hv)), sum(map(_pair, v, hw))
-    norm = lambda t: float(np.sqrt(sum(np.sum(np.abs(np.asarray(a)) ** 2) for a in t)))  # noqa: E731
+    norm = lambda t: float(np.sqrt(sum(np.sum(np.abs(np.asarray(a)) ** 2) for a in t)))
     scale = max(abs(lhs), norm(hv) * norm(w), 1e-30)
     target = "arguments " + ", ".join(map(str, diff))
     report.append(

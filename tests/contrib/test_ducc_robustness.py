@@ -19,29 +19,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from support.arrays import norm_relative_error, random_complex
 
 pytest.importorskip("ducc0")
 
-from jaxbind.contrib import jaxducc0  # noqa: E402
-from jaxbind.contrib.ducc._accuracy import finest_epsilon  # noqa: E402
+from jaxbind.contrib import jaxducc0
+from jaxbind.contrib.ducc._accuracy import finest_epsilon
 
-
-@pytest.fixture(autouse=True)
-def _x64(enable_x64):
-    yield
-
+pytestmark = pytest.mark.usefixtures("enable_x64")  # from tests/conftest.py
 
 GRIDS = {1: (12,), 2: (6, 5), 3: (4, 5, 4)}
 FINE = {np.complex64: 1e-9, np.complex128: 1e-16}  # finer than either precision reaches
-
-
-def _rel(a, b):
-    a, b = np.asarray(a, np.complex128).ravel(), np.asarray(b, np.complex128).ravel()
-    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
-
-
-def _cplx(rng, shape, dtype):
-    return jnp.asarray((rng.normal(size=shape) + 1j * rng.normal(size=shape)).astype(dtype))
 
 
 def _real(dtype):
@@ -64,7 +52,7 @@ def _inputs(kind, d, dtype, rng, m=23, k=17):
     if kind == 3:
         pts += [jnp.asarray(rng.uniform(-4, 4, (2, k)).astype(real)) for _ in range(d)]
     shape = (2, 3) + (GRIDS[d] if kind == 2 else (m,))
-    return _cplx(rng, shape, dtype), pts
+    return random_complex(rng, shape, dtype), pts
 
 
 def _loss(fn, weights):
@@ -98,16 +86,16 @@ def test_every_precision_and_eps_matches_the_double_precision_transform(kind, d,
     got, want = fn(v, *pts), ref(*_double([v, *pts]))
     assert got.dtype == dtype and got.shape == want.shape
     assert jnp.all(jnp.isfinite(got))
-    assert _rel(got, want) < tol
+    assert norm_relative_error(got, want) < tol
 
-    weights = _cplx(rng, want.shape, dtype)
+    weights = random_complex(rng, want.shape, dtype)
     grads = jax.grad(_loss(fn, weights), argnums=tuple(range(1 + len(pts))))(v, *pts)
     wants = jax.grad(
         _loss(ref, weights.astype(jnp.complex128)), argnums=tuple(range(1 + len(pts)))
     )(*_double([v, *pts]))
     for i, (g, w) in enumerate(zip(grads, wants)):
         assert g.dtype == (v if i == 0 else pts[0]).dtype
-        assert _rel(g, w) < tol, f"gradient {i}"
+        assert norm_relative_error(g, w) < tol, f"gradient {i}"
 
 
 @pytest.mark.parametrize("kind,d,dtype,eps", PRECISION_CASES)
@@ -122,13 +110,13 @@ def test_plans_in_every_precision_match_the_double_precision_transform(kind, d, 
     ref = _call(kind, d, 1e-13)
     got, want = plan(v), ref(*_double([v, *(jnp.asarray(p) for p in pts)]))
     assert got.dtype == dtype
-    assert _rel(got, want) < tol
-    weights = _cplx(rng, want.shape, dtype)
+    assert norm_relative_error(got, want) < tol
+    weights = random_complex(rng, want.shape, dtype)
     g = jax.grad(lambda v: jnp.sum(jnp.real(weights * plan(v))))(v)
     w = jax.grad(
         lambda v: jnp.sum(jnp.real(weights * ref(v, *_double([jnp.asarray(p) for p in pts]))))
     )(v.astype(jnp.complex128))
-    assert g.dtype == dtype and _rel(g, w) < tol
+    assert g.dtype == dtype and norm_relative_error(g, w) < tol
 
 
 def test_type3_limits_come_from_ducc_and_are_coarser_than_types_1_and_2():
@@ -149,8 +137,8 @@ def _bad(x, i, value=np.nan):
 def test_a_non_finite_point_gives_nan_where_it_enters(value):
     rng = np.random.default_rng(7)
     x = jnp.asarray(rng.uniform(-3, 3, 50))
-    c = _cplx(rng, (50,), np.complex128)
-    f = _cplx(rng, (16,), np.complex128)
+    c = random_complex(rng, (50,), np.complex128)
+    f = random_complex(rng, (16,), np.complex128)
     s = jnp.asarray(rng.uniform(-3, 3, 20))
     xb = _bad(x, 7, value)
 
@@ -166,7 +154,7 @@ def test_a_non_finite_point_gives_nan_where_it_enters(value):
     ):
         assert jnp.isnan(got[i]) and jnp.isnan(got[i].imag)
         keep = np.arange(got.shape[0]) != i
-        assert _rel(got[keep], clean[keep]) < 1e-5
+        assert norm_relative_error(got[keep], clean[keep]) < 1e-5
     # the same in a batch: only the transforms whose points are bad
     both = jaxducc0.nufft1(16, jnp.stack([c, c]), jnp.stack([x, xb]))
     assert jnp.all(jnp.isfinite(both[0])) and jnp.all(jnp.isnan(both[1]))
@@ -201,9 +189,9 @@ def test_non_finite_uvw_or_frequencies_give_nan_visibilities():
     bad[3, 1] = np.nan
     vis = op(bad, freq, image)[0]
     assert jnp.all(jnp.isnan(vis[3]))
-    assert _rel(jnp.delete(vis, 3, axis=0), jnp.delete(clean, 3, axis=0)) < 1e-6
+    assert norm_relative_error(jnp.delete(vis, 3, axis=0), jnp.delete(clean, 3, axis=0)) < 1e-6
     vis = op(uvw, np.array([1e9, np.inf]), image)[0]
-    assert jnp.all(jnp.isnan(vis[:, 1])) and _rel(vis[:, 0], clean[:, 0]) < 1e-6
+    assert jnp.all(jnp.isnan(vis[:, 1])) and norm_relative_error(vis[:, 0], clean[:, 0]) < 1e-6
     # the transpose: every visibility reaches every pixel
     ct = jax.linear_transpose(lambda im: op(bad, freq, im)[0], image)(clean)[0]
     assert jnp.all(jnp.isnan(ct))
@@ -220,12 +208,12 @@ def test_channels_in_any_order_match_the_sorted_ones_and_bad_frequencies_are_nam
     got = op(uvw, freq, image)[0]
     for c in range(3):
         # (the gridder's grid depends on the frequencies it sees: equal to its accuracy)
-        assert _rel(got[:, c], op(uvw, freq[c : c + 1], image)[0][:, 0]) < 1e-6
-    vis = _cplx(rng, got.shape, np.complex128)
+        assert norm_relative_error(got[:, c], op(uvw, freq[c : c + 1], image)[0][:, 0]) < 1e-6
+    vis = random_complex(rng, got.shape, np.complex128)
     back = jax.linear_transpose(lambda im: op(uvw, freq, im)[0], image)(vis)[0]
     order = np.argsort(freq)
     want = jax.linear_transpose(lambda im: op(uvw, freq[order], im)[0], image)(vis[:, order])[0]
-    assert _rel(back, want) < 1e-12
+    assert norm_relative_error(back, want) < 1e-12
     with pytest.raises(
         Exception,
         match=r"jaxducc0.get_wgridder: channel frequencies must be "

@@ -9,8 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import random
 from jax.test_util import check_grads
+from support.arrays import assert_close, random, tol
 
 ducc0 = pytest.importorskip("ducc0", reason="ducc0 is not installed (pip install 'jaxbind[ducc]')")
 
@@ -20,23 +20,6 @@ DTYPES = [np.float32, np.float64]
 
 
 pytestmark = pytest.mark.usefixtures("enable_x64")  # from tests/conftest.py
-
-
-def _ftol(dtype):
-    return 2e-5 if np.dtype(dtype) in (np.float32, np.complex64) else 1e-12
-
-
-def _close(got, want, rtol):
-    got, want = np.asarray(got), np.asarray(want)
-    scale = max(np.max(np.abs(want)), 1e-30)
-    assert got.shape == want.shape and got.dtype == want.dtype, (
-        got.shape,
-        want.shape,
-        got.dtype,
-        want.dtype,
-    )
-    err = np.max(np.abs(got - want)) / scale
-    assert err <= rtol, f"relative error {err:.2e} > {rtol:.0e}"
 
 
 def _adjoint_error(f, x, y):
@@ -55,7 +38,7 @@ def _vmap_vs_loop(f, x, axis, rtol, out_axis=None):
     want = np.stack(
         [np.asarray(f(np.take(x, b, axis=axis))) for b in range(x.shape[axis])], axis=out_axis
     )
-    _close(got, want, rtol)
+    assert_close(got, want, rtol)
 
 
 # --- c2c and genuine_fht -------------------------------------------------------------
@@ -84,18 +67,18 @@ def test_c2c_matches_numpy_and_ducc(dtype, kwargs):
             2: np.prod([x.shape[a] for a in axes]),
         }[kwargs.get("inorm", 0)]
     )
-    _close(got, ref.astype(x.dtype), _ftol(dtype))
-    _close(got, ducc0.fft.c2c(x, **kwargs), _ftol(dtype))
+    assert_close(got, ref.astype(x.dtype), tol(dtype))
+    assert_close(got, ducc0.fft.c2c(x, **kwargs), tol(dtype))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_genuine_fht_matches_ducc(dtype):
     x = random((5, 8), dtype, 2)
-    _close(jaxducc0.genuine_fht(x)[0], ducc0.fft.genuine_fht(x), _ftol(dtype))
-    _close(
+    assert_close(jaxducc0.genuine_fht(x)[0], ducc0.fft.genuine_fht(x), tol(dtype))
+    assert_close(
         jaxducc0.genuine_fht(x, axes=(1,), inorm=2)[0],
         ducc0.fft.genuine_fht(x, axes=(1,), inorm=2),
-        _ftol(dtype),
+        tol(dtype),
     )
 
 
@@ -104,10 +87,10 @@ def test_fft_adjointness_and_grads(dtype):
     x = random((4, 6), dtype, 3, complex_=True)
     y = random((4, 6), dtype, 4, complex_=True)
     for kwargs in ({}, dict(axes=(1,), forward=False, inorm=1)):
-        f = lambda x: jaxducc0.c2c(x, **kwargs)[0]  # noqa: E731
-        assert _adjoint_error(f, x, y) < 10 * _ftol(dtype)
+        f = lambda x: jaxducc0.c2c(x, **kwargs)[0]
+        assert _adjoint_error(f, x, y) < 10 * tol(dtype)
     xr, yr = random((4, 6), dtype, 5), random((4, 6), dtype, 6)
-    assert _adjoint_error(lambda x: jaxducc0.genuine_fht(x)[0], xr, yr) < 10 * _ftol(dtype)
+    assert _adjoint_error(lambda x: jaxducc0.genuine_fht(x)[0], xr, yr) < 10 * tol(dtype)
     if dtype == np.float64:
         check_grads(lambda x: jaxducc0.c2c(x, inorm=1)[0], (x,), order=2, modes=("fwd", "rev"))
         check_grads(
@@ -123,14 +106,14 @@ def test_fft_vmap_matches_loop_on_any_batch_axis(axis):
     _vmap_vs_loop(lambda v: jaxducc0.r2c(v)[0], np.real(x), axis, 1e-12)
     # nested vmap and grad through the natively batched op
     f = jax.vmap(jax.vmap(lambda v: jaxducc0.c2c(v)[0]), in_axes=1, out_axes=1)
-    _close(f(x), np.fft.fft(x, axis=2), 1e-12)
+    assert_close(f(x), np.fft.fft(x, axis=2), 1e-12)
     g = jax.grad(lambda x: jnp.sum(jnp.abs(jax.vmap(lambda v: jaxducc0.c2c(v)[0], axis)(x)) ** 2))(
         x
     )
     g_ref = jax.grad(
         lambda x: jnp.sum(jnp.abs(jnp.fft.fftn(x, axes=[a for a in range(3) if a != axis])) ** 2)
     )(x)
-    _close(g, g_ref, 1e-12)
+    assert_close(g, g_ref, 1e-12)
 
 
 # --- r2c / c2r -------------------------------------------------------------------------
@@ -140,20 +123,20 @@ def test_fft_vmap_matches_loop_on_any_batch_axis(axis):
 @pytest.mark.parametrize("n", [8, 7])
 def test_real_fft_pair_matches_numpy(dtype, n):
     x = random((3, n), dtype, 8)
-    _close(
+    assert_close(
         jaxducc0.r2c(x)[0],
         np.fft.rfftn(x).astype(np.result_type(dtype, np.complex64)),
-        _ftol(dtype),
+        tol(dtype),
     )
-    _close(
+    assert_close(
         jaxducc0.r2c(x, axes=(1,), forward=False)[0],
         np.conj(np.fft.rfft(x, axis=1)).astype(np.result_type(dtype, np.complex64)),
-        _ftol(dtype),
+        tol(dtype),
     )
     c = np.fft.rfftn(x).astype(np.result_type(dtype, np.complex64))
     back = jaxducc0.c2r(c, lastsize=n, forward=False, inorm=2)[0]
-    _close(back, x, 10 * _ftol(dtype))
-    _close(back, np.fft.irfftn(c, s=x.shape, axes=(0, 1)).astype(dtype), 10 * _ftol(dtype))
+    assert_close(back, x, 10 * tol(dtype))
+    assert_close(back, np.fft.irfftn(c, s=x.shape, axes=(0, 1)).astype(dtype), 10 * tol(dtype))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -162,13 +145,13 @@ def test_real_fft_adjoint_is_not_the_inverse(dtype, n):
     x, y = random((3, n), dtype, 9), random((3, n // 2 + 1), dtype, 10, complex_=True)
     for kw in ({}, dict(axes=(1,), forward=False, inorm=1)):
         err = _adjoint_error(lambda x: jaxducc0.r2c(x, **kw)[0], x, y)
-        assert err < 10 * _ftol(dtype), err
+        assert err < 10 * tol(dtype), err
         err = _adjoint_error(lambda c: jaxducc0.c2r(c, lastsize=n, **kw)[0], y, x)
-        assert err < 10 * _ftol(dtype), err
+        assert err < 10 * tol(dtype), err
     # transpose against JAX's own rfft
     (t,) = jax.linear_transpose(lambda x: jaxducc0.r2c(x)[0], x)(y)
     (t_ref,) = jax.linear_transpose(jnp.fft.rfftn, x)(y)
-    _close(t, t_ref, 10 * _ftol(dtype))
+    assert_close(t, t_ref, 10 * tol(dtype))
     if dtype == np.float64:
         check_grads(lambda x: jaxducc0.r2c(x, inorm=1)[0], (x,), order=2, modes=("fwd", "rev"))
         check_grads(
@@ -200,10 +183,10 @@ def test_healpix_sht_matches_ducc(dtype, spin):
     alm[:, lmax + 1 :] = (x[:, lmax + 1 :: 2] + 1j * x[:, lmax + 2 :: 2]) / np.sqrt(2.0)
     geom = ducc0.healpix.Healpix_Base(nside, "RING").sht_info()
     ref = ducc0.sht.synthesis(alm=alm, lmax=lmax, mmax=mmax, spin=spin, **geom)
-    tol = 1e-4 if dtype == np.float32 else 1e-10
-    _close(got, ref.astype(dtype), tol)
+    rtol = 1e-4 if dtype == np.float32 else 1e-10
+    assert_close(got, ref.astype(dtype), rtol)
     y = random(got.shape, dtype, 12)
-    assert _adjoint_error(lambda x: op(x)[0], x, y) < tol
+    assert _adjoint_error(lambda x: op(x)[0], x, y) < rtol
     if dtype == np.float64:
         check_grads(lambda x: op(x)[0], (x,), order=2, modes=("fwd", "rev"))
 
@@ -244,10 +227,10 @@ def test_wgridder_matches_ducc_and_is_adjoint(dtype):
     ref = ducc0.wgridder.experimental.dirty2vis(
         uvw=uvw, freq=freq, dirty=image, **{k: v for k, v in kw.items() if "npix" not in k}
     )
-    tol = 1e-4 if dtype == np.float32 else 1e-9
-    _close(vis, ref, tol)
+    rtol = 1e-4 if dtype == np.float32 else 1e-9
+    assert_close(vis, ref, rtol)
     y = random(vis.shape, dtype, 14, complex_=True)
-    assert _adjoint_error(lambda x: op(uvw, freq, x)[0], image, y) < tol
+    assert _adjoint_error(lambda x: op(uvw, freq, x)[0], image, y) < rtol
     if dtype == np.float64:
         check_grads(
             lambda x: op(uvw, freq, x)[0],
@@ -265,7 +248,7 @@ def test_wgridder_vmap_over_images_matches_loop():
     images = np.stack([image, 2 * image[::-1], image.T], axis=1)  # batch axis 1
     got = jax.vmap(lambda x: op(uvw, freq, x)[0], in_axes=1)(images)
     want = np.stack([np.asarray(op(uvw, freq, images[:, b])[0]) for b in range(3)])
-    _close(got, want, 1e-12)
+    assert_close(got, want, 1e-12)
 
 
 # --- NUFFT -------------------------------------------------------------------------------
@@ -292,14 +275,14 @@ def test_nufft_types_match_direct_sum_and_are_transposes(dtype, forward):
     grid = random(grid_shape, dtype, 16, complex_=True)
     pts = random((40,), dtype, 17, complex_=True)
     a = _nufft_direct(coord.astype(np.float64), grid_shape, forward)
-    tol = 1e-4 if dtype == np.float32 else 1e-9
-    _close(t2(grid)[0], (a @ grid.ravel()).astype(cdt), tol)
-    _close(t1(pts)[0], (a.T @ pts).reshape(grid_shape).astype(cdt), tol)
-    assert _adjoint_error(lambda g: t2(g)[0], grid, pts) < tol
-    assert _adjoint_error(lambda p: t1(p)[0], pts, grid) < tol
+    rtol = 1e-4 if dtype == np.float32 else 1e-9
+    assert_close(t2(grid)[0], (a @ grid.ravel()).astype(cdt), rtol)
+    assert_close(t1(pts)[0], (a.T @ pts).reshape(grid_shape).astype(cdt), rtol)
+    assert _adjoint_error(lambda g: t2(g)[0], grid, pts) < rtol
+    assert _adjoint_error(lambda p: t1(p)[0], pts, grid) < rtol
     if dtype == np.float64:
         check_grads(lambda g: t2(g)[0], (grid,), order=2, modes=("fwd", "rev"))
-    _vmap_vs_loop(lambda g: t2(g)[0], np.stack([grid, 2 * grid], axis=2), 2, tol, out_axis=0)
+    _vmap_vs_loop(lambda g: t2(g)[0], np.stack([grid, 2 * grid], axis=2), 2, rtol, out_axis=0)
 
 
 def test_bad_inputs_name_the_op():
@@ -365,4 +348,4 @@ def test_sht_of_public_realalm_matches_ducc_with_complex_alm():
     got = op(jaxducc0.alm_to_realalm(alm, lmax))[0]
     geom = ducc0.healpix.Healpix_Base(4, "RING").sht_info()
     ref = ducc0.sht.synthesis(alm=alm, lmax=lmax, mmax=mmax, spin=0, **geom)
-    _close(got, ref, 1e-12)
+    assert_close(got, ref, 1e-12)

@@ -14,19 +14,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from support.arrays import norm_relative_error, random_complex
 
 pytest.importorskip("ducc0")
 
-from jaxbind.contrib import jaxducc0  # noqa: E402
-from jaxbind.contrib.ducc.nufft_points import mode_numbers, nufft_points  # noqa: E402
-from jaxbind.testing import check  # noqa: E402
+from jaxbind.contrib import jaxducc0
+from jaxbind.contrib.ducc.nufft_points import mode_numbers, nufft_points
+from jaxbind.testing import check
+
+pytestmark = pytest.mark.usefixtures("enable_x64")  # from tests/conftest.py
 
 GRIDS = {1: (9,), 2: (6, 5), 3: (4, 5, 4)}
-
-
-@pytest.fixture(autouse=True)
-def _x64(enable_x64):
-    yield
 
 
 def _modes(grid, modeord):
@@ -60,10 +58,6 @@ def dense3(c, *pts, iflag=-1):
     return jnp.sum(c[..., None, :] * jnp.exp(1j * np.sign(iflag) * phase), axis=-1)
 
 
-def _cplx(rng, shape, dtype=np.complex128):
-    return jnp.asarray((rng.normal(size=shape) + 1j * rng.normal(size=shape)).astype(dtype))
-
-
 def _problem(kind, d, iflag, modeord, rng, batch=(2, 3), pbatch=(2,), m=11, k=7):
     """Fast and dense versions of one transform, with batched values sharing points.
 
@@ -75,24 +69,20 @@ def _problem(kind, d, iflag, modeord, rng, batch=(2, 3), pbatch=(2,), m=11, k=7)
     opts = jaxducc0.Opts(modeord=modeord)
     kw = dict(iflag=iflag, eps=1e-12, opts=opts)
     if kind == 1:
-        fast = lambda v, *p: jaxducc0.nufft1(grid, v, *p, **kw)  # noqa: E731
-        ref = lambda v, *p: dense1(grid, v, *p, iflag=iflag, modeord=modeord)  # noqa: E731
-        v = _cplx(rng, batch + (m,))
+        fast = lambda v, *p: jaxducc0.nufft1(grid, v, *p, **kw)
+        ref = lambda v, *p: dense1(grid, v, *p, iflag=iflag, modeord=modeord)
+        v = random_complex(rng, batch + (m,))
     elif kind == 2:
-        fast = lambda v, *p: jaxducc0.nufft2(v, *p, **kw)  # noqa: E731
-        ref = lambda v, *p: dense2(v, *p, iflag=iflag, modeord=modeord)  # noqa: E731
-        v = _cplx(rng, batch + grid)
+        fast = lambda v, *p: jaxducc0.nufft2(v, *p, **kw)
+        ref = lambda v, *p: dense2(v, *p, iflag=iflag, modeord=modeord)
+        v = random_complex(rng, batch + grid)
     else:
         xs += [jnp.asarray(rng.uniform(-6, 6, pbatch + (k,))) for _ in range(d)]
-        fast = lambda v, *p: jaxducc0.nufft3(v, *p, **kw)  # noqa: E731
-        ref = lambda v, *p: dense3(v, *p, iflag=iflag)  # noqa: E731
-        v = _cplx(rng, batch + (m,))
+        fast = lambda v, *p: jaxducc0.nufft3(v, *p, **kw)
+        ref = lambda v, *p: dense3(v, *p, iflag=iflag)
+        v = random_complex(rng, batch + (m,))
     # the values have one leading dimension more than the points: shared points
     return fast, jax.jit(lambda v, *p: ref(v, *(q[..., None, :] for q in p))), v, xs
-
-
-def _rel(a, b):
-    return float(jnp.linalg.norm(jnp.ravel(a - b)) / jnp.linalg.norm(jnp.ravel(b)))
 
 
 CASES = list(itertools.product((1, 2, 3), (1, 2, 3), (1, -1), (0, 1)))
@@ -105,25 +95,25 @@ def test_transform_and_derivatives_match_the_dense_nudft(kind, d, iflag, modeord
     want = ref(v, *xs)
     got = fast(v, *xs)
     assert got.shape == want.shape
-    assert _rel(got, want) < 1e-10
+    assert norm_relative_error(got, want) < 1e-10
     if (iflag > 0) != (modeord == 0):  # derivatives: both signs and both orders, not all pairs
         return
 
     # JVP along the values and all coordinates at once, and along the coordinates only
-    tv = _cplx(rng, v.shape)
+    tv = random_complex(rng, v.shape)
     txs = [jnp.asarray(rng.normal(size=x.shape)) for x in xs]
     for tangents in ((tv, *txs), (jnp.zeros_like(v), *txs)):
         _, jf = jax.jvp(fast, (v, *xs), tangents)
         _, jr = jax.jvp(ref, (v, *xs), tangents)
-        assert _rel(jf, jr) < 1e-9
+        assert norm_relative_error(jf, jr) < 1e-9
 
     # VJP: cotangents of the values and of every coordinate array
-    ct = _cplx(rng, want.shape)
+    ct = random_complex(rng, want.shape)
     _, vf = jax.vjp(fast, v, *xs)
     _, vr = jax.vjp(ref, v, *xs)
     for a, b in zip(vf(ct), vr(ct)):
         assert a.shape == b.shape and a.dtype == b.dtype
-        assert _rel(a, b) < 1e-9
+        assert norm_relative_error(a, b) < 1e-9
 
 
 @pytest.mark.parametrize("kind", (1, 2, 3))
@@ -138,9 +128,9 @@ def test_hessian_with_respect_to_the_points(kind):
     hf = jax.jit(jax.hessian(loss(fast), argnums=(0, 1)))(*xs)
     hr = jax.jit(jax.hessian(loss(ref), argnums=(0, 1)))(*xs)
     for a, b in zip(jax.tree.leaves(hf), jax.tree.leaves(hr)):
-        assert _rel(a, b) < 1e-8
+        assert norm_relative_error(a, b) < 1e-8
     jf = jax.jacfwd(jax.jacrev(lambda x0: loss(fast)(x0, *xs[1:])))(xs[0])
-    assert _rel(jf, hr[0][0]) < 1e-8
+    assert norm_relative_error(jf, hr[0][0]) < 1e-8
 
 
 @pytest.mark.parametrize("kind", (1, 2, 3))
@@ -151,32 +141,34 @@ def test_vmap_over_points_and_values(kind):
     pts = [jnp.stack([x, x + 0.5, -x]) for x in xs]
     got = jax.jit(jax.vmap(fast))(vs, *pts)
     want = jnp.stack([ref(vs[i], *(p[i] for p in pts)) for i in range(3)])
-    assert _rel(got, want) < 1e-10
+    assert norm_relative_error(got, want) < 1e-10
     # only the points batched, and gradients of a batched call
     got = jax.vmap(fast, in_axes=(None,) + (0,) * len(pts))(v, *pts)
     want = jnp.stack([ref(v, *(p[i] for p in pts)) for i in range(3)])
-    assert _rel(got, want) < 1e-10
+    assert norm_relative_error(got, want) < 1e-10
     gx = jax.vmap(jax.grad(lambda x, vv: jnp.sum(jnp.abs(fast(vv, x, *xs[1:])) ** 2)))(pts[0], vs)
     gr = jax.vmap(jax.grad(lambda x, vv: jnp.sum(jnp.abs(ref(vv, x, *xs[1:])) ** 2)))(pts[0], vs)
-    assert _rel(gx, gr) < 1e-9
+    assert norm_relative_error(gx, gr) < 1e-9
 
 
 def test_leading_dimensions_broadcast_as_in_jax_finufft():
     rng = np.random.default_rng(3)
     grid = (6, 4)
     x, y = (jnp.asarray(rng.uniform(-3, 3, (2, 1, 9))) for _ in range(2))  # shared along axis 1
-    c = _cplx(rng, (2, 5, 9))
+    c = random_complex(rng, (2, 5, 9))
     got = jaxducc0.nufft1(grid, c, x, y, eps=1e-12)
     assert got.shape == (2, 5) + grid
-    assert _rel(got, dense1(grid, c, x, y)) < 1e-10
+    assert norm_relative_error(got, dense1(grid, c, x, y)) < 1e-10
     # values with one leading dimension more than the points
-    f = _cplx(rng, (4,) + grid)
+    f = random_complex(rng, (4,) + grid)
     x1, y1 = x[0, 0], y[0, 0]
     got = jaxducc0.nufft2(f, x1, y1, eps=1e-12)
-    assert got.shape == (4, 9) and _rel(got, dense2(f, x1, y1)) < 1e-10
+    assert got.shape == (4, 9) and norm_relative_error(got, dense2(f, x1, y1)) < 1e-10
     # the y=None, z=None style, and a scalar output shape in 1-D
     assert (
-        _rel(jaxducc0.nufft1(7, c[0, 0], x1, None, None, eps=1e-12), dense1((7,), c[0, 0], x1))
+        norm_relative_error(
+            jaxducc0.nufft1(7, c[0, 0], x1, None, None, eps=1e-12), dense1((7,), c[0, 0], x1)
+        )
         < 1e-10
     )
 
@@ -184,14 +176,14 @@ def test_leading_dimensions_broadcast_as_in_jax_finufft():
 def test_single_precision_and_eps_clamped():
     rng = np.random.default_rng(4)
     x = jnp.asarray(rng.uniform(-3, 3, 40).astype(np.float32))
-    c = _cplx(rng, (40,), np.complex64)
+    c = random_complex(rng, (40,), np.complex64)
     got = jaxducc0.nufft1(16, c, x, eps=1e-12)  # finer than single precision allows
     assert got.dtype == jnp.complex64
     want = dense1((16,), c.astype(jnp.complex128), x.astype(jnp.float64))
-    assert _rel(got, want) < 1e-5
-    x64, f = x.astype(jnp.float64), _cplx(rng, (8, 8))
+    assert norm_relative_error(got, want) < 1e-5
+    x64, f = x.astype(jnp.float64), random_complex(rng, (8, 8))
     got = jaxducc0.nufft2(f, x64, x64, eps=1e-30)  # double precision: clamped too
-    assert _rel(got, dense2(f, x64, x64)) < 1e-12
+    assert norm_relative_error(got, dense2(f, x64, x64)) < 1e-12
     assert jnp.all(jnp.isfinite(got))
 
 
@@ -202,11 +194,11 @@ def test_check_passes_on_the_core_op(kind):
     xs = rng.uniform(-np.pi, np.pi, (d, 6))
     kw = dict(nufft_type=kind, sign=1, eps=1e-12, modeord=0, nthreads=1, grid=None)
     if kind == 1:
-        args, kw["grid"] = (_cplx(rng, (2, 6)), xs), (4, 3)
+        args, kw["grid"] = (random_complex(rng, (2, 6)), xs), (4, 3)
     elif kind == 2:
-        args = (_cplx(rng, (2, 4, 3)), xs)
+        args = (random_complex(rng, (2, 4, 3)), xs)
     else:
-        args = (_cplx(rng, (2, 6)), xs, rng.uniform(-3, 3, (d, 5)))
+        args = (random_complex(rng, (2, 6)), xs, rng.uniform(-3, 3, (d, 5)))
     report = check(partial(nufft_points.op, **kw), *args, verbose=False)
     assert not report.failures()
 
@@ -224,7 +216,7 @@ def test_check_passes_on_the_jax_finufft_form():
             nthreads=1,
             grid=None,
         ),
-        _cplx(rng, (1, 5, 4)),
+        random_complex(rng, (1, 5, 4)),
         np.stack([x, y]),
         verbose=False,
     )
@@ -271,8 +263,8 @@ def test_same_results_as_jax_finufft_when_installed():
     rng = np.random.default_rng(6)
     x, y = (jnp.asarray(rng.uniform(-np.pi, np.pi, (2, 30))) for _ in range(2))
     s, t = (jnp.asarray(rng.uniform(-8, 8, (2, 20))) for _ in range(2))
-    c = _cplx(rng, (2, 30))
-    f = _cplx(rng, (2, 3, 8, 6))
+    c = random_complex(rng, (2, 30))
+    f = random_complex(rng, (2, 3, 8, 6))
     for modeord in (False, True):
         pairs = [
             (lambda m, o: m.nufft1((8, 6), c, x, y, eps=1e-9, opts=o)),
@@ -287,17 +279,17 @@ def test_same_results_as_jax_finufft_when_installed():
         for fn in pairs:
             a = fn(jaxducc0, jaxducc0.Opts(modeord=modeord))
             b = fn(jf, Opts(modeord=modeord))
-            assert _rel(a, b) < 1e-7
+            assert norm_relative_error(a, b) < 1e-7
 
 
 @pytest.mark.parametrize("kind", (1, 2, 3))
 def test_linear_transpose_in_the_values(kind):
     rng = np.random.default_rng(40 + kind)
     fast, ref, v, xs = _problem(kind, 2, 1, 1, rng)
-    ct = _cplx(rng, ref(v, *xs).shape)
+    ct = random_complex(rng, ref(v, *xs).shape)
     (got,) = jax.linear_transpose(lambda v: fast(v, *xs), v)(ct)
     (want,) = jax.linear_transpose(lambda v: ref(v, *xs), v)(ct)
-    assert _rel(got, want) < 1e-10
+    assert norm_relative_error(got, want) < 1e-10
 
 
 # --- plans ---------------------------------------------------------------------------
@@ -319,7 +311,7 @@ def _planned(kind, iflag, modeord, rng, d=2, m=13, k=9):
         2: lambda v: jaxducc0.nufft2(v, *jpts, **kw),
         3: lambda v: jaxducc0.nufft3(v, *jpts, **kw),
     }[kind]
-    v = _cplx(rng, (3,) + (grid if kind == 2 else (m,)))
+    v = random_complex(rng, (3,) + (grid if kind == 2 else (m,)))
     return plan, fast, v
 
 
@@ -327,16 +319,16 @@ def _planned(kind, iflag, modeord, rng, d=2, m=13, k=9):
 def test_plan_matches_the_unplanned_transform(kind, iflag, modeord):
     rng = np.random.default_rng(50 + kind)
     plan, fast, v = _planned(kind, iflag, modeord, rng)
-    assert _rel(plan(v), fast(v)) < 1e-11
-    assert _rel(jax.jit(plan)(v[0]), fast(v[0])) < 1e-11
-    ct = _cplx(rng, plan(v).shape)
+    assert norm_relative_error(plan(v), fast(v)) < 1e-11
+    assert norm_relative_error(jax.jit(plan)(v[0]), fast(v[0])) < 1e-11
+    ct = random_complex(rng, plan(v).shape)
     (a,) = jax.linear_transpose(plan, v)(ct)
     (b,) = jax.linear_transpose(fast, v)(ct)
-    assert _rel(a, b) < 1e-11
-    loss = lambda f: lambda v: jnp.sum(jnp.abs(f(v)) ** 2)  # noqa: E731
-    assert _rel(jax.jit(jax.grad(loss(plan)))(v), jax.grad(loss(fast))(v)) < 1e-10
+    assert norm_relative_error(a, b) < 1e-11
+    loss = lambda f: lambda v: jnp.sum(jnp.abs(f(v)) ** 2)
+    assert norm_relative_error(jax.jit(jax.grad(loss(plan)))(v), jax.grad(loss(fast))(v)) < 1e-10
     vs = jnp.stack([v, 1j * v])
-    assert _rel(jax.vmap(plan)(vs), jnp.stack([fast(v), fast(1j * v)])) < 1e-11
+    assert norm_relative_error(jax.vmap(plan)(vs), jnp.stack([fast(v), fast(1j * v)])) < 1e-11
 
 
 def test_plan_under_threads_and_errors():
@@ -348,7 +340,7 @@ def test_plan_under_threads_and_errors():
     want = np.asarray(fast(v))
     with concurrent.futures.ThreadPoolExecutor(4) as pool:  # one DUCC plan, used at once
         for got in pool.map(lambda _: np.asarray(f(v)), range(16)):
-            assert _rel(got, want) < 1e-11
+            assert norm_relative_error(got, want) < 1e-11
     with pytest.raises(ValueError, match="jaxducc0.nufft_plan: this type-2 plan takes values"):
         plan(jnp.ones((3, 4), jnp.complex128))
     with pytest.raises(TypeError, match="must be concrete"):

@@ -24,6 +24,10 @@ With --check, nothing is written: each artifact that exists for this JAX is
 compared with a fresh one, ignoring locations, and the script says whether
 the programs are otherwise identical (so an old golden can be rewritten
 without paths and still test the same thing).
+
+Only running the script writes: importing it does nothing but define functions
+(pytest-markdown-docs imports every .py file under testpaths for its docstrings; when
+the script's work ran at import, a test run rewrote the running JAX's goldens here).
 """
 
 import dataclasses
@@ -40,21 +44,6 @@ from jax._src.interpreters import mlir  # make_ir_context: jax 0.7 - 0.12
 from jax._src.lib.mlir import ir, passmanager  # jax 0.7 - 0.12
 
 HERE = pathlib.Path(__file__).parent
-sys.path.insert(0, str(HERE.parent))
-from export_cases import CASES  # noqa: E402
-from symbolic_cases import CASES as SYMBOLIC_CASES  # noqa: E402
-from symbolic_cases import GOLDEN as SYMBOLIC_GOLDEN  # noqa: E402
-
-import jaxbind  # noqa: E402
-from jaxbind import _ext  # noqa: E402
-
-source_info_util.register_exclusion("/")  # no frame is a user frame: no file locations
-jax.config.update("jax_include_full_tracebacks_in_locations", False)
-
-releases = json.loads((HERE / "jax_releases.json").read_text())["dates"]
-if jax.__version__ not in releases:
-    sys.exit(f"add jax {jax.__version__} and its release date to jax_releases.json first")
-check = "--check" in sys.argv[1:]
 
 
 def leaked_paths(blob) -> list:
@@ -77,78 +66,98 @@ def strip_locations(path: pathlib.Path) -> None:
     print("stripped", path.name)
 
 
-if "--strip" in sys.argv[1:]:
-    for name in sys.argv[sys.argv.index("--strip") + 1 :]:
-        strip_locations(pathlib.Path(name))
-    sys.exit(0)
-
-
 def without_locations(exp) -> str:
     text = exp.mlir_module()
     text = re.sub(r"^#loc\d*\s*=.*$\n?", "", text, flags=re.M)
     return re.sub(r"\s*loc\([^()]*(\([^()]*\)[^()]*)*\)", "", text)
 
 
-for name, (fn, args) in CASES.items():
-    stem = f"{name}-format{_ext.call_format}-jax{jax.__version__}"
-    exp = jaxbind.export(fn)(*args)
-    blob = exp.serialize()
-    leaked = leaked_paths(blob)
-    if leaked:
-        sys.exit(f"{stem}: the artifact still names source files: {leaked}")
-    if check:
-        path = HERE / f"{stem}.bin"
-        if not path.exists():
-            print("no golden", path.name)
-            continue
-        old = jax.export.deserialize(bytearray(path.read_bytes()))
-        same = without_locations(old) == without_locations(exp)
-        print(path.name, "identical but for locations" if same else "DIFFERENT")
-        continue
-    (HERE / f"{stem}.bin").write_bytes(blob)
-    expected = [np.asarray(r).tolist() for r in jax.tree.leaves(jax.jit(fn)(*args))]
-    (HERE / f"{stem}.json").write_text(
-        json.dumps(
-            {
-                "jax": jax.__version__,
-                "jaxbind": jaxbind.__version__,
-                "call_format": _ext.call_format,
-                "args": [np.asarray(a).tolist() for a in args],
-                "expected": expected,
-            }
-        )
-    )
-    print("wrote", f"{stem}.bin")
+def main(argv: list) -> None:
+    sys.path.insert(0, str(HERE.parent))
+    from export_cases import CASES
+    from symbolic_cases import CASES as SYMBOLIC_CASES
+    from symbolic_cases import GOLDEN as SYMBOLIC_GOLDEN
 
-# Symbolic shapes: one artifact, recorded with its expected results at several sizes.
-for name in SYMBOLIC_GOLDEN:
-    case = SYMBOLIC_CASES[name]
-    stem = f"{name}-format{_ext.call_format}-jax{jax.__version__}"
-    exp = jaxbind.export(case.fn)(*case.arg_specs())
-    blob = exp.serialize()
-    if leaked_paths(blob):
-        sys.exit(f"{stem}: the artifact still names source files: {leaked_paths(blob)}")
-    if check:
-        continue
-    runs = []
-    for k, size in enumerate(case.sizes):
-        args = case.args(size, seed=k)
-        runs.append(
-            {
-                "args": [a.tolist() for a in args],
-                "expected": [np.asarray(r).tolist() for r in jax.tree.leaves(case.ref(*args))],
-            }
+    import jaxbind
+    from jaxbind import _ext
+
+    source_info_util.register_exclusion("/")  # no frame is a user frame: no file locations
+    jax.config.update("jax_include_full_tracebacks_in_locations", False)
+
+    releases = json.loads((HERE / "jax_releases.json").read_text())["dates"]
+    if jax.__version__ not in releases:
+        sys.exit(f"add jax {jax.__version__} and its release date to jax_releases.json first")
+    check = "--check" in argv
+
+    if "--strip" in argv:
+        for name in argv[argv.index("--strip") + 1 :]:
+            strip_locations(pathlib.Path(name))
+        return
+
+    for name, (fn, args) in CASES.items():
+        stem = f"{name}-format{_ext.call_format}-jax{jax.__version__}"
+        exp = jaxbind.export(fn)(*args)
+        blob = exp.serialize()
+        leaked = leaked_paths(blob)
+        if leaked:
+            sys.exit(f"{stem}: the artifact still names source files: {leaked}")
+        if check:
+            path = HERE / f"{stem}.bin"
+            if not path.exists():
+                print("no golden", path.name)
+                continue
+            old = jax.export.deserialize(bytearray(path.read_bytes()))
+            same = without_locations(old) == without_locations(exp)
+            print(path.name, "identical but for locations" if same else "DIFFERENT")
+            continue
+        (HERE / f"{stem}.bin").write_bytes(blob)
+        expected = [np.asarray(r).tolist() for r in jax.tree.leaves(jax.jit(fn)(*args))]
+        (HERE / f"{stem}.json").write_text(
+            json.dumps(
+                {
+                    "jax": jax.__version__,
+                    "jaxbind": jaxbind.__version__,
+                    "call_format": _ext.call_format,
+                    "args": [np.asarray(a).tolist() for a in args],
+                    "expected": expected,
+                }
+            )
         )
-    (HERE / f"{stem}.bin").write_bytes(blob)
-    (HERE / f"{stem}.json").write_text(
-        json.dumps(
-            {
-                "jax": jax.__version__,
-                "jaxbind": jaxbind.__version__,
-                "call_format": _ext.call_format,
-                "symbolic": [s for s, _ in case.specs],
-                "runs": runs,
-            }
+        print("wrote", f"{stem}.bin")
+
+    # Symbolic shapes: one artifact, recorded with its expected results at several sizes.
+    for name in SYMBOLIC_GOLDEN:
+        case = SYMBOLIC_CASES[name]
+        stem = f"{name}-format{_ext.call_format}-jax{jax.__version__}"
+        exp = jaxbind.export(case.fn)(*case.arg_specs())
+        blob = exp.serialize()
+        if leaked_paths(blob):
+            sys.exit(f"{stem}: the artifact still names source files: {leaked_paths(blob)}")
+        if check:
+            continue
+        runs = []
+        for k, size in enumerate(case.sizes):
+            args = case.args(size, seed=k)
+            runs.append(
+                {
+                    "args": [a.tolist() for a in args],
+                    "expected": [np.asarray(r).tolist() for r in jax.tree.leaves(case.ref(*args))],
+                }
+            )
+        (HERE / f"{stem}.bin").write_bytes(blob)
+        (HERE / f"{stem}.json").write_text(
+            json.dumps(
+                {
+                    "jax": jax.__version__,
+                    "jaxbind": jaxbind.__version__,
+                    "call_format": _ext.call_format,
+                    "symbolic": [s for s, _ in case.specs],
+                    "runs": runs,
+                }
+            )
         )
-    )
-    print("wrote", f"{stem}.bin")
+        print("wrote", f"{stem}.bin")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -8,33 +8,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from support.dtypes import JAX_DTYPES, name
+from support.ops import same_as_first
 
 import jaxbind
 
-DTYPES = [
-    "bool",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-    "uint16",
-    "uint32",
-    "uint64",
-    "float16",
-    "bfloat16",
-    "float32",
-    "float64",
-    "complex64",
-    "complex128",
-]
+# DLPack and the CUDA array interface have no float8 types
+DTYPES = [name(d) for d in JAX_DTYPES if not name(d).startswith("float8")]
 
 
 pytestmark = pytest.mark.usefixtures("enable_x64")  # from tests/conftest.py
-
-
-def _same(x, **kwargs):
-    return ((x.shape, x.dtype),)
 
 
 def _gpu(x):
@@ -54,7 +37,9 @@ def _cupy_scale(out, args, kwargs_dump):
     cp.multiply(x, 3, out=y)  # on XLA's stream: jaxbind made it CuPy's current stream
 
 
-cupy_scale = jaxbind.get_linear_call(_cupy_scale, _cupy_scale, _same, _same, name="gpu.cupy_scale")
+cupy_scale = jaxbind.get_linear_call(
+    _cupy_scale, _cupy_scale, same_as_first, same_as_first, name="gpu.cupy_scale"
+)
 
 
 def test_cupy_callable_writes_device_output_in_place():
@@ -75,7 +60,7 @@ def test_cupy_callable_writes_device_output_in_place():
         assert y.data.ptr == out[0].ptr  # no copy
         cp.multiply(cp.asarray(args[0]), 3, out=y)
 
-    op = jaxbind.get_nonlinear_call(f, (None, None), _same, None, name="gpu.cupy_ctx")
+    op = jaxbind.get_nonlinear_call(f, (None, None), same_as_first, None, name="gpu.cupy_ctx")
     y = jax.jit(lambda x: op(x)[0])(x)
     np.testing.assert_allclose(np.asarray(y), 3 * np.arange(1000))
     assert seen["platform"] == "cuda" and seen["mode"] == "device"
@@ -106,7 +91,7 @@ def test_stream_ordering_async_kernel_read_by_next_jax_op():
             stream=stream,
         )  # returns at once
 
-    op = jaxbind.get_nonlinear_call(f, (None, None), _same, None, name="gpu.async")
+    op = jaxbind.get_nonlinear_call(f, (None, None), same_as_first, None, name="gpu.async")
     x = _gpu(jnp.arange(1 << 20, dtype=jnp.float32))
     y = jax.jit(lambda x: jnp.sum(op(x)[0] * 2))(x)  # the next op reads the kernel's result
     expected = 2 * float(np.sum(np.arange(1 << 20, dtype=np.float64) + 1))
@@ -154,7 +139,7 @@ def test_numba_arrays_on_the_cuda_array_interface():
         assert x.device_ctypes_pointer.value == args[0].ptr  # zero-copy
         y.copy_to_device(x, stream=cuda.external_stream(jaxbind.current_call().stream))
 
-    op = jaxbind.get_nonlinear_call(f, (None, None), _same, None, name="gpu.numba_copy")
+    op = jaxbind.get_nonlinear_call(f, (None, None), same_as_first, None, name="gpu.numba_copy")
     x = _gpu(jnp.linspace(-2, 2, 1000, dtype=jnp.float32))
     np.testing.assert_allclose(
         np.asarray(jax.jit(lambda x: op(x * 2)[0] + 1)(x)), 2 * np.asarray(x) + 1, rtol=1e-6
@@ -163,7 +148,7 @@ def test_numba_arrays_on_the_cuda_array_interface():
 
 def test_numpy_callable_in_device_mode_is_a_clear_error():
     op = jaxbind.get_nonlinear_call(
-        _np_cumsum_any, (None, None), _same, None, name="gpu.numpy_in_device_mode"
+        _np_cumsum_any, (None, None), same_as_first, None, name="gpu.numpy_in_device_mode"
     )
     x = _gpu(jnp.ones(5))
     with pytest.raises(
@@ -192,7 +177,7 @@ def test_dlpack_consumer_on_another_stream_waits_for_xla_without_a_host_sync(mon
             cp.add(cp.from_dlpack(args[0]), 1, out=cp.from_dlpack(out[0]))
         other.synchronize()  # work on a stream of the callable's own ends before it returns
 
-    op = jaxbind.get_nonlinear_call(f, (None, None), _same, None, name="gpu.other_stream")
+    op = jaxbind.get_nonlinear_call(f, (None, None), same_as_first, None, name="gpu.other_stream")
     a = _gpu(jnp.ones((4096, 4096), jnp.float32))
     fn = jax.jit(lambda a, k: op(jnp.mean(a @ a @ a, axis=1) / 4096**2 * k)[0])  # slow
     for k in (1.0, 2.0, 3.0):  # new values each call: stale memory cannot pass
@@ -211,7 +196,7 @@ def test_torch_callable_via_dlpack():
         assert y.data_ptr() == out[0].ptr
         torch.sin(x, out=y)  # on XLA's stream: jaxbind made it torch's current stream
 
-    op = jaxbind.get_nonlinear_call(f, (None, None), _same, None, name="gpu.torch_sin")
+    op = jaxbind.get_nonlinear_call(f, (None, None), same_as_first, None, name="gpu.torch_sin")
     x = _gpu(jnp.linspace(0, 3, 4096, dtype=jnp.float32))
     y = jax.jit(lambda x: op(x)[0] + 1)(x)
     np.testing.assert_allclose(np.asarray(y), np.sin(np.asarray(x)) + 1, rtol=1e-5, atol=1e-6)
@@ -226,7 +211,7 @@ def _np_cumsum(out, args, kwargs_dump):
 
 
 host_cumsum = jaxbind.get_nonlinear_call(
-    _np_cumsum, (None, None), _same, None, platform_mode="host", name="gpu.host_cumsum"
+    _np_cumsum, (None, None), same_as_first, None, platform_mode="host", name="gpu.host_cumsum"
 )
 
 
@@ -305,7 +290,7 @@ def _scale_anywhere(out, args, kwargs_dump):
 
 
 scale_anywhere = jaxbind.get_nonlinear_call(
-    _scale_anywhere, (None, None), _same, None, name="gpu.scale_anywhere"
+    _scale_anywhere, (None, None), same_as_first, None, name="gpu.scale_anywhere"
 )
 
 
@@ -344,7 +329,12 @@ def test_every_dtype_round_trips_in_device_and_host_mode(dtype):
 
     for mode, fn in (("device", dev), ("host", host)):
         op = jaxbind.get_nonlinear_call(
-            fn, (None, None), _same, None, platform_mode=mode, name=f"gpu.copy_{dtype}_{mode}"
+            fn,
+            (None, None),
+            same_as_first,
+            None,
+            platform_mode=mode,
+            name=f"gpu.copy_{dtype}_{mode}",
         )
         y = jax.jit(lambda x: op(x)[0])(x)
         np.testing.assert_array_equal(np.asarray(y), np.asarray(x))
@@ -367,7 +357,7 @@ def test_exception_on_gpu_is_a_clear_error_and_the_process_survives():
     def bad(out, args, kwargs_dump):
         raise KeyError("missing-table")
 
-    op = jaxbind.get_nonlinear_call(bad, (None, None), _same, None, name="gpu.bad")
+    op = jaxbind.get_nonlinear_call(bad, (None, None), same_as_first, None, name="gpu.bad")
     x = _gpu(jnp.ones(3))
     with pytest.raises(Exception, match=r"gpu.bad.*KeyError.*missing-table"):
         jax.block_until_ready(jax.jit(lambda x: op(x)[0])(x))

@@ -4,17 +4,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from support.ops import copy_last, simple_op
+from support.processes import run_python
 
-import jaxbind
 from jaxbind.testing import check
-
-
-def _copy(out, args, kd):
-    out[0][...] = args[0]
-
-
-def _op(abstract, name, f=_copy):
-    return jaxbind.get_linear_call(f, None, abstract, None, name=f"reliability.{name}")
 
 
 @pytest.mark.parametrize(
@@ -37,7 +30,7 @@ def _op(abstract, name, f=_copy):
     ],
 )
 def test_bad_abstract_results(result, error, match):
-    op = _op(lambda x: result, f"bad_{abs(hash(str(result)))}")
+    op = simple_op(copy_last, f"reliability.bad_{abs(hash(str(result)))}", lambda x: result)
     with pytest.raises(error, match=match) as info:
         jax.jit(lambda x: op(x))(jnp.ones(3))
     assert "reliability.bad_" in str(info.value)
@@ -47,7 +40,7 @@ def test_callable_raising_keeps_the_process_alive():
     def boom(out, args, kd):
         raise ZeroDivisionError("division by zero in the kernel")
 
-    op = _op(lambda x: ((x.shape, x.dtype),), "raises", boom)
+    op = simple_op(boom, "reliability.raises")
     for _ in range(20):
         with pytest.raises(
             Exception,
@@ -62,13 +55,13 @@ def test_writing_into_a_copy_is_caught_by_check():
         result = np.asarray(args[0]) * 2  # computed, never written into out[0]
         del result
 
-    op = _op(lambda x: ((x.shape, x.dtype),), "into_copy", into_copy)
+    op = simple_op(into_copy, "reliability.into_copy")
     with pytest.raises(AssertionError, match="100% of the elements left unwritten"):
         check(op, np.ones(4, np.float32), verbose=False)
 
 
 def test_unpicklable_kwargs():
-    op = _op(lambda x, **k: ((x.shape, x.dtype),), "kwargs")
+    op = simple_op(copy_last, "reliability.kwargs")
     with pytest.raises(
         TypeError, match="'reliability.kwargs': keyword arguments must be plain data or picklable"
     ):
@@ -79,7 +72,7 @@ def test_wrong_number_of_arguments():
     def one_arg_abstract(x, **kwargs):
         return ((x.shape, x.dtype),)
 
-    op = _op(one_arg_abstract, "arity")
+    op = simple_op(copy_last, "reliability.arity", one_arg_abstract)
     with pytest.raises(TypeError) as info:
         op(jnp.ones(3), jnp.ones(3))
     assert "abstract function of 'reliability.arity'" in info.value.__notes__[0]
@@ -154,12 +147,7 @@ print("sizes ok")
 
 def test_a_concatenate_feeding_the_programs_root_call_compiles():
     """jaxlib 0.7's CPU compiler aborted the process on these programs (see _lowering)."""
-    import subprocess
-    import sys
-
-    proc = subprocess.run(
-        [sys.executable, "-c", _ROOT_CALL_PROGRAMS], capture_output=True, text=True, timeout=300
-    )
+    proc = run_python("-c", _ROOT_CALL_PROGRAMS, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     names = (
         "one",

@@ -5,6 +5,7 @@ import time
 
 import jax
 import numpy as np
+from support.ops import same_as_first
 
 import jaxbind
 
@@ -13,9 +14,7 @@ def _make(t):
     def f(out, args, kd):
         out[0][...] = args[0] * (t + 1) + jaxbind.load_kwargs(kd)["shift"]
 
-    return jaxbind.get_linear_call(
-        f, None, lambda x, **k: ((x.shape, x.dtype),), None, name=f"reliability.thread_{t}"
-    )
+    return jaxbind.get_linear_call(f, None, same_as_first, None, name=f"reliability.thread_{t}")
 
 
 def test_concurrent_calls_of_different_bindings():

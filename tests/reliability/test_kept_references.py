@@ -11,9 +11,6 @@ passed to JAX inside the callable (``jax.jit(g)(args[0])``) are not "kept".
 """
 
 import gc
-import subprocess
-import sys
-import textwrap
 import warnings
 import weakref
 
@@ -21,18 +18,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-import jaxbind
+from support.ops import simple_op
+from support.processes import run_script
 
 BIG = 4 * 1024 * 1024  # float32 elements: 16 MB buffers, which XLA unmaps when freed
-
-
-def _shape(x):
-    return ((x.shape, x.dtype),)
-
-
-def _op(name, f):
-    return jaxbind.get_linear_call(f, None, _shape, None, name=f"reliability.{name}")
 
 
 def _reuse_xla_memory():
@@ -79,7 +68,7 @@ def test_a_kept_array_holds_the_values_of_its_call(route, jit):
         out[0][...] = args[0] + 1
         ROUTES[route](out, args, kept)
 
-    op = _op(f"keeps_{route.replace(' ', '_')}_{jit}", f)
+    op = simple_op(f, f"reliability.keeps_{route.replace(' ', '_')}_{jit}")
     call = jax.jit(lambda x: op(x)[0]) if jit else (lambda x: op(x)[0])
     x = jnp.arange(BIG, dtype=jnp.float32)
     with warnings.catch_warnings():
@@ -116,7 +105,7 @@ def test_a_kept_memoryview_is_released_rather_than_read():
         out[0][...] = args[0]
         kept.append(memoryview(args[0]))
 
-    op = _op("keeps_memoryview", f)
+    op = simple_op(f, "reliability.keeps_memoryview")
     jax.jit(lambda x: op(x)[0])(jnp.ones(1000)).block_until_ready()
     with pytest.raises(ValueError, match="released"):
         kept[0][0]
@@ -130,7 +119,7 @@ def test_views_kept_by_a_raising_callable_hold_copies():
         out[0][...] = 7
         raise KeyError("after keeping its output view")
 
-    op = _op("keeps_then_raises", f)
+    op = simple_op(f, "reliability.keeps_then_raises")
     with pytest.raises(Exception, match="after keeping its output view"):
         jax.block_until_ready(jax.jit(lambda x: op(x)[0])(jnp.zeros(BIG, jnp.float32)))
     _reuse_xla_memory()
@@ -144,7 +133,7 @@ def test_jax_inside_the_callable_is_not_taken_for_a_kept_reference():
     def f(out, args, kd):
         out[0][...] = np.asarray(g(args[0]))
 
-    op = _op("calls_jit", f)
+    op = simple_op(f, "reliability.calls_jit")
     fn = jax.jit(lambda x: op(x)[0])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -159,7 +148,7 @@ def test_a_jax_array_aliasing_a_view_is_named_in_a_warning():
         out[0][...] = args[0]
         made.append(jax.device_put(out[0]))
 
-    op = _op("device_put_of_a_view", f)
+    op = simple_op(f, "reliability.device_put_of_a_view")
     with pytest.warns(
         RuntimeWarning,
         match=r"'reliability.device_put_of_a_view' \(the function"
@@ -186,7 +175,7 @@ def test_a_dead_weak_proxy_elsewhere_does_not_break_the_search():
         out[0][...] = args[0]
         kept.append(args[0][:10])  # a slice: the search for derived arrays runs
 
-    op = _op("keeps_beside_dead_proxy", f)
+    op = simple_op(f, "reliability.keeps_beside_dead_proxy")
     got = jax.jit(lambda x: op(x)[0])(jnp.arange(1000.0, dtype=jnp.float32))
     np.testing.assert_array_equal(np.asarray(got)[:3], [0, 1, 2])
     np.testing.assert_array_equal(kept[0][:3], [0, 1, 2])
@@ -234,7 +223,7 @@ def test_a_weakly_held_view_never_shows_a_later_call(route):
         out[0][...] = args[0] + 1
         WEAK_ROUTES[route](out, args, kept)
 
-    op = _op(f"weak_{route.replace(' ', '_')}", f)
+    op = simple_op(f, f"reliability.weak_{route.replace(' ', '_')}")
     n = 1024
     first = np.arange(n, dtype=np.float32)
     np.testing.assert_array_equal(op(jnp.asarray(first))[0], first + 1)
@@ -256,7 +245,7 @@ def test_cached_views_are_not_reachable_through_the_garbage_collector():
         seen["input"] = args[0].__array_interface__["data"][0]
         seen["output"] = out[0].__array_interface__["data"][0]
 
-    op = _op("gc_objects", f)
+    op = simple_op(f, "reliability.gc_objects")
     gc.collect()
     gc.disable()  # (a collection untracks tuples of untracked objects, which hides them too)
     try:
@@ -276,10 +265,9 @@ def test_cached_views_are_not_reachable_through_the_garbage_collector():
 
 
 def test_weakly_held_view_read_after_xla_frees_its_memory_does_not_crash(tmp_path):
-    script = tmp_path / "weak.py"
-    script.write_text(
-        textwrap.dedent(
-            """
+    run = run_script(
+        tmp_path,
+        """
             import gc, weakref
             import jax.numpy as jnp, numpy as np, jaxbind
             refs = []
@@ -297,9 +285,9 @@ def test_weakly_held_view_read_after_xla_frees_its_memory_does_not_crash(tmp_pat
                 view = ref()
                 assert view is None or (view == value).all(), (value, view[:3])
             print("ok")
-            """
-        )
+            """,
+        name="weak.py",
+        timeout=120,
     )
-    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.startswith("ok")

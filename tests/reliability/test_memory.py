@@ -12,14 +12,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from support.ops import same_as_first
 
 import jaxbind
 from jaxbind import _ext
 from jaxbind._kwargs import KwargsDump
-
-
-def _shape(x, *a, **k):
-    return ((x.shape, x.dtype),)
 
 
 def _adds(out, args, kw):
@@ -41,7 +38,9 @@ def _big_dumps():
 
 @pytest.mark.parametrize("how", ["eager", "jit", "grad"])
 def test_array_kwargs_are_released_after_clear_caches(how):
-    op = jaxbind.get_linear_call(_adds, _adds, _shape, _shape, name=f"reliability.mem_{how}")
+    op = jaxbind.get_linear_call(
+        _adds, _adds, same_as_first, same_as_first, name=f"reliability.mem_{how}"
+    )
     x = jnp.ones(4)
     sites = _ext.site_count()
     fns = []  # the programs, alive until the check
@@ -65,7 +64,9 @@ def test_array_kwargs_are_released_after_clear_caches(how):
 
 
 def test_a_large_kwarg_is_not_copied_into_the_program():
-    op = jaxbind.get_linear_call(_adds, _adds, _shape, _shape, name="reliability.mem_program")
+    op = jaxbind.get_linear_call(
+        _adds, _adds, same_as_first, same_as_first, name="reliability.mem_program"
+    )
     a = np.arange(512 * 1024, dtype=np.float64)  # 4 MB
     lowered = jax.jit(lambda x: op(x, a=a)[0]).lower(jnp.ones(4))
     assert len(lowered.as_text()) < 100_000
@@ -83,7 +84,9 @@ def test_an_eager_call_names_a_large_array_kwarg_by_its_digest(monkeypatch):
     import base64
     import tracemalloc
 
-    op = jaxbind.get_linear_call(_adds, _adds, _shape, _shape, name="reliability.mem_digest")
+    op = jaxbind.get_linear_call(
+        _adds, _adds, same_as_first, same_as_first, name="reliability.mem_digest"
+    )
     x = jnp.ones(4)
     a = np.zeros(4 * 1024 * 1024 + 3)  # 32 MB
     encoded = []

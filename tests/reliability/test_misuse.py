@@ -10,24 +10,16 @@
 
 import dataclasses
 import pathlib
-import subprocess
-import sys
 import textwrap
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from support.ops import double, same_as_first
+from support.processes import run_python
 
 import jaxbind
-
-
-def _shape(x, *a, **k):
-    return ((x.shape, x.dtype),)
-
-
-def _double(out, args, kw):
-    out[0][...] = 2 * args[0]
 
 
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
@@ -36,7 +28,7 @@ def test_a_callable_that_returns_its_result_is_an_error_naming_the_binding(jit):
         return 2 * args[0]
 
     op = jaxbind.get_linear_call(
-        returns, returns, _shape, _shape, name=f"reliability.returns_{jit}"
+        returns, returns, same_as_first, same_as_first, name=f"reliability.returns_{jit}"
     )
     call = jax.jit(lambda x: op(x)[0]) if jit else (lambda x: op(x)[0])
     with pytest.raises(
@@ -59,9 +51,11 @@ def test_a_callable_whose_body_never_runs_is_refused_when_the_op_is_made(kind):
             out[0][...] = args[0]
 
     with pytest.raises(TypeError, match=rf"f of 'reliability.{kind}' is a {kind} function"):
-        jaxbind.get_linear_call(body, None, _shape, None, name=f"reliability.{kind}")
+        jaxbind.get_linear_call(body, None, same_as_first, None, name=f"reliability.{kind}")
     with pytest.raises(TypeError, match="f_T .* never write its results"):
-        jaxbind.get_linear_call(_double, body, _shape, _shape, name=f"reliability.{kind}_T")
+        jaxbind.get_linear_call(
+            double, body, same_as_first, same_as_first, name=f"reliability.{kind}_T"
+        )
 
 
 def test_changing_the_keyword_arguments_inside_a_call_reaches_no_other_call():
@@ -75,8 +69,12 @@ def test_changing_the_keyword_arguments_inside_a_call_reaches_no_other_call():
         k = jaxbind.load_kwargs(kw)
         out[0][...] = args[0] * k["opts"]["scale"] * len(k["opts"]["steps"])
 
-    op = jaxbind.get_linear_call(scales, None, _shape, None, name="reliability.mutates_kwargs")
-    other = jaxbind.get_linear_call(reads, None, _shape, None, name="reliability.reads_kwargs")
+    op = jaxbind.get_linear_call(
+        scales, None, same_as_first, None, name="reliability.mutates_kwargs"
+    )
+    other = jaxbind.get_linear_call(
+        reads, None, same_as_first, None, name="reliability.reads_kwargs"
+    )
     opts = {"scale": 1.0, "steps": [0]}
     g = jax.jit(lambda x: op(x, opts=opts)[0])
     assert [float(g(jnp.ones(2))[0]) for _ in range(3)] == [4.0, 4.0, 4.0]
@@ -112,7 +110,7 @@ def test_objects_that_pickle_alike_are_never_confused():
     def uses(out, args, kw):
         out[0][...] = args[0] * jaxbind.load_kwargs(kw)["handle"].value
 
-    op = jaxbind.get_linear_call(uses, None, _shape, None, name="reliability.handles")
+    op = jaxbind.get_linear_call(uses, None, same_as_first, None, name="reliability.handles")
     a, b = _Handle(2.0), _Handle(5.0)
     assert float(op(jnp.ones(1), handle=a)[0][0]) == 2.0
     assert float(op(jnp.ones(1), handle=b)[0][0]) == 5.0
@@ -129,14 +127,14 @@ class MatOp:
 
 
 def test_callables_that_are_dataclasses_holding_arrays_make_distinct_ops():
-    first = jaxbind.get_linear_call(MatOp(np.eye(2)), None, _shape, None)
-    second = jaxbind.get_linear_call(MatOp(2 * np.eye(2)), None, _shape, None)
+    first = jaxbind.get_linear_call(MatOp(np.eye(2)), None, same_as_first, None)
+    second = jaxbind.get_linear_call(MatOp(2 * np.eye(2)), None, same_as_first, None)
     assert first.name != second.name
     np.testing.assert_array_equal(first(jnp.ones(2))[0], [1, 1])
     np.testing.assert_array_equal(second(jnp.ones(2))[0], [2, 2])
     same = MatOp(np.eye(2))
-    named = jaxbind.get_linear_call(same, None, _shape, None, name="reliability.matop")
-    again = jaxbind.get_linear_call(same, None, _shape, None, name="reliability.matop")
+    named = jaxbind.get_linear_call(same, None, same_as_first, None, name="reliability.matop")
+    again = jaxbind.get_linear_call(same, None, same_as_first, None, name="reliability.matop")
     assert again.binding is named.binding
 
 
@@ -180,13 +178,7 @@ def test_a_callable_running_at_exit_finishes_before_the_interpreter_stops(tmp_pa
     """)
     )
     for _ in range(3):
-        proc = subprocess.run(
-            [sys.executable, str(script)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=pathlib.Path(__file__).parent,
-        )
+        proc = run_python(script, timeout=120, cwd=pathlib.Path(__file__).parent)
         assert "main done" in proc.stdout
         assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
         assert "FATAL" not in proc.stderr
@@ -213,18 +205,17 @@ def test_a_jax_function_derivative_returning_the_wrong_shape_is_an_error(wrong):
         "count": lambda x, t: [t, t],
         "dtype": lambda x, t: [t.astype(jnp.float16)],
     }[wrong]
-    shape = lambda x: ((x.shape, x.dtype),)
     bad_jvp = jaxbind.get_nonlinear_call(
         _sin,
         (jaxbind.jax_function(bad), _good_vjp),
-        shape,
+        same_as_first,
         None,
         name=f"reliability.bad_jvp_{wrong}",
     )
     bad_vjp = jaxbind.get_nonlinear_call(
         _sin,
         (_good_jvp, jaxbind.jax_function(bad)),
-        shape,
+        same_as_first,
         None,
         name=f"reliability.bad_vjp_{wrong}",
     )

@@ -75,7 +75,7 @@ def test_a_linear_op_on_a_pytree_matches_jax_numpy(kind):
         assert type(got) is type(p)
         for g, w in zip(_get(got), _get(ref(p))):
             np.testing.assert_allclose(g, w)
-    loss = lambda f: lambda p: sum(jnp.sum(x**2) for x in _get(f(p)))  # noqa: E731
+    loss = lambda f: lambda p: sum(jnp.sum(x**2) for x in _get(f(p)))
     for g, w in zip(_get(jax.grad(loss(op))(p)), _get(jax.grad(loss(ref))(p))):
         np.testing.assert_allclose(g, w)
     (ct,) = jax.linear_transpose(op, p)(p)
@@ -115,7 +115,7 @@ def test_a_nonlinear_op_with_a_namedtuple_in_and_an_ordered_dict_out():
     got = jax.jit(trig)(p)
     assert list(got) == ["sin", "cos"]
     np.testing.assert_allclose(got["sin"], ref(p)["sin"], rtol=1e-6)
-    loss = lambda f: lambda p: jnp.sum(f(p)["sin"]) + jnp.sum(f(p)["cos"] ** 2)  # noqa: E731
+    loss = lambda f: lambda p: jnp.sum(f(p)["sin"]) + jnp.sum(f(p)["cos"] ** 2)
     g, w = jax.grad(loss(trig))(p), jax.grad(loss(ref))(p)
     assert type(g) is Pt
     np.testing.assert_allclose(g.a, w.a, rtol=1e-6)

@@ -3,34 +3,28 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference_ops import axpy, axpy_ref, bilinear, flipsum, flipsum_loop, flipsum_ref
+from support.arrays import batched_inputs, random
 
 shapes = st.lists(st.integers(0, 4), min_size=0, max_size=3).map(tuple)
 dtypes = st.sampled_from([np.float32, np.complex64])
 SETTINGS = settings(max_examples=25, deadline=None)
 
 
-def _arr(shape, dtype, seed):
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal(shape)
-    if np.dtype(dtype).kind == "c":
-        x = x + 1j * rng.standard_normal(shape)
-    return x.astype(dtype)
-
-
 @SETTINGS
 @given(shape=shapes, dtype=dtypes, scale=st.floats(-4, 4, allow_nan=False), seed=st.integers(0, 9))
 def test_linear_op_forward_and_transpose(shape, dtype, scale, seed):
-    x, y = _arr(shape, dtype, seed), _arr(shape, dtype, seed + 1)
+    x, y = random(shape, dtype, seed), random(shape, dtype, seed + 1)
     np.testing.assert_allclose(
         jax.jit(lambda x, y: axpy(x, y, scale=scale)[0])(x, y),
         axpy_ref(x, y, np.float32(scale)),
         rtol=2e-5,
         atol=1e-5,
     )
-    ct = _arr(shape, dtype, seed + 2)
+    ct = random(shape, dtype, seed + 2)
     tx, ty = jax.linear_transpose(lambda x, y: axpy(x, y, scale=scale)[0], x, y)(ct)
     np.testing.assert_allclose(tx, np.float32(scale) * ct, rtol=2e-5, atol=1e-5)
     np.testing.assert_allclose(ty, 2 * np.float32(scale) * ct, rtol=2e-5, atol=1e-5)
@@ -48,15 +42,10 @@ def batched_pair(draw):
     if axes == [None, None]:
         axes[0] = 0
     seed = draw(st.integers(0, 100))
-    arrs = []
-    for k, ax in enumerate(axes):
-        shape = list(core)
-        if ax is not None:
-            shape.insert(ax, b)
-        arrs.append(_arr(tuple(shape), np.float32, seed + k))
-    return arrs, tuple(axes)
+    return batched_inputs(core, axes, b, seed), tuple(axes)
 
 
+@pytest.mark.slow  # about 11 s
 @SETTINGS
 @given(case=batched_pair(), native=st.booleans())
 def test_vmap_any_in_axes_matches_jax(case, native):
@@ -79,8 +68,8 @@ def test_vmap_any_in_axes_matches_jax(case, native):
 @SETTINGS
 @given(shape=shapes, dtype=dtypes, seed=st.integers(0, 9))
 def test_bilinear_grad_matches_jax(shape, dtype, seed):
-    x, y = _arr(shape, dtype, seed), _arr(shape, dtype, seed + 1)
-    loss = lambda f: lambda x, y: jnp.sum(jnp.abs(f(x, y)) ** 2)  # noqa: E731
+    x, y = random(shape, dtype, seed), random(shape, dtype, seed + 1)
+    loss = lambda f: lambda x, y: jnp.sum(jnp.abs(f(x, y)) ** 2)
     g = jax.grad(loss(lambda x, y: bilinear(x, y)[0]), argnums=(0, 1))(x, y)
     g_ref = jax.grad(loss(lambda x, y: x * y), argnums=(0, 1))(x, y)
     for a, b in zip(g, g_ref):

@@ -1,8 +1,6 @@
 """Callables that are interrupted, or that call jitted functions and jaxbind ops again."""
 
 import pathlib
-import subprocess
-import sys
 import textwrap
 import threading
 
@@ -10,13 +8,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from support.ops import same_as_first
+from support.processes import run_script
 
 import jaxbind
-
-
-def _shape(x, *a, **k):
-    return ((x.shape, x.dtype),)
-
 
 _INTERRUPTED = textwrap.dedent("""
     import os, signal, sys, threading, time
@@ -53,15 +48,9 @@ def test_an_interrupted_callable_reaches_the_caller_as_keyboard_interrupt(tmp_pa
     else:  # a callable that raises KeyboardInterrupt itself, as input() does on Ctrl-C
         body = "raise KeyboardInterrupt"
         before = "pass"
-    script = tmp_path / "interrupted.py"
-    script.write_text(_INTERRUPTED.format(body=body, before=before))
-    proc = subprocess.run(
-        [sys.executable, str(script), mode],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=pathlib.Path(__file__).parent,
-    )
+    code = _INTERRUPTED.format(body=body, before=before)
+    here = pathlib.Path(__file__).parent
+    proc = run_script(tmp_path, code, mode, name="interrupted.py", timeout=120, cwd=here)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.splitlines() == ["KeyboardInterrupt 0", "KeyboardInterrupt 1"], (
         proc.stdout + proc.stderr[-3000:]
@@ -80,7 +69,7 @@ def test_a_callable_may_call_its_own_op_eagerly():
             out[0][...] = args[0]
 
     op = jaxbind.get_linear_call(
-        halve_then_recurse, None, _shape, None, name="reliability.recursive"
+        halve_then_recurse, None, same_as_first, None, name="reliability.recursive"
     )
     for levels in (3, 0, 5, 2):  # cold, then warm, then deeper than before
         depth["left"] = levels
@@ -100,7 +89,7 @@ def test_a_callable_may_call_its_own_op_eagerly():
         else:
             out[0][...] = args[0]
 
-    with_kw = jaxbind.get_linear_call(scaled, None, _shape, None, name="reliability.rec_kw")
+    with_kw = jaxbind.get_linear_call(scaled, None, same_as_first, None, name="reliability.rec_kw")
     np.testing.assert_array_equal(with_kw(jnp.ones(2), s=3.0)[0], [9.0, 9.0])
 
     left = {"n": 3}
@@ -129,7 +118,7 @@ def test_a_jitted_function_entered_again_while_cold_is_explained():
             g(jnp.asarray(args[0]))
         out[0][...] = args[0]
 
-    op = jaxbind.get_linear_call(reenters, None, _shape, None, name="reliability.reenters")
+    op = jaxbind.get_linear_call(reenters, None, same_as_first, None, name="reliability.reenters")
     g = jax.jit(lambda x: op(x)[0])
     with pytest.raises(
         Exception,
@@ -159,7 +148,7 @@ def test_a_thread_started_by_a_callable_may_run_other_programs():
             out[0][...] = args[0]
 
     op = jaxbind.get_linear_call(
-        waits_for_thread, None, _shape, None, name="reliability.waits_for_thread"
+        waits_for_thread, None, same_as_first, None, name="reliability.waits_for_thread"
     )
     expected = 1 + np.sin(1.0) + 1
     np.testing.assert_allclose(h(jnp.ones(3)), np.sin(1.0) + expected, rtol=1e-6)

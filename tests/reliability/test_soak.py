@@ -6,9 +6,13 @@ import os
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
+from support.ops import same_as_first
 
 import jaxbind
 from jaxbind import _binding, _ext
+
+pytestmark = pytest.mark.slow  # the 1000 bindings take about 40 s
 
 
 def _rss_mb() -> float:
@@ -23,12 +27,8 @@ def _double(out, args, kd):
     np.multiply(args[0], 2, out=out[0])
 
 
-def _abstract(x, **k):
-    return ((x.shape, x.dtype),)
-
-
 def test_100k_jitted_calls_keep_memory_flat():
-    op = jaxbind.get_linear_call(_double, None, _abstract, None, name="reliability.soak_double")
+    op = jaxbind.get_linear_call(_double, None, same_as_first, None, name="reliability.soak_double")
     fn = jax.jit(lambda x: op(x)[0])
     x = jnp.ones(16)
     for _ in range(2000):  # warm up caches and allocator
@@ -47,7 +47,7 @@ def _make(k):
     def f(out, args, kd):
         out[0][...] = k * args[0]
 
-    return jaxbind.get_linear_call(f, None, _abstract, None)
+    return jaxbind.get_linear_call(f, None, same_as_first, None)
 
 
 def test_1000_bindings_created_and_dropped_leave_no_trace():

@@ -7,27 +7,23 @@ import jax.numpy as jnp
 import jax.test_util
 import numpy as np
 import pytest
+from support.ops import double, same_as_first
 
 import jaxbind
 from jaxbind import testing
 
-
-def _shape(x, *a, **k):
-    return ((x.shape, x.dtype),)
-
-
-def _double(out, args, kw):
-    out[0][...] = 2 * args[0]
-
-
-op = jaxbind.get_linear_call(_double, _double, _shape, _shape, name="reliability.weak_spots")
+op = jaxbind.get_linear_call(
+    double, double, same_as_first, same_as_first, name="reliability.weak_spots"
+)
 
 
 def test_a_keyword_argument_named_self_reaches_the_callable():
     def reads(out, args, kw):
         out[0][...] = args[0] * jaxbind.load_kwargs(kw)["self"]
 
-    with_self = jaxbind.get_linear_call(reads, None, _shape, None, name="reliability.kw_self")
+    with_self = jaxbind.get_linear_call(
+        reads, None, same_as_first, None, name="reliability.kw_self"
+    )
     assert float(with_self(jnp.ones(2), self=3.0)[0][0]) == 3.0
 
 
@@ -46,7 +42,7 @@ def test_a_positional_argument_that_is_not_an_array_is_named(value, match):
 
 def test_a_shape_too_large_to_count_is_an_error_naming_the_binding():
     huge = jaxbind.get_linear_call(
-        _double, None, lambda x: (((2**62, 4), x.dtype),), None, name="reliability.huge"
+        double, None, lambda x: (((2**62, 4), x.dtype),), None, name="reliability.huge"
     )
     with pytest.raises(ValueError, match="'reliability.huge'.*more than a 64-bit size"):
         jax.eval_shape(huge, jnp.ones(2))
@@ -54,7 +50,7 @@ def test_a_shape_too_large_to_count_is_an_error_naming_the_binding():
 
 def test_linear_in_naming_a_missing_argument_is_an_error():
     lin = jaxbind.get_nonlinear_call(
-        _double, (None, None), _shape, None, name="reliability.linear_in_5", linear_in=(5,)
+        double, (None, None), same_as_first, None, name="reliability.linear_in_5", linear_in=(5,)
     )
     with pytest.raises(
         TypeError,
@@ -77,7 +73,7 @@ def test_nine_shapes_through_one_call_site_check_their_buffers_once():
         counted.append(x.shape)
         return ((x.shape, x.dtype),)
 
-    cycling = jaxbind.get_linear_call(_double, None, counting, None, name="reliability.shapes")
+    cycling = jaxbind.get_linear_call(double, None, counting, None, name="reliability.shapes")
     fn = jax.jit(lambda x: cycling(x)[0])
     arrays = [jnp.ones(n) for n in range(1, 10)]
     for x in arrays:  # traces and first runs
@@ -110,7 +106,7 @@ def _shape_vjp(x, n, ct, **k):
 times_count = jaxbind.get_nonlinear_call(
     _times_count,
     (_times_count_jvp, _times_count_vjp),
-    _shape,
+    same_as_first,
     _shape_vjp,
     name="reliability.times_count",
 )
@@ -137,7 +133,9 @@ def test_an_integer_output_has_a_float0_tangent():
     def copy(out, args, kw):
         out[0][...] = args[0]
 
-    ident = jaxbind.get_linear_call(copy, copy, _shape, _shape, name="reliability.int_copy")
+    ident = jaxbind.get_linear_call(
+        copy, copy, same_as_first, same_as_first, name="reliability.int_copy"
+    )
     n = jnp.arange(3, dtype=jnp.int32)
     y, t = jax.jvp(lambda n: ident(n)[0], (n,), (np.zeros(3, jax.dtypes.float0),))
     np.testing.assert_array_equal(y, n)
@@ -152,8 +150,8 @@ def test_a_transposed_abstract_function_with_too_few_outputs_is_named():
     short = jaxbind.get_nonlinear_call(
         _times_count,
         (_times_count_jvp, _times_count_vjp),
-        _shape,
-        _shape,
+        same_as_first,
+        same_as_first,
         name="reliability.short_vjp",
     )
     n = jnp.arange(3, dtype=jnp.int32)
@@ -173,12 +171,12 @@ def test_closures_with_one_name_get_the_lowest_free_suffix_without_comparing_the
 
     from jaxbind import _binding
 
-    ops = [jaxbind.get_linear_call(_closure(k), None, _shape, None) for k in range(400)]
+    ops = [jaxbind.get_linear_call(_closure(k), None, same_as_first, None) for k in range(400)]
     base = ops[0].name
     assert [o.name for o in ops[:3]] == [base, f"{base}#2", f"{base}#3"]
     assert ops[-1].name == f"{base}#400"
     # the same callables give the same binding, however many share the name
-    again = jaxbind.get_linear_call(ops[250].binding.f, None, _shape, None)
+    again = jaxbind.get_linear_call(ops[250].binding.f, None, same_as_first, None)
     assert again.binding is ops[250].binding
     # registering compares the new binding with those whose callables could be equal only
     compared = []
@@ -190,14 +188,14 @@ def test_closures_with_one_name_get_the_lowest_free_suffix_without_comparing_the
 
     _binding.same_values = counting
     try:
-        new = jaxbind.get_linear_call(_closure(-1), None, _shape, None)
+        new = jaxbind.get_linear_call(_closure(-1), None, same_as_first, None)
     finally:
         _binding.same_values = original
     assert new.name == f"{base}#401" and len(compared) == 0
     # a freed suffix is given again, lowest first
     del ops[10:20], again, new
     gc.collect()
-    reused = jaxbind.get_linear_call(_closure(0), None, _shape, None)
+    reused = jaxbind.get_linear_call(_closure(0), None, same_as_first, None)
     assert reused.name == f"{base}#11"
     # the dead bindings' entries are gone from the index of alike bindings
     assert all(any(True for _ in alike) for alike in _binding._alike.values())
@@ -205,8 +203,8 @@ def test_closures_with_one_name_get_the_lowest_free_suffix_without_comparing_the
 
 
 def test_exporting_a_default_name_with_a_suffix_warns():
-    first = jaxbind.get_linear_call(_closure(2), None, _shape, None)
-    second = jaxbind.get_linear_call(_closure(3), None, _shape, None)
+    first = jaxbind.get_linear_call(_closure(2), None, same_as_first, None)
+    second = jaxbind.get_linear_call(_closure(3), None, same_as_first, None)
     assert "#" in second.name
     with pytest.warns(jaxbind.ExportedDefaultNameWarning, match=rf"'{second.name}'.*name="):
         jaxbind.export(lambda x: second(x)[0])(jnp.ones(2))
@@ -217,7 +215,7 @@ def test_exporting_a_default_name_with_a_suffix_warns():
         if "#" not in first.name:  # the first closure of this name, when nothing else holds it
             jaxbind.export(lambda x: first(x)[0])(jnp.ones(2))
         named = jaxbind.get_linear_call(
-            _closure(4), None, _shape, None, name="reliability.closure_named"
+            _closure(4), None, same_as_first, None, name="reliability.closure_named"
         )
         jaxbind.export(lambda x: named(x)[0])(jnp.ones(2))
 
@@ -226,7 +224,12 @@ def test_exporting_a_default_name_with_a_suffix_warns():
 @pytest.mark.parametrize("jit", [False, True])
 def test_checkpoint_over_an_effectful_op_is_an_error_naming_the_binding(effect, jit):
     effectful = jaxbind.get_linear_call(
-        _double, _double, _shape, _shape, name=f"reliability.remat_{effect}", **{effect: True}
+        double,
+        double,
+        same_as_first,
+        same_as_first,
+        name=f"reliability.remat_{effect}",
+        **{effect: True},
     )
     inner = jax.checkpoint(lambda x: jnp.sin(effectful(x)[0]).sum())
     grad = jax.grad(lambda x: inner(x) + x.sum())
@@ -252,7 +255,9 @@ def _nan(out, args, kw):
 
 @pytest.mark.parametrize("how", ["eager", "jit", "grad", "transpose"])
 def test_debug_nans_names_the_binding(how):
-    nan_op = jaxbind.get_linear_call(_nan, _nan, _shape, _shape, name="reliability.nan_op")
+    nan_op = jaxbind.get_linear_call(
+        _nan, _nan, same_as_first, same_as_first, name="reliability.nan_op"
+    )
     x = jnp.ones(3)
     run = {
         "eager": lambda: nan_op(x),
@@ -278,7 +283,7 @@ def test_the_index_of_alike_bindings_forgets_them_all():
 
     from jaxbind import _binding
 
-    ops = [jaxbind.get_linear_call(_Scale(k), None, _shape, None) for k in (2.0, 3.0)]
+    ops = [jaxbind.get_linear_call(_Scale(k), None, same_as_first, None) for k in (2.0, 3.0)]
     np.testing.assert_array_equal(ops[1](jnp.ones(2))[0], [3.0, 3.0])
     keys = [
         k for k, alike in _binding._alike.items() if any(b.f is ops[0].binding.f for b in alike)
@@ -298,7 +303,7 @@ def test_freed_suffixes_below_many_live_ones_cost_no_scan_of_the_live_ones():
 
     from jaxbind import _binding
 
-    ops = [jaxbind.get_linear_call(_closure(k), None, _shape, None) for k in range(400)]
+    ops = [jaxbind.get_linear_call(_closure(k), None, same_as_first, None) for k in range(400)]
     base = ops[0].name
     del ops[100:110]
     gc.collect()
@@ -315,7 +320,7 @@ def test_freed_suffixes_below_many_live_ones_cost_no_scan_of_the_live_ones():
     counting.update(original)
     _binding._registry = counting
     try:
-        new = [jaxbind.get_linear_call(_closure(-k), None, _shape, None) for k in range(30)]
+        new = [jaxbind.get_linear_call(_closure(-k), None, same_as_first, None) for k in range(30)]
     finally:
         original.update(counting)
         _binding._registry = original
@@ -327,7 +332,7 @@ def test_freed_suffixes_below_many_live_ones_cost_no_scan_of_the_live_ones():
 @pytest.mark.parametrize("bad", ["op\ud800", "a\0b"])
 def test_a_name_programs_cannot_carry_is_refused_when_the_op_is_made(bad):
     with pytest.raises(ValueError, match="cannot be a binding's name"):
-        jaxbind.get_linear_call(_closure(1), None, _shape, None, name=bad)
+        jaxbind.get_linear_call(_closure(1), None, same_as_first, None, name=bad)
     with pytest.raises(ValueError, match="cannot be a binding's name"):
         jaxbind.linear_op(shape=lambda x: x, name=bad)(lambda out, x: None)
 
@@ -336,4 +341,4 @@ def test_a_default_name_that_cannot_be_encoded_is_refused_when_the_op_is_made():
     f = _closure(1)
     f.__qualname__ = "scale\udcff"
     with pytest.raises(ValueError, match=r"cannot be a binding's name.*name="):
-        jaxbind.get_linear_call(f, None, _shape, None)
+        jaxbind.get_linear_call(f, None, same_as_first, None)

@@ -165,7 +165,7 @@ class Kernel:
         for o in out:
             if not o.flags.c_contiguous or not o.flags.writeable:
                 raise ValueError(f"jaxbind: {self!r}: outputs must be writable and contiguous")
-        describe = lambda arrays: tuple((0, a.shape, abi.xla_code(a.dtype)) for a in arrays)  # noqa: E731
+        describe = lambda arrays: tuple((0, a.shape, abi.xla_code(a.dtype)) for a in arrays)
         call = self.call_for(values, repr(self))
         address = call.address(describe(ins), describe(out))
         status, message = abi.call_kernel(address, ins, out, call.kwargs)

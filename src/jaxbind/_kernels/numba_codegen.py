@@ -206,7 +206,7 @@ def compile_numba(k, ins, outs, values: dict, where: str):
         "        return -1",
     ]
     src.append("    return 0")
-    exec("\n".join(src), env)  # noqa: S102 - generated from names and numbers only
+    exec("\n".join(src), env)
     signature = numba.types.int32(numba.types.voidptr)
     try:
         return numba.cfunc(signature, nopython=True)(env["wrapper"])
@@ -218,7 +218,7 @@ def _compile_error(k, exc: Exception, ins, outs, n_outputs: int, where: str):
     """numba's compile error, as the kernel's: what it was compiled for, and why."""
     text = str(exc)
     params = list(inspect.signature(k._fn).parameters)
-    described = lambda buffers: ", ".join(  # noqa: E731
+    described = lambda buffers: ", ".join(
         f"{XLA_ELEMENT_TYPES[code].name}[{len(shape)}d]" for _, shape, code in buffers
     )
     head = (

@@ -32,7 +32,7 @@ from .ducc.fft import c2c, c2r, genuine_fht, r2c  # noqa: F401
 from .ducc.finufft import Opts, nufft1, nufft2, nufft3  # noqa: F401
 from .ducc.nufft import get_nufft  # noqa: F401
 from .ducc.nufft_plan import NufftPlan  # noqa: F401
-from .ducc.nufft_points import nufft_points  # noqa: F401
+from .ducc.nufft_points import nufft_points
 from .ducc.sht import (  # noqa: F401  (and two private names for JAXbind 1.3's tests)
     _healpix_geometry,
     _realalm_to_alm,
