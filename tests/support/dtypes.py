@@ -33,6 +33,7 @@ JAX_DTYPES = [
 
 
 def name(dtype) -> str:
+    """The dtype's name (float32, bfloat16, ...), as test ids and binding names use it."""
     return np.dtype(dtype).name
 
 
