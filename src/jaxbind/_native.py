@@ -72,6 +72,8 @@ class _Tree:
     this process (jax.export refuses what is not data)."""
 
     __slots__ = ("treedef", "number")
+    treedef: Any
+    number: int
     _by_treedef: dict = {}
     _by_number: dict = {}
 
@@ -197,6 +199,7 @@ def _layout(args_of: Args, ins, outs, fixed: int, index: int | None):
         lin = args[fixed:]
         return args[:fixed] + [outs], (lin[0] if len(lin) == 1 else _tangents(args, fixed))
     if args_of is Args.T_I:
+        assert index is not None
         return args[:index] + args[index + 1 :] + [outs], args[index]
     if args_of is Args.JVP:
         return [ins, _tangents(args, fixed)], outs
@@ -291,10 +294,10 @@ class _Shapes(_Body):
         if batch_axes:  # vectorized: the shape function sees the arrays without batch axes
             layout = BatchAxes(batch_axes)
             levels = layout.sizes([a.shape for a in avals])
-            avals = [
+            avals = tuple(
                 jax.ShapeDtypeStruct(layout.core_shape(a.shape, i), a.dtype)
                 for i, a in enumerate(avals)
-            ]
+            )
         declared = outs.flatten_up_to(self.fn(*_split(list(avals), ins.children()), **kwargs))
         if not batch_axes:
             return tuple((d.shape, d.dtype) for d in declared)
@@ -396,7 +399,7 @@ class NativeOp:
         if self.kind == "linear":
             t = self._transposes.get(None)
             return _body(self, t, Args.T, "the transpose") if t is not None else None
-        n = max(self._transposes, default=-1) + 1
+        n = max((i for i in self._transposes if i is not None), default=-1) + 1
         return tuple(
             _body(
                 self,
@@ -411,7 +414,7 @@ class NativeOp:
         )
 
     def _derivatives_now(self):
-        derivatives = []
+        derivatives: list[Callable | None] = []
         for fn, args, what in ((self._jvp, Args.JVP, "the JVP"), (self._vjp, Args.VJP, "the VJP")):
             if fn is None:
                 derivatives.append(None)
@@ -422,7 +425,7 @@ class NativeOp:
                 derivatives.append(_body(self, fn, args, what))
         return tuple(derivatives)
 
-    def _bodies(self) -> tuple:
+    def _bodies(self) -> tuple[Any, Any, Any]:
         """(f, transposes, derivatives) as defined so far."""
         f = self.__dict__.get("_f") or _body(self, self.fn, Args.F, "the function")
         self._f = f
@@ -488,7 +491,7 @@ class NativeOp:
 Decorator = Callable[[Callable], "NativeOp"]
 
 
-def _decorator(kind: str, shape: ShapeFn, options: dict) -> Decorator:
+def _decorator(kind: str, shape: ShapeFn, options: OpOptions) -> Decorator:
     checked, name, replace = declare(f"{kind}_op", kind, options, native=True)
 
     def make(fn: Callable) -> NativeOp:
