@@ -271,6 +271,31 @@ def test_package_is_typed():
     assert (pathlib.Path(jaxbind.__file__).parent / "py.typed").exists()
 
 
+def test_extension_stub_names_what_the_extension_has():
+    """_ext.pyi, what type checkers read for the compiled extension, declares exactly its
+    public names, and those of its Site."""
+    import ast
+    import pathlib
+
+    from jaxbind import _ext
+
+    stub = ast.parse((pathlib.Path(jaxbind.__file__).parent / "_ext.pyi").read_text())
+
+    def declared(body):
+        return {
+            node.name if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else node.target.id
+            for node in body
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.AnnAssign))
+        } - {"__init__"}
+
+    def public(obj):
+        return {name for name in dir(obj) if not name.startswith("_")}
+
+    assert declared(stub.body) == public(_ext)
+    (site,) = (node for node in stub.body if isinstance(node, ast.ClassDef))
+    assert declared(site.body) == public(_ext.Site)
+
+
 _CELL = """
 import jax, jaxbind
 

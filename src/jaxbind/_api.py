@@ -219,7 +219,7 @@ def make_op(
     explicit = name is not None
     if explicit and (not isinstance(name, str) or not name):
         raise TypeError(f"jaxbind: name must be a non-empty string, got {name!r}")
-    if not explicit:
+    if name is None:
         name = (
             f"{getattr(f, '__module__', None) or 'unknown'}."
             f"{getattr(f, '__qualname__', None) or type(f).__qualname__}"
@@ -262,8 +262,9 @@ def get_linear_call(
       An [`Op`][jaxbind.Op]. It supports ``jit``, ``jvp``, ``grad``/``vjp``,
       ``linear_transpose`` and ``vmap``; linear ops differentiate to any order.
     """
-    multilinear = isinstance(f_T, (tuple, list))
-    if multilinear:
+    kind = Kind.LINEAR
+    if isinstance(f_T, (tuple, list)):
+        kind = Kind.MULTILINEAR
         f_T = tuple(f_T)
         if abstract_T is None:
             abstract_T = (None,) * len(f_T)
@@ -275,7 +276,6 @@ def get_linear_call(
         abstract_T = tuple(abstract_T)
     elif f_T is not None and not callable(f_T):
         raise TypeError(f"jaxbind: f_T must be callable, a tuple of callables or None, got {f_T!r}")
-    kind = Kind.MULTILINEAR if multilinear else Kind.LINEAR
     checked, name, replace = declare("get_linear_call", kind.value, options, native=False)
     return make_op(kind, f, f_T, None, abstract, abstract_T, checked, name, replace)
 

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import operator
+from typing import Any
 
 import jax
 import jax.export  # a submodule: not loaded by "import jax"
@@ -50,7 +51,7 @@ XLA_ELEMENT_TYPES: dict[int, np.dtype] = {
 _SUPPORTED = frozenset(XLA_ELEMENT_TYPES.values())
 
 
-def check_supported(dtype, where: str) -> None:
+def check_supported(dtype: Any, where: str) -> None:
     try:
         np.dtype(dtype)
     except TypeError:  # an extended JAX dtype: PRNG keys, float0
@@ -67,7 +68,9 @@ def check_supported(dtype, where: str) -> None:
         )
 
 
-def check_result(result, where, batched):
+def check_result(
+    result: object, where: str, batched: bool
+) -> list[tuple[tuple[Any, ...], np.dtype, int | None]]:
     """[(shape, dtype, out_batch_axis | None)] from what an abstract function returned."""
     must = (
         "it must return a tuple with one (shape, dtype) or (shape, dtype, out_batch_axis) "
@@ -109,13 +112,13 @@ def check_result(result, where, batched):
     return outs
 
 
-def shown(value, limit: int = 120) -> str:
+def shown(value: object, limit: int = 120) -> str:
     """`value` as a message shows it: its repr, shortened (what a user's function returned)."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _hint(result) -> str:
+def _hint(result: object) -> str:
     """What a wrongly formed abstract result looks like it meant, if anything."""
     if any(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in jax.tree.leaves(result)):
         return (
@@ -133,7 +136,7 @@ def _hint(result) -> str:
     return ""
 
 
-def _shape(shape, where):
+def _shape(shape: Any, where: str) -> tuple[Any, ...]:
     """A declared shape as a tuple of ints and JAX symbolic dimensions (jax.export).
 
     Symbolic dimensions (``b``, ``2 * b``, ``n // 2 + 1``) come from abstract

@@ -78,7 +78,7 @@ class Binding:
     @property
     def f(self) -> Callable:
         """The body of the function itself (role "f")."""
-        return self.roles["f"].body
+        return self.body("f")
 
     def holder(self, digest: int) -> SiteHolder:
         """The holder of the site `digest`, for a program being lowered to keep alive."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -92,7 +92,7 @@ class CallAttributes:
         return cls(binding, role, kwargs, loop.levels, loop.flags(n_inputs), n_fixed, trees)
 
     @classmethod
-    def read(cls, found: dict) -> CallAttributes:
+    def read(cls, found: dict[str, Any]) -> CallAttributes:
         """The attributes of a call as the trampoline found them in a program, by their
         names there (those of the call's format that it found with the right type),
         checked: every attribute of the format present, the loop and n_fixed in range,
@@ -173,6 +173,7 @@ class CallAttributes:
         h = hashlib.blake2b(digest_size=8)
         parts = [self.binding.encode(), self.role.encode(), self.kwargs]
         if self.format >= 2:
+            assert self.levels is not None and self.n_fixed is not None  # None in format 1 only
             parts += [
                 int(self.levels).to_bytes(4, "little", signed=True),
                 bytes(self.flags),
@@ -185,9 +186,9 @@ class CallAttributes:
             h.update(part)
         return int.from_bytes(h.digest(), "little", signed=True)
 
-    def ffi_attributes(self) -> dict:
+    def ffi_attributes(self) -> dict[str, Any]:
         """The FFI attributes of the custom call (this format only)."""
-        assert self.format == FORMAT
+        assert self.format == FORMAT and self.levels is not None and self.n_fixed is not None
         return dict(
             jaxbind_format=np.int32(FORMAT),
             site=np.int64(self.digest),
@@ -204,7 +205,7 @@ class CallAttributes:
 _FORMAT2_TREES = ("jaxbind_in", "jaxbind_out")
 
 
-def _format1_loop(batch_axes) -> Loop:
+def _format1_loop(batch_axes: object) -> Loop:
     """Format 1 kept jaxbind's loop in the keyword arguments, as "batch_axes": one tuple of
     leading axes per input (see _rules.batching)."""
     if not isinstance(batch_axes, tuple) or not all(

@@ -17,6 +17,7 @@ from jax._src import core as _core  # get_aval: jax 0.7 - 0.12
 from jax._src.interpreters import mlir as mlir_internal  # custom_call, ir_attribute: jax 0.7
 from jax._src.lib.mlir import ir  # jax 0.7 - 0.12
 from jax._src.lib.mlir.dialects import hlo  # jax 0.7 - 0.12
+from jax.core import ShapedArray  # jax 0.7 - 0.12
 from jax.extend.core import Primitive  # jax 0.4.36 - 0.12
 from jax.interpreters import ad, batching, mlir  # jax 0.7 - 0.12
 
@@ -58,7 +59,6 @@ __all__ = [
 
 from ._versions import NEWEST_TESTED_JAX, OLDEST_SUPPORTED_JAX
 
-ShapedArray = jax.core.ShapedArray
 # jax.errors since jax 0.8; the same class in jax._src.core from 0.7 to 0.12
 InconclusiveDimensionOperation = _core.InconclusiveDimensionOperation
 no_effects = _core.no_effects  # jax 0.7 - 0.12
@@ -123,7 +123,7 @@ def explain_checkpoint_effects(explain) -> None:
                 raise
             raise NotImplementedError(text) from exc
 
-    explained._jaxbind_explained = True
+    explained._jaxbind_explained = True  # type: ignore[attr-defined]  # a function attribute
     pe.custom_partial_eval_rules[ad_checkpoint.remat_p] = explained
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ._options import Options
 from ._roles import Role, describe_role
 
 __all__ = ["ExportedDefaultNameWarning", "Words", "about", "add_context", "words"]
@@ -107,7 +108,7 @@ CALLS = Words(
 )
 
 
-def words(options) -> Words:
+def words(options: Options) -> Words:
     """The vocabulary of the API that made an op with these `Options`."""
     return NATIVE if options.native else CALLS
 

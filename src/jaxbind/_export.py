@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from typing import Any
+
 import jax
 import jax.export  # a submodule: not loaded by "import jax"
 
@@ -10,7 +13,7 @@ from ._rules.lowering import CPU_TARGET, CUDA_TARGET
 __all__ = ["export", "export_safety_checks"]
 
 
-def export_safety_checks() -> list:
+def export_safety_checks() -> list[jax.export.DisabledSafetyCheck]:
     """The `disabled_checks` that jax.export needs for programs with jaxbind ops.
 
     JAX refuses to export custom calls that are not on its allow-list; jaxbind's
@@ -22,7 +25,12 @@ def export_safety_checks() -> list:
     ]
 
 
-def export(fun, *, disabled_checks=(), **kwargs):
+def export(
+    fun: Callable[..., Any],
+    *,
+    disabled_checks: Iterable[jax.export.DisabledSafetyCheck] = (),
+    **kwargs: Any,
+) -> Callable[..., jax.export.Exported]:
     """`jax.export.export` for functions that use jaxbind ops.
 
     Args:

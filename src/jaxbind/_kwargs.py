@@ -198,7 +198,7 @@ def _to_data(value, path, large: list | None = None):
         contiguous = np.ascontiguousarray(arr)
         if large is not None and arr.nbytes > _INLINE_BYTES and isinstance(value, np.ndarray):
             large.append(value)
-            digest = hashlib.sha256(contiguous.reshape(-1).view(np.uint8)).hexdigest()
+            digest = hashlib.sha256(contiguous.reshape(-1).view(np.uint8).data).hexdigest()
             return {"h": [dtype, list(arr.shape), digest]}
         payload = [dtype, list(arr.shape), base64.b64encode(contiguous.tobytes()).decode()]
         return {"s" if isinstance(value, np.generic) else "a": payload}

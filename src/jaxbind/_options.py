@@ -11,9 +11,9 @@ rule reads it from there. An option added here exists in both APIs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import Any, TypedDict
 
 __all__ = [
     "OPTION_DOCS",
@@ -48,9 +48,9 @@ class Options:
     fixed: int = 0
     vectorized: bool = False
     platform_mode: str = "device"
-    aliases: tuple = ()
+    aliases: tuple[tuple[int, int], ...] = ()
     effect: str | None = None
-    linear_in: tuple = ()
+    linear_in: tuple[int, ...] = ()
     native: bool = False
 
 
@@ -135,7 +135,7 @@ OPTION_DOCS = """
 
 
 def declare(
-    what: str, kind: str, options: dict, *, native: bool
+    what: str, kind: str, given: Mapping[str, Any], *, native: bool
 ) -> tuple[Options, str | None, bool]:
     """Check the options that `what` (the API function or decorator) was given for an op
     of `kind` ("linear", "multilinear", "nonlinear"), and return them as one value, with
@@ -144,7 +144,7 @@ def declare(
     fixed_name, vectorized_name = (
         ("fixed", "vectorized") if native else ("first_n_args_fixed", "func_can_batch")
     )
-    options = dict(options)
+    options = dict(given)
     name = options.pop("name", None)
     replace = options.pop("replace", False)
     fixed = options.pop(fixed_name, 0)
@@ -182,7 +182,7 @@ def declare(
     return checked, name, replace
 
 
-def _aliases(value, fixed: int, fixed_name: str) -> tuple:
+def _aliases(value: object, fixed: int, fixed_name: str) -> tuple[tuple[int, int], ...]:
     if value is None:
         return ()
     if not isinstance(value, dict) or not all(
@@ -206,7 +206,7 @@ def _aliases(value, fixed: int, fixed_name: str) -> tuple:
     return tuple(sorted(value.items()))
 
 
-def _effect(has_side_effect, ordered) -> str | None:
+def _effect(has_side_effect: object, ordered: object) -> str | None:
     if not isinstance(has_side_effect, bool) or not isinstance(ordered, bool):
         raise TypeError("jaxbind: has_side_effect and ordered must be bools")
     if ordered:
@@ -214,7 +214,7 @@ def _effect(has_side_effect, ordered) -> str | None:
     return "unordered" if has_side_effect else None
 
 
-def _linear_in(linear_in, fixed: int, fixed_name: str) -> tuple:
+def _linear_in(linear_in: Any, fixed: int, fixed_name: str) -> tuple[int, ...]:
     try:
         ok = all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in linear_in)
     except TypeError:  # not iterable

@@ -69,7 +69,7 @@ def _binder(spec: CallSpec):
     binder.__name__ = binder.__qualname__ = spec.binding.name
     # JAX's mark for a program of one primitive: under jax_debug_nans, a NaN in its
     # outputs is reported as "encountered in <the binding's name>"
-    binder._apply_primitive = True
+    binder._apply_primitive = True  # type: ignore[attr-defined]  # a function attribute
     return binder
 
 

@@ -273,6 +273,7 @@ class RoleDef:
         `avals` (``kwargs`` hold ``batch_axes`` for ops that batch natively): for the
         JVP, f's abstract function at the primals, its first `n_fixed` arguments.
         `trees`: the call's pytree structure (see for_call)."""
+        assert self.abstract is not None  # roles without one: see declared_outputs
         if self.args.shaped_like_f:
             avals = avals[:n_fixed]
             if isinstance(kwargs.get("batch_axes"), tuple):

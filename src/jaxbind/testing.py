@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._api import Op
-from ._kwargs import encode_kwargs
+from ._kwargs import KwargsDump, encode_kwargs
 from ._native import NativeOp
 from ._roles import Body, Kind, for_call
 
@@ -163,7 +163,7 @@ class _Case:
     op: Op
     args: tuple
     kwargs: dict
-    trees: object
+    trees: KwargsDump | None  # the call's pytree structure (JAX-native ops)
     rng: np.random.Generator
     rtol: float | None
     eps: float | None

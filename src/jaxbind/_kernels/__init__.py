@@ -30,6 +30,7 @@ import os
 import pathlib
 import sys
 import threading
+from _ctypes import CFuncPtr
 from collections.abc import Callable
 from typing import Any
 
@@ -245,7 +246,7 @@ def kernel(
         raise ImportError(
             f"jaxbind.kernel: compiling {label} needs numba (pip install numba)"
         ) from None
-    return Kernel(label, batches, None, fn, options=options)
+    return Kernel(label or fn.__qualname__, batches, None, fn, options=options)
 
 
 def _is_numba_dispatcher(fn) -> bool:
@@ -308,7 +309,7 @@ def _pin_library(address: int):
 
 def _address_of(fn) -> int | None:
     """The address of a compiled function pointer, or None for a Python function."""
-    if isinstance(fn, ctypes._CFuncPtr):
+    if isinstance(fn, CFuncPtr):
         return ctypes.cast(fn, ctypes.c_void_p).value or 0
     if type(fn).__module__ == "_cffi_backend":
         import cffi

@@ -10,8 +10,10 @@ below writes by it, and the numba code generator (numba_codegen.py) reads by it.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Mapping, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from .._avals import XLA_ELEMENT_TYPES
 
@@ -24,8 +26,9 @@ class Struct:
     """One struct of the ABI: its C name and its fields, in order, with their offsets in
     8-byte words (``struct["field"]``, ``struct["array.dims"]`` for a nested struct's)."""
 
-    def __init__(self, name: str, *fields):
-        self.name, self.offsets, at = name, {}, 0
+    def __init__(self, name: str, *fields: str | tuple[str, Struct]):
+        self.offsets: dict[str, int] = {}
+        self.name, at = name, 0
         for field in fields:
             field_name, inner = (field, None) if isinstance(field, str) else field
             self.offsets[field_name] = at
@@ -34,12 +37,12 @@ class Struct:
                     self.offsets[f"{field_name}.{inner_name}"] = at + offset
             at += inner.words if inner is not None else 1
         self.fields = tuple(f if isinstance(f, str) else f[0] for f in fields)
-        self.words = at
+        self.words: int = at
 
     def __getitem__(self, field: str) -> int:
         return self.offsets[field]
 
-    def pack(self, rows: list[dict]) -> np.ndarray:
+    def pack(self, rows: Sequence[Mapping[str, int | float]]) -> np.ndarray:
         """Rows of this struct as 64-bit words (at least one row, zeros); a float value
         is stored as its IEEE bits."""
         words = np.zeros((max(len(rows), 1), self.words), np.int64)
@@ -84,8 +87,11 @@ INT, FLOAT, BOOL, STRING, ARRAY = 1, 2, 3, 4, 5
 _XLA_CODE = {dtype: code for code, dtype in XLA_ELEMENT_TYPES.items()}
 _SIGNATURE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)
 
+# One keyword argument as `typed_kwarg` gives it
+TypedKwarg = tuple[str, int, int, float, bytes | None, tuple[int, list[int], bytes] | None]
 
-def xla_code(dtype) -> int:
+
+def xla_code(dtype: npt.DTypeLike) -> int:
     """The ABI's (XLA's) element type of a NumPy dtype."""
     code = _XLA_CODE.get(np.dtype(dtype))
     if code is None:
@@ -93,7 +99,7 @@ def xla_code(dtype) -> int:
     return code
 
 
-def typed_kwarg(name: str, value, where: str) -> tuple:
+def typed_kwarg(name: str, value: object, where: str) -> TypedKwarg:
     """One static keyword argument as the trampoline stores it for the ABI
     (cpp/kernels.h, KernelArgs): (name, type, int value, float value, bytes or None,
     (dtype, dims, bytes) or None)."""
@@ -123,13 +129,18 @@ def typed_kwarg(name: str, value, where: str) -> tuple:
     )
 
 
-def call_kernel(address: int, ins, outs, kwargs: list) -> tuple[int, str]:
+def call_kernel(
+    address: int,
+    ins: Sequence[np.ndarray],
+    outs: Sequence[np.ndarray],
+    kwargs: Sequence[TypedKwarg],
+) -> tuple[int, str]:
     """Call the kernel at `address` from Python, as the trampoline does: `ins` and `outs`
     are C-contiguous NumPy arrays, `kwargs` what `typed_kwarg` gives. Returns the status
     and the kernel's message."""
-    keep: list = []
+    keep: list[object] = []
 
-    def buffer_row(a) -> dict:
+    def buffer_row(a: np.ndarray) -> dict[str, int]:
         dims = np.asarray(a.shape, np.int64)
         keep.append(dims)
         return {

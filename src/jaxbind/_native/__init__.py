@@ -149,7 +149,7 @@ class NativeOp:
         if self.kind == "linear":
             t = self._transposes.get(None)
             return body(self, t, Args.T, "the transpose") if t is not None else None
-        n = max(self._transposes, default=-1) + 1
+        n = max((i for i in self._transposes if i is not None), default=-1) + 1
         return tuple(
             body(
                 self,
@@ -164,7 +164,7 @@ class NativeOp:
         )
 
     def _derivatives_now(self):
-        derivatives = []
+        derivatives: list[Callable | None] = []
         for fn, args, what in ((self._jvp, Args.JVP, "the JVP"), (self._vjp, Args.VJP, "the VJP")):
             if fn is None:
                 derivatives.append(None)
@@ -175,7 +175,7 @@ class NativeOp:
                 derivatives.append(body(self, fn, args, what))
         return tuple(derivatives)
 
-    def _bodies(self) -> tuple:
+    def _bodies(self) -> tuple[Any, Any, Any]:
         """(f, transposes, derivatives) as defined so far."""
         f = self.__dict__.get("_f") or body(self, self.fn, Args.F, "the function")
         self._f = f
@@ -241,7 +241,7 @@ class NativeOp:
 Decorator = Callable[[Callable], "NativeOp"]
 
 
-def _decorator(kind: str, shape: ShapeFn, options: dict) -> Decorator:
+def _decorator(kind: str, shape: ShapeFn, options: OpOptions) -> Decorator:
     checked, name, replace = declare(f"{kind}_op", kind, options, native=True)
 
     def make(fn: Callable) -> NativeOp:

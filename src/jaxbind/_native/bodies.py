@@ -150,10 +150,10 @@ class Shapes(_Body):
         if batch_axes:  # vectorized: the shape function sees the arrays without batch axes
             layout = BatchAxes(batch_axes)
             levels = layout.sizes([a.shape for a in avals])
-            avals = [
+            avals = tuple(
                 jax.ShapeDtypeStruct(layout.core_shape(a.shape, i), a.dtype)
                 for i, a in enumerate(avals)
-            ]
+            )
         declared = outs.flatten_up_to(self.fn(*split(list(avals), ins.children()), **kwargs))
         if not batch_axes:
             return tuple((d.shape, d.dtype) for d in declared)

@@ -32,6 +32,8 @@ class _Tree:
     this process (jax.export refuses what is not data)."""
 
     __slots__ = ("treedef", "number")
+    treedef: Any
+    number: int
     _by_treedef: dict = {}
     _by_number: dict = {}
 
@@ -119,6 +121,7 @@ def layout(args_of: Args, ins, outs, fixed: int, index: int | None):
         lin = args[fixed:]
         return args[:fixed] + [outs], (lin[0] if len(lin) == 1 else _tangents(args, fixed))
     if args_of is Args.T_I:
+        assert index is not None
         return args[:index] + args[index + 1 :] + [outs], args[index]
     if args_of is Args.JVP:
         return [ins, _tangents(args, fixed)], outs

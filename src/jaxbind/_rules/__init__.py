@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 from .._compat import define_primitive, explain_checkpoint_effects
 from .._errors import about
+from .._kernels import Kernel
 from .._primitive import PRIMITIVE, eager_impl
 from .._roles import Body
 from .._spec import CallSpec
@@ -45,7 +46,9 @@ def _kernel_output_avals(spec: CallSpec, avals):
     outs = abstract.output_avals(spec, avals)
     binding = spec.binding
     shape_fns = [r.abstract for r in binding.roles.values() if r.abstract is not None]
-    binding.body(spec.role).check_call(
+    kernel = binding.body(spec.role)
+    assert isinstance(kernel, Kernel)
+    kernel.check_call(
         spec.kwargs.names(), len(avals), len(outs), about(binding.name, spec.role), shape_fns
     )
     return outs

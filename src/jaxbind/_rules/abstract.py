@@ -25,7 +25,7 @@ def declared_outputs(spec: CallSpec, avals, batch_axes: BatchAxes | None = None)
                 f"{about(binding.name)} has no {words(binding.options).shapes.removeprefix('the ')}"
                 f" for {entry.role.describe()}"
             )
-        return _from_hint(spec, avals, batch_axes)
+        return _from_hint(spec.out_hint, avals, batch_axes)
     kwargs = spec.kwargs.to_dict()
     if binding.options.vectorized:
         kwargs["batch_axes"] = None if batch_axes is None else batch_axes.axes
@@ -57,16 +57,16 @@ def declared_outputs(spec: CallSpec, avals, batch_axes: BatchAxes | None = None)
     return outs
 
 
-def _from_hint(spec: CallSpec, avals, batch_axes: BatchAxes | None):
-    """Outputs of a transpose from the shapes jaxbind knows (CallSpec.out_hint).
+def _from_hint(hint: tuple, avals, batch_axes: BatchAxes | None):
+    """Outputs of a transpose from the shapes jaxbind knows (CallSpec.out_hint: `hint`).
 
     Batched natively, every batch level goes in front of each output, outermost
     first, as the JAX-native API's callables write them (see _native).
     """
     if batch_axes is None:
-        return [(shape, dtype, None) for shape, dtype in spec.out_hint]
+        return [(shape, dtype, None) for shape, dtype in hint]
     levels = batch_axes.sizes([a.shape for a in avals])
-    return [(levels + tuple(shape), dtype, 0) for shape, dtype in spec.out_hint]
+    return [(levels + tuple(shape), dtype, 0) for shape, dtype in hint]
 
 
 def output_avals(spec: CallSpec, avals) -> tuple:

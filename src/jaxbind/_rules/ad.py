@@ -44,9 +44,9 @@ def _bind_transposed(args, spec: CallSpec):
     batched transpose its inputs with the batch levels first (outermost at axis
     0), expects its outputs the same way, and moves the axes back afterwards.
     """
-    if spec.batch_axes is None:
-        return bind(spec, *args)
     ins, outs = spec.batch_axes, spec.out_batch_axes
+    if ins is None or outs is None:  # unbatched (a batched call has both)
+        return bind(spec, *args)
     fspec = replace(
         spec.derive(spec.role, spec.n_fixed, ins.front(), outs.front(), spec.n_lead),
         out_hint=spec.out_hint,
@@ -78,7 +78,7 @@ def _checked(spec: CallSpec, results, args):
             f"{words(spec.binding.options).shapes} of the transpose must give one output "
             "per input after the fixed ones, in order"
         )
-    out = []
+    out: list = []
     for r, a in zip(results, args):
         if not is_undefined_primal(a):
             out.append(None)
@@ -239,8 +239,9 @@ def transpose_rule(cts, *args, spec: CallSpec):
     cts = [instantiate_zeros(c) for c in cts]
     n, ba, oba = spec.n_fixed, spec.batch_axes, spec.out_batch_axes
 
-    if spec.entry.jointly_linear:
-        t_spec = spec.derive(spec.entry.partner, n, _cat(ba and ba[:n], oba), ba and ba[n:])
+    partner = spec.entry.partner
+    if partner is not None:  # jointly linear
+        t_spec = spec.derive(partner, n, _cat(ba and ba[:n], oba), ba and ba[n:])
         t_spec = _hinted(t_spec, args[n:], ba and ba[n:])
         res = _bind_transposed([*args[:n], *cts], t_spec)
         return [None] * n + _checked(spec, res, args[n:])
@@ -255,7 +256,7 @@ def transpose_rule(cts, *args, spec: CallSpec):
                 f"separately; it cannot be transposed with respect to arguments {lin} at once"
             )
         i = lin[0]
-        rest = args[:i] + args[i + 1 :]
+        rest = [*args[:i], *args[i + 1 :]]
         t_spec = spec.derive(
             f"T{i}",
             n,
@@ -271,11 +272,14 @@ def transpose_rule(cts, *args, spec: CallSpec):
     i, m = int(spec.role[1:]), spec.n_lead
     lead, cot = list(args[:m]), list(args[m:])
     (ct,) = cts
-    lead_ba = ba and list(ba.axes[:m])
+    lead_ba = list(ba.axes[:m]) if ba is not None else []
     if all(k >= m for k in lin):  # transpose back to f, w.r.t. its cotangent arguments
         f_args = lead[:i] + [ct] + lead[i:]
         f_spec = spec.derive(
-            "f", n, ba and BatchAxes(tuple(lead_ba[:i] + [oba[0]] + lead_ba[i:])), ba and ba[m:]
+            "f",
+            n,
+            ba and oba and BatchAxes(tuple(lead_ba[:i] + [oba[0]] + lead_ba[i:])),
+            ba and ba[m:],
         )
         res = _bind_transposed(f_args, f_spec)
         return [None] * m + _checked(spec, res, args[m:])
@@ -288,7 +292,7 @@ def transpose_rule(cts, *args, spec: CallSpec):
     j = k if k < i else k + 1  # position of the wanted argument in f's signature
     full = lead[:i] + [ct] + lead[i:]
     rest = full[:j] + full[j + 1 :]
-    if ba is not None:
+    if ba is not None and oba is not None:
         full_ba = lead_ba[:i] + [oba[0]] + lead_ba[i:]
         rest_ba = BatchAxes(tuple(full_ba[:j] + full_ba[j + 1 :])) + ba[m:]
         out_ba = BatchAxes((full_ba[j],))

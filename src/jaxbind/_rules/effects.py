@@ -22,7 +22,11 @@ effects cannot be exported (JAX cannot load them).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 from .._compat import FFI_SIDE_EFFECT, ORDERED_IO_EFFECT, no_effects
+from .._spec import CallSpec
 
 __all__ = ["ORDERED", "SIDE_EFFECT", "effects_of", "explain_checkpoint"]
 
@@ -30,7 +34,7 @@ SIDE_EFFECT = FFI_SIDE_EFFECT
 ORDERED = ORDERED_IO_EFFECT
 
 
-def effects_of(spec) -> set:
+def effects_of(spec: CallSpec) -> set[Any]:
     """The effects of one call: every role of a binding has the binding's effect."""
     effect = spec.binding.options.effect
     if effect is None or spec.hosted:
@@ -38,12 +42,12 @@ def effects_of(spec) -> set:
     return {ORDERED} if effect == "ordered" else {SIDE_EFFECT}
 
 
-def explain_checkpoint(jaxpr) -> str | None:
+def explain_checkpoint(jaxpr: Any) -> str | None:
     """Why jax.checkpoint cannot differentiate `jaxpr`, if jaxbind calls with effects in it
     are the reason; None otherwise."""
     from .._primitive import PRIMITIVE
 
-    names = {}
+    names: dict[str, str] = {}
     for eqn in _equations(jaxpr):
         if eqn.primitive is PRIMITIVE and eqn.params["spec"].binding.options.effect is not None:
             binding = eqn.params["spec"].binding
@@ -62,7 +66,7 @@ def explain_checkpoint(jaxpr) -> str | None:
     )
 
 
-def _equations(jaxpr):
+def _equations(jaxpr: Any) -> Iterator[Any]:
     """The equations of `jaxpr` and of the jaxprs nested in it."""
     from jax.extend.core import ClosedJaxpr, Jaxpr
 

@@ -31,7 +31,7 @@ __all__ = ["batch", "batched_function", "lower", "output_avals"]
 
 
 def _call(spec: CallSpec) -> Callable:
-    fn = for_call(spec.entry.body, spec.trees)
+    fn = for_call(spec.binding.body(spec.role), spec.trees)
     kwargs = spec.kwargs.to_dict()
 
     def call(*args):

@@ -21,6 +21,8 @@ symbolic (jax.export shape polymorphism).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from .._compat import config_use_shardy, ir, sdy_sharding_rule
 from .._spec import CallSpec
 
@@ -35,7 +37,9 @@ def num_batch_dims(spec: CallSpec, n_outputs: int) -> int:
     return axes.levels if axes.all_leading else 0
 
 
-def mark_batch_partitionable(op: ir.Operation, spec: CallSpec, in_ranks, out_ranks) -> None:
+def mark_batch_partitionable(
+    op: ir.Operation, spec: CallSpec, in_ranks: Sequence[int], out_ranks: Sequence[int]
+) -> None:
     """Annotate a lowered jaxbind custom call so that XLA can split its batch."""
     n = num_batch_dims(spec, len(out_ranks))
     if n == 0:

@@ -199,7 +199,8 @@ class _Driver:
         An event recorded on the producer and waited for by the consumer: the host does
         not wait. Falls back to synchronizing the producer if the driver refuses.
         """
-        events = self._events.__dict__
+        # typeshed gives every __dict__ str keys; this thread's events go by device
+        events: dict[int, ctypes.c_void_p] = self._events.__dict__  # type: ignore[assignment]
         event = events.get(device)
         if event is None:
             handle = ctypes.c_void_p()
@@ -289,8 +290,10 @@ def _streams_for(stream: int, device: int) -> tuple:
     cupy_on, torch_on = found
     # A fresh Device and torch context each call (they hold the state they restore).
     return (
-        (_NO_CONTEXT, _NO_CONTEXT) if cupy_on is None else (cupy.cuda.Device(device), cupy_on)
-    ) + ((_NO_CONTEXT,) if torch_on is None else (torch.cuda.stream(torch_on),))
+        (_NO_CONTEXT, _NO_CONTEXT)
+        if cupy is None or cupy_on is None
+        else (cupy.cuda.Device(device), cupy_on)
+    ) + ((_NO_CONTEXT,) if torch is None or torch_on is None else (torch.cuda.stream(torch_on),))
 
 
 _contexts: dict = {}  # CallContext by (stream, device, mode): one object per stream

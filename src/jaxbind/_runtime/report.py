@@ -75,7 +75,8 @@ def escaped_views(label, moved, outs, ins) -> None:
 def _move_derived(escaped, ours) -> dict:
     """Move arrays derived from the escaped views into their copies. Counts, per view,
     the derived arrays and memoryviews, and the objects that hold the view itself."""
-    found, seen = {}, set()
+    found: dict[int, int] = {}  # by the id of the view
+    seen: set[int] = set()
     for obj in gc.get_objects():
         if id(obj) in ours:
             continue

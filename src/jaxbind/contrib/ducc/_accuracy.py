@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Sequence
 from functools import cache
 
 import numpy as np
@@ -32,7 +33,9 @@ __all__ = ["finest_epsilon", "working_precision"]
 _lock = threading.Lock()
 
 
-def _runs(transform: str, ndim: int, single: bool, eps: float, sigma) -> bool:
+def _runs(
+    transform: str, ndim: int, single: bool, eps: float, sigma: tuple[float, float] | None
+) -> bool:
     """Whether DUCC accepts `eps` for a tiny problem of this kind."""
     extra = {} if sigma is None else dict(sigma_min=sigma[0], sigma_max=sigma[1])
     real = np.float32 if single else np.float64
@@ -73,7 +76,7 @@ def _runs(transform: str, ndim: int, single: bool, eps: float, sigma) -> bool:
 
 
 @cache
-def _finest(transform: str, ndim: int, single: bool, sigma) -> float:
+def _finest(transform: str, ndim: int, single: bool, sigma: tuple[float, float] | None) -> float:
     hi = 1e-1
     if not _runs(transform, ndim, single, hi, sigma):  # pragma: no cover - a DUCC we do not know
         raise RuntimeError(f"jaxducc0: DUCC refuses epsilon={hi} for {transform} in {ndim}-D")
@@ -89,16 +92,20 @@ def _finest(transform: str, ndim: int, single: bool, sigma) -> float:
     return hi * (1 + 1e-6)
 
 
-def finest_epsilon(transform: str, ndim: int, single: bool, sigma=None) -> float:
+def finest_epsilon(
+    transform: str, ndim: int, single: bool, sigma: Sequence[float] | None = None
+) -> float:
     """The finest accuracy DUCC reaches for `transform` ("nufft" for types 1 and 2,
     "nufft3", "wgridder", "wgridder_w" with the w-term) in `ndim` dimensions, with
     DUCC's oversampling range `sigma` (``(sigma_min, sigma_max)``; None: its default)."""
-    sigma = None if sigma is None else (float(sigma[0]), float(sigma[1]))
+    pair = None if sigma is None else (float(sigma[0]), float(sigma[1]))
     with _lock:
-        return _finest(transform, int(ndim), bool(single), sigma)
+        return _finest(transform, int(ndim), bool(single), pair)
 
 
-def working_precision(transform: str, ndim: int, single: bool, eps: float, sigma=None):
+def working_precision(
+    transform: str, ndim: int, single: bool, eps: float, sigma: Sequence[float] | None = None
+) -> tuple[float, bool]:
     """``(epsilon for DUCC, compute in double precision?)`` for a requested accuracy."""
     if single and eps < finest_epsilon(transform, ndim, True, sigma):
         return max(eps, finest_epsilon(transform, ndim, False, sigma)), True

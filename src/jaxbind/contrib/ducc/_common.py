@@ -24,7 +24,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without ducc0
 # and the results back (see "GPU buffers" in the README).
 _MODE = "host"
 
-_COMPLEX = {
+_COMPLEX: dict[np.dtype, np.dtype] = {
     np.dtype(np.float32): np.dtype(np.complex64),
     np.dtype(np.float64): np.dtype(np.complex128),
 }

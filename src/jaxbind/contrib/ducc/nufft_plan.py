@@ -102,6 +102,9 @@ class NufftPlan:
     give zeros.
     """
 
+    in_core: tuple[int, ...]  # the shape of the values, without batch axes
+    out_core: tuple[int, ...]  # the shape of the results, without batch axes
+
     def __init__(
         self,
         nufft_type: int,
@@ -163,7 +166,7 @@ class NufftPlan:
             check_positive("NufftPlan", "eps", eps),
         )
         self._dtype = np.dtype(np.complex128) if in_double else self.complex_dtype
-        real = np.float64 if in_double else real
+        real = np.dtype(np.float64) if in_double else real
         src = np.ascontiguousarray(np.stack(coords[:d], axis=1), dtype=real)  # (M, d)
         m = src.shape[0]
         if nufft_type == 3:
@@ -227,6 +230,7 @@ class NufftPlan:
     def _run_plan(self, values, out, transposed):
         forward = self.sign < 0
         p, kind = self._plan, self.nufft_type
+        assert p is not None  # see _execute
         if kind == 3:
             if transposed:  # exec_adjoint conjugates the sign; JAX's transposes do not
                 p.exec_adjoint(forward=not forward, points_in=values, points_out=out)

@@ -244,7 +244,6 @@ def _jvp(values, xs, *rest, **kw):
 @jax_function
 def _vjp(values, xs, *rest, **kw):
     kind, d, real = kw["nufft_type"], xs.shape[0], xs.dtype
-    qs = rest[0] if kind == 3 else None
     ct = rest[-1]
     if kind == 2:  # c = T2(f): f_bar = T1(ct), x_bar_a = Re sum_t ct T2(i s k_a f)
         grid = values.shape[1:]
@@ -257,6 +256,7 @@ def _vjp(values, xs, *rest, **kw):
         return [v_bar, jnp.stack([_re_dot(values, r[a], real) for a in range(d)])]
     # g = T3(c; x -> q): c_bar = T3(ct; q -> x), x_bar_a = Re sum_t c T3(i s q_a ct; q -> x),
     # q_bar_a = Re sum_t ct T3(i s x_a c; x -> q)
+    qs = rest[0]
     v_bar = _apply(ct, qs, xs, kw)
     rx = _stacked([_isx(ct, qs[a], kw) for a in range(d)], qs, xs, kw)
     rq = _stacked([_isx(values, xs[a], kw) for a in range(d)], xs, qs, kw)
@@ -334,4 +334,5 @@ def nufft_points(
     )
 
 
-nufft_points.op = _op  # the jaxbind op itself, e.g. for jaxbind.testing.check
+# the jaxbind op itself, e.g. for jaxbind.testing.check
+nufft_points.op = _op  # type: ignore[attr-defined]  # a function attribute
