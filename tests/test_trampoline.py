@@ -257,3 +257,12 @@ def test_results_do_not_alias_across_calls_with_reused_views():
     ys = [fn(jnp.full(4, float(k))) for k in range(5)]  # all results alive at once
     for k, y in enumerate(ys):
         np.testing.assert_array_equal(y, np.full(4, 2.0 * k))
+
+
+def test_a_pytree_structure_in_an_older_format_is_refused():
+    """Format 2 has no `trees` attribute (its digest does not cover one): a program that
+    carries it anyway was not written by jaxbind, and is refused rather than ignored."""
+    attrs = _attrs("tests.double", fmt=2)
+    attrs["trees"] = np.frombuffer(_kwargs.encode_kwargs({}).blob, np.uint8)
+    with pytest.raises(Exception, match="call format 2 has no pytree structure attribute"):
+        _raw_call(jnp.ones(3), **attrs)

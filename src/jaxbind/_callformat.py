@@ -117,13 +117,15 @@ class CallAttributes:
                     "custom call lacks the attribute 'trees' that call format 3 requires"
                 )
             levels, flags, n_fixed = found["loop_levels"], found["loop_batched"], found["n_fixed"]
-            trees = found.get("trees", b"") if fmt >= 3 else b""
+            trees = found.get("trees", b"")
             if not 0 <= levels <= MAX_LEVELS:
                 raise ValueError(f"the call's batch levels ({levels}) are out of range")
             if any(b > 1 for b in flags):
                 raise ValueError("the call's batch flags are not 0 or 1")
             if not 0 <= n_fixed <= MAX_FIXED:
                 raise ValueError(f"the call's n_fixed ({n_fixed}) is out of range")
+            if fmt < 3 and trees:
+                raise ValueError(f"call format {fmt} has no pytree structure attribute")
             attributes = cls(
                 binding, role, kwargs, levels, bytes(flags), n_fixed, bytes(trees), format=fmt
             )
@@ -142,6 +144,7 @@ class CallAttributes:
         if self.format >= 3:
             return self
         values, trees, loop = decode_kwargs(self.kwargs).to_dict(), b"", self.loop
+        given = len(values)
         if _FORMAT2_TREES[0] in values:
             pytrees = {
                 "in": values.pop(_FORMAT2_TREES[0]),
@@ -150,7 +153,7 @@ class CallAttributes:
             trees = encode_kwargs(pytrees).blob
         if self.format == 1 and not vectorized and "batch_axes" in values:
             loop = _format1_loop(values.pop("batch_axes"))
-        kwargs = encode_kwargs(values).blob if trees or loop.levels else self.kwargs
+        kwargs = encode_kwargs(values).blob if len(values) < given else self.kwargs
         flags = loop.flags(len(loop.batched))
         return CallAttributes(
             self.binding, self.role, kwargs, loop.levels, flags, self.n_fixed, trees

@@ -120,7 +120,7 @@ class Resolved:
 def _elements(buffers: tuple, levels: int, batched) -> tuple:
     """The buffers of one batch element (the leading `levels` axes dropped where batched)."""
     return tuple(
-        (address, shape[levels:] if batched is None or batched[i] else shape, code)
+        (address, shape[levels:] if levels and (batched is None or batched[i]) else shape, code)
         for i, (address, shape, code) in enumerate(buffers)
     )
 
@@ -174,15 +174,13 @@ class BufferCheck:
 
     def _avals(self, buffers, what, batched):
         avals = []
-        for i, (_, shape, code) in enumerate(buffers):
+        for i, (_, shape, code) in enumerate(_elements(buffers, self.loop.levels, batched)):
             dtype = XLA_ELEMENT_TYPES.get(code)
             if dtype is None:
                 raise TypeError(
                     f"{what} {i} has XLA element type {code}, which jaxbind "
                     "cannot pass to Python callables"
                 )
-            if self.loop.levels and (batched is None or batched[i]):
-                shape = shape[self.loop.levels :]
             avals.append(ShapedArray(tuple(shape), dtype))
         return avals
 
