@@ -376,9 +376,8 @@ NB_MODULE(_ext, m) {
       "gpu_call_for_tests",
       [](Site &site, uintptr_t stream, int32_t device, nb::handle ins, nb::handle outs) {
         // the buffers as the dispatcher gets them: (address, shape, XLA element type)
-        std::vector<std::vector<int64_t>> dims;
+        std::vector<std::vector<int64_t>> dims;  // (moving an inner vector keeps its data)
         auto read = [&](nb::handle items, std::vector<Buffer> &out) {
-          dims.reserve(dims.size() + nb::len(items) + 8);
           for (nb::handle item : items) {
             nb::tuple t = nb::cast<nb::tuple>(item);
             dims.push_back(nb::cast<std::vector<int64_t>>(t[1]));
@@ -388,7 +387,6 @@ NB_MODULE(_ext, m) {
           }
         };
         Frame frame;
-        dims.reserve(nb::len(ins) + nb::len(outs));
         read(ins, frame.call.ins);
         read(outs, frame.call.outs);
         try {
