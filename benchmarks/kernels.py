@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import pathlib
 import statistics
@@ -372,6 +373,93 @@ def _devices_child(seconds: float, trials: int) -> None:
     print(json.dumps(result))
 
 
+# --- XLA's threads: a parallel batch loop, and a kernel over ranges -------------------------
+
+
+def _alternating(programs: dict, arg, blocks: int, reps: int) -> dict:
+    """name -> median seconds per call, over `blocks` alternating blocks of `reps` calls."""
+    times: dict = {name: [] for name in programs}
+    names = list(programs)
+    for b in range(blocks):
+        for name in names if b % 2 == 0 else reversed(names):
+            times[name].append(_block(programs[name], arg, reps, each=True))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def xla_threads() -> int:
+    """The threads of XLA's intra-op pool, as a kernel's call reports them (n_threads)."""
+    from jaxbind._kernels.abi import CALL
+    from jaxbind._kernels.numba_codegen import _numba
+
+    pointer = _numba()["pointer"]
+    words, outputs, threads = CALL.words, CALL["outputs"], CALL["n_threads"]
+
+    @numba.cfunc(numba.types.int32(numba.types.voidptr))
+    def report(call):
+        c = numba.carray(call, (words,), np.int64)
+        out = numba.carray(pointer(c[outputs]), (4,), np.int64)
+        numba.carray(pointer(out[0]), (1,), np.int32)[0] = c[threads]
+        return 0
+
+    op = jaxbind.get_linear_call(
+        jaxbind.kernel(report), None, lambda x: (((), jnp.int32),), name="bench.xla_threads"
+    )
+    return int(jax.jit(lambda x: op(x)[0])(jnp.zeros(1, jnp.int32)))
+
+
+def vmap_batch(batch: int, seconds: float, blocks: int) -> dict:
+    """A vmap of `batch` kernel calls of about `seconds` each: jaxbind's batch loop on all
+    of XLA's threads, and on one (the same kernel with threads=1)."""
+    turns = _turns_for(seconds)
+    programs = {}
+    for name, threads in (("all threads", None), ("1 thread", 1)):
+        op = jaxbind.get_linear_call(
+            jaxbind.kernel(_busy, threads=threads), None, _shape, name=f"bench.vmap_{threads}"
+        )
+        programs[name] = jax.jit(jax.vmap(lambda x, op=op: op(x, turns=turns)[0]))
+    x = jnp.ones((batch, N), jnp.float32)
+    for f in programs.values():
+        np.testing.assert_allclose(f(x), 2 * x + 1)
+    times = _alternating(programs, x, blocks, 2)
+    return dict(
+        batch=batch,
+        element_s=seconds,
+        rows=times,
+        speedup=times["1 thread"] / times["all threads"],
+    )
+
+
+def _elementwise(begin, end, out, x):
+    for i in range(begin, end):
+        v = x[i]
+        out[i] = math.sin(v) * math.exp(-v * v) + math.sqrt(abs(v))
+
+
+def _elementwise_jax(x):
+    return jnp.sin(x) * jnp.exp(-x * x) + jnp.sqrt(jnp.abs(x))
+
+
+def elementwise(size: int, blocks: int) -> dict:
+    """sin(x) exp(-x²) + sqrt|x| over `size` float32 values: a kernel over ranges with
+    one thread and with all of XLA's, and pure JAX."""
+    programs = {}
+    for name, threads in (("kernel over ranges, all threads", None), ("… 1 thread", 1)):
+        k = jaxbind.kernel(_elementwise, ranges=lambda out, x: out.shape[0], threads=threads)
+        op = jaxbind.get_linear_call(k, None, _shape, name=f"bench.elementwise_{threads}")
+        programs[name] = jax.jit(lambda x, op=op: op(x)[0])
+    programs["pure JAX"] = jax.jit(_elementwise_jax)
+    x = jnp.linspace(-2.0, 2.0, size, dtype=jnp.float32)
+    ref = programs["pure JAX"](x)
+    for name, f in programs.items():
+        np.testing.assert_allclose(f(x), ref, rtol=1e-5, atol=1e-6, err_msg=name)
+    times = _alternating(programs, x, blocks, 3)
+    return dict(
+        size=size,
+        rows=times,
+        speedup=times["… 1 thread"] / times["kernel over ranges, all threads"],
+    )
+
+
 # --- a cloud-in-cell fit -----------------------------------------------------------------
 # Particles at `pos` (grid units, in [0, n)) carry weights `w`; the deposit spreads each
 # weight over the 4 nearest cells of a periodic n x n grid (bilinear weights); its
@@ -380,9 +468,12 @@ def _devices_child(seconds: float, trials: int) -> None:
 
 @numba.njit(inline="always")
 def cic_cell(pos, p, n0, n1):
-    """The lower cell (i0, j0) of particle p, the next ones (i1, j1), and its offsets."""
+    """The lower cell (i0, j0) of particle p, the next ones (i1, j1), and its offsets.
+    (The modulo, for a particle outside the grid only: it costs a third of the loop.)"""
     fi, fj = np.floor(pos[p, 0]), np.floor(pos[p, 1])
-    i0, j0 = int(fi) % n0, int(fj) % n1
+    i0, j0 = int(fi), int(fj)
+    i0 = i0 if 0 <= i0 < n0 else i0 % n0
+    j0 = j0 if 0 <= j0 < n1 else j0 % n1
     i1 = i0 + 1 if i0 + 1 < n0 else 0
     j1 = j0 + 1 if j0 + 1 < n1 else 0
     return i0, j0, i1, j1, pos[p, 0] - fi, pos[p, 1] - fj
@@ -403,6 +494,29 @@ def cic_deposit(out, pos, w):  # the kernels, as numba users write them
 def cic_interp(out, pos, grid):
     n0, n1 = grid.shape
     for p in range(out.shape[0]):
+        i0, j0, i1, j1, fx, fy = cic_cell(pos, p, n0, n1)
+        out[p] = (1 - fx) * ((1 - fy) * grid[i0, j0] + fy * grid[i0, j1]) + fx * (
+            (1 - fy) * grid[i1, j0] + fy * grid[i1, j1]
+        )
+
+
+# The same two as kernels over ranges of particles, on XLA's threads: the interpolation
+# writes each particle's value, independently; the deposit adds into the grid, so its
+# ranges are summed (reduction="sum": each range deposits on a zeroed grid of its own).
+def cic_deposit_ranges(begin, end, out, pos, w):
+    n0, n1 = out.shape
+    for p in range(begin, end):
+        i0, j0, i1, j1, fx, fy = cic_cell(pos, p, n0, n1)
+        a, b = w[p] * (1 - fx), w[p] * fx
+        out[i0, j0] += a * (1 - fy)
+        out[i1, j0] += b * (1 - fy)
+        out[i0, j1] += a * fy
+        out[i1, j1] += b * fy
+
+
+def cic_interp_ranges(begin, end, out, pos, grid):
+    n0, n1 = grid.shape
+    for p in range(begin, end):
         i0, j0, i1, j1, fx, fy = cic_cell(pos, p, n0, n1)
         out[p] = (1 - fx) * ((1 - fy) * grid[i0, j0] + fy * grid[i0, j1]) + fx * (
             (1 - fy) * grid[i1, j0] + fy * grid[i1, j1]
@@ -449,6 +563,9 @@ def _cic_shape(pos, w, *, n):
     return (((n, n), w.dtype),)
 
 
+PARALLEL_CIC = "jaxbind kernel over ranges (numba, XLA's threads)"
+
+
 def cic_fit(n: int, particles: int, blocks: int, steps: int = 10) -> dict:
     """Gradient descent on the weights so that their deposit matches a target grid: time
     per jitted value_and_grad of the loss, and per step of a fori_loop of `steps` steps."""
@@ -459,6 +576,13 @@ def cic_fit(n: int, particles: int, blocks: int, steps: int = 10) -> dict:
         first_n_args_fixed=1,
         name="bench.cic_kernel",
     )
+    parallel_op = jaxbind.get_linear_call(
+        jaxbind.kernel(cic_deposit_ranges, ranges=lambda out, pos, w: w.shape[0], reduction="sum"),
+        jaxbind.kernel(cic_interp_ranges, ranges=lambda out, pos, grid: out.shape[0]),
+        _cic_shape,
+        first_n_args_fixed=1,
+        name="bench.cic_kernel_parallel",
+    )
     numpy_op = jaxbind.get_linear_call(
         cic_deposit_numpy,
         cic_interp_numpy,
@@ -468,6 +592,7 @@ def cic_fit(n: int, particles: int, blocks: int, steps: int = 10) -> dict:
     )
     deposits = {
         "jaxbind kernel (numba)": lambda pos, w: kernel_op(pos, w, n=n)[0],
+        PARALLEL_CIC: lambda pos, w: parallel_op(pos, w, n=n)[0],
         "jaxbind callable (NumPy)": lambda pos, w: numpy_op(pos, w, n=n)[0],
         "pure JAX": lambda pos, w: cic_deposit_jax(pos, w, n),
     }
@@ -512,8 +637,8 @@ def cic_fit(n: int, particles: int, blocks: int, steps: int = 10) -> dict:
     for b in range(blocks):
         for name in names if b % 2 == 0 else reversed(names):
             value_and_grad, descent = programs[name]
-            times[name]["value_and_grad"].append(_block(value_and_grad, w0, 5))
-            times[name]["step"].append(_block(descent, w0, 2) / steps)
+            times[name]["value_and_grad"].append(_block(value_and_grad, w0, 5, each=True))
+            times[name]["step"].append(_block(descent, w0, 2, each=True) / steps)
     return dict(
         n=n,
         particles=particles,
@@ -536,11 +661,15 @@ def _programs(body):
     return once, loop
 
 
-def _block(fn, x, reps):
+def _block(fn, x, reps, each=False):
+    """Seconds per call of `reps` calls; `each`: each call waits for the one before (JAX
+    runs independent calls at once otherwise, as many as there are cores)."""
     jax.block_until_ready(fn(x))
     start = time.perf_counter()
     for _ in range(reps):
         y = fn(x)
+        if each:
+            jax.block_until_ready(y)
     jax.block_until_ready(y)
     return (time.perf_counter() - start) / reps
 
@@ -595,6 +724,9 @@ def main():
     threads = two_threads(busy_s, trials)
     devices = two_devices(busy_s, trials)
     cic = cic_fit(cic_n, cic_particles, args.blocks)
+    pool = xla_threads()
+    batch = vmap_batch(64, 2e-4 if args.quick else 1e-3, args.blocks)
+    wide = elementwise(1 << 20 if args.quick else 1 << 24, max(2, args.blocks // 2))
     load = os.getloadavg()
     ratio = by["jaxbind callable"]["iteration_overhead_s"] / max(
         by["jaxbind kernel"]["iteration_overhead_s"], 1e-9
@@ -682,6 +814,9 @@ def main():
         f"timed; the loss goes from {cic['loss_start']:.4g} to {cic['loss_after']:.4g} in "
         f"{cic['steps']} steps. {args.blocks} alternating blocks, medians.",
         "",
+        f"The kernels run on one thread; the kernels over ranges on XLA's {pool} "
+        f"threads ({os.cpu_count()} cores).",
+        "",
         "| deposit and transpose | jit(value_and_grad(loss)) | per step in a fori_loop "
         f"of {cic['steps']} | step / pure JAX's |",
         "|---|---|---|---|",
@@ -692,12 +827,39 @@ def main():
             f"{r['step_s'] / jax_step:.2f} |"
         )
     k_step = rows_cic["jaxbind kernel (numba)"]["step_s"]
+    p_step = rows_cic[PARALLEL_CIC]["step_s"]
     c_step = rows_cic["jaxbind callable (NumPy)"]["step_s"]
     lines += [
         "",
         f"Per step, the kernels take {k_step / jax_step:.2f}x pure JAX's time and the NumPy "
         f"callables {c_step / jax_step:.2f}x; the kernels are {c_step / k_step:.1f}x faster "
         "than the NumPy callables.",
+    ]
+    lines += [
+        f"- With XLA's threads, the kernels over ranges take {p_step / jax_step:.2f}x pure "
+        f"JAX's time per step ({k_step / p_step:.2f}x faster than on one thread). Target: "
+        f"at or below 1.0x: {met(p_step <= jax_step)}.",
+        "",
+        f"**XLA's threads.** XLA's intra-op pool has {pool} threads here "
+        f"({os.cpu_count()} cores). A `vmap` of {batch['batch']} kernel calls of about "
+        f"{batch['element_s'] * 1e3:.1f} ms each (the busy loop above), jaxbind's batch "
+        "loop on all of the pool's threads and on one (the same kernel with threads=1); "
+        f"and sin(x) exp(-x²) + sqrt|x| over {wide['size']} float32 values, as a kernel "
+        "over ranges with all threads and with one, and in pure JAX. Medians of "
+        "alternating blocks.",
+        "",
+        "| case | how | time per call |",
+        "|---|---|---|",
+    ]
+    for case, result in ((f"vmap of {batch['batch']}", batch), ("elementwise", wide)):
+        for name, t in result["rows"].items():
+            lines.append(f"| {case} | {name} | {t * 1e3:.2f} ms |")
+    lines += [
+        "",
+        f"- The batch loop on all threads is {batch['speedup']:.2f}x faster than on one. "
+        f"Target: at least 1.8x on 2 cores: {met(batch['speedup'] >= 1.8)}.",
+        f"- The elementwise kernel over ranges is {wide['speedup']:.2f}x faster on all "
+        "threads than on one.",
     ]
     text = "\n".join(lines) + "\n"
     print(text)
@@ -709,6 +871,10 @@ def main():
         threads=threads,
         devices=devices,
         cic=cic,
+        xla_threads=pool,
+        cores=os.cpu_count(),
+        vmap_batch=batch,
+        elementwise=wide,
     )
     save(args.out, "kernels", payload, text)
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <stdexcept>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "jaxbind/kernel.h"
+#include "workers.h"
 #include "xla_ffi.h"
 
 namespace jaxbind {
@@ -28,17 +30,20 @@ using Buffer = jaxbind_buffer;
 // token (a TOKEN buffer in first place, which carries no data).
 struct Call {
   std::vector<Buffer> ins, outs;
+  bool ordered = false;  // it came with a token: its effects keep the program's order
 
   // Decode XLA's arguments and results, each buffer once. Throws std::invalid_argument.
   void decode(const ffi::RemainingArgs &args, const ffi::RemainingRets &rets) {
-    decode_side(args, "input", ins);
+    ordered = decode_side(args, "input", ins);
     decode_side(rets, "output", outs);
   }
 
  private:
+  // Returns whether a token came first.
   template <typename Remaining>
-  static void decode_side(const Remaining &all, const char *what, std::vector<Buffer> &out) {
+  static bool decode_side(const Remaining &all, const char *what, std::vector<Buffer> &out) {
     out.clear();
+    bool token = false;
     for (size_t i = 0; i < all.size(); ++i) {
       auto decoded = all.template get<ffi::AnyBuffer>(i);
       if (!decoded.has_value()) throw std::invalid_argument(std::string("cannot decode ") + what);
@@ -48,11 +53,15 @@ struct Call {
         else
           return *decoded;
       }();
-      if (i == 0 && b.element_type() == ffi::DataType::TOKEN) continue;
+      if (i == 0 && b.element_type() == ffi::DataType::TOKEN) {
+        token = true;
+        continue;
+      }
       auto dims = b.dimensions();
       out.push_back(Buffer{b.untyped_data(), static_cast<int64_t>(b.element_type()),
                            static_cast<int64_t>(dims.size()), dims.begin()});
     }
+    return token;
   }
 };
 
@@ -168,6 +177,14 @@ struct Loop {
   // Run `body(const Call &)` once per batch element (`whole_batch`: once, on the whole
   // call, for a body that takes the batch itself), after the bounds check. `scratch`
   // holds the elements' buffers (a caller may keep it between calls).
+  //
+  // With `workers` (a kernel's calls, which are safe on several threads at once), the
+  // elements of an unordered call may run on several threads: the first runs here, timed,
+  // and the others are spread over the workers only when they are worth it, about
+  // kWorthSpreading or more of work by that measure. Each element's body then gets the
+  // workers' share that the batch leaves it (`body(call, workers)`).
+  static constexpr double kWorthSpreading = 50e-6;  // seconds
+
   template <typename Body>
   void run(const Call &call, bool whole_batch, Call &scratch, Body &&body) const {
     int64_t n = count(call);
@@ -176,6 +193,44 @@ struct Loop {
       element(call, k, scratch);
       body(static_cast<const Call &>(scratch));
     }
+  }
+
+  template <typename Body>
+  void run(const Call &call, bool whole_batch, Call &scratch, const Workers &workers,
+           Body &&body) const {
+    int64_t n = count(call);
+    if (levels == 0 || whole_batch) return body(call, workers);
+    int64_t threads = workers.threads();
+    if (n < 2 || call.ordered || threads < 2) {
+      for (int64_t k = 0; k < n; ++k) {
+        element(call, k, scratch);
+        body(static_cast<const Call &>(scratch), workers);
+      }
+      return;
+    }
+    auto start = std::chrono::steady_clock::now();
+    element(call, 0, scratch);
+    body(static_cast<const Call &>(scratch), workers);
+    std::chrono::duration<double> first = std::chrono::steady_clock::now() - start;
+    int64_t rest = n - 1;
+    if (first.count() * static_cast<double>(rest) < kWorthSpreading) {
+      for (int64_t k = 1; k < n; ++k) {
+        element(call, k, scratch);
+        body(static_cast<const Call &>(scratch), workers);
+      }
+      return;
+    }
+    // chunks of consecutive elements, a few per thread (a slow thread then holds up
+    // little), each with buffers of its own
+    int64_t chunks = std::min(rest, 4 * threads);
+    Workers each = workers.limited(std::max<int64_t>(1, threads / n));
+    workers.run(chunks, [&](int64_t c) {
+      Call local;
+      for (int64_t k = 1 + rest * c / chunks; k < 1 + rest * (c + 1) / chunks; ++k) {
+        element(call, k, local);
+        body(static_cast<const Call &>(local), each);
+      }
+    });
   }
 
  private:

@@ -2,6 +2,7 @@
 //
 // Files, from the bottom up:
 //   callformat.h  the attributes a call carries; its header (format, site digest)
+//   workers.h     XLA's intra-op thread pool, as kernels and the batch loop use it
 //   call.h        one described call: its buffers (decoded once), signature, batch loop
 //   kernels.h     compiled kernels' keyword arguments, and the ABI call of a kernel
 //   state.h       process-wide state: the Python functions called, the dtype table
@@ -75,11 +76,15 @@ class ScopedFrame {
   Frame *frame_;
 };
 
-// Run a kernel site's call: once, or once per batch element, without the GIL.
-inline void run_kernel(const SiteCore &core, jaxbind_kernel_fn fn, Frame &frame) {
+// Run a kernel site's call: once, or once per batch element (on several of XLA's threads
+// when that pays), without the GIL.
+inline void run_kernel(const SiteCore &core, jaxbind_kernel_fn fn, Frame &frame, Pool pool) {
   const Loop *batch = core.whole_batch ? &core.loop : nullptr;
-  core.loop.run(frame.call, core.whole_batch, frame.element,
-                [&](const Call &call) { call_kernel(fn, core.kwargs, core.label, call, batch); });
+  Workers workers(pool, core.kernel.threads);
+  core.loop.run(frame.call, core.whole_batch, frame.element, workers,
+                [&](const Call &call, const Workers &w) {
+                  call_kernel(fn, core.kernel, core.label, call, batch, w);
+                });
 }
 
 // What each thread keeps between kernel calls, in one place (one thread-local lookup per
@@ -100,7 +105,7 @@ inline FastCache &fast_cache() {
 // A kernel call whose site and signature are known: no GIL, no Python object. Returns
 // false when the call needs the GIL path (see `guarded`).
 bool run_kernel_fast(const RawAttrs &attrs, const ffi::RemainingArgs &args,
-                     const ffi::RemainingRets &rets, Frame &frame, ffi::Error &result) {
+                     const ffi::RemainingRets &rets, Pool pool, Frame &frame, ffi::Error &result) {
   int64_t digest = 0;
   if (!attrs.site(digest)) return false;
   FastCache &cache = fast_cache();
@@ -127,7 +132,7 @@ bool run_kernel_fast(const RawAttrs &attrs, const ffi::RemainingArgs &args,
     cache.fn = fn;
   }
   try {
-    run_kernel(core, fn, frame);
+    run_kernel(core, fn, frame, pool);
     result = ffi::Error::Success();
   } catch (KernelError &e) {
     result = error(ffi::ErrorCode::kInternal, e.what());
@@ -248,15 +253,15 @@ void run_callable(Site &site, const Call &call) {
 
 // CPU: a kernel (without the GIL, and without Python once its site and signature are
 // known), or NumPy views of the host buffers and the callable called in place.
-ffi::Error CpuCall(ffi::RemainingArgs args, ffi::RemainingRets rets, RawAttrs raw) {
+ffi::Error CpuCall(Pool pool, ffi::RemainingArgs args, ffi::RemainingRets rets, RawAttrs raw) {
   ScopedFrame frame;
   ffi::Error result = ffi::Error::Success();
-  if (run_kernel_fast(raw, args, rets, *frame, result)) return result;
+  if (run_kernel_fast(raw, args, rets, pool, *frame, result)) return result;
   return guarded(raw.dict(), args, rets, *frame, [&](Site &site, jaxbind_kernel_fn fn) {
     SiteCore &core = *site.core.get();
     if (core.is_kernel) {
       nb::gil_scoped_release release;
-      return run_kernel(core, fn, *frame);
+      return run_kernel(core, fn, *frame, pool);
     }
     core.loop.run(frame->call, false, frame->element,
                   [&](const Call &call) { run_callable(site, call); });
@@ -317,6 +322,7 @@ using namespace jaxbind;
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     jaxbind_cpu_handler, CpuCall,
     ffi::Ffi::Bind()
+        .Ctx<Pool>()          // XLA's intra-op thread pool, for kernels
         .RemainingArgs()      // inputs, any dtype and rank
         .RemainingRets()      // outputs, written in place
         .Attrs<RawAttrs>());  // jaxbind_format, site, binding, role, kwargs, ...
@@ -483,6 +489,10 @@ NB_MODULE(_ext, m) {
       },
       "Number of kernel sites that calls reach without the GIL.");
   m.def("kernel_abi_version", []() { return JAXBIND_KERNEL_ABI_VERSION; });
+  m.def(
+      "parallel_for_address", []() { return reinterpret_cast<uintptr_t>(&parallel_for); },
+      "The address of the kernel ABI's parallel_for, for kernels called from Python "
+      "(jaxbind/_kernels/abi.py): with no workers, it runs the tasks in order.");
 
   m.def(
       "site_count", []() { return state == nullptr ? size_t(0) : state->sites.size(); },

@@ -21,7 +21,7 @@ namespace nb = nanobind;
 // says (which the kernel tests hold against the header's fields, in order).
 static_assert(sizeof(jaxbind_buffer) == 4 * 8, "jaxbind_buffer is 4 words (abi.BUFFER)");
 static_assert(sizeof(jaxbind_kwarg) == 10 * 8, "jaxbind_kwarg is 10 words (abi.KWARG)");
-static_assert(sizeof(jaxbind_call) == 11 * 8, "jaxbind_call is 11 words (abi.CALL)");
+static_assert(sizeof(jaxbind_call) == 14 * 8, "jaxbind_call is 14 words (abi.CALL)");
 
 // A kernel that failed: its message names the binding and the role already.
 struct KernelError : std::runtime_error {
@@ -78,15 +78,24 @@ class KernelArgs {
   std::vector<jaxbind_kwarg> kwargs_;
 };
 
+// What a kernel site's calls pass besides their buffers.
+struct KernelSite {
+  int64_t abi_version = JAXBIND_KERNEL_ABI_VERSION;  // the version it was registered for
+  int64_t threads = 0;                               // at most this many (0: all XLA has)
+  KernelArgs kwargs;
+};
+
 // Call a kernel once on `call` (one batch element, or the whole call: then `loop` says
-// which axes are the batch). No GIL needed, no Python object made. Throws KernelError
-// with the kernel's message, prefixed with `label`, if it fails.
-inline void call_kernel(jaxbind_kernel_fn fn, const KernelArgs &kwargs, const std::string &label,
-                        const Call &call, const Loop *loop) {
+// which axes are the batch), with `workers` for its parallel_for. No GIL needed, no
+// Python object made. Throws KernelError with the kernel's message, prefixed with
+// `label`, if it fails.
+inline void call_kernel(jaxbind_kernel_fn fn, const KernelSite &site, const std::string &label,
+                        const Call &call, const Loop *loop, const Workers &workers) {
+  const KernelArgs &kwargs = site.kwargs;
   char message[1024];
   message[0] = '\0';
   jaxbind_call abi{};
-  abi.abi_version = JAXBIND_KERNEL_ABI_VERSION;
+  abi.abi_version = site.abi_version;
   abi.n_inputs = static_cast<int64_t>(call.ins.size());
   abi.inputs = call.ins.data();
   abi.n_outputs = static_cast<int64_t>(call.outs.size());
@@ -97,6 +106,9 @@ inline void call_kernel(jaxbind_kernel_fn fn, const KernelArgs &kwargs, const st
   abi.batched = loop != nullptr ? loop->batched.data() : nullptr;
   abi.error = message;
   abi.error_size = sizeof(message);
+  abi.n_threads = workers.threads();  // (asked here, before any task runs)
+  abi.parallel_for = parallel_for;
+  abi.workers = const_cast<Workers *>(&workers);
   int32_t status = fn(&abi);
   if (status == 0) return;
   message[sizeof(message) - 1] = '\0';

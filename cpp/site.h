@@ -35,7 +35,7 @@ struct SiteCore {
   Loop loop;
   bool is_kernel = false;
   bool whole_batch = false;  // the kernel takes the whole batch (batches=True)
-  KernelArgs kwargs;         // a kernel's static keyword arguments
+  KernelSite kernel;         // a kernel's ABI version, threads and keyword arguments
   Accepted accepted;
   // Cleared when its Site goes: a thread's cached pointer to it is then stale.
   std::atomic<bool> alive{true};
@@ -81,8 +81,8 @@ struct Site {
   nb::object out_views, in_views;
 
   // Read the description: callable, kwargs_dump, label, binding, levels, batched, accept
-  // and kernel (None, or what jaxbind/_kernels/abi.py's KernelCall gives: batches and
-  // kwargs).
+  // and kernel (None, or what jaxbind/_kernels' KernelCall gives: batches, abi_version,
+  // threads and kwargs).
   explicit Site(nb::handle description) : core(new SiteCore()) {
     resolved = nb::borrow(description);
     callable = description.attr("callable");
@@ -100,7 +100,9 @@ struct Site {
     if (!kernel.is_none()) {
       core->is_kernel = true;
       core->whole_batch = nb::cast<bool>(kernel.attr("batches"));
-      core->kwargs.read(kernel.attr("kwargs"));
+      core->kernel.abi_version = nb::cast<int64_t>(kernel.attr("abi_version"));
+      core->kernel.threads = nb::cast<int64_t>(kernel.attr("threads"));
+      core->kernel.kwargs.read(kernel.attr("kwargs"));
     }
   }
 };

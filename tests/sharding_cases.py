@@ -506,6 +506,45 @@ def case_kernel_under_shard_map_and_batch_sharded_jit():
     return "a numba kernel under shard_map (forward, grad) and a batch-sharded vmap"
 
 
+def case_parallel_kernels_under_shard_map():
+    if not importable("numba"):
+        return "skipped: numba is not installed"
+
+    def scaled(begin, end, out, x):  # over rows: each range writes its own rows
+        for i in range(begin, end):
+            for j in range(x.shape[1]):
+                out[i, j] = 3.0 * x[i, j]
+
+    def column_sums(begin, end, out, x):  # over rows, summed into one row
+        for i in range(begin, end):
+            for j in range(x.shape[1]):
+                out[0, j] += x[i, j]
+
+    rows = lambda out, x: x.shape[0]
+    op = jaxbind.get_linear_call(
+        jaxbind.kernel(scaled, ranges=rows, grain=1),
+        jaxbind.kernel(scaled, ranges=rows, grain=1),
+        same_as_first,
+        same_as_first,
+        name="sharding.kernel_ranges",
+    )
+    sums = jaxbind.get_linear_call(
+        jaxbind.kernel(column_sums, ranges=rows, grain=1, reduction="sum"),
+        None,
+        lambda x: (((1, x.shape[1]), x.dtype),),
+        name="sharding.kernel_column_sums",
+    )
+    xs = np.arange(8 * 5, dtype=np.float64).reshape(8, 5)
+    f = shard_map(lambda x: op(x)[0], mesh=mesh, in_specs=P("b"), out_specs=P("b"))
+    _close(jax.jit(f)(xs), 3 * xs)
+    _close(jax.jit(jax.grad(lambda x: f(x).sum()))(xs), np.full_like(xs, 3.0))
+    g = shard_map(lambda x: sums(x)[0], mesh=mesh, in_specs=P("b"), out_specs=P("b"))
+    _close(jax.jit(g)(xs), xs.reshape(4, 2, 5).sum(axis=1))
+    sharded = jax.device_put(xs.reshape(8, 1, 5), batch_sharded)
+    _close(jax.jit(jax.vmap(lambda x: sums(x)[0]))(sharded), xs.reshape(8, 1, 5))
+    return "kernels over ranges (one with reduction='sum') under shard_map, grad, vmap"
+
+
 def main():
     names = sys.argv[1:] or [n for n in globals() if n.startswith("case_")]
     for name in names:

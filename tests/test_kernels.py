@@ -265,7 +265,7 @@ def test_c_kernel_through_ctypes_and_raw_address(clib):
     assert (pathlib.Path(jaxbind.kernel_include_dir()) / "jaxbind" / "kernel.h").exists()
     by_ctypes = jaxbind.kernel(clib.add_offset)
     address = ctypes.cast(clib.add_offset, ctypes.c_void_p).value
-    raw = jaxbind.kernel(address, abi_version=1, name="add_offset")
+    raw = jaxbind.kernel(address, abi_version=2, name="add_offset")
     for i, k in enumerate((by_ctypes, raw)):
         op = jaxbind.get_linear_call(k, None, same_as_last, name=f"tests.kernel_c{i}")
         x = random((2, 3), np.float32, 9)
@@ -281,7 +281,7 @@ def _c_kernel(clib, how: str):
         return jaxbind.kernel(clib.scale_f32)
     if how == "raw address":
         address = ctypes.cast(clib.scale_f32, ctypes.c_void_p).value
-        return jaxbind.kernel(address, abi_version=1, name="scale_f32")
+        return jaxbind.kernel(address, abi_version=2, name="scale_f32")
     cffi = pytest.importorskip("cffi")
     ffi = cffi.FFI()
     ffi.cdef("int32_t scale_f32(const void *call);")
@@ -722,4 +722,4 @@ def test_abi_layout_table_is_the_headers():
         assert tuple(re.findall(r"(\w+)\s*;", body)) == struct.fields, struct.name
     assert f"#define JAXBIND_KERNEL_ABI_VERSION {abi.ABI_VERSION}" in header
     assert abi.KWARG["array.dims"] == abi.KWARG["array"] + abi.BUFFER["dims"]
-    assert (abi.BUFFER.words, abi.KWARG.words, abi.CALL.words) == (4, 10, 11)
+    assert (abi.BUFFER.words, abi.KWARG.words, abi.CALL.words) == (4, 10, 14)

@@ -91,3 +91,7 @@ def test_effectful_kernel_under_shardy(results):
 
 def test_kernel_under_shard_map_and_batch_sharded_jit(results):
     _check(results, "case_kernel_under_shard_map_and_batch_sharded_jit")
+
+
+def test_parallel_kernels_under_shard_map(results):
+    _check(results, "case_parallel_kernels_under_shard_map")

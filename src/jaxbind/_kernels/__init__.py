@@ -38,7 +38,7 @@ import numpy as np
 
 from .._roles import Body
 from . import abi
-from .abi import ABI_VERSION
+from .abi import ABI_VERSION, ABI_VERSIONS
 from .numba_codegen import compile_numba, count, parameter_names, static_parameters
 
 __all__ = ["ABI_VERSION", "Kernel", "KernelCall", "kernel", "kernel_include_dir"]
@@ -51,14 +51,16 @@ def kernel_include_dir() -> str:
 
 class KernelCall:
     """What the trampoline reads for one kernel site (see cpp/site.h): whether the
-    kernel batches, the static keyword arguments as typed values (cpp/kernels.h), and
+    kernel batches, the ABI version it was registered for, the threads it may use (0:
+    all of XLA's), the static keyword arguments as typed values (cpp/kernels.h), and
     `address`, the kernel's address for a buffer signature ``(inputs, outputs)``, each a
     tuple of ``(address, shape, XLA element type)``."""
 
-    __slots__ = ("kernel", "batches", "kwargs", "values", "where")
+    __slots__ = ("kernel", "batches", "abi_version", "threads", "kwargs", "values", "where")
 
     def __init__(self, kernel: Kernel, values: dict, where: str):
         self.kernel, self.batches, self.values, self.where = kernel, kernel.batches, values, where
+        self.abi_version, self.threads = kernel.abi_version, kernel.threads or 0
         self.kwargs = [abi.typed_kwarg(name, values[name], where) for name in sorted(values)]
 
     def address(self, ins, outs) -> int:
@@ -72,6 +74,10 @@ class Kernel:
       name: what messages call it.
       batches: it takes a whole batch (the call's ``batch_levels``), instead of being
         called by jaxbind once per batch element.
+      abi_version: the version of the ABI it implements (what its calls say they are).
+      threads: the most threads it and its batch loop may use (None: all of XLA's).
+      ranges, grain, reduction: a numba kernel over ranges (see
+        [`kernel`][jaxbind.kernel]); ranges is None for every other kernel.
     """
 
     body_kind = Body.KERNEL  # what the rules and the runtime see (see _roles.Body.of)
@@ -84,8 +90,16 @@ class Kernel:
         fn: Callable | None,
         keep=(),
         options: dict | None = None,
+        *,
+        abi_version: int = ABI_VERSION,
+        threads: int | None = None,
+        ranges: Callable | None = None,
+        grain: int = 1,
+        reduction: str | None = None,
     ):
         self.name, self.batches = name, batches
+        self.abi_version, self.threads = abi_version, threads
+        self.ranges, self.grain, self.reduction = ranges, grain, reduction
         self._address, self._fn = address, fn
         self._options = dict(options or {})  # numba: the options of the user's @njit
         self._keep = keep  # what holds the code at `address` (see kernel())
@@ -96,6 +110,12 @@ class Kernel:
 
     def __repr__(self):
         return f"<jaxbind kernel {self.name}{' (batches)' if self.batches else ''}>"
+
+    @property
+    def parallel(self) -> bool:
+        """Whether its calls split their work over XLA's threads (a kernel over ranges;
+        a C kernel may call parallel_for itself)."""
+        return self.ranges is not None
 
     def for_trees(self, trees) -> Kernel:
         """Kernels take flat arrays, whatever the call's pytree structure."""
@@ -169,7 +189,19 @@ class Kernel:
         describe = lambda arrays: tuple((0, a.shape, abi.xla_code(a.dtype)) for a in arrays)
         call = self.call_for(values, repr(self))
         address = call.address(describe(ins), describe(out))
-        status, message = abi.call_kernel(address, ins, out, call.kwargs)
+        from .. import _ext
+
+        # parallel_for runs the tasks in order here; a kernel is told of 3 threads (unless
+        # it may use fewer), so that its split into tasks, and a reduction, are exercised
+        status, message = abi.call_kernel(
+            address,
+            ins,
+            out,
+            call.kwargs,
+            abi_version=self.abi_version,
+            threads=min(self.threads or 3, 3),
+            parallel_for=_ext.parallel_for_address(),
+        )
         if status != 0:
             why = message or (
                 "the numba kernel raised an exception" if status == -1 else f"status {status}"
@@ -184,7 +216,16 @@ def _kind_of(value) -> Any:
 
 
 def kernel(
-    fn=None, /, *, abi_version: int | None = None, batches: bool = False, name: str | None = None
+    fn=None,
+    /,
+    *,
+    abi_version: int | None = None,
+    batches: bool = False,
+    name: str | None = None,
+    threads: int | None = None,
+    ranges: Callable | None = None,
+    grain: int = 1000,
+    reduction: str | None = None,
 ):
     """Make a compiled op body (a decorator when called without `fn`).
 
@@ -193,26 +234,54 @@ def kernel(
         parameters after the arrays are bound to the call's keyword arguments by name),
         a numba ``@cfunc``, a ctypes or cffi function pointer implementing the ABI of
         ``jaxbind/kernel.h``, or an integer address (then `abi_version` is required).
-      abi_version: the ABI version the kernel implements (default: this jaxbind's, 1).
+      abi_version: the ABI version the kernel implements, 1 or 2 (default: this
+        jaxbind's, 2). Its calls say that version, and carry the fields of every version.
       batches: the kernel takes a whole batch under ``vmap`` (the leading
         ``batch_levels`` axes of its buffers); otherwise jaxbind's C++ loop calls it once
-        per batch element.
+        per batch element, on several of XLA's threads when the elements are worth it.
       name: what messages call it (default: the function's name).
+      threads: the most threads its calls may use, in the batch loop and through the
+        ABI's ``parallel_for`` (default: all of XLA's intra-op pool). ``threads=1`` for a
+        kernel that brings threads of its own (OpenMP, numba's ``parallel=True``).
+      ranges: makes a numba function a kernel over ranges: a function of the kernel's
+        arrays (the outputs, then the inputs), compiled by numba, that gives the number
+        of iterations; ``fn(begin, end, *outputs, *inputs, **static)`` then does
+        iterations ``begin`` to ``end - 1``, and jaxbind splits them over XLA's threads.
+        The ranges must be independent: each writes its own part of the outputs.
+      grain: the fewest iterations worth a task of their own (a kernel over ranges).
+      reduction: ``"sum"``: the ranges' writes to the outputs add up instead (a scatter,
+        a histogram). Each range writes into outputs of its own, zeroed (the first into
+        the outputs themselves), and jaxbind adds them up, in a fixed order.
 
     Returns:
       A [`Kernel`][jaxbind.Kernel], to pass wherever a callable goes (``f``, ``f_T``, ``f_jvp``,
       ``f_vjp``, ``def_transpose``, ...).
     """
+    options: dict[str, Any] = dict(
+        abi_version=abi_version,
+        batches=batches,
+        name=name,
+        threads=threads,
+        ranges=ranges,
+        grain=grain,
+        reduction=reduction,
+    )
     if fn is None:
-        return lambda f: kernel(f, abi_version=abi_version, batches=batches, name=name)
+        return lambda f: kernel(f, **options)
     if isinstance(fn, Kernel):
         return fn
     label = name or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
-    if abi_version is not None and abi_version != ABI_VERSION:
+    what = f"jaxbind.kernel: {label or repr(fn)}"
+    if abi_version is not None and abi_version not in ABI_VERSIONS:
         raise ValueError(
-            f"jaxbind.kernel: {label or fn!r} implements kernel ABI version {abi_version}, but "
-            f"this jaxbind calls version {ABI_VERSION}"
+            f"{what} implements kernel ABI version {abi_version}, but this jaxbind calls "
+            f"versions {', '.join(map(str, ABI_VERSIONS))}"
         )
+    if threads is not None and (
+        isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1
+    ):
+        raise ValueError(f"{what}: threads must be a positive integer or None, not {threads!r}")
+    parallel = _parallel_options(what, batches, ranges, grain, reduction)
     if isinstance(fn, bool) or not isinstance(fn, (int, np.integer)):
         address = _address_of(fn)
     else:
@@ -223,22 +292,41 @@ def kernel(
             )
         address = int(fn)
         label = label if name else f"at {address:#x}"
+    version = ABI_VERSION if abi_version is None else abi_version
     if address is not None:
         if not address:
             raise ValueError(f"jaxbind.kernel: {label}: the address is 0")
+        if ranges is not None:
+            raise TypeError(
+                f"{what}: ranges= makes a numba Python function a kernel over ranges; a "
+                "compiled kernel splits its work itself, with the ABI's parallel_for"
+            )
         # The code must outlive the binding: keep the pointer object (a numba cfunc owns
         # its code; a ctypes pointer its CDLL), and the shared library that holds the
         # address open (cffi closes a library when its object is collected).
         keep = (fn, _pin_library(address))
-        return Kernel(label or f"at {address:#x}", batches, address, None, keep)
-    options = None
+        return Kernel(
+            label or f"at {address:#x}",
+            batches,
+            address,
+            None,
+            keep,
+            abi_version=version,
+            threads=threads,
+        )
+    numba_options = None
     if _is_numba_dispatcher(fn):  # @njit(...): its Python function, compiled with its options
-        fn, options = _from_dispatcher(fn, label)
+        fn, numba_options = _from_dispatcher(fn, label)
     if not callable(fn) or not inspect.isfunction(fn):
         raise TypeError(
             "jaxbind.kernel: expected a numba-compilable Python function (plain, or decorated "
             "with @numba.njit), a numba cfunc, a ctypes or cffi function pointer, or an "
             f"address; got {fn!r}"
+        )
+    if version != ABI_VERSION:
+        raise ValueError(
+            f"{what}: jaxbind compiles a numba function for ABI version {ABI_VERSION}; drop "
+            f"abi_version={abi_version}"
         )
     try:
         import numba  # noqa: F401
@@ -246,7 +334,39 @@ def kernel(
         raise ImportError(
             f"jaxbind.kernel: compiling {label} needs numba (pip install numba)"
         ) from None
-    return Kernel(label or fn.__qualname__, batches, None, fn, options=options)
+    return Kernel(
+        label or fn.__qualname__,
+        batches,
+        None,
+        fn,
+        options=numba_options,
+        threads=threads,
+        **parallel,
+    )
+
+
+def _parallel_options(what: str, batches: bool, ranges, grain, reduction) -> dict:
+    """The checked options of a kernel over ranges."""
+    if ranges is None:
+        if reduction is not None:
+            raise TypeError(f"{what}: reduction= needs ranges= (a kernel over ranges)")
+        return {}
+    if not callable(ranges):
+        raise TypeError(
+            f"{what}: ranges= takes a function of the kernel's arrays (the outputs, then the "
+            f"inputs) that gives the number of iterations, such as "
+            f"lambda out, x: out.shape[0]; got {ranges!r}"
+        )
+    if batches:
+        raise TypeError(
+            f"{what}: a kernel over ranges cannot take whole batches (batches=True): "
+            "jaxbind's batch loop calls it once per batch element"
+        )
+    if isinstance(grain, bool) or not isinstance(grain, (int, np.integer)) or grain < 1:
+        raise ValueError(f"{what}: grain must be a positive integer, not {grain!r}")
+    if reduction not in (None, "sum"):
+        raise ValueError(f"{what}: reduction must be None or 'sum', not {reduction!r}")
+    return dict(ranges=ranges, grain=int(grain), reduction=reduction)
 
 
 def _is_numba_dispatcher(fn) -> bool:

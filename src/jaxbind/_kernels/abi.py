@@ -17,9 +17,19 @@ import numpy.typing as npt
 
 from .._avals import XLA_ELEMENT_TYPES
 
-__all__ = ["ABI_VERSION", "BUFFER", "CALL", "KWARG", "Struct", "call_kernel", "typed_kwarg"]
+__all__ = [
+    "ABI_VERSION",
+    "ABI_VERSIONS",
+    "BUFFER",
+    "CALL",
+    "KWARG",
+    "Struct",
+    "call_kernel",
+    "typed_kwarg",
+]
 
-ABI_VERSION = 1  # JAXBIND_KERNEL_ABI_VERSION
+ABI_VERSION = 2  # JAXBIND_KERNEL_ABI_VERSION
+ABI_VERSIONS = (1, 2)  # the versions a kernel may be registered for (each appends fields)
 
 
 class Struct:
@@ -80,6 +90,9 @@ CALL = Struct(
     "batched",
     "error",
     "error_size",
+    "n_threads",  # version 2
+    "parallel_for",
+    "workers",
 )
 
 # enum jaxbind_kwarg_type
@@ -134,10 +147,16 @@ def call_kernel(
     ins: Sequence[np.ndarray],
     outs: Sequence[np.ndarray],
     kwargs: Sequence[TypedKwarg],
+    *,
+    abi_version: int = ABI_VERSION,
+    threads: int = 1,
+    parallel_for: int = 0,
 ) -> tuple[int, str]:
     """Call the kernel at `address` from Python, as the trampoline does: `ins` and `outs`
-    are C-contiguous NumPy arrays, `kwargs` what `typed_kwarg` gives. Returns the status
-    and the kernel's message."""
+    are C-contiguous NumPy arrays, `kwargs` what `typed_kwarg` gives. `parallel_for` is
+    the address of the ABI's parallel_for, which, with no workers, runs the tasks in
+    order on this thread; `threads` is the thread count the kernel is told. Returns the
+    status and the kernel's message."""
     keep: list[object] = []
 
     def buffer_row(a: np.ndarray) -> dict[str, int]:
@@ -181,7 +200,7 @@ def call_kernel(
     call = CALL.pack(
         [
             {
-                "abi_version": ABI_VERSION,
+                "abi_version": abi_version,
                 "n_inputs": len(ins),
                 "inputs": in_words.ctypes.data,
                 "n_outputs": len(outs),
@@ -190,6 +209,8 @@ def call_kernel(
                 "kwargs": kw_words.ctypes.data,
                 "error": ctypes.addressof(error),
                 "error_size": len(error),
+                "n_threads": threads,
+                "parallel_for": parallel_for,
             }
         ]
     )

@@ -15,6 +15,13 @@
  * (or pass a ctypes or cffi function pointer). jaxbind.kernel_include_dir() is the
  * directory that holds this header.
  *
+ * Threads (version 2): call->parallel_for(call, n_tasks, task, context) runs
+ * task(context, k) once for every k in [0, n_tasks), on XLA's intra-op thread pool and
+ * on the calling thread, and returns when all have returned: 0, or the first nonzero
+ * status a task returned (tasks not yet started are then skipped). call->n_threads is
+ * how many threads it may use (1: it runs the tasks in order on the calling thread). A
+ * task must not write call->error: the kernel writes it after parallel_for returns.
+ *
  * Contract (see docs/kernels.md):
  * - Buffers are C-contiguous and valid during the call only. Inputs are read-only.
  *   Outputs are uninitialized unless they share memory with an input
@@ -24,8 +31,10 @@
  * - Every field is 8 bytes wide, so other languages can read the structs as arrays of
  *   64-bit words.
  *
- * Versions: JAXBIND_KERNEL_ABI_VERSION grows when a struct changes; a kernel registered
- * for another version is refused when its op is made.
+ * Versions: JAXBIND_KERNEL_ABI_VERSION grows when a struct changes, and a version only
+ * appends fields. A kernel registered for version 1 gets abi_version == 1 and the
+ * fields of version 1, unchanged (it never reads the later ones); a version this
+ * jaxbind does not know is refused when the kernel is registered.
  */
 #ifndef JAXBIND_KERNEL_H_
 #define JAXBIND_KERNEL_H_
@@ -36,7 +45,7 @@
 extern "C" {
 #endif
 
-#define JAXBIND_KERNEL_ABI_VERSION 1
+#define JAXBIND_KERNEL_ABI_VERSION 2
 
 /* Element types: XLA's numbering. */
 enum jaxbind_dtype {
@@ -84,9 +93,17 @@ typedef struct jaxbind_kwarg {
   jaxbind_buffer array;
 } jaxbind_kwarg;
 
+struct jaxbind_call;
+
+/* A task of parallel_for: returns 0, or a nonzero status that fails the call. */
+typedef int32_t (*jaxbind_task_fn)(void *context, int64_t task);
+
+typedef int32_t (*jaxbind_parallel_for_fn)(const struct jaxbind_call *call, int64_t n_tasks,
+                                           jaxbind_task_fn task, void *context);
+
 /* One call of a kernel. */
 typedef struct jaxbind_call {
-  int64_t abi_version; /* JAXBIND_KERNEL_ABI_VERSION */
+  int64_t abi_version; /* the version the kernel was registered for */
   int64_t n_inputs;
   const jaxbind_buffer *inputs;
   int64_t n_outputs;
@@ -100,6 +117,10 @@ typedef struct jaxbind_call {
   const uint8_t *batched;
   char *error; /* the error channel: see above */
   int64_t error_size;
+  /* Version 2: threads (see above). */
+  int64_t n_threads; /* at least 1 */
+  jaxbind_parallel_for_fn parallel_for;
+  void *workers; /* jaxbind's, for parallel_for: opaque */
 } jaxbind_call;
 
 typedef int32_t (*jaxbind_kernel_fn)(const jaxbind_call *call);
