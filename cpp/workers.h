@@ -60,12 +60,16 @@ class Workers {
     return w;
   }
 
-  // The threads tasks may run on, the calling thread included (at least 1). Asks XLA on
-  // the first use, which is the owner's, before any task runs (so no two threads race here).
+  // The threads tasks may run on, the calling thread included (at least 1). XLA is asked
+  // once per process: its CPU client has one intra-op pool. (Were there another, of
+  // another size, only the number of tasks kernels make would be off, not a result.) The
+  // owner's first use comes before any task runs, so no two threads race on threads_.
   int64_t threads() const {
     if (threads_ == 0) {
-      int64_t n = 0;
-      if (pool_.api != nullptr && pool_.ctx != nullptr) {
+      static std::atomic<int64_t> known{0};
+      int64_t n =
+          pool_.api != nullptr && pool_.ctx != nullptr ? known.load(std::memory_order_relaxed) : 1;
+      if (n == 0) {
         XLA_FFI_ThreadPool_NumThreads_Args args{};
         args.struct_size = XLA_FFI_ThreadPool_NumThreads_Args_STRUCT_SIZE;
         args.ctx = pool_.ctx;
@@ -74,8 +78,9 @@ class Workers {
           destroy(error);
           n = 0;
         }
+        n = std::max<int64_t>(n, 1);
+        known.store(n, std::memory_order_relaxed);
       }
-      n = std::max<int64_t>(n, 1);
       threads_ = limit_ > 0 ? std::min(n, limit_) : n;
     }
     return threads_;
