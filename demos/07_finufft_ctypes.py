@@ -42,14 +42,17 @@ jax.config.update("jax_enable_x64", True)
 
 
 # %%
+LIBRARY_SUFFIXES = (".so", ".dylib", ".dll")  # Linux, macOS, Windows
+
+
 def load_finufft() -> ctypes.CDLL:
-    """FINUFFT's C library from the installed `finufft` package."""
+    """FINUFFT's C library from the installed `finufft` package, in a ctypes handle of our
+    own: the package's handle is shared (NumPy's loader caches it), and the argument types
+    set below on its functions would break the package's own calls."""
     here = pathlib.Path(finufft.__file__).parent
-    for name in ("libfinufft", "finufft"):  # the library's name on Unix, on Windows
-        try:
-            return np.ctypeslib.load_library(name, here)
-        except OSError:
-            pass
+    for path in sorted(here.iterdir()):
+        if path.name.startswith(("libfinufft", "finufft")) and path.suffix in LIBRARY_SUFFIXES:
+            return ctypes.CDLL(str(path))
     raise ImportError(f"no FINUFFT C library (libfinufft) in {here}: reinstall finufft")
 
 

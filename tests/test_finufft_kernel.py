@@ -28,15 +28,18 @@ from jaxbind.contrib import jaxducc0  # noqa: E402
 pytestmark = pytest.mark.usefixtures("enable_x64")  # from tests/conftest.py
 
 PTR, INT, INT64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
-LIB = None
-for _name in ("libfinufft", "finufft"):  # the name on Unix, on Windows
-    try:
-        LIB = np.ctypeslib.load_library(_name, pathlib.Path(finufft.__file__).parent)
-        break
-    except OSError:
-        pass
-if LIB is None:
-    pytest.skip("the finufft package has no C library beside it", allow_module_level=True)
+HERE = pathlib.Path(finufft.__file__).parent
+_found = [
+    p
+    for p in sorted(HERE.iterdir())
+    if p.name.startswith(("libfinufft", "finufft")) and p.suffix in (".so", ".dylib", ".dll")
+]
+if not _found:
+    pytest.skip(
+        f"no FINUFFT C library beside the finufft package ({HERE})", allow_module_level=True
+    )
+# a handle of our own: the argtypes set below would change the package's calls on its handle
+LIB = ctypes.CDLL(str(_found[0]))
 
 
 def _simple_interface(prefix, real):
@@ -288,6 +291,15 @@ def test_finufft_error_code_fails_the_call_naming_the_binding():
     n = np.array([8, 1, 1])
     with pytest.raises(RuntimeError, match="FINUFFT returned error code.*1"):
         transform(1, np.asarray(c).ctypes.data, f.ctypes.data, n, points, 1, 1e-30, 0)
+
+
+def test_finufft_python_wrapper_still_works_beside_our_declarations():
+    """Our argtypes live on our own handle: finufft's wrapper (the same library, loaded by
+    NumPy's caching loader) keeps its own."""
+    coords, c, _ = _problem(1, np.complex128, m=20)
+    x = np.asarray(coords[0])
+    got = finufft.nufft1d1(x, np.asarray(c), 8, eps=1e-12)
+    np.testing.assert_allclose(got, _dense((8,), [x], 1) @ np.asarray(c), atol=1e-9)
 
 
 def test_bad_inputs_are_refused_naming_the_call():
