@@ -243,6 +243,7 @@ def main():
 
     meta = run_meta(
         cpu_count=os.cpu_count(),
+        load_average=round(os.getloadavg()[0], 2),  # the last minute's, at the end of the run
         finufft=md.version("finufft"),
         finufft_default_threads=omp,
         omp_num_threads=os.environ.get("OMP_NUM_THREADS"),
@@ -255,7 +256,8 @@ def main():
     threads = "all" if omp is None else f"{omp}"
     lines = [
         f"{run_line(meta)}, finufft {meta['finufft']}, ducc0 {meta['ducc0']}, numba "
-        f"{meta['numba']}; os.cpu_count() = {meta['cpu_count']}. 2-D, {n_grid}² modes, "
+        f"{meta['numba']}; os.cpu_count() = {meta['cpu_count']}, load average "
+        f"{meta['load_average']}. 2-D, {n_grid}² modes, "
         f"{n_points:.0e} points, complex128, eps={EPS}; jitted; medians of {rounds} "
         "alternating rounds. nthreads=1: one thread for each library; nthreads=0: each "
         f"library's default (FINUFFT: OpenMP's {threads} threads; DUCC: all hardware threads). "

@@ -9,7 +9,8 @@
 # 3-D, complex128 and complex64, are two linear ops in the strengths (the points are
 # fixed), each the other's transpose. Every result is checked against
 # `jaxbind.contrib.jaxducc0.nufft1` and `nufft2` (jax-finufft's calls, run by DUCC) under
-# `jit`, `linear_transpose`, `grad` and `vmap`. Needs numba and finufft
+# `jit`, `linear_transpose`, `grad` and `vmap`, and the sign and mode order against a dense
+# DFT in NumPy. Needs numba and finufft
 # (`pip install numba finufft`).
 
 # %%
@@ -259,6 +260,10 @@ for dim, dtype, eps in CASES + [(2, jnp.complex64, 1e-5)]:
     check(f"type 1 {name}", got, want, eps)
     got, want = nufft2(f, *points, eps=eps), jaxducc0.nufft2(f, *points, eps=eps)
     check(f"type 2 {name}", got, want, eps)
+
+shape, (x,), c, f = problem(1, jnp.complex128)  # the sign and the mode order: a dense DFT
+dense = np.exp(1j * np.outer(np.arange(-(shape[0] // 2), (shape[0] + 1) // 2), x))
+check("type 1 1-D against a dense DFT", nufft1(shape, c, x, eps=1e-9), jnp.asarray(dense @ c), 1e-9)
 
 shape, (x, y), c, f = problem(2, jnp.complex128)
 EPS = 1e-9
