@@ -1,11 +1,13 @@
 """The code blocks of README.md and docs/ run as tests (pytest-markdown-docs).
 
 Every ```python block is a test (pyproject.toml turns the plugin on for README.md and
-docs/). Two kinds are skipped, each with its reason:
+docs/). Three kinds are skipped, each with its reason:
 
 - a block that only includes a demo's source (``--8<-- "demos/x.py"``): tests/test_demos.py
   runs the demo itself;
-- a block marked ``{.python .gpu}``: it needs a CUDA GPU, and runs where JAX has one.
+- a block marked ``{.python .gpu}``: it needs a CUDA GPU, and runs where JAX has one;
+- a block marked ``{.python .needs-<module>}``: it needs an optional package that the test
+  extra installs only on some platforms (``needs-finufft``), and runs where it is importable.
 
 The summary at the end counts the blocks: how many ran, passed, failed and were skipped.
 """
@@ -13,6 +15,7 @@ The summary at the end counts the blocks: how many ran, passed, failed and were 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import pathlib
 import re
 
@@ -71,6 +74,15 @@ def pytest_collection_modifyitems(config, items):
             )
         elif "gpu" in _fence_classes(definition) and not _has_cuda():
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU (JAX has none here)"))
+        else:
+            needs = [
+                c[len("needs-") :] for c in _fence_classes(definition) if c.startswith("needs-")
+            ]
+            missing = [m for m in needs if importlib.util.find_spec(m) is None]
+            if missing:
+                item.add_marker(
+                    pytest.mark.skip(reason=f"needs {', '.join(missing)} (not installed)")
+                )
 
 
 def pytest_terminal_summary(terminalreporter):

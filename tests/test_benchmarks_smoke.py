@@ -73,3 +73,15 @@ def test_nufft_benchmarks_quick(tmp_path):
     proc = run_python(ROOT / "benchmarks" / "nufft.py", "--quick", "--rounds", "1", timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]  # without jax-finufft: says so, exits 0
     assert "type 3 grad points" in proc.stdout or "jax-finufft is not installed" in proc.stdout
+
+
+def test_finufft_ctypes_benchmark_quick():
+    import pytest
+
+    for package in ("numba", "finufft", "ducc0"):
+        pytest.importorskip(package)
+    proc = run_python(
+        ROOT / "benchmarks" / "finufft_ctypes.py", "--quick", "--rounds", "1", timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| 1 | type 2 grad values |" in proc.stdout and "| numba floor |" in proc.stdout
