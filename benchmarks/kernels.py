@@ -414,7 +414,11 @@ def vmap_batch(batch: int, seconds: float, blocks: int) -> dict:
     programs = {}
     for name, threads in (("all threads", None), ("1 thread", 1)):
         op = jaxbind.get_linear_call(
-            jaxbind.kernel(_busy, threads=threads), None, _shape, name=f"bench.vmap_{threads}", replace=True
+            jaxbind.kernel(_busy, threads=threads),
+            None,
+            _shape,
+            name=f"bench.vmap_{threads}",
+            replace=True,
         )
         programs[name] = jax.jit(jax.vmap(lambda x, op=op: op(x, turns=turns)[0]))
     x = jnp.ones((batch, N), jnp.float32)
@@ -445,7 +449,9 @@ def elementwise(size: int, blocks: int) -> dict:
     programs = {}
     for name, threads in (("kernel over ranges, all threads", None), ("… 1 thread", 1)):
         k = jaxbind.kernel(_elementwise, ranges=lambda out, x: out.shape[0], threads=threads)
-        op = jaxbind.get_linear_call(k, None, _shape, name=f"bench.elementwise_{threads}", replace=True)
+        op = jaxbind.get_linear_call(
+            k, None, _shape, name=f"bench.elementwise_{threads}", replace=True
+        )
         programs[name] = jax.jit(lambda x, op=op: op(x)[0])
     programs["pure JAX"] = jax.jit(_elementwise_jax)
     x = jnp.linspace(-2.0, 2.0, size, dtype=jnp.float32)
@@ -812,7 +818,8 @@ def main():
         "three agree (deposit, loss, "
         f"gradient and the weights after {cic['steps']} steps, to 1e-4) before they are "
         f"timed; the loss goes from {cic['loss_start']:.4g} to {cic['loss_after']:.4g} in "
-        f"{cic['steps']} steps. {args.blocks} alternating blocks, medians.",
+        f"{cic['steps']} steps. {args.blocks} alternating blocks, medians; each call "
+        "waits for the one before (JAX would run independent calls at once, one per core).",
         "",
         f"The kernels run on one thread; the kernels over ranges on XLA's {pool} "
         f"threads ({os.cpu_count()} cores).",

@@ -188,6 +188,10 @@ ffi::Error guarded(const ffi::Dictionary &attrs, const ffi::RemainingArgs &args,
         why = nb::cast<std::string>(nb::str(e.value()));
       } catch (...) {
       }
+      // (a message that names the binding already is not prefixed with it again)
+      std::string named = "jaxbind: '" + name() + "'";
+      if (why.compare(0, named.size(), named) == 0)
+        return ffi::Error(ffi::ErrorCode::kInvalidArgument, why);
       return error(ffi::ErrorCode::kInvalidArgument, "'" + name() + "': " + why);
     }
     std::string message;

@@ -723,3 +723,13 @@ def test_abi_layout_table_is_the_headers():
     assert f"#define JAXBIND_KERNEL_ABI_VERSION {abi.ABI_VERSION}" in header
     assert abi.KWARG["array.dims"] == abi.KWARG["array"] + abi.BUFFER["dims"]
     assert (abi.BUFFER.words, abi.KWARG.words, abi.CALL.words) == (4, 10, 14)
+
+
+def test_a_keyword_argument_a_kernel_cannot_take_names_the_binding_once():
+    op = jaxbind.get_linear_call(
+        scale, None, lambda x, *, n, **kw: ((x.shape, x.dtype),), name="tests.kernel_tuple_kwarg"
+    )
+    x = np.ones(3, np.float32)
+    with pytest.raises(Exception, match="'n' is tuple") as info:
+        jax.block_until_ready(jax.jit(lambda x: op(x, factor=2.0, n=(3,))[0])(x))
+    assert str(info.value).count("tests.kernel_tuple_kwarg") == 1, str(info.value)
