@@ -485,30 +485,12 @@ def cic_cell(pos, p, n0, n1):
     return i0, j0, i1, j1, pos[p, 0] - fi, pos[p, 1] - fj
 
 
-def cic_deposit(out, pos, w):  # the kernels, as numba users write them
-    n0, n1 = out.shape
-    out[:, :] = 0.0
-    for p in range(w.shape[0]):
-        i0, j0, i1, j1, fx, fy = cic_cell(pos, p, n0, n1)
-        a, b = w[p] * (1 - fx), w[p] * fx
-        out[i0, j0] += a * (1 - fy)
-        out[i1, j0] += b * (1 - fy)
-        out[i0, j1] += a * fy
-        out[i1, j1] += b * fy
-
-
-def cic_interp(out, pos, grid):
-    n0, n1 = grid.shape
-    for p in range(out.shape[0]):
-        i0, j0, i1, j1, fx, fy = cic_cell(pos, p, n0, n1)
-        out[p] = (1 - fx) * ((1 - fy) * grid[i0, j0] + fy * grid[i0, j1]) + fx * (
-            (1 - fy) * grid[i1, j0] + fy * grid[i1, j1]
-        )
-
-
-# The same two as kernels over ranges of particles, on XLA's threads: the interpolation
-# writes each particle's value, independently; the deposit adds into the grid, so its
-# ranges are summed (reduction="sum": each range deposits on a zeroed grid of its own).
+# The deposit and its transpose as kernels over ranges of particles, for XLA's threads:
+# the interpolation writes each particle's value, independently; the deposit adds into
+# the grid, so its ranges are summed (reduction="sum": each range deposits on a zeroed
+# grid of its own). On one thread, each is called on the whole range (cic_deposit,
+# cic_interp): inlined, with a start of 0 that numba sees.
+@numba.njit(inline="always")
 def cic_deposit_ranges(begin, end, out, pos, w):
     n0, n1 = out.shape
     for p in range(begin, end):
@@ -520,6 +502,7 @@ def cic_deposit_ranges(begin, end, out, pos, w):
         out[i1, j1] += b * fy
 
 
+@numba.njit(inline="always")
 def cic_interp_ranges(begin, end, out, pos, grid):
     n0, n1 = grid.shape
     for p in range(begin, end):
@@ -527,6 +510,15 @@ def cic_interp_ranges(begin, end, out, pos, grid):
         out[p] = (1 - fx) * ((1 - fy) * grid[i0, j0] + fy * grid[i0, j1]) + fx * (
             (1 - fy) * grid[i1, j0] + fy * grid[i1, j1]
         )
+
+
+def cic_deposit(out, pos, w):  # the kernels, as numba users write them
+    out[:, :] = 0.0
+    cic_deposit_ranges(0, w.shape[0], out, pos, w)
+
+
+def cic_interp(out, pos, grid):
+    cic_interp_ranges(0, out.shape[0], out, pos, grid)
 
 
 def _np_cells(pos, n):

@@ -201,25 +201,18 @@ struct Loop {
     int64_t n = count(call);
     if (levels == 0 || whole_batch) return body(call, workers);
     int64_t threads = workers.threads();
-    if (n < 2 || call.ordered || threads < 2) {
-      for (int64_t k = 0; k < n; ++k) {
+    auto serial = [&](int64_t from, int64_t to) {
+      for (int64_t k = from; k < to; ++k) {
         element(call, k, scratch);
         body(static_cast<const Call &>(scratch), workers);
       }
-      return;
-    }
+    };
+    if (n < 2 || call.ordered || threads < 2) return serial(0, n);
     auto start = std::chrono::steady_clock::now();
-    element(call, 0, scratch);
-    body(static_cast<const Call &>(scratch), workers);
+    serial(0, 1);
     std::chrono::duration<double> first = std::chrono::steady_clock::now() - start;
     int64_t rest = n - 1;
-    if (first.count() * static_cast<double>(rest) < kWorthSpreading) {
-      for (int64_t k = 1; k < n; ++k) {
-        element(call, k, scratch);
-        body(static_cast<const Call &>(scratch), workers);
-      }
-      return;
-    }
+    if (first.count() * static_cast<double>(rest) < kWorthSpreading) return serial(1, n);
     // chunks of consecutive elements, a few per thread (a slow thread then holds up
     // little), each with buffers of its own
     int64_t chunks = std::min(rest, 4 * threads);

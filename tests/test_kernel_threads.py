@@ -4,8 +4,6 @@ parallel batch loop under vmap, ordered calls kept in order; under jit, grad, vm
 export and testing.check, and with several Python threads calling at once. (shard_map:
 tests/sharding_cases.py.)"""
 
-import threading
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,6 +11,7 @@ import pytest
 from support.arrays import random
 from support.clib import compile_c_library
 from support.ops import same_as_last
+from support.threads import failures_at_once
 
 import jaxbind
 from jaxbind.testing import check
@@ -360,29 +359,21 @@ def test_several_python_threads_call_parallel_kernels_at_once(clib):
     )
     f = jax.jit(lambda x: (ranges(x, a=3.0)[0], hist(x)[0], pfor(x, factor=2.0)[0]))
     g = jax.jit(jax.vmap(lambda x: (ranges(x)[0], hist(x)[0])))
-    errors = []
 
     def work(seed):
-        try:
-            x = np.arange(1000, dtype=np.float32) + seed
-            xs = np.stack([x] * 4)
-            expected = np.bincount((np.arange(1000) + seed) % 8, minlength=8)
-            for _ in range(20):
-                a, h, p = f(x)
-                np.testing.assert_allclose(a, 3 * x + 1, rtol=1e-6)
-                np.testing.assert_array_equal(h, expected)
-                np.testing.assert_allclose(p, 2 * x, rtol=1e-6)
-                a, h = g(xs)
-                np.testing.assert_allclose(a, 2 * xs + 1, rtol=1e-6)
-                np.testing.assert_array_equal(h, np.stack([expected] * 4))
-        except Exception as exc:  # pragma: no cover - reported below
-            errors.append(exc)
+        x = np.arange(1000, dtype=np.float32) + seed
+        xs = np.stack([x] * 4)
+        expected = np.bincount((np.arange(1000) + seed) % 8, minlength=8)
+        for _ in range(20):
+            a, h, p = f(x)
+            np.testing.assert_allclose(a, 3 * x + 1, rtol=1e-6)
+            np.testing.assert_array_equal(h, expected)
+            np.testing.assert_allclose(p, 2 * x, rtol=1e-6)
+            a, h = g(xs)
+            np.testing.assert_allclose(a, 2 * xs + 1, rtol=1e-6)
+            np.testing.assert_array_equal(h, np.stack([expected] * 4))
 
-    threads = [threading.Thread(target=work, args=(s,)) for s in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = failures_at_once(work, 6)
     assert not errors, errors[0]
 
 

@@ -15,6 +15,7 @@ from support.clib import compile_c_library
 from support.dtypes import dtypes_and_x64
 from support.ops import same_as_last
 from support.processes import run_python
+from support.threads import failures_at_once
 
 import jaxbind
 
@@ -183,21 +184,12 @@ def test_kernel_refuses_func_can_batch_and_bad_inputs():
 def test_many_threads_call_kernels_at_once():
     f = jax.jit(lambda x, k: scale_op(x, factor=2.0)[0] + k)
     xs = [random((64,), np.float32, s) for s in range(8)]
-    errors = []
 
     def work(i):
-        try:
-            for _ in range(50):
-                np.testing.assert_allclose(f(xs[i], float(i)), 2 * xs[i] + i, rtol=1e-6)
-        except Exception as exc:  # pragma: no cover - reported below
-            errors.append(exc)
+        for _ in range(50):
+            np.testing.assert_allclose(f(xs[i], float(i)), 2 * xs[i] + i, rtol=1e-6)
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    assert not failures_at_once(work, 8)
 
 
 # --- the C ABI from C, through ctypes and as a raw address -------------------------------

@@ -6,6 +6,7 @@
 - ``support.processes``: Python run in a fresh process
 - ``support.clib``: a C kernel library compiled for a test
 - ``support.skips``: what this machine has (CUDA, optional packages)
+- ``support.threads``: one function on several Python threads at once
 
 The tests import them as ``from support.arrays import random`` (tests/ is on sys.path,
 as for reference_ops).

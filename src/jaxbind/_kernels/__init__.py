@@ -111,12 +111,6 @@ class Kernel:
     def __repr__(self):
         return f"<jaxbind kernel {self.name}{' (batches)' if self.batches else ''}>"
 
-    @property
-    def parallel(self) -> bool:
-        """Whether its calls split their work over XLA's threads (a kernel over ranges;
-        a C kernel may call parallel_for itself)."""
-        return self.ranges is not None
-
     def for_trees(self, trees) -> Kernel:
         """Kernels take flat arrays, whatever the call's pytree structure."""
         return self

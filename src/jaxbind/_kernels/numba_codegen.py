@@ -258,7 +258,7 @@ def _ranges_wrapper(k, ins, outs, values, params, env, task) -> list:
     env["ranges"] = _numba()["numba"].njit(k.ranges)
     words = _CTX_OUTPUTS + 2 * len(outs)
     src = ["def wrapper(call):", *_unpacked(k, "call", ins, outs, values, params, env)]
-    arrays = [a for a in env.pop("_args")[: len(ins) + len(outs)]]
+    arrays = env.pop("_args")[: len(ins) + len(outs)]
     per_thread = 1 if k.reduction is not None else 4
     src += [
         f"    n = np.int64(ranges({', '.join(arrays)}))",
