@@ -206,8 +206,9 @@ def compile_numba(k, ins, outs, values: dict, where: str):
     signature = numba.types.int32(numba.types.voidptr)
     try:
         if k.ranges is None:
-            src = ["def wrapper(call):", *_unpacked(k, "call", ins, outs, values, params, env)]
-            src += _called("user(" + ", ".join(env.pop("_args")) + ")", "-1") + ["    return 0"]
+            lines, args = _unpacked(k, "call", ins, outs, values, params, env)
+            src = ["def wrapper(call):", *lines]
+            src += _called("user(" + ", ".join(args) + ")", "-1") + ["    return 0"]
             exec("\n".join(src), env)
             return numba.cfunc(signature, nopython=True)(env["wrapper"])
         task = _ranges_task(k, ins, outs, values, params, env)
@@ -225,11 +226,14 @@ def compile_numba(k, ins, outs, values: dict, where: str):
 _CTX_CALL, _CTX_N, _CTX_TASKS, _CTX_OUTPUTS = 0, 1, 2, 3
 
 
+def _ctx_words(outs) -> int:
+    return _CTX_OUTPUTS + 2 * len(outs)
+
+
 def _ranges_task(k, ins, outs, values, params, env):
     """The task cfunc of a kernel over ranges: task t of the context's tasks calls the
     user's function on its share of the iterations."""
     numba = _numba()["numba"]
-    words = _CTX_OUTPUTS + 2 * len(outs)
     data = None
     if k.reduction is not None:  # task 0 writes the outputs, task t > 0 its own
         data = {
@@ -237,13 +241,14 @@ def _ranges_task(k, ins, outs, values, params, env):
             f"x[{_CTX_OUTPUTS + 2 * i}] + (t - 1) * x[{_CTX_OUTPUTS + 2 * i + 1}])"
             for i in range(len(outs))
         }
+    lines, args = _unpacked(k, f"pointer(x[{_CTX_CALL}])", ins, outs, values, params, env, data)
     src = [
         "def task(context, t):",
-        f"    x = carray(context, ({words},), np.int64)",
+        f"    x = carray(context, ({_ctx_words(outs)},), np.int64)",
         f"    n, tasks = x[{_CTX_N}], x[{_CTX_TASKS}]",
-        *_unpacked(k, f"pointer(x[{_CTX_CALL}])", ins, outs, values, params, env, data),
+        *lines,
     ]
-    args = ["n * t // tasks", "n * (t + 1) // tasks", *env.pop("_args")]
+    args = ["n * t // tasks", "n * (t + 1) // tasks", *args]
     src += _called("user(" + ", ".join(args) + ")", "-1") + ["    return 0"]
     local = dict(env)
     exec("\n".join(src), local)
@@ -256,9 +261,9 @@ def _ranges_wrapper(k, ins, outs, values, params, env, task) -> list:
     (a few per thread, or one per thread with reduction="sum", each of at least `grain`
     iterations), runs them with the ABI's parallel_for, and adds up a reduction."""
     env["ranges"] = _numba()["numba"].njit(k.ranges)
-    words = _CTX_OUTPUTS + 2 * len(outs)
-    src = ["def wrapper(call):", *_unpacked(k, "call", ins, outs, values, params, env)]
-    arrays = env.pop("_args")[: len(ins) + len(outs)]
+    lines, args = _unpacked(k, "call", ins, outs, values, params, env)
+    src = ["def wrapper(call):", *lines]
+    arrays = args[: len(ins) + len(outs)]
     per_thread = 1 if k.reduction is not None else 4
     src += [
         f"    n = np.int64(ranges({', '.join(arrays)}))",
@@ -267,7 +272,7 @@ def _ranges_wrapper(k, ins, outs, values, params, env, task) -> list:
         f"    tasks = min((n + {k.grain - 1}) // {k.grain}, {per_thread} * c[{CALL['n_threads']}])",
         "    if tasks < 1:",
         "        tasks = 1",
-        f"    x = np.zeros({words}, np.int64)",
+        f"    x = np.zeros({_ctx_words(outs)}, np.int64)",
         f"    x[{_CTX_CALL}] = address(call)",
         f"    x[{_CTX_N}] = n",
         f"    x[{_CTX_TASKS}] = tasks",
@@ -301,11 +306,12 @@ def _called(call: str, failed: str) -> list:
     return ["    try:", f"        {call}", "    except Exception:", f"        return {failed}"]
 
 
-def _unpacked(k, call, ins, outs, values, params, env, data=None) -> list:
+def _unpacked(k, call, ins, outs, values, params, env, data=None) -> tuple[list, list]:
     """Lines that unpack `call` (a pointer expression) into the arrays o0.., i0.. and the
-    keyword arguments; env["_args"] gets the arguments of the user's function (outputs,
-    read-only inputs, then the static keyword arguments it names). `data`: for an output,
-    an expression of its data's address other than its buffer's."""
+    keyword arguments, and the arguments of the user's function (outputs, read-only
+    inputs, then the static keyword arguments it names). `data`: for an output, an
+    expression of its data's address other than its buffer's. Array keyword arguments'
+    dtypes go into `env`."""
     static = [p.name for p in params]
     names = sorted(values)
     src = [f"    c = carray({call}, ({CALL.words},), np.int64)"]
@@ -353,8 +359,7 @@ def _unpacked(k, call, ins, outs, values, params, env, data=None) -> list:
             break
         args.append(exprs.pop(key))
     args += [f"{key}={expr}" for key, expr in exprs.items()]
-    env["_args"] = args
-    return src
+    return src, args
 
 
 def _compile_error(k, exc: Exception, ins, outs, n_outputs: int, where: str):
