@@ -144,6 +144,15 @@ bool run_kernel_fast(const RawAttrs &attrs, const ffi::RemainingArgs &args,
   return true;
 }
 
+// A call the definition check (or the resolver) refused: a program error, said plainly,
+// naming the binding (a message that names it already is not prefixed with it again).
+inline ffi::Error refused(const std::string &binding, const std::string &why) {
+  std::string named = "jaxbind: '" + binding + "'";
+  if (why.compare(0, named.size(), named) == 0)
+    return ffi::Error(ffi::ErrorCode::kInvalidArgument, why);
+  return error(ffi::ErrorCode::kInvalidArgument, "'" + binding + "': " + why);
+}
+
 // What every call that needs Python does around its platform's body: check the call
 // format, take the GIL, decode the buffers, resolve the site (accepting the buffers'
 // signature), and turn every failure into an ffi::Error that names the binding.
@@ -188,11 +197,7 @@ ffi::Error guarded(const ffi::Dictionary &attrs, const ffi::RemainingArgs &args,
         why = nb::cast<std::string>(nb::str(e.value()));
       } catch (...) {
       }
-      // (a message that names the binding already is not prefixed with it again)
-      std::string named = "jaxbind: '" + name() + "'";
-      if (why.compare(0, named.size(), named) == 0)
-        return ffi::Error(ffi::ErrorCode::kInvalidArgument, why);
-      return error(ffi::ErrorCode::kInvalidArgument, "'" + name() + "': " + why);
+      return refused(name(), why);
     }
     std::string message;
     try {
@@ -210,7 +215,7 @@ ffi::Error guarded(const ffi::Dictionary &attrs, const ffi::RemainingArgs &args,
   } catch (KernelError &e) {
     return error(ffi::ErrorCode::kInternal, e.what());
   } catch (std::invalid_argument &e) {
-    return error(ffi::ErrorCode::kInvalidArgument, "'" + name() + "': " + e.what());
+    return refused(name(), e.what());
   } catch (std::exception &e) {
     return error(ffi::ErrorCode::kInternal, "'" + name() + "': " + e.what());
 #if defined(__GLIBCXX__)

@@ -22,7 +22,7 @@ if not PACKAGE.is_dir():  # an installed jaxbind (CI's wheel setups)
 
     PACKAGE = pathlib.Path(jaxbind.__file__).parent
 
-RUN_TIME = {"_runtime", "_runtime.resolve", "_runtime.report", "_runtime.gpu"}
+RUN_TIME = {"_runtime", "_runtime.resolve", "_runtime.fits", "_runtime.report", "_runtime.gpu"}
 TRACE_TIME = {
     "_api",
     "_native",

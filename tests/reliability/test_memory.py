@@ -31,7 +31,9 @@ def _big_dumps():
     return [
         d
         for d in gc.get_objects()
-        if isinstance(d, KwargsDump)
+        # type(), not isinstance(): isinstance reads __class__, which a dead
+        # weakref.proxy left by another test raises ReferenceError for
+        if type(d) is KwargsDump
         and any(isinstance(v, np.ndarray) and v.size == SIZE for v in d._values.values())
     ]
 

@@ -4,8 +4,10 @@ Everything here runs inside a compiled program, called from C++ with the GIL hel
 trace-time code (the registry, the rules, the lowering) never reaches into it.
 
 - `resolve`: a site's first call. The call's attributes read and checked, the binding's
-  body for its role found, and its buffers accepted (checked against the binding's
-  abstract function; a kernel's address for their signature), in one crossing.
+  body for its role found, and its buffers accepted (a kernel's address for their
+  signature), in one crossing.
+- `fits`: does the call still fit the op it names? The one ordered definition check,
+  run on the attributes when a site is resolved and on each new buffer signature.
 - `report`: what a failing callable becomes, and views that outlived their call.
 - `gpu`: the GPU dispatcher (one call of one batch element), CUDA arrays, host mode.
 
