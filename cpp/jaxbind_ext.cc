@@ -344,7 +344,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cuda_handler, CudaCall,
                                   .RemainingRets()  // outputs, device memory, written in place
                                   .Attrs<ffi::Dictionary>());  // as on the CPU
 
+void proto_module(nb::module_ &m);
 NB_MODULE(_ext, m) {
+  proto_module(m);
   if (_import_array() < 0) throw nb::python_error();
   // Sites of bindings that live until exit (module-level ops) are still alive when
   // the interpreter shuts down, on purpose (see State): not leaks worth reporting.
@@ -506,4 +508,54 @@ NB_MODULE(_ext, m) {
   m.def(
       "site_count", []() { return state == nullptr ? size_t(0) : state->sites.size(); },
       "Number of resolved call sites held by the trampoline.");
+}
+
+// ---- prototype: XLA per-site state ----------------------------------------------------
+#include "xla_state.h"
+namespace proto {
+std::atomic<int64_t> made{0}, freed{0}, executed{0}, found{0};
+struct Slot {
+  int64_t calls = 0;
+};
+ffi::Error Instantiate(jaxbind::StateContext c) {
+  auto *slot = new Slot();
+  made++;
+  if (!jaxbind::xla_state::set(c, slot)) {
+    delete slot;
+    made--;
+  }
+  return ffi::Error::Success();
+}
+ffi::Error Execute(jaxbind::StateContext c, ffi::RemainingArgs, ffi::RemainingRets) {
+  executed++;
+  auto *slot = static_cast<Slot *>(jaxbind::xla_state::get(c));
+  if (slot) {
+    found++;
+    slot->calls++;
+  }
+  return ffi::Error::Success();
+}
+}  // namespace proto
+XLA_FFI_DEFINE_HANDLER_SYMBOL(proto_instantiate, proto::Instantiate,
+                              ffi::Ffi::BindInstantiate().Ctx<jaxbind::StateContext>());
+XLA_FFI_DEFINE_HANDLER_SYMBOL(proto_execute, proto::Execute,
+                              ffi::Ffi::Bind()
+                                  .Ctx<jaxbind::StateContext>()
+                                  .RemainingArgs()
+                                  .RemainingRets());
+void proto_module(nb::module_ &m) {
+  jaxbind::xla_state::deleter = +[](void *p) {
+    proto::freed++;
+    delete static_cast<proto::Slot *>(p);
+  };
+  m.def("handlers", []() {
+    nb::dict d;
+    d["instantiate"] = nb::capsule(reinterpret_cast<void *>(proto_instantiate));
+    d["execute"] = nb::capsule(reinterpret_cast<void *>(proto_execute));
+    return d;
+  });
+  m.def("counts", []() {
+    return nb::make_tuple(proto::made.load(), proto::freed.load(), proto::executed.load(),
+                          proto::found.load());
+  });
 }
