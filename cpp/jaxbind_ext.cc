@@ -103,20 +103,27 @@ inline FastCache &fast_cache() {
 }
 
 // A kernel call whose site and signature are known: no GIL, no Python object. Returns
-// false when the call needs the GIL path (see `guarded`).
-bool run_kernel_fast(const RawAttrs &attrs, const ffi::RemainingArgs &args,
+// false when the call needs the GIL path (see `guarded`). The site is the one XLA keeps
+// (`held`), else found by digest.
+bool run_kernel_fast(const RawAttrs &attrs, Instantiated *held, const ffi::RemainingArgs &args,
                      const ffi::RemainingRets &rets, Pool pool, Frame &frame, ffi::Error &result) {
-  int64_t digest = 0;
-  if (!attrs.site(digest)) return false;
   FastCache &cache = fast_cache();
-  if (!cache.core || cache.digest != digest || !cache.core->alive.load(std::memory_order_acquire)) {
-    std::lock_guard lock(fast_mu);
-    auto it = fast_sites.find(digest);
-    if (it == fast_sites.end()) return false;  // (its format was checked when resolved)
-    cache.digest = digest;
-    cache.core = it->second;
+  SiteCore *found = held != nullptr ? held->core.get() : nullptr;
+  if (found == nullptr) {
+    int64_t digest = 0;
+    if (!attrs.site(digest)) return false;
+    if (!cache.core || cache.digest != digest ||
+        !cache.core->alive.load(std::memory_order_acquire)) {
+      std::lock_guard lock(fast_mu);
+      auto it = fast_sites.find(digest);
+      if (it == fast_sites.end()) return false;  // (its format was checked when resolved)
+      cache.digest = digest;
+      cache.core = it->second;
+    }
+    found = cache.core.get();
   }
-  SiteCore &core = *cache.core.get();
+  if (!found->is_kernel) return false;
+  SiteCore &core = *found;
   try {
     frame.call.decode(args, rets);
   } catch (std::exception &) {
@@ -158,7 +165,7 @@ inline ffi::Error refused(const std::string &binding, const std::string &why) {
 // signature), and turn every failure into an ffi::Error that names the binding.
 // `body(site, kernel address)` runs the call.
 template <typename Body>
-ffi::Error guarded(const ffi::Dictionary &attrs, const ffi::RemainingArgs &args,
+ffi::Error guarded(const ffi::Dictionary &attrs, Instantiated *held, const ffi::RemainingArgs &args,
                    const ffi::RemainingRets &rets, Frame &frame, Body &&body) {
   Header header;
   Header::Problem problem = header.read(attrs);
@@ -179,7 +186,7 @@ ffi::Error guarded(const ffi::Dictionary &attrs, const ffi::RemainingArgs &args,
   try {
     frame.call.decode(args, rets);
     jaxbind_kernel_fn fn = nullptr;
-    site = resolve(header, attrs, frame.call, fn);
+    site = resolve(header, attrs, frame.call, fn, held);
     body(site_of(site), fn);
     return ffi::Error::Success();
   } catch (nb::python_error &e) {
@@ -262,11 +269,13 @@ void run_callable(Site &site, const Call &call) {
 
 // CPU: a kernel (without the GIL, and without Python once its site and signature are
 // known), or NumPy views of the host buffers and the callable called in place.
-ffi::Error CpuCall(Pool pool, ffi::RemainingArgs args, ffi::RemainingRets rets, RawAttrs raw) {
+ffi::Error CpuCall(StateContext context, Pool pool, ffi::RemainingArgs args,
+                   ffi::RemainingRets rets, RawAttrs raw) {
   ScopedFrame frame;
   ffi::Error result = ffi::Error::Success();
-  if (run_kernel_fast(raw, args, rets, pool, *frame, result)) return result;
-  return guarded(raw.dict(), args, rets, *frame, [&](Site &site, jaxbind_kernel_fn fn) {
+  Instantiated *held = instantiated(context);
+  if (run_kernel_fast(raw, held, args, rets, pool, *frame, result)) return result;
+  return guarded(raw.dict(), held, args, rets, *frame, [&](Site &site, jaxbind_kernel_fn fn) {
     SiteCore &core = *site.core.get();
     if (core.is_kernel) {
       nb::gil_scoped_release release;
@@ -295,12 +304,47 @@ void run_gpu(Site &site, Frame &frame, uintptr_t stream, int32_t device) {
 // as zero-copy CUDA arrays, or copies them to the host for a binding in host mode, and
 // calls the callable. No CUDA header or library is needed here: the stream is an opaque
 // pointer.
-ffi::Error CudaCall(void *stream, int32_t device, ffi::RemainingArgs args, ffi::RemainingRets rets,
-                    ffi::Dictionary attrs) {
+ffi::Error CudaCall(StateContext context, void *stream, int32_t device, ffi::RemainingArgs args,
+                    ffi::RemainingRets rets, ffi::Dictionary attrs) {
   ScopedFrame frame;
-  return guarded(attrs, args, rets, *frame, [&](Site &site, jaxbind_kernel_fn) {
+  return guarded(attrs, instantiated(context), args, rets, *frame,
+                 [&](Site &site, jaxbind_kernel_fn) {
     run_gpu(site, *frame, reinterpret_cast<uintptr_t>(stream), device);
   });
+}
+
+// XLA's instantiate stage of a call site (every platform): the site made from the call's
+// attributes and kept by XLA with the executable (see `instantiate` in site.h). A site
+// the resolver refuses, or whose state's setup fails, fails the compilation (or the
+// loading) of the program, with the error a call would give.
+ffi::Error Instantiate(StateContext context, ffi::Dictionary attrs) {
+  Header header;
+  Header::Problem problem = header.read(attrs);
+  if (!problem.message.empty()) return error(problem.code, problem.message);
+  InFlight running;
+  if (!state_is_usable() || !state->instantiate.is_valid()) return ffi::Error::Success();
+  nb::gil_scoped_acquire gil;
+  std::string_view binding = "?";
+  get_attr(attrs, "binding", binding);
+  try {
+    instantiate(context, header, attrs);
+    return ffi::Error::Success();
+  } catch (nb::python_error &e) {
+    std::string why = e.what();
+    try {
+      why = nb::cast<std::string>(nb::str(e.value()));
+    } catch (...) {
+    }
+    return refused(std::string(binding), why);
+#if defined(__GLIBCXX__)
+  } catch (abi::__forced_unwind &) {
+    throw;
+#endif
+  } catch (std::exception &e) {
+    return error(ffi::ErrorCode::kInternal, "'" + std::string(binding) + "': " + e.what());
+  } catch (...) {
+    return error(ffi::ErrorCode::kInternal, "'" + std::string(binding) + "': unknown C++ exception");
+  }
 }
 
 // The garbage collector's view of a Site: everything it holds that can lead
@@ -328,9 +372,15 @@ int site_clear(PyObject *self) {
 
 using namespace jaxbind;
 
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_instantiate_handler, Instantiate,
+                              ffi::Ffi::BindInstantiate()
+                                  .Ctx<StateContext>()         // where XLA keeps the site
+                                  .Attrs<ffi::Dictionary>());  // the call's attributes
+
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     jaxbind_cpu_handler, CpuCall,
     ffi::Ffi::Bind()
+        .Ctx<StateContext>()  // the site XLA keeps, if any
         .Ctx<Pool>()          // XLA's intra-op thread pool, for kernels
         .RemainingArgs()      // inputs, any dtype and rank
         .RemainingRets()      // outputs, written in place
@@ -338,15 +388,14 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cuda_handler, CudaCall,
                               ffi::Ffi::Bind()
+                                  .Ctx<StateContext>()                 // the site XLA keeps
                                   .Ctx<ffi::PlatformStream<void *>>()  // XLA's CUDA stream
                                   .Ctx<ffi::DeviceOrdinal>()           // the device's ordinal
                                   .RemainingArgs()                     // inputs, device memory
                                   .RemainingRets()  // outputs, device memory, written in place
                                   .Attrs<ffi::Dictionary>());  // as on the CPU
 
-void proto_module(nb::module_ &m);
 NB_MODULE(_ext, m) {
-  proto_module(m);
   if (_import_array() < 0) throw nb::python_error();
   // Sites of bindings that live until exit (module-level ops) are still alive when
   // the interpreter shuts down, on purpose (see State): not leaks worth reporting.
@@ -356,12 +405,19 @@ NB_MODULE(_ext, m) {
   m.attr("jaxlib_version") = JAXBIND_JAXLIB_VERSION;
   m.attr("ffi_api_version") = nb::make_tuple(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);
 
+  xla_state::deleter = free_instantiated;
+  auto bundle = [](void *execute) {
+    nb::dict handlers;
+    handlers["instantiate"] = nb::capsule(reinterpret_cast<void *>(jaxbind_instantiate_handler));
+    handlers["execute"] = nb::capsule(execute);
+    return handlers;
+  };
   m.def(
-      "cpu_handler", []() { return nb::capsule(reinterpret_cast<void *>(jaxbind_cpu_handler)); },
-      "PyCapsule of the CPU FFI handler, for jax.ffi.register_ffi_target.");
+      "cpu_handlers", [=]() { return bundle(reinterpret_cast<void *>(jaxbind_cpu_handler)); },
+      "The CPU FFI handlers, {stage: PyCapsule}, for jax.ffi.register_ffi_target.");
   m.def(
-      "cuda_handler", []() { return nb::capsule(reinterpret_cast<void *>(jaxbind_cuda_handler)); },
-      "PyCapsule of the CUDA FFI handler (built without the CUDA toolkit).");
+      "cuda_handlers", [=]() { return bundle(reinterpret_cast<void *>(jaxbind_cuda_handler)); },
+      "The CUDA FFI handlers, {stage: PyCapsule} (built without the CUDA toolkit).");
   m.def(
       "dlpack_view",
       [](uintptr_t pointer, std::vector<size_t> shape, uint8_t code, uint8_t bits,
@@ -387,7 +443,11 @@ NB_MODULE(_ext, m) {
       .def_prop_ro("binding", [](const Site &s) { return s.binding; })
       .def_prop_ro("levels", [](const Site &s) { return s.core->loop.levels; })
       .def_prop_ro("known_signatures", [](const Site &s) { return s.core->accepted.size(); })
-      .def_prop_ro("is_kernel", [](const Site &s) { return s.core->is_kernel; });
+      .def_prop_ro("is_kernel", [](const Site &s) { return s.core->is_kernel; })
+      .def(
+          "retire", [](Site &s) { s.core->alive.store(false, std::memory_order_release); },
+          "Stop calls from using this site (its binding was defined again): programs that "
+          "hold it find their site by digest instead.");
 
   m.def(
       "gpu_call_for_tests",
@@ -429,7 +489,8 @@ NB_MODULE(_ext, m) {
 
   m.def(
       "init",
-      [](nb::dict dtypes, nb::object resolver, nb::object formatter, nb::object gpu_dispatch) {
+      [](nb::dict dtypes, nb::object resolver, nb::object instantiate, nb::object formatter,
+         nb::object gpu_dispatch) {
         if (state == nullptr) state = new State();
         for (auto [key, value] : dtypes) {
           auto code = nb::cast<size_t>(key);
@@ -440,12 +501,15 @@ NB_MODULE(_ext, m) {
           state->dtypes[code] = descr;
         }
         state->resolver = resolver;
+        state->instantiate = instantiate;
         state->formatter = formatter;
         state->gpu_dispatch = gpu_dispatch;
       },
-      nb::arg("dtypes"), nb::arg("resolver"), nb::arg("formatter"), nb::arg("gpu_dispatch"),
-      "Set the dtype table {XLA element type: numpy dtype}, the site resolver, the error "
-      "formatter and the GPU dispatcher (see jaxbind/_runtime.py).");
+      nb::arg("dtypes"), nb::arg("resolver"), nb::arg("instantiate"), nb::arg("formatter"),
+      nb::arg("gpu_dispatch"),
+      "Set the dtype table {XLA element type: numpy dtype}, the site resolver, the "
+      "instantiate stage's site maker, the error formatter and the GPU dispatcher (see "
+      "jaxbind/_runtime/__init__.py).");
 
   m.def(
       "set_view_hooks",
@@ -508,54 +572,4 @@ NB_MODULE(_ext, m) {
   m.def(
       "site_count", []() { return state == nullptr ? size_t(0) : state->sites.size(); },
       "Number of resolved call sites held by the trampoline.");
-}
-
-// ---- prototype: XLA per-site state ----------------------------------------------------
-#include "xla_state.h"
-namespace proto {
-std::atomic<int64_t> made{0}, freed{0}, executed{0}, found{0};
-struct Slot {
-  int64_t calls = 0;
-};
-ffi::Error Instantiate(jaxbind::StateContext c) {
-  auto *slot = new Slot();
-  made++;
-  if (!jaxbind::xla_state::set(c, slot)) {
-    delete slot;
-    made--;
-  }
-  return ffi::Error::Success();
-}
-ffi::Error Execute(jaxbind::StateContext c, ffi::RemainingArgs, ffi::RemainingRets) {
-  executed++;
-  auto *slot = static_cast<Slot *>(jaxbind::xla_state::get(c));
-  if (slot) {
-    found++;
-    slot->calls++;
-  }
-  return ffi::Error::Success();
-}
-}  // namespace proto
-XLA_FFI_DEFINE_HANDLER_SYMBOL(proto_instantiate, proto::Instantiate,
-                              ffi::Ffi::BindInstantiate().Ctx<jaxbind::StateContext>());
-XLA_FFI_DEFINE_HANDLER_SYMBOL(proto_execute, proto::Execute,
-                              ffi::Ffi::Bind()
-                                  .Ctx<jaxbind::StateContext>()
-                                  .RemainingArgs()
-                                  .RemainingRets());
-void proto_module(nb::module_ &m) {
-  jaxbind::xla_state::deleter = +[](void *p) {
-    proto::freed++;
-    delete static_cast<proto::Slot *>(p);
-  };
-  m.def("handlers", []() {
-    nb::dict d;
-    d["instantiate"] = nb::capsule(reinterpret_cast<void *>(proto_instantiate));
-    d["execute"] = nb::capsule(reinterpret_cast<void *>(proto_execute));
-    return d;
-  });
-  m.def("counts", []() {
-    return nb::make_tuple(proto::made.load(), proto::freed.load(), proto::executed.load(),
-                          proto::found.load());
-  });
 }

@@ -14,6 +14,14 @@
 //   collector sees everything it holds (site_traverse), so a cycle through the user's
 //   callable and the op is collected like any other.
 //
+// Where XLA instantiates the call sites of an executable (the FFI instantiate stage: XLA
+// 0.7 and later, on the CPU), the executable owns its sites: the instantiate handler
+// asks Python for the site from the call's attributes alone (`instantiate` below; the
+// op's state is set up then), and XLA keeps it as the site's state (`Instantiated`)
+// until it frees the executable; each call reads it (xla_state::get), and its first
+// call with a signature crosses into Python once, to `accept`. Where XLA kept no state,
+// a call finds its site by digest instead, as follows.
+//
 // A site's first call crosses into Python once: the resolver checks the attributes,
 // makes the Site and accepts the call's buffers (checks them against the binding's
 // abstract function and, for a kernel, gives its address for their signature). A later
@@ -26,6 +34,7 @@
 #include "call.h"
 #include "kernels.h"
 #include "state.h"
+#include "xla_state.h"
 
 namespace jaxbind {
 
@@ -171,6 +180,32 @@ inline nb::object keep(int64_t digest, nb::object found) {
   return found;
 }
 
+// What XLA keeps for an instantiated call site, until it frees the executable: the Site
+// (a strong reference) and its core (read without the GIL by kernel calls).
+struct Instantiated {
+  CoreRef core;
+  PyObject *site;  // owned
+};
+
+// XLA's deleter of an Instantiated: the Site dropped with the GIL taken; after the
+// interpreter has begun to finalize, deliberately leaked (Python must not be touched).
+inline void free_instantiated(void *state) {
+  auto *held = static_cast<Instantiated *>(state);
+  if (state_is_usable()) {
+    nb::gil_scoped_acquire gil;
+    Py_DECREF(held->site);
+  }
+  delete held;
+}
+
+// The site XLA keeps for the call being run, or nullptr (none kept, or its binding was
+// defined again with replace=True since: then the call finds its site by digest).
+inline Instantiated *instantiated(const StateContext &context) {
+  auto *held = static_cast<Instantiated *>(xla_state::get(context));
+  if (held == nullptr || !held->core->alive.load(std::memory_order_acquire)) return nullptr;
+  return held;
+}
+
 // The call's attributes for the resolver, by their names in the program: those of the
 // call's format that are there with the right type (the resolver says what is missing).
 inline nb::dict attributes(const Header &header, const ffi::Dictionary &attrs) {
@@ -206,7 +241,12 @@ inline nb::dict attributes(const Header &header, const ffi::Dictionary &attrs) {
 // Returns a strong reference: the call keeps its site alive even if the callable drops
 // the last other reference to the binding.
 inline nb::object resolve(const Header &header, const ffi::Dictionary &attrs, const Call &call,
-                          jaxbind_kernel_fn &fn) {
+                          jaxbind_kernel_fn &fn, Instantiated *held) {
+  if (held != nullptr) {
+    nb::object site = nb::borrow(held->site);
+    fn = accept(site_of(site), call);
+    return site;
+  }
   auto it = state->sites.find(header.site);
   if (it != state->sites.end()) {
     nb::object site = nb::borrow(it->second.site);
@@ -224,6 +264,20 @@ inline nb::object resolve(const Header &header, const ffi::Dictionary &attrs, co
   else
     fn = accepted(site_of(site), call, nb::make_tuple(parts[1], parts[2]));
   return site;
+}
+
+// The instantiate stage of a call site: its Site, from the attributes alone (the
+// resolver's first step, and the op's state set up), handed to XLA to keep. Needs the
+// GIL. False if XLA keeps no state (then calls find the site by digest).
+inline bool instantiate(const StateContext &context, const Header &header,
+                        const ffi::Dictionary &attrs) {
+  nb::object site = state->instantiate(attributes(header, attrs));
+  if (!nb::isinstance<Site>(site)) throw std::runtime_error("instantiate returned no Site");
+  auto *held = new Instantiated{site_of(site).core, site.release().ptr()};
+  if (xla_state::set(context, held)) return true;
+  Py_DECREF(held->site);
+  delete held;
+  return false;
 }
 
 }  // namespace jaxbind

@@ -47,6 +47,7 @@ struct State {
   std::unordered_map<int64_t, Entry> sites;          // digest -> site; with the GIL held
   std::array<PyArray_Descr *, kNumDtypes> dtypes{};  // owned references
   nb::object resolver;         // (attributes, inputs, outputs) -> (Site, problem, address)
+  nb::object instantiate;      // (attributes) -> Site, at XLA's instantiate stage
   nb::object formatter;        // (label, type, value, traceback) -> str
   nb::object gpu_dispatch;     // (resolved, stream, device, inputs, outputs): one GPU call
   nb::object collect_garbage;  // drops JAX's lingering references to host arrays
@@ -85,6 +86,9 @@ inline bool python_is_finalizing() {
   return _Py_IsFinalizing();
 #endif
 }
+
+// Python may be called (the module is initialised and the interpreter not going away).
+inline bool state_is_usable() { return state != nullptr && !python_is_finalizing(); }
 
 inline ffi::Error error(ffi::ErrorCode code, std::string message) {
   return ffi::Error(code, "jaxbind: " + std::move(message));

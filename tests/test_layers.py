@@ -22,7 +22,14 @@ if not PACKAGE.is_dir():  # an installed jaxbind (CI's wheel setups)
 
     PACKAGE = pathlib.Path(jaxbind.__file__).parent
 
-RUN_TIME = {"_runtime", "_runtime.resolve", "_runtime.fits", "_runtime.report", "_runtime.gpu"}
+RUN_TIME = {
+    "_runtime",
+    "_runtime.resolve",
+    "_runtime.fits",
+    "_runtime.report",
+    "_runtime.gpu",
+    "_runtime.state",
+}
 TRACE_TIME = {
     "_api",
     "_native",
@@ -51,6 +58,7 @@ SHARED = {
     "_kernels.numba_codegen",
     "_options",
     "_kwargs",
+    "_state",
     "_avals",
     "_callformat",
     "_compat",

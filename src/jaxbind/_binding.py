@@ -67,6 +67,11 @@ class Binding:
     orphans: collections.OrderedDict = field(
         default_factory=collections.OrderedDict, repr=False, compare=False
     )
+    # Call sites that executables own (made at XLA's instantiate stage, see
+    # _runtime.resolve.instantiate_site), weakly: retired when the op is defined again.
+    instantiated: weakref.WeakSet = field(
+        default_factory=weakref.WeakSet, repr=False, compare=False
+    )
     # whether the name is the callable's qualified name (set when registered)
     default_name: bool = field(default=True, repr=False, compare=False)
     __weakref__: object = field(default=None, init=False, repr=False, compare=False)
@@ -110,6 +115,8 @@ class Binding:
             for holder in list(self.holders.values()):
                 holder.site = None
             self.orphans.clear()
+            for site in list(self.instantiated):
+                site.retire()
 
     @property
     def sites(self) -> dict:

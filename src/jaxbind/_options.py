@@ -12,8 +12,12 @@ rule reads it from there. An option added here exists in both APIs.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+import dataclasses
+import inspect
 from dataclasses import dataclass
 from typing import Any, TypedDict
+
+from ._state import StateDef
 
 __all__ = [
     "OPTION_DOCS",
@@ -43,6 +47,9 @@ class Options:
       linear_in: nonlinear ops: arguments in which the function is jointly linear.
       native: made by the JAX-native API (the decorators), not ``get_*_call``; every
         message about the op speaks that API (see _errors.words).
+      state: what the op sets up once per call site (``@jaxbind.state``), or None.
+      state_key: the positions of the state's ``key`` inputs among the arguments (the
+        op's fixed arguments, first in every role).
     """
 
     fixed: int = 0
@@ -52,6 +59,8 @@ class Options:
     effect: str | None = None
     linear_in: tuple[int, ...] = ()
     native: bool = False
+    state: StateDef | None = None
+    state_key: tuple[int, ...] = ()
 
 
 class _SharedOptions(TypedDict, total=False):
@@ -65,6 +74,7 @@ class _SharedOptions(TypedDict, total=False):
     has_side_effect: bool
     ordered: bool
     linear_in: Sequence[int]
+    state: StateDef | None
 
 
 class CallOptions(_SharedOptions, total=False):
@@ -89,6 +99,7 @@ OPTION_NAMES = (
     "has_side_effect",
     "ordered",
     "linear_in",
+    "state",
 )
 
 # Appended to the docstrings of get_linear_call and get_nonlinear_call; the decorators
@@ -131,6 +142,10 @@ OPTION_DOCS = """
       with respect to these arguments, the others known, then works: jaxbind
       computes it with the VJP at zero values, whose cotangents for these arguments
       are the transpose.
+    - ``state``: an object the callables use at every call, set up once per call site
+      when XLA instantiates it (a plan, a handle), made with ``@jaxbind.state``. Callables
+      of ``get_*_call`` reach it with ``jaxbind.load_state(kwargs_dump)``; the bodies of
+      the decorators get it as their ``state`` argument. See docs/state.md.
 """
 
 
@@ -178,6 +193,7 @@ def declare(
         effect=_effect(options.get("has_side_effect", False), options.get("ordered", False)),
         linear_in=_linear_in(linear_in, fixed, fixed_name),
         native=native,
+        state=_state(what, options.get("state"), native),
     )
     return checked, name, replace
 
@@ -230,3 +246,46 @@ def _linear_in(linear_in: Any, fixed: int, fixed_name: str) -> tuple[int, ...]:
             f"{fixed}); only differentiable arguments can be linear"
         )
     return args
+
+
+def _state(what: str, value: object, native: bool) -> StateDef | None:
+    if value is None:
+        return None
+    if not isinstance(value, StateDef):
+        raise TypeError(
+            f"jaxbind.{what}: state must be declared with @jaxbind.state (def setup(*, ...): "
+            f"return the object), got {value!r}"
+        )
+    if value.key and not native:
+        raise TypeError(
+            f"jaxbind.{what}: the state {value.name!r} has key={value.key}, which names "
+            "arguments of the op's function; define the op with the JAX-native API "
+            "(jaxbind.linear_op, ...), whose functions name their arguments"
+        )
+    return value
+
+
+def state_key_positions(options: Options, fn: Any, op: str) -> Options:
+    """`options` with the positions of its state's key inputs: the names in ``key=`` are
+    parameters of the op's function `fn` among its fixed arguments."""
+    sdef = options.state
+    if sdef is None or not sdef.key:
+        return options
+    try:
+        names = [
+            p.name
+            for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+    except (TypeError, ValueError):
+        names = []
+    positions = []
+    for k in sdef.key:
+        if k not in names[: options.fixed]:
+            raise ValueError(
+                f"jaxbind: '{op}': its state's key names {k!r}, which is not one of the op's "
+                f"fixed arguments {tuple(names[: options.fixed])} (fixed={options.fixed}); a "
+                "state can depend on fixed arguments only, which every role receives"
+            )
+        positions.append(names.index(k))
+    return dataclasses.replace(options, state_key=tuple(positions))

@@ -44,7 +44,7 @@ import jax.numpy as jnp
 from .._api import Op, make_op
 from .._errors import about, add_context
 from .._kwargs import KwargsDump
-from .._options import OpOptions, Options, declare
+from .._options import OpOptions, Options, declare, state_key_positions
 from .._roles import Args, JaxFunction, Kind, is_jax_function, jax_function, role_table
 from .bodies import JaxDerivative, Shapes, body, check_declared
 from .trees import _tree_numbered, call_trees, structures  # noqa: F401 (pickles name it here)
@@ -245,7 +245,9 @@ def _decorator(kind: str, shape: ShapeFn, options: OpOptions) -> Decorator:
     checked, name, replace = declare(f"{kind}_op", kind, options, native=True)
 
     def make(fn: Callable) -> NativeOp:
-        return NativeOp(kind, fn, shape, name=name, replace=replace, options=checked)
+        where = name or getattr(fn, "__qualname__", "op")
+        keyed = state_key_positions(checked, fn, where)
+        return NativeOp(kind, fn, shape, name=name, replace=replace, options=keyed)
 
     return make
 

@@ -17,6 +17,7 @@ from .._avals import shown
 from .._errors import about
 from .._kernels import Kernel
 from .._kwargs import KwargsDump, load_kwargs
+from .._state import current_state
 from .._roles import Args
 from .._spec import BatchAxes
 from .trees import layout, split, structures
@@ -53,6 +54,25 @@ def check_declared(name: str, declared, effectful: bool) -> None:
         "jax.ShapeDtypeStruct for one output, or a pytree (tuple, list, dict) of them for "
         "several, e.g. jax.ShapeDtypeStruct(x.shape, x.dtype)"
     )
+
+
+def check_takes_state(name: str, what: str, fn) -> None:
+    """An op given ``state=``: each body takes it (a ``state`` parameter, or ``**kwargs``)."""
+    if isinstance(fn, Kernel):
+        raise TypeError(
+            f"{about(name)} ({what}) is a compiled kernel, and kernels cannot take a state "
+            "yet (kernel ABI version 3); give the op a Python body, or no state="
+        )
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return
+    if not any(p.name == "state" or p.kind is p.VAR_KEYWORD for p in params):
+        raise TypeError(
+            f"{about(name)} ({what}) takes no 'state' argument, but the op was given state=; "
+            f"add one to its parameters (def {getattr(fn, '__name__', 'f')}(..., *, state, "
+            "**kwargs))"
+        )
 
 
 def _takes_out(fn: Callable) -> bool:
@@ -94,6 +114,8 @@ class _Callable(_Body):
     def _run(self, arg_trees, out_tree, out, args, kwargs_dump):
         kwargs = load_kwargs(kwargs_dump)
         batch = kwargs.pop("batch_axes", None)
+        if self.native.options.state is not None:
+            kwargs["state"] = current_state()
         leaves = BatchAxes(batch).to_front(args, np.moveaxis) if batch else list(args)
         user_args = split(leaves, arg_trees)
         if self.takes_out:
@@ -119,9 +141,11 @@ class _Callable(_Body):
 
 def body(native, fn, args: Args, what: str, index=None):
     """A callable wrapped for pytrees; a compiled kernel as it is (it takes flat arrays)."""
+    name = getattr(native, "name", None) or native._explicit_name or native.fn.__qualname__
+    if native.options.state is not None:
+        check_takes_state(name, what, fn)
     if isinstance(fn, Kernel):
         return fn
-    name = getattr(native, "name", None) or native._explicit_name or native.fn.__qualname__
     check_body_runs(what, fn, name, native.options)
     return _Callable(native, fn, args, what, index=index)
 

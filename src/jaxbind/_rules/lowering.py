@@ -223,12 +223,13 @@ def _embedded(ctx, dump, exporting: bool, name: str, what: str) -> bytes:
 
 
 def register_targets() -> None:
-    """Register jaxbind's FFI targets with XLA (once, at import)."""
-    ffi.register_ffi_target(CPU_TARGET, _ext.cpu_handler(), platform="cpu")
+    """Register jaxbind's FFI targets with XLA (once, at import): each with its instantiate
+    stage (the executable's own call sites, see cpp/site.h) and its execute stage."""
+    ffi.register_ffi_target(CPU_TARGET, _ext.cpu_handlers(), platform="cpu")
     register_batch_partitionable(CPU_TARGET)
     # JAX keeps registrations for a platform whose plugin is not loaded (no GPU)
     # and applies them when the CUDA plugin appears.
-    ffi.register_ffi_target(CUDA_TARGET, _ext.cuda_handler(), platform="CUDA")
+    ffi.register_ffi_target(CUDA_TARGET, _ext.cuda_handlers(), platform="CUDA")
     register_batch_partitionable(CUDA_TARGET)
-    ffi.register_ffi_target(EFFECT_TARGETS[CPU_TARGET], _ext.cpu_handler(), platform="cpu")
-    ffi.register_ffi_target(EFFECT_TARGETS[CUDA_TARGET], _ext.cuda_handler(), platform="CUDA")
+    ffi.register_ffi_target(EFFECT_TARGETS[CPU_TARGET], _ext.cpu_handlers(), platform="cpu")
+    ffi.register_ffi_target(EFFECT_TARGETS[CUDA_TARGET], _ext.cuda_handlers(), platform="CUDA")

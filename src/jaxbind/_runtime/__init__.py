@@ -3,9 +3,12 @@
 Everything here runs inside a compiled program, called from C++ with the GIL held;
 trace-time code (the registry, the rules, the lowering) never reaches into it.
 
-- `resolve`: a site's first call. The call's attributes read and checked, the binding's
-  body for its role found, and its buffers accepted (a kernel's address for their
-  signature), in one crossing.
+- `resolve`: call sites. From a call's attributes (at XLA's instantiate stage, or at
+  a site's first call where XLA keeps no state): checked, the binding's body for its
+  role found, its state set up; then each new buffer signature accepted (a kernel's
+  address for it).
+- `state`: the ops' states (``state=``): set up, shared between sites, freed with
+  the executables that use them.
 - `fits`: does the call still fit the op it names? The one ordered definition check,
   run on the attributes when a site is resolved and on each new buffer signature.
 - `report`: what a failing callable becomes, and views that outlived their call.
@@ -26,7 +29,7 @@ from .._callformat import FORMAT
 from .._compat import collect_jax_garbage
 from . import gpu
 from .report import escaped_views, format_callback_error
-from .resolve import resolve_site
+from .resolve import instantiate_site, resolve_site
 
 __all__ = ["install"]
 
@@ -34,7 +37,9 @@ __all__ = ["install"]
 def install() -> None:
     """Hand the trampoline its tables and callbacks (once, at import)."""
     assert _ext.call_format == FORMAT, "the extension and the Python package disagree"
-    _ext.init(XLA_ELEMENT_TYPES, resolve_site, format_callback_error, gpu.dispatch)
+    _ext.init(
+        XLA_ELEMENT_TYPES, resolve_site, instantiate_site, format_callback_error, gpu.dispatch
+    )
     _ext.set_view_hooks(collect_jax_garbage, escaped_views)
     atexit.register(_shutdown)
 

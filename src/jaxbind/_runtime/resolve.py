@@ -1,10 +1,17 @@
-"""A call site's first call: the one crossing from the trampoline into Python.
+"""Call sites: what the trampoline asks Python for a call site, in two steps.
 
-`resolve_site` gets a call's attributes (by their names in the program) and its
-buffers, checks the attributes (see _callformat), finds the binding's body for the
-call's role, and returns an ``_ext.Site`` made from a `Resolved` description, with the
-call's buffers already accepted. The programs that call a site own it (see
-Binding.keep_site); the trampoline holds it weakly, so it goes with them.
+1. `resolved`: from a call's attributes alone (by their names in the program): the
+   attributes checked (see _callformat and the definition check's first step), the
+   binding's body for the call's role found, and the op's state set up (see
+   .state); a `Resolved` description, from which an ``_ext.Site`` is made.
+2. `Resolved.accept`: each buffer signature the site has not seen (the definition
+   check's second step; a kernel's address for it).
+
+Where XLA instantiates call sites (its FFI instantiate stage), `instantiate_site` does
+step 1 and the executable owns the site (XLA keeps it as the site's state; see
+cpp/site.h). Elsewhere (no state kept), a site's first call runs `resolve_site`, both
+steps in one crossing; the programs that call such a site own it (see
+Binding.keep_site), and the trampoline holds it weakly, so it goes with them.
 
 A buffer, wherever Python sees one at run time, is ``(address, shape, XLA element
 type)``.
@@ -23,13 +30,33 @@ from .._kernels import Kernel, KernelCall
 from .._kwargs import decode_kwargs
 from .._roles import Body, Role, for_call
 from .fits import DefinitionCheck, elements
+from .state import StatefulBody, lease_for
 
-__all__ = ["Resolved", "resolve_site"]
+__all__ = ["Resolved", "instantiate_site", "resolve_site", "resolved"]
+
+
+def instantiate_site(found: dict) -> _ext.Site:
+    """The ``_ext.Site`` of a call site XLA instantiates, from its attributes alone (the
+    executable owns it; it is retired if its binding is defined again)."""
+    description = resolved(found)
+    site = _ext.Site(description)
+    binding = lookup(description.binding)
+    if binding is not None:
+        binding.instantiated.add(site)
+    return site
 
 
 def resolve_site(found: dict, ins: tuple, outs: tuple) -> tuple:
     """The ``_ext.Site`` of a call, and what its check says of the call's buffers:
     ``(site, problem or None, kernel address or 0)``."""
+    description = resolved(found)
+    binding = lookup(description.binding)
+    site = binding.keep_site(found["site"], _ext.Site(description))
+    return (site, *description.accept(ins, outs))
+
+
+def resolved(found: dict) -> Resolved:
+    """A call site from its attributes: checked, its body found, its state set up."""
     call = CallAttributes.read(found)
     name = call.binding
     binding = lookup(name)
@@ -62,10 +89,11 @@ def resolve_site(found: dict, ins: tuple, outs: tuple) -> tuple:
         kernel = body.call_for(dump.to_dict(), where)
     elif loop.levels:
         label += ", batched"
-    resolved = Resolved(
+    lease = lease_for(binding, dump, label)
+    return Resolved(
         binding=name,
         label=label,
-        callable=body,
+        callable=body if lease is None else StatefulBody(body, lease),
         kwargs_dump=dump,
         levels=loop.levels,
         batched=loop.batched,
@@ -73,8 +101,6 @@ def resolve_site(found: dict, ins: tuple, outs: tuple) -> tuple:
         check=check,
         kernel=kernel,
     )
-    site = binding.keep_site(found["site"], _ext.Site(resolved))
-    return (site, *resolved.accept(ins, outs))
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -1,0 +1,222 @@
+"""Run time of states (``state=``, see jaxbind._state): set up, shared, used, freed.
+
+A call site of an op with a state holds a `Lease` (in its `Resolved` description, so
+in its ``_ext.Site``, which the executable owns: see cpp/site.h). Leases of sites with
+equal setup arguments (any role, any executable) share one `Shared` state from the
+registry below; it counts them, and tears its objects down when the last lease goes,
+that is, when the last executable that uses it is freed. A state with ``key=`` is set
+up at calls instead (instantiate has no buffers): its lease keeps the last few key
+values, each with its own shared state.
+
+The trampoline calls a stateful site's body through `StatefulBody`, which takes an
+object under the state's concurrency policy and makes it the thread's current state
+(what ``state=`` and ``jaxbind.load_state`` give) while the body runs.
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+import threading
+import warnings
+
+import numpy as np
+
+from .._kwargs import encode_kwargs
+from .._state import StateDef, using
+
+__all__ = ["Lease", "StatefulBody", "lease_for", "live_states"]
+
+_KEYS = 4  # key values a lease keeps set up (a small LRU)
+
+_lock = threading.Lock()
+_registry: dict[tuple, Shared] = {}
+
+
+class SetupError(RuntimeError):
+    """A state's setup failed (the message names the op, the role and the setup)."""
+
+
+class Shared:
+    """One state: its objects (one, or up to pool_size for "pool"), counted by leases."""
+
+    def __init__(self, key: tuple, sdef: StateDef, arguments: dict, label: str):
+        self.key, self.sdef, self.arguments, self.label = key, sdef, arguments, label
+        self.count = 0
+        self.objects: list = []  # every object made
+        self.idle: list = []
+        self.cond = threading.Condition()
+
+    def make(self):
+        try:
+            obj = self.sdef.setup(**self.arguments)
+        except Exception as exc:
+            raise SetupError(
+                f"jaxbind: {self.label}: the setup of its state {self.sdef.name!r} failed: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        self.objects.append(obj)
+        return obj
+
+    def use(self):
+        """An object for one call, and what gives it back (see StatefulBody)."""
+        if self.sdef.concurrency == "shared":
+            return self.objects[0] if self.objects else self._first()
+        with self.cond:
+            while not self.idle:
+                if len(self.objects) < self.sdef.pool_size:
+                    return self.make()
+                self.cond.wait()
+            return self.idle.pop()
+
+    def _first(self):
+        """The first object (set up now, if none is yet), idle."""
+        with self.cond:
+            if not self.objects:
+                self.idle.append(self.make())
+            return self.objects[0]
+
+    def give_back(self, obj) -> None:
+        if self.sdef.concurrency == "shared":
+            return
+        with self.cond:
+            self.idle.append(obj)
+            self.cond.notify()
+
+    def close(self) -> None:
+        objects, self.objects, self.idle = self.objects, [], []
+        teardown = self.sdef.teardown
+        if teardown is None or sys.is_finalizing():
+            return
+        for obj in objects:
+            try:
+                teardown(obj)
+            except Exception as exc:
+                warnings.warn(
+                    f"jaxbind: {self.label}: the teardown of its state {self.sdef.name!r} "
+                    f"failed: {type(exc).__name__}: {exc}",
+                    RuntimeWarning,
+                    stacklevel=1,
+                )
+
+
+def _acquire(key: tuple, sdef: StateDef, arguments: dict, label: str, eager: bool) -> Shared:
+    with _lock:
+        shared = _registry.get(key)
+        if shared is None:
+            shared = _registry[key] = Shared(key, sdef, arguments, label)
+        shared.count += 1
+    if eager and not shared.objects:
+        try:
+            shared._first()
+        except BaseException:
+            _release(shared)
+            raise
+    return shared
+
+
+def _release(shared: Shared) -> None:
+    with _lock:
+        shared.count -= 1
+        if shared.count > 0:
+            return
+        if _registry.get(shared.key) is shared:
+            del _registry[shared.key]
+    shared.close()
+
+
+def live_states() -> int:
+    """How many states are set up now (for tests: teardowns equal setups after
+    ``jax.clear_caches()``)."""
+    with _lock:
+        return len(_registry)
+
+
+class Lease:
+    """One call site's hold on its op's state (released when the site is freed)."""
+
+    def __init__(self, binding, sdef: StateDef, arguments: dict, label: str, key_at):
+        self.sdef, self.label, self.key_at = sdef, label, key_at
+        self.base = (id(binding), binding.name, id(sdef), _frozen(arguments))
+        self.arguments = arguments
+        self.shared: Shared | None = None
+        self.keyed: collections.OrderedDict = collections.OrderedDict()  # key -> (copies, Shared)
+        self.mu = threading.Lock()
+        if not sdef.key:
+            self.shared = _acquire(self.base, sdef, arguments, label, eager=True)
+
+    def state_for(self, args) -> Shared:
+        if self.shared is not None:
+            return self.shared
+        inputs = [np.asarray(args[i]) for i in self.key_at]
+        with self.mu:
+            for k, (copies, shared) in self.keyed.items():
+                if all(_same(a, b) for a, b in zip(copies, inputs)):
+                    self.keyed.move_to_end(k)
+                    return shared
+            copies = [a.copy() for a in inputs]
+            k = tuple((a.dtype.str, a.shape, a.tobytes()) for a in copies)
+            arguments = dict(self.arguments, **dict(zip(self.sdef.key, copies)))
+            shared = _acquire((*self.base, k), self.sdef, arguments, self.label, eager=True)
+            self.keyed[k] = (copies, shared)
+            while len(self.keyed) > _KEYS:
+                _release(self.keyed.popitem(last=False)[1][1])
+            return shared
+
+    def __del__(self):
+        if sys.is_finalizing():
+            return
+        if self.shared is not None:
+            _release(self.shared)
+        for _, shared in self.keyed.values():
+            _release(shared)
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a, b, equal_nan=False)
+
+
+def _frozen(arguments: dict) -> bytes:
+    """Equal setup arguments, equal bytes (their keyword-argument encoding)."""
+    return encode_kwargs(arguments, "state setup").blob
+
+
+def lease_for(binding, dump, label: str) -> Lease | None:
+    """The lease of a call site of `binding` with keyword arguments `dump` (None if the op
+    has no state); its state set up now unless it has a key."""
+    sdef = binding.options.state
+    if sdef is None:
+        return None
+    given = dump.to_dict()
+    given.pop("batch_axes", None)
+    if sdef.all_kwargs:
+        arguments = {k: v for k, v in given.items() if k not in sdef.key}
+    else:
+        arguments = {k: given[k] for k in sdef.params if k in given and k not in sdef.key}
+    missing = sorted(sdef.required - set(arguments) - set(sdef.key))
+    if missing:
+        raise SetupError(
+            f"jaxbind: {label}: its state's setup {sdef.name!r} needs the keyword argument "
+            f"{missing[0]!r}, which the call does not give; pass it to the op, or give the "
+            "setup parameter a default"
+        )
+    return Lease(binding, sdef, arguments, label, binding.options.state_key)
+
+
+class StatefulBody:
+    """A stateful site's body as the trampoline calls it, ``(out, args, kwargs_dump)``:
+    an object of the state taken under its policy, current while the body runs."""
+
+    __slots__ = ("body", "lease", "__weakref__")
+
+    def __init__(self, body, lease: Lease):
+        self.body, self.lease = body, lease
+
+    def __call__(self, out, args, kwargs_dump):
+        shared = self.lease.state_for(args)
+        obj = shared.use()
+        try:
+            with using(obj):
+                self.body(out, args, kwargs_dump)
+        finally:
+            shared.give_back(obj)

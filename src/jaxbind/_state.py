@@ -1,0 +1,213 @@
+"""State: what an op sets up once per call site and uses at every call (a plan, a
+handle, a factorization), declared with ``@jaxbind.state`` and given to an op as its
+``state=`` option.
+
+This module holds the declaration (`StateDef`) and what a running body reads
+(`load_state`, `current_state`); the run time (_runtime.state) sets states up, shares
+them between call sites and frees them with the executables that use them. The
+lifetime rules are in docs/state.md.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, overload
+
+__all__ = ["CONCURRENCY", "StateDef", "current_state", "load_state", "state", "using"]
+
+# How the callables of one op use its state at once (see `state`).
+CONCURRENCY = ("lock", "pool", "shared")
+_POOL_DEFAULT = 4
+
+
+@dataclass(frozen=True, eq=False)
+class StateDef:
+    """A state declaration, checked (made by `state`).
+
+    Attributes:
+      setup: ``setup(**arguments)``, returning the object.
+      name: the setup's name, for messages.
+      params: the setup's keyword-only parameters: the op's static keyword arguments
+        (and `key` inputs) it receives; ``all_kwargs``: it takes ``**kwargs`` (every
+        static keyword argument).
+      required: those of `params` without a default.
+      concurrency: "lock", "pool" or "shared"; pool_size: objects at most, for "pool".
+      key: names of the op's (fixed) inputs the object depends on.
+      teardown: ``teardown(obj)`` when the object is freed, or None.
+    """
+
+    setup: Callable
+    name: str
+    params: tuple[str, ...]
+    required: frozenset
+    all_kwargs: bool
+    concurrency: str = "lock"
+    pool_size: int = 1
+    key: tuple[str, ...] = ()
+    teardown: Callable | None = None
+
+    def __call__(self, **arguments):
+        """Run the setup (as the run time does)."""
+        return self.setup(**arguments)
+
+    def __repr__(self):
+        return f"<jaxbind.state {self.name} ({self.concurrency})>"
+
+
+@overload
+def state(setup: Callable, /) -> StateDef: ...
+@overload
+def state(
+    *,
+    concurrency: str = "lock",
+    pool_size: int | None = None,
+    key: tuple[str, ...] | list[str] = (),
+    teardown: Callable | None = None,
+) -> Callable[[Callable], StateDef]: ...
+def state(
+    setup: Callable | None = None,
+    /,
+    *,
+    concurrency: str = "lock",
+    pool_size: int | None = None,
+    key: tuple[str, ...] | list[str] = (),
+    teardown: Callable | None = None,
+) -> Any:
+    """Declare a state: an object set up once per call site and used by every call.
+
+    Used as ``@jaxbind.state`` or ``@jaxbind.state(concurrency=..., key=...,
+    teardown=...)`` on a setup function whose keyword-only parameters name the op's
+    static keyword arguments it needs; give the result to an op as ``state=``. The
+    setup runs when XLA instantiates a call site (when the program is compiled or
+    loaded), not when it is traced; every role of the op at sites with equal setup
+    arguments shares one object, which is freed (``teardown(obj)``, if given) when the
+    last executable using it is freed. See docs/state.md.
+
+    Args:
+      setup: ``setup(*, name=..., ...)`` returning the object.
+      concurrency: how calls running at once (several devices, jaxbind's parallel batch
+        loop) use it: ``"lock"`` (default) one call at a time; ``"pool"`` up to
+        ``pool_size`` objects (set up as needed), each used by one call at a time;
+        ``"shared"`` all at once (the object is thread-safe).
+      pool_size: the most objects of a ``"pool"`` state (default 4).
+      key: names of the op's fixed arguments the object depends on (traced, e.g.
+        NUFFT points): the setup gets them as NumPy arrays under these names, runs at
+        the first call, and again only when their values change (the last few are
+        kept).
+      teardown: ``teardown(obj)``, called when an object is freed (never after the
+        interpreter has begun to exit).
+    """
+
+    def make(fn: Callable) -> StateDef:
+        return _declare(fn, concurrency, pool_size, key, teardown)
+
+    if setup is not None:
+        return make(setup)
+    return make
+
+
+def _declare(fn, concurrency, pool_size, key, teardown) -> StateDef:
+    where = f"jaxbind.state({getattr(fn, '__qualname__', fn)!r})"
+    if not callable(fn):
+        raise TypeError(f"jaxbind.state: the setup must be a function, got {fn!r}")
+    if concurrency not in CONCURRENCY:
+        raise ValueError(
+            f"{where}: concurrency must be one of {CONCURRENCY}, got {concurrency!r}"
+        )
+    if pool_size is not None and concurrency != "pool":
+        raise TypeError(f'{where}: pool_size is for concurrency="pool"')
+    size = _POOL_DEFAULT if pool_size is None else pool_size
+    if concurrency == "pool" and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+        raise ValueError(f"{where}: pool_size must be a positive int, got {pool_size!r}")
+    if isinstance(key, str) or not all(isinstance(k, str) for k in key):
+        raise TypeError(
+            f"{where}: key must be a tuple of argument names, e.g. key=('x',), got {key!r}"
+        )
+    if teardown is not None and not callable(teardown):
+        raise TypeError(f"{where}: teardown must be a function of the object, got {teardown!r}")
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        raise TypeError(f"{where}: the setup's signature cannot be read") from None
+    params, required, all_kwargs = [], set(), False
+    for p in signature.parameters.values():
+        if p.kind is p.KEYWORD_ONLY:
+            params.append(p.name)
+            if p.default is p.empty:
+                required.add(p.name)
+        elif p.kind is p.VAR_KEYWORD:
+            all_kwargs = True
+        elif p.kind is not p.VAR_POSITIONAL and p.default is p.empty:
+            raise TypeError(
+                f"{where}: the setup takes the op's keyword arguments as keyword-only "
+                f"parameters (def {fn.__name__}(*, {p.name}, ...)); {p.name!r} is positional"
+            )
+    missing = [k for k in key if k not in params and not all_kwargs]
+    if missing:
+        raise TypeError(
+            f"{where}: key names {missing[0]!r}, which the setup does not take; add it as a "
+            f"keyword-only parameter (def {fn.__name__}(*, {missing[0]}, ...))"
+        )
+    return StateDef(
+        setup=fn,
+        name=getattr(fn, "__qualname__", repr(fn)),
+        params=tuple(params),
+        required=frozenset(required),
+        all_kwargs=all_kwargs,
+        concurrency=concurrency,
+        pool_size=size if concurrency == "pool" else 1,
+        key=tuple(key),
+        teardown=teardown,
+    )
+
+
+# The objects in use by the callables running on this thread (a stack: a callable may
+# call another op eagerly).
+_local = threading.local()
+
+
+class using:
+    """While a body runs: its state object is the current one on this thread."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __enter__(self):
+        stack = getattr(_local, "stack", None)
+        if stack is None:
+            stack = _local.stack = []
+        stack.append(self.obj)
+        return self.obj
+
+    def __exit__(self, *exc):
+        _local.stack.pop()
+
+
+def current_state():
+    """The state object of the callable running on this thread; LookupError if none."""
+    stack = getattr(_local, "stack", None)
+    if not stack:
+        raise LookupError(
+            "jaxbind.load_state: no state here. It gives the state of an op made with "
+            "state=..., inside one of its callables while it runs"
+        )
+    return stack[-1]
+
+
+def load_state(kwargs_dump=None):
+    """The state object of the op whose callable is running (``state=`` option).
+
+    For callables of ``get_linear_call`` / ``get_nonlinear_call``, which are called as
+    ``f(out, args, kwargs_dump)``: ``jaxbind.load_state(kwargs_dump)`` gives the object
+    set up for this call site, as ``load_kwargs(kwargs_dump)`` gives its keyword
+    arguments. Valid while the callable runs (keep no reference to it for later: under
+    ``concurrency="lock"`` or ``"pool"`` it is this call's alone only until it returns).
+    JAX-native bodies get it as their ``state`` argument instead.
+    """
+    del kwargs_dump  # the object is this thread's running call's
+    return current_state()
