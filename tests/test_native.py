@@ -389,6 +389,7 @@ _OPTION_VALUES = {
     "has_side_effect": True,
     "ordered": True,
     "linear_in": (0,),
+    "state": jaxbind.state(lambda **kwargs: "set up"),
 }
 
 
@@ -402,7 +403,7 @@ def test_both_apis_take_every_option_into_one_options_value(option):
     def f(out, args, kw):
         out[0][...] = args[0]
 
-    def fn(x):
+    def fn(x, **kwargs):  # (kwargs: the state, for state=)
         return np.asarray(x)
 
     shape = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype)

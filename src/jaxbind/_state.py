@@ -10,13 +10,22 @@ lifetime rules are in docs/state.md.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, overload
 
-__all__ = ["CONCURRENCY", "StateDef", "current_state", "load_state", "state", "using"]
+__all__ = [
+    "CONCURRENCY",
+    "StateDef",
+    "current_state",
+    "load_state",
+    "outside_programs",
+    "state",
+    "using",
+]
 
 # How the callables of one op use its state at once (see `state`).
 CONCURRENCY = ("lock", "pool", "shared")
@@ -55,6 +64,20 @@ class StateDef:
 
     def __repr__(self):
         return f"<jaxbind.state {self.name} ({self.concurrency})>"
+
+    def arguments(self, given: dict, label: str) -> dict:
+        """The setup's arguments among a call's keyword arguments `given` (those of its
+        key inputs aside); `label` names the op and role in the error if one is missing."""
+        given = {k: v for k, v in given.items() if k != "batch_axes" and k not in self.key}
+        chosen = given if self.all_kwargs else {k: given[k] for k in self.params if k in given}
+        missing = sorted(self.required - set(chosen) - set(self.key))
+        if missing:
+            raise TypeError(
+                f"jaxbind: {label}: its state's setup {self.name!r} needs the keyword "
+                f"argument {missing[0]!r}, which the call does not give; pass it to the op, "
+                "or give the setup parameter a default"
+            )
+        return chosen
 
 
 @overload
@@ -211,3 +234,25 @@ def load_state(kwargs_dump=None):
     """
     del kwargs_dump  # the object is this thread's running call's
     return current_state()
+
+
+@contextlib.contextmanager
+def outside_programs(options, kwargs: dict, args, label: str) -> Iterator[None]:
+    """A state of its own for a body called outside any program (jaxbind.testing calls
+    callables directly): set up from the call's keyword arguments (and key inputs in
+    `args`), current while the block runs, torn down after."""
+    sdef = options.state
+    if sdef is None:
+        yield
+        return
+    import numpy as np
+
+    arguments = sdef.arguments(kwargs, label)
+    arguments.update(zip(sdef.key, (np.array(args[i]) for i in options.state_key)))
+    obj = sdef.setup(**arguments)
+    try:
+        with using(obj):
+            yield
+    finally:
+        if sdef.teardown is not None:
+            sdef.teardown(obj)

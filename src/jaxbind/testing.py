@@ -20,6 +20,7 @@ from ._api import Op
 from ._kwargs import KwargsDump, encode_kwargs
 from ._native import NativeOp
 from ._roles import Body, Kind, for_call
+from ._state import outside_programs
 
 __all__ = ["check", "CheckResult", "CheckReport"]
 
@@ -144,7 +145,10 @@ def _run_callable(case: _Case):
             np.full(av.shape, _sentinels(av.dtype)[k], dtype=av.dtype) for av in case.out_avals
         )
         try:
-            for_call(case.binding.f, case.trees)(outs, tuple(inputs), case.dump)
+            with outside_programs(
+                case.binding.options, case.dump.to_dict(), inputs, f"'{case.binding.name}'"
+            ):
+                for_call(case.binding.f, case.trees)(outs, tuple(inputs), case.dump)
         except Exception as exc:
             return None, None, f"{type(exc).__name__}: {exc}"
         runs.append(outs)
@@ -393,7 +397,9 @@ def _input_rows(case: _Case) -> None:
             else:
                 outs = tuple(np.zeros(shape, dtype) for shape, dtype in out_shapes)
                 fn = body if entry.kind is Body.KERNEL else for_call(body, case.trees)
-                fn(outs, tuple(copies), dump)
+                label = f"'{binding.name}' ({what})"
+                with outside_programs(binding.options, dump.to_dict(), copies, label):
+                    fn(outs, tuple(copies), dump)
         except Exception as exc:
             case.add(
                 "inputs unchanged",

@@ -187,19 +187,10 @@ def lease_for(binding, dump, label: str) -> Lease | None:
     sdef = binding.options.state
     if sdef is None:
         return None
-    given = dump.to_dict()
-    given.pop("batch_axes", None)
-    if sdef.all_kwargs:
-        arguments = {k: v for k, v in given.items() if k not in sdef.key}
-    else:
-        arguments = {k: given[k] for k in sdef.params if k in given and k not in sdef.key}
-    missing = sorted(sdef.required - set(arguments) - set(sdef.key))
-    if missing:
-        raise SetupError(
-            f"jaxbind: {label}: its state's setup {sdef.name!r} needs the keyword argument "
-            f"{missing[0]!r}, which the call does not give; pass it to the op, or give the "
-            "setup parameter a default"
-        )
+    try:
+        arguments = sdef.arguments(dump.to_dict(), label)
+    except TypeError as exc:
+        raise SetupError(str(exc)) from None
     return Lease(binding, sdef, arguments, label, binding.options.state_key)
 
 
