@@ -486,3 +486,39 @@ def test_a_loose_rtol_keeps_a_small_step_for_native_ops(enable_x64):
     wiggle.def_jvp(lambda p, t: 40 * np.cos(40 * p[0]) * t[0])
     wiggle.def_vjp(lambda p, ct: (40 * np.cos(40 * p[0]) * ct,))
     check(wiggle, random((4,), np.complex128, 25), rtol=0.05, verbose=False)
+
+
+# --- options: aliases, effects --------------------------------------------------------------
+
+
+def _triple_every_other(out, args, kd):  # in place: out holds the input
+    out[0][::2] *= 3
+
+
+def _triple_every_other_T(out, args, kd):
+    out[0][...] = args[0]
+    out[0][::2] *= 3
+
+
+def test_an_in_place_op_passes_and_its_written_row_is_not_checked(enable_x64):
+    """An earlier check filled an aliased output with sentinels, so an in-place op failed."""
+    op = jaxbind.get_linear_call(
+        _triple_every_other,
+        _triple_every_other_T,
+        same_as_first,
+        same_as_first,
+        input_output_aliases={0: 0},
+        name="tests.in_place",
+    )
+    report = check(op, random((6,), seed=26), verbose=False)
+    status = _statuses(report)
+    assert status["abstract vs callable: written"] == {"not checked"}
+    assert status["eager vs callable"] == status["in place: donated vs not donated"] == {"ok"}
+
+
+def test_a_side_effect_is_reported_not_checked(enable_x64):
+    op = jaxbind.get_linear_call(
+        _double, _double, same_as_first, has_side_effect=True, name="tests.effectful"
+    )
+    report = check(op, random((3,), seed=27), verbose=False)
+    assert _statuses(report)["side effects"] == {"not checked"}

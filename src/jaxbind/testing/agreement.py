@@ -24,11 +24,15 @@ def _rows(case: Case) -> Iterator[CheckResult]:
     names, avals = case.out_names, case.out_avals
     eager = case.call(*case.args)
     for name, av, d, e in zip(names, avals, case.direct, eager):
-        yield case.row("eager vs callable", name, av.dtype, rel(e, d), case.tol("exact", av.dtype))
+        yield case.row(
+            "eager vs callable", name, av.dtype, rel(e, d, True), case.tol("exact", av.dtype)
+        )
     jitted = jax.jit(case.call)
     first, second = jitted(*case.args), jitted(*case.args)
     for name, av, e, j1, j2 in zip(names, avals, eager, first, second):
-        yield case.row("jit vs eager", name, av.dtype, rel(j1, e), case.tol("exact", av.dtype))
+        yield case.row(
+            "jit vs eager", name, av.dtype, rel(j1, e, True), case.tol("exact", av.dtype)
+        )
         same = np.array_equal(np.asarray(j1), np.asarray(j2), equal_nan=True)
         yield case.row("determinism", name, av.dtype, 0.0 if same else 1.0, 0.0)
     yield from _aliases(case, first)
@@ -42,8 +46,8 @@ def _rows(case: Case) -> Iterator[CheckResult]:
         )
     if options.platform_mode != "device" and jax.default_backend() == "cpu":
         yield not_checked(
-            f"platform_mode={options.platform_mode!r}",
-            "f",
+            "platform_mode",
+            repr(options.platform_mode),
             "on the CPU both platform modes pass NumPy views; run check on a GPU",
         )
 
@@ -57,7 +61,7 @@ def _aliases(case: Case, jitted) -> Iterator[CheckResult]:
     results = donated(*fresh)
     for name, av, a, b in zip(case.out_names, case.out_avals, results, jitted):
         tol = case.tol("exact", av.dtype)
-        yield case.row("in place: donated vs not donated", name, av.dtype, rel(a, b), tol)
+        yield case.row("in place: donated vs not donated", name, av.dtype, rel(a, b, True), tol)
 
 
 FAMILY = Family(

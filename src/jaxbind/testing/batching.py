@@ -131,7 +131,9 @@ def _stacked(case: Case, x, axis: int):
     """`batch_size` versions of `x` (the first x itself), stacked along `axis`."""
     x = np.asarray(x)
     versions = [
-        x if b == 0 or not inexact(x) else np.asarray(x + 0.1 * b * random_like(x, case.rng), x.dtype)
+        x
+        if b == 0 or not inexact(x)
+        else np.asarray(x + 0.1 * b * random_like(x, case.rng), x.dtype)
         for b in range(case.batch_size)
     ]
     return np.moveaxis(np.stack(versions), 0, axis)
@@ -201,7 +203,7 @@ def _job_rows(case: Case, job: _Job, results) -> Iterator[CheckResult]:
         axis = 0 if job.out_axes == 0 else np.ndim(w) - 1
         target = f"{job.what} -> {name} at axis {axis}"
         tol = case.tol("exact", w.dtype) * 10
-        yield case.row(job.check, target, w.dtype, rel(g, w), tol)
+        yield case.row(job.check, target, w.dtype, rel(g, w, same_nonfinite=True), tol)
 
 
 def _vmap_jobs(case: Case) -> Iterator[_Job | CheckResult]:

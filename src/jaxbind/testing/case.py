@@ -35,13 +35,18 @@ def precision(dtype) -> str:
     return "double" if np.dtype(dtype) in (np.float64, np.complex128) else "single"
 
 
-def rel(a, b) -> float:
+def rel(a, b, same_nonfinite: bool = False) -> float:
     """max |a - b| relative to the larger of max |a| and max |b| (inf: shapes differ, or a
-    value is not finite, e.g. an output that was never written)."""
+    value is not finite, e.g. an output that was never written). `same_nonfinite`: for
+    two runs of one computation, a NaN or infinity that both have agrees."""
     with np.errstate(invalid="ignore", over="ignore"):
         a, b = np.asarray(a, np.complex128), np.asarray(b, np.complex128)
     if a.shape != b.shape:
         return np.inf
+    if same_nonfinite:
+        both = ~np.isfinite(a) & ~np.isfinite(b)
+        agree = both & (np.isnan(a) == np.isnan(b)) & ((a == b) | np.isnan(a))
+        a, b = a[~agree], b[~agree]
     if not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))):
         return np.inf
     with np.errstate(over="ignore", invalid="ignore"):

@@ -31,7 +31,11 @@ def _role_calls(case: Case):
     outs_f = [(tuple(av.shape), np.dtype(av.dtype)) for av in case.out_avals]
     cotangents = [random_like(np.zeros(shape, dtype), rng) for shape, dtype in outs_f]
     like_inputs = [(a.shape, a.dtype) for a in args[n:]]
-    yield "f", list(args), lambda ins: outputs_for(case, ins, lambda av: np.zeros(av.shape, av.dtype))
+    yield (
+        "f",
+        list(args),
+        lambda ins: outputs_for(case, ins, lambda av: np.zeros(av.shape, av.dtype)),
+    )
     if binding.kind is Kind.LINEAR:
         yield "T", [*args[:n], *cotangents], lambda ins: zeros(like_inputs)
     elif binding.kind is Kind.MULTILINEAR:
@@ -111,7 +115,9 @@ def _rows(case: Case) -> Iterator[CheckResult]:
         for k, (before, now) in enumerate(zip(kept, after)):
             frac = _changed(before, now)
             detail = f"{what} wrote {frac:.0%} of its input {k}" if frac else ""
-            yield case.row("inputs unchanged", f"{what}: input {k}", before.dtype, frac, 0.0, detail)
+            yield case.row(
+                "inputs unchanged", f"{what}: input {k}", before.dtype, frac, 0.0, detail
+            )
         for path, before in before_kwargs.items():
             frac = _changed(before, after_kwargs.get(path))
             detail = f"{what} wrote {frac:.0%} of keyword argument {path!r}" if frac else ""

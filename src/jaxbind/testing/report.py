@@ -37,7 +37,7 @@ class CheckResult:
 
     @property
     def status(self) -> str:
-        """"ok", "FAIL" or "not checked"."""
+        """The status: "ok", "FAIL" or "not checked"."""
         if not self.checked:
             return "not checked"
         return "ok" if self.error <= self.tol else "FAIL"
@@ -53,7 +53,7 @@ def not_checked(check: str, target: str, why: str) -> CheckResult:
     return CheckResult(check, target, "-", math.nan, math.nan, why, checked=False)
 
 
-class CheckReport(list):
+class CheckReport(list[CheckResult]):
     """The rows of one `check` call; ``str(report)`` is a table."""
 
     def failures(self) -> list[CheckResult]:
@@ -63,7 +63,7 @@ class CheckReport(list):
         """The checks that apply to the op but could not run, each saying why."""
         return [r for r in self if not r.checked]
 
-    def __str__(self):
+    def __str__(self) -> str:
         rows = [("check", "target", "dtype", "error", "tol", "")]
         rows += [
             (
