@@ -340,3 +340,19 @@ def test_kernel_parameters_out_of_order_say_which_got_what():
     assert "'tests.kernel_order' (the transpose)" in text
     assert "Its parameters got a = output 0, y_ct = input 0, x_ct = input 1" in text
     assert "a kernel takes its role's outputs first, then its inputs" in text
+
+
+def test_an_unnamed_kernel_op_is_named_after_its_function():
+    """Not after the kernel's class: errors about it said 'jaxbind._kernels.Kernel'."""
+    pytest.importorskip("numba")
+
+    @jaxbind.kernel
+    def twice_kernel(out, x):
+        for i in range(x.size):
+            out.flat[i] = 2 * x.flat[i]
+
+    op = jaxbind.get_linear_call(twice_kernel, twice_kernel, same_as_first)
+    assert op.name.startswith(f"{__name__}.test_an_unnamed_kernel_op_is_named_after_its_function")
+    assert op.name.split("#")[0].endswith(".twice_kernel")
+    native = jaxbind.linear_op(shape=_float_shape)(twice_kernel)
+    assert native.name.split("#")[0].endswith(".twice_kernel")
