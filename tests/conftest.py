@@ -1,3 +1,5 @@
+pytest_plugins = ["pytester"]  # tests/test_docs_blocks.py runs the docs conftest on a page
+
 import pytest
 from support.dtypes import global_x64
 from support.skips import has_cuda
