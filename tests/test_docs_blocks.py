@@ -67,7 +67,7 @@ def test_optional_imports_come_from_an_extra_the_page_names(page):
             missing[module] = where
     assert not missing, (
         f"{page.name} imports {sorted(missing)} without naming an extra that installs them "
-        f"(extras that do: {missing}); name one on the page, e.g. pip install \"jaxbind[...]\""
+        f'(extras that do: {missing}); name one on the page, e.g. pip install "jaxbind[...]"'
     )
 
 

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from reference_ops import matvec
-from support.ops import same_as_first, same_as_last
+from support.ops import same_as_first
 
 import jaxbind
 
@@ -279,7 +279,9 @@ def _assigns_a_tuple(out, args, kwargs_dump):
 
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
 def test_item_assignment_into_out_says_to_write_in_place(jit):
-    op = jaxbind.get_linear_call(_assigns_out, None, same_as_first, name=f"tests.out_assigned_{jit}")
+    op = jaxbind.get_linear_call(
+        _assigns_out, None, same_as_first, name=f"tests.out_assigned_{jit}"
+    )
     call = jax.jit(lambda x: op(x)) if jit else op
     with pytest.raises(Exception) as info:
         jax.block_until_ready(call(X32))

@@ -51,10 +51,10 @@ def add_context(exc: BaseException, text: str) -> BaseException:
 def refused_arguments(
     fn: Callable[..., Any], args: tuple[Any, ...] | None, kwargs: dict[str, Any], spelled: str = ""
 ) -> tuple[str, str, bool] | None:
-    """``(what, fix, keywords)`` where the parameters of `fn` refuse the call ``fn(*args, **kwargs)``:
-    what they refuse ("does not take the keyword argument 'n' that the call passes (its
-    parameters: (x))"), the line to write instead, and whether the keyword arguments are
-    what they refuse (else the positional ones). None if they take the call (a
+    """``(what, fix, keywords)`` where the parameters of `fn` refuse the call
+    ``fn(*args, **kwargs)``: what they refuse ("does not take the keyword argument 'n' that
+    the call passes (its parameters: (x))"), the line to write instead, and whether the
+    keyword arguments are what they refuse (else the positional ones). None if they take the call (a
     TypeError it raised then came from the function's code), or if `fn` has no signature
     to read. `args` None: the keyword arguments alone.
 
@@ -76,7 +76,8 @@ def refused_arguments(
         return None
     params = list(signature.parameters.values())
     kinds = {p.kind for p in params}
-    any_keyword, any_positional = inspect.Parameter.VAR_KEYWORD in kinds, inspect.Parameter.VAR_POSITIONAL in kinds
+    any_keyword = inspect.Parameter.VAR_KEYWORD in kinds
+    any_positional = inspect.Parameter.VAR_POSITIONAL in kinds
     plain = [p.replace(annotation=p.empty) for p in params]
     text = str(signature.replace(parameters=plain, return_annotation=signature.empty))[1:-1]
     has = f"(its parameters: ({text}))"

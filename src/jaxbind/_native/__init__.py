@@ -235,8 +235,7 @@ class NativeOp:
             if refused is not None:
                 problem, fix, keywords = refused
                 gets = (
-                    "A call's keyword arguments go to the shape function as well as to the "
-                    "function"
+                    "A call's keyword arguments go to the shape function as well as to the function"
                     if keywords
                     else "It gets the call's positional arguments, as jax.ShapeDtypeStruct"
                 )
