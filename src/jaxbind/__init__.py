@@ -1,4 +1,4 @@
-"""jaxbind: Python-callable functions and compiled kernels as first-class JAX primitives.
+"""Python-callable functions and compiled kernels as first-class JAX primitives.
 
 An op works under jit, grad/vjp, jvp, linear_transpose, vmap, sharding and jax.export,
 on CPU and GPU buffers, without copies. Define ops in either API; both make the same
