@@ -130,14 +130,14 @@ def _frozen_copy(value):
     them by identity (see _Encoder)."""
     kind = type(value)
     if kind is np.ndarray:
-        return _freeze(value.copy(order="A"))  # "A": Fortran order stays Fortran order
+        return _freeze(_copy(value))
     if kind is np.ma.MaskedArray and value.baseclass is np.ndarray:
         mask = np.ma.getmask(value)
         return _freeze(
             _masked(
-                value.data.copy(order="A"),
-                mask if mask is np.ma.nomask else mask.copy(order="A"),
-                value.fill_value,
+                _copy(value.data),
+                mask if mask is np.ma.nomask else _copy(mask),
+                value._fill_value,
                 value.hardmask,
             )
         )
@@ -148,6 +148,18 @@ def _frozen_copy(value):
     if kind is dict:
         return {key: _frozen_copy(item) for key, item in value.items()}
     return value
+
+
+def _copy(array: np.ndarray, *, always: bool = True) -> np.ndarray:
+    """A copy of `array` in its order (Fortran order stays Fortran order), the padding of
+    a structured dtype zeros: NumPy's copies leave padding undefined, so it is no part
+    of the value, and equal values encode alike. Without `always`, an array that has no
+    padding to clear is itself."""
+    if array.dtype.names is None:
+        return array.copy(order="A") if always else array
+    clean = np.zeros(array.shape, array.dtype, order="F" if np.isfortran(array) else "C")
+    clean[...] = array
+    return clean
 
 
 def _freeze(value):
@@ -198,8 +210,8 @@ class _Encoder:
          [[key, value], ...] in the dict's order, keys encoded as values are
       s  NumPy scalar: [dtype, [], base64 of its bytes]
       a  NumPy array: [dtype, shape, base64 of its bytes, "F" where in Fortran order]
-      m  masked array: [data (an a), its mask (an a) or None for nomask, fill value
-         (an s), hard mask]
+      m  masked array: [data (an a), its mask (an a) or None for nomask, its fill
+         value (a 0-d a) or None for NumPy's default, hard mask]
       d  the keyword arguments: [[name, value], ...] by name
     read only, from programs of earlier versions: f float (repr), c complex (two reprs),
     and d for str-keyed dicts among the values.
@@ -282,6 +294,7 @@ class _Encoder:
         if value.dtype.itemsize == 0:
             raise NotData(f"{path}: NumPy dtype {value.dtype} has no bytes")
         order = "F" if np.isfortran(value) else "C"
+        value = _copy(value, always=False)
         if self.large is not None and value.nbytes > _INLINE_BYTES:
             self.large.append(value)
             flat = (value.T if order == "F" else np.ascontiguousarray(value)).reshape(-1)
@@ -297,8 +310,11 @@ class _Encoder:
         data = self.array(value.data, path)
         mask = np.ma.getmask(value)
         mask_code = None if mask is np.ma.nomask else self.array(mask, f"{path}.mask")
-        fill = _scalar(value.fill_value, f"{path}.fill_value")
-        return {"m": [data, mask_code, fill, bool(value.hardmask)]}
+        # the fill value as set (None: NumPy's default, made when first asked for), as
+        # NumPy's own pickle of a masked array keeps it
+        fill = value._fill_value
+        fill_code = None if fill is None else self.array(fill, f"{path}.fill_value")
+        return {"m": [data, mask_code, fill_code, bool(value.hardmask)]}
 
 
 def _json(obj) -> str:
@@ -314,7 +330,7 @@ def _described(value) -> str:
 
 
 def _scalar(value: np.generic, path: str):
-    array = np.asarray(value)
+    array = _copy(np.asarray(value), always=False)
     if type(value) is not array.dtype.type:
         raise NotData(f"{path}: {type(value).__name__} is not plain data")
     if array.dtype.itemsize == 0:
@@ -432,8 +448,8 @@ def _dtype_from(code) -> np.dtype:
 
 def _array_from(payload) -> np.ndarray:
     dtype, shape, data, *order = payload
-    raw = np.frombuffer(base64.b64decode(data), dtype=_dtype_from(dtype))
-    return raw.reshape(shape, order="F" if order == ["F"] else "C").copy(order="A")
+    raw = np.frombuffer(bytearray(base64.b64decode(data)), dtype=_dtype_from(dtype))
+    return raw.reshape(shape, order="F" if order == ["F"] else "C")  # a writable view
 
 
 def _scalar_from(payload) -> np.generic:
@@ -444,7 +460,8 @@ def _scalar_from(payload) -> np.generic:
 def _masked_from(payload) -> np.ma.MaskedArray:
     data, mask, fill, hard = payload
     mask = np.ma.nomask if mask is None else _array_from(mask["a"])
-    return _masked(_array_from(data["a"]), mask, _scalar_from(fill["s"]), bool(hard))
+    fill = None if fill is None else _array_from(fill["a"])
+    return _masked(_array_from(data["a"]), mask, fill, bool(hard))
 
 
 _DECODE: dict[str, Callable[[Any], Any]] = {
