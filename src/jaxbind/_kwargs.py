@@ -385,6 +385,12 @@ def _ml_dtypes() -> dict[str, np.dtype]:
     return found
 
 
+@functools.cache
+def _ml_names() -> dict[type, str]:
+    """The names of ml_dtypes' scalar types (dtype.name costs microseconds)."""
+    return {dtype.type: name for name, dtype in _ml_dtypes().items()}
+
+
 def _dtype_code(dtype: np.dtype, path: str):
     """A dtype's JSON form (see _Encoder), or NotData."""
     if dtype.metadata is not None:
@@ -408,9 +414,9 @@ def _dtype_code(dtype: np.dtype, path: str):
         if dtype.isalignedstruct:
             code["aligned"] = True
         return code
-    ml = _ml_dtypes().get(dtype.name)
-    if ml is not None and ml.type is dtype.type:
-        return dtype.name
+    ml = _ml_names().get(dtype.type)
+    if ml is not None:
+        return ml
     if (
         dtype.kind not in "biufcmMSUV"
         or dtype.char in "gG"  # long double: its bits mean different numbers elsewhere
