@@ -24,7 +24,7 @@ import struct
 import weakref
 from collections.abc import Callable, Mapping
 from enum import Enum
-from typing import Any
+from typing import Any, Literal
 
 import jax
 import jax.export  # a submodule: not loaded by "import jax"
@@ -74,8 +74,8 @@ class KwargsDump:
     def to_dict(self) -> dict[str, Any]:
         """A fresh copy of the keyword arguments, as they were passed.
 
-        Callers may change it: dicts and lists in it are new at every call (tuples are
-        rebuilt where they hold one), so no change reaches a later call or another
+        Callers may change it: dicts, lists and sets in it are new at every call (tuples
+        are rebuilt where they hold one), so no change reaches a later call or another
         binding. NumPy arrays are shared, read-only; other objects are the objects
         that were passed (never a lookalike: see encode_kwargs).
         """
@@ -94,26 +94,37 @@ class KwargsDump:
 
 def _is_namedtuple(value) -> bool:
     """A namedtuple (no instance dict): a value like a tuple, of a class of the user's."""
-    return isinstance(value, tuple) and hasattr(type(value), "_fields") and not hasattr(
-        value, "__dict__"
+    return (
+        isinstance(value, tuple)
+        and hasattr(type(value), "_fields")
+        and not hasattr(value, "__dict__")
     )
 
 
 def _fresh(value):
     """`value` with its dicts, lists and sets copied, all the way down (leaves are shared)."""
+    # This runs where the callable runs: on XLA's threads, which read subnormal floats as
+    # zero. Dicts and sets are copied with their stored hashes (no key is hashed again but
+    # to replace a value; see _subnormal).
     kind = type(value)
     if kind is dict:
-        return {k: _fresh(v) for k, v in value.items()}
+        fresh = value.copy()
+        for k, v in value.items():
+            if _holds_copies(v):
+                fresh[k] = _fresh(v)
+        return fresh
     if kind is list:
         return [_fresh(v) for v in value]
     if kind is set:
-        return set(value)  # its elements are hashable: nothing in them to copy
-    if (kind is tuple or _is_namedtuple(value)) and any(type(v) in _COPIED for v in value):
+        return value.copy()  # its elements are hashable: nothing in them to copy
+    if (kind is tuple or _is_namedtuple(value)) and any(_holds_copies(v) for v in value):
         return tuple.__new__(kind, [_fresh(v) for v in value])
     return value
 
 
-_COPIED = (dict, list, set, tuple)
+def _holds_copies(value) -> bool:
+    """Whether _fresh may copy something in `value`."""
+    return type(value) in (dict, list, set, tuple) or _is_namedtuple(value)
 
 
 def _short(value) -> str:
@@ -137,7 +148,7 @@ def _frozen_copy(value):
             _masked(
                 _copy(value.data),
                 mask if mask is np.ma.nomask else _copy(mask),
-                value._fill_value,
+                None if value._fill_value is None else value._fill_value.copy(),
                 value.hardmask,
             )
         )
@@ -147,6 +158,8 @@ def _frozen_copy(value):
         return [_frozen_copy(item) for item in value]
     if kind is dict:
         return {key: _frozen_copy(item) for key, item in value.items()}
+    if kind is set:
+        return set(value)
     return value
 
 
@@ -280,20 +293,35 @@ class _Encoder:
         return [self.encode(v, f"{path}[{i}]") for i, v in enumerate(values)]
 
     def unordered(self, values, path: str) -> list:
-        items = [self.encode(v, f"{path}{{{_short(v)}}}") for v in values]
+        items = []
+        for v in values:
+            self.hashable(v, f"{path} (an element)")
+            items.append(self.encode(v, f"{path} (an element)"))
         return sorted(items, key=_json)
 
     def dict(self, value: dict, path: str) -> list:
-        return [
-            [self.encode(k, f"{path} key {_short(k)}"), self.encode(v, f"{path}[{k!r}]")]
-            for k, v in value.items()
-        ]
+        pairs = []
+        for k, v in value.items():
+            where = f"{path}[{k!r}]"
+            self.hashable(k, f"{where} (its key)")
+            pairs.append([self.encode(k, f"{where} (its key)"), self.encode(v, where)])
+        return pairs
+
+    def hashable(self, value, path: str) -> None:
+        if _subnormal(value):
+            raise TypeError(
+                f"jaxbind: {self.where}: keyword argument '{path}' is, or holds, the "
+                f"subnormal float {value!r}. XLA runs callables on threads that read "
+                "subnormal floats as zero, where such a dict key or set element would "
+                "be taken for another (0, False) when the callable's copy is made. Use it "
+                "as a value rather than a key, or scale it"
+            )
 
     def array(self, value: np.ndarray, path: str):
         dtype = _dtype_code(value.dtype, path)
         if value.dtype.itemsize == 0:
             raise NotData(f"{path}: NumPy dtype {value.dtype} has no bytes")
-        order = "F" if np.isfortran(value) else "C"
+        order: Literal["C", "F"] = "F" if np.isfortran(value) else "C"
         value = _copy(value, always=False)
         if self.large is not None and value.nbytes > _INLINE_BYTES:
             self.large.append(value)
@@ -309,10 +337,10 @@ class _Encoder:
             raise NotData(f"{path}: a masked {value.baseclass.__name__} is not plain data")
         data = self.array(value.data, path)
         mask = np.ma.getmask(value)
-        mask_code = None if mask is np.ma.nomask else self.array(mask, f"{path}.mask")
+        mask_code = None if mask is np.ma.nomask else self.array(np.asarray(mask), f"{path}.mask")
         # the fill value as set (None: NumPy's default, made when first asked for), as
         # NumPy's own pickle of a masked array keeps it
-        fill = value._fill_value
+        fill = value._fill_value  # type: ignore[attr-defined]
         fill_code = None if fill is None else self.array(fill, f"{path}.fill_value")
         return {"m": [data, mask_code, fill_code, bool(value.hardmask)]}
 
@@ -372,6 +400,42 @@ _ENCODE: dict[type, Callable[[_Encoder, Any, str], Any]] = {
 }
 
 
+_DOUBLE_MIN = 2.2250738585072014e-308  # the smallest normal double
+
+
+def _subnormal(value) -> bool:
+    """Whether `value` (a dict key, a set element) is or holds a subnormal float."""
+    kind = type(value)
+    if kind is float:
+        return 0.0 < abs(value) < _DOUBLE_MIN
+    if kind is complex:
+        return _subnormal(value.real) or _subnormal(value.imag)
+    if isinstance(value, np.generic):
+        tiny = _smallest_normal(value.dtype)
+        if tiny is None:
+            return False
+        parts: tuple[Any, ...] = (value.real, value.imag) if value.dtype.kind == "c" else (value,)
+        return any(0 < abs(part) < tiny for part in parts)
+    if kind in (tuple, frozenset) or _is_namedtuple(value):
+        return any(_subnormal(item) for item in value)
+    return False
+
+
+@functools.cache
+def _smallest_normal(dtype: np.dtype) -> Any:
+    """The smallest normal magnitude of a floating dtype (None for others)."""
+    if dtype.type in _ml_names():  # (some have kind "f", but NumPy's finfo knows none)
+        import ml_dtypes
+
+        try:
+            return ml_dtypes.finfo(dtype).smallest_normal
+        except ValueError:  # an integer type
+            return None
+    if dtype.kind in "fc":
+        return np.finfo(dtype).smallest_normal
+    return None
+
+
 @functools.cache
 def _ml_dtypes() -> dict[str, np.dtype]:
     """ml_dtypes' scalar types (bfloat16, float8_*, int4, ...) by name."""
@@ -399,7 +463,7 @@ def _dtype_code(dtype: np.dtype, path: str):
         base, shape = dtype.subdtype
         return [_dtype_code(base, path), list(shape)]
     if dtype.names is not None:
-        fields = [dtype.fields[name] for name in dtype.names]
+        fields: list[tuple] = [dtype.fields[name] for name in dtype.names]  # type: ignore[index]
         titles = [field[2] if len(field) > 2 else None for field in fields]
         if any(title is not None and type(title) is not str for title in titles):
             raise NotData(f"{path}: NumPy dtype {dtype} has titles that are not strings")
@@ -438,7 +502,9 @@ def _dtype_from(code) -> np.dtype:
     elif isinstance(code, list) and len(code) == 2:
         dtype = np.dtype((_dtype_from(code[0]), tuple(code[1])))
     elif isinstance(code, dict):
-        spec = {key: code[key] for key in ("names", "offsets", "itemsize", "titles") if key in code}
+        spec: Any = {
+            key: code[key] for key in ("names", "offsets", "itemsize", "titles") if key in code
+        }
         spec["formats"] = [_dtype_from(f) for f in code["formats"]]
         dtype = np.dtype(spec, align=bool(code.get("aligned")))
     else:
@@ -458,7 +524,7 @@ def _array_from(payload) -> np.ndarray:
     return raw.reshape(shape, order="F" if order == ["F"] else "C")  # a writable view
 
 
-def _scalar_from(payload) -> np.generic:
+def _scalar_from(payload) -> Any:  # a NumPy scalar
     dtype, _, data = payload
     return np.frombuffer(base64.b64decode(data), dtype=_dtype_from(dtype)).reshape(())[()]
 
@@ -476,9 +542,9 @@ _DECODE: dict[str, Callable[[Any], Any]] = {
     "I": lambda p: int(p, 16),
     "b": lambda p: base64.b64decode(p),
     "t": lambda p: tuple(_from_data(v) for v in p),
-    "S": lambda p: {_from_data(v) for v in p},
-    "Z": lambda p: frozenset(_from_data(v) for v in p),
-    "D": lambda p: {_from_data(k): _from_data(v) for k, v in p},
+    "S": lambda p: _distinct(p, {_from_data(v) for v in p}),
+    "Z": lambda p: _distinct(p, frozenset(_from_data(v) for v in p)),
+    "D": lambda p: _distinct(p, {_from_data(k): _from_data(v) for k, v in p}),
     "d": lambda p: {k: _from_data(v) for k, v in p},
     "s": _scalar_from,
     "a": _array_from,
@@ -486,6 +552,16 @@ _DECODE: dict[str, Callable[[Any], Any]] = {
     "f": float,  # earlier versions
     "c": lambda p: complex(float(p[0]), float(p[1])),
 }
+
+
+def _distinct(payload: list, decoded):
+    """`decoded`, a dict or set, if it kept every key of `payload`."""
+    if len(decoded) != len(payload):
+        raise ValueError(
+            "jaxbind: encoded keyword arguments hold a dict or set whose keys are not "
+            "distinct once decoded"
+        )
+    return decoded
 
 
 def _from_data(obj):
