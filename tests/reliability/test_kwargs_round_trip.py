@@ -98,6 +98,13 @@ def _unpicklable_object():
 
 # --- strategies -----------------------------------------------------------------------
 
+
+def _aligned(dtype: np.dtype) -> np.dtype:
+    """The structured `dtype` with C's alignment (padding between fields)."""
+    formats = [dtype.fields[name][0] for name in dtype.names]
+    return np.dtype({"names": list(dtype.names), "formats": formats}, align=True)
+
+
 ML_DTYPES = [
     ml_dtypes.bfloat16,
     ml_dtypes.float8_e4m3fn,
@@ -120,9 +127,7 @@ plain_dtypes = st.one_of(
 )
 structured_dtypes = st.one_of(
     hnp.array_dtypes(plain_dtypes, min_size=1, max_size=3, allow_subarrays=True),
-    hnp.array_dtypes(plain_dtypes, min_size=1, max_size=3).map(
-        lambda d: np.dtype(d.descr, align=True)
-    ),
+    hnp.array_dtypes(plain_dtypes, min_size=1, max_size=3).map(_aligned),
     st.just(  # offsets with gaps, a title
         np.dtype(
             {
@@ -458,8 +463,11 @@ def test_a_value_that_is_neither_data_nor_picklable_is_refused_at_trace_time(how
     with pytest.raises(TypeError) as info:
         _call(how, value)
     message = str(info.value)
-    assert message.startswith(f"jaxbind: '{NAME}': keyword arguments must be plain data or")
-    assert " 'v" in message and "functools.partial" in message
+    if _has_a_subnormal_key(value):  # (whichever comes first)
+        assert message.startswith(f"jaxbind: '{NAME}': keyword argument") and " 'v" in message
+    else:
+        assert message.startswith(f"jaxbind: '{NAME}': keyword arguments must be plain data or")
+        assert " 'v" in message and "functools.partial" in message
     assert RECEIVED == []  # refused before anything ran
 
 
