@@ -107,24 +107,29 @@ def _fresh(value):
     # zero. Dicts and sets are copied with their stored hashes (no key is hashed again but
     # to replace a value; see _subnormal).
     kind = type(value)
+    if kind in _SHARED:
+        return value
     if kind is dict:
         fresh = value.copy()
         for k, v in value.items():
-            if _holds_copies(v):
+            if type(v) in _COPIED or isinstance(v, tuple):
                 fresh[k] = _fresh(v)
         return fresh
     if kind is list:
         return [_fresh(v) for v in value]
+    if isinstance(value, tuple):
+        if (kind is tuple or _is_namedtuple(value)) and any(
+            type(v) in _COPIED or isinstance(v, tuple) for v in value
+        ):
+            return tuple.__new__(kind, [_fresh(v) for v in value])
+        return value
     if kind is set:
         return value.copy()  # its elements are hashable: nothing in them to copy
-    if (kind is tuple or _is_namedtuple(value)) and any(_holds_copies(v) for v in value):
-        return tuple.__new__(kind, [_fresh(v) for v in value])
     return value
 
 
-def _holds_copies(value) -> bool:
-    """Whether _fresh may copy something in `value`."""
-    return type(value) in (dict, list, set, tuple) or _is_namedtuple(value)
+_COPIED = (dict, list, set)
+_SHARED = frozenset((type(None), bool, int, float, complex, str, bytes, np.ndarray))
 
 
 def _short(value) -> str:
