@@ -2,6 +2,7 @@
 //
 // Files, from the bottom up:
 //   callformat.h  the attributes a call carries; its header (format, site digest)
+//   floats.h      IEEE floating point (no flushed subnormals) while a body runs
 //   workers.h     XLA's intra-op thread pool, as kernels and the batch loop use it
 //   call.h        one described call: its buffers (decoded once), signature, batch loop
 //   kernels.h     compiled kernels' keyword arguments, and the ABI call of a kernel
@@ -28,6 +29,7 @@
 // crashes.
 
 #include "call.h"
+#include "floats.h"
 #include "kernels.h"
 #include "site.h"
 #include "state.h"
@@ -263,6 +265,7 @@ void run_callable(Site &site, const Call &call) {
 // CPU: a kernel (without the GIL, and without Python once its site and signature are
 // known), or NumPy views of the host buffers and the callable called in place.
 ffi::Error CpuCall(Pool pool, ffi::RemainingArgs args, ffi::RemainingRets rets, RawAttrs raw) {
+  IeeeFloats ieee;  // subnormals as the body sees them in Python (see floats.h)
   ScopedFrame frame;
   ffi::Error result = ffi::Error::Success();
   if (run_kernel_fast(raw, args, rets, pool, *frame, result)) return result;
@@ -297,6 +300,7 @@ void run_gpu(Site &site, Frame &frame, uintptr_t stream, int32_t device) {
 // pointer.
 ffi::Error CudaCall(void *stream, int32_t device, ffi::RemainingArgs args, ffi::RemainingRets rets,
                     ffi::Dictionary attrs) {
+  IeeeFloats ieee;  // a host-mode callable's floats (see floats.h)
   ScopedFrame frame;
   return guarded(attrs, args, rets, *frame, [&](Site &site, jaxbind_kernel_fn) {
     run_gpu(site, *frame, reinterpret_cast<uintptr_t>(stream), device);
