@@ -2,6 +2,7 @@
 //
 // Files, from the bottom up:
 //   callformat.h  the attributes a call carries; its header (format, site digest)
+//   floats.h      IEEE floating point (no flushed subnormals) while a body runs
 //   workers.h     XLA's intra-op thread pool, as kernels and the batch loop use it
 //   call.h        one described call: its buffers (decoded once), signature, batch loop
 //   kernels.h     compiled kernels' keyword arguments, and the ABI call of a kernel
@@ -28,6 +29,7 @@
 // crashes.
 
 #include "call.h"
+#include "floats.h"
 #include "kernels.h"
 #include "site.h"
 #include "state.h"
@@ -271,6 +273,7 @@ void run_callable(Site &site, const Call &call) {
 // known), or NumPy views of the host buffers and the callable called in place.
 ffi::Error CpuCall(StateContext context, Pool pool, ffi::RemainingArgs args,
                    ffi::RemainingRets rets, RawAttrs raw) {
+  IeeeFloats ieee;  // subnormals as the body sees them in Python (see floats.h)
   ScopedFrame frame;
   ffi::Error result = ffi::Error::Success();
   Instantiated *held = instantiated(context);
@@ -306,6 +309,7 @@ void run_gpu(Site &site, Frame &frame, uintptr_t stream, int32_t device) {
 // pointer.
 ffi::Error CudaCall(StateContext context, void *stream, int32_t device, ffi::RemainingArgs args,
                     ffi::RemainingRets rets, ffi::Dictionary attrs) {
+  IeeeFloats ieee;  // a host-mode callable's floats (see floats.h)
   ScopedFrame frame;
   return guarded(attrs, instantiated(context), args, rets, *frame,
                  [&](Site &site, jaxbind_kernel_fn) {
@@ -323,6 +327,7 @@ ffi::Error Instantiate(StateContext context, ffi::Dictionary attrs) {
   if (!problem.message.empty()) return error(problem.code, problem.message);
   InFlight running;
   if (!state_is_usable() || !state->instantiate.is_valid()) return ffi::Error::Success();
+  IeeeFloats ieee;  // the state's setup is Python, as a body (see floats.h)
   nb::gil_scoped_acquire gil;
   std::string_view binding = "?";
   get_attr(attrs, "binding", binding);

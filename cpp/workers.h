@@ -20,6 +20,7 @@
 #include <optional>
 #include <thread>
 
+#include "floats.h"
 #include "jaxbind/kernel.h"
 #include "xla_ffi.h"
 
@@ -147,6 +148,7 @@ class Workers {
     std::condition_variable finished;
 
     void work() {
+      IeeeFloats ieee;  // the body's floats on XLA's threads too (see floats.h)
       for (int64_t k; (k = next.fetch_add(1, std::memory_order_relaxed)) < n;) {
         if (status.load(std::memory_order_relaxed) == 0) {
           int32_t s = task(context, k);

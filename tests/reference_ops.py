@@ -208,10 +208,9 @@ def _flipsum_abstract(x, y, batch_axes=None, **kwargs):
 
 
 def _flipsum_abstract_T(ct, batch_axes=None, **kwargs):
-    if not batch_axes:
-        return ((ct.shape, ct.dtype, None),) * 2
-    # cotangents of x and y, batched like the output: levels at the front
-    return ((ct.shape, ct.dtype, 0),) * 2
+    # cotangents of x and y, with the cotangent's batch levels at the front
+    (out,) = _flipsum_abstract(ct, ct, batch_axes=batch_axes and batch_axes * 2)
+    return (out, out)
 
 
 flipsum = jaxbind.get_linear_call(

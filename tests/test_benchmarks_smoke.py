@@ -85,3 +85,15 @@ def test_finufft_ctypes_benchmark_quick():
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| 1 | type 2 grad values |" in proc.stdout and "| numba floor |" in proc.stdout
+
+
+def test_kernels_report_is_the_recorded_one_and_reads_as_results(tmp_path):
+    """benchmarks/results/kernels.md is what kernels.py --report makes of kernels.json (the
+    generator and the record agree), and it states results, not targets."""
+    results = ROOT / "benchmarks" / "results"
+    shutil.copy(results / "kernels.json", tmp_path / "kernels.json")
+    proc = run_python(ROOT / "benchmarks" / "kernels.py", "--report", "--out", tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = (tmp_path / "kernels.md").read_text()
+    assert text == (results / "kernels.md").read_text()
+    assert "Target" not in text and "missed" not in text and "\n- " not in text

@@ -195,6 +195,38 @@ def _no_outputs(api):
     return lambda: op(X)
 
 
+def _keyword_not_in_shapes(api):
+    """The docs' shape-lambda style, without **kwargs, and a keyword argument in the call."""
+    if api == "native":
+        op = jaxbind.linear_op(shape=lambda x: _sds(x), name=_name("kw"))(
+            lambda x, factr=1.0: factr * x
+        )
+        return lambda: op(X, factr=2.0)
+    op = jaxbind.get_linear_call(copy_last, None, lambda x: ((x.shape, x.dtype),), name=_name("kw"))
+    return lambda: op(X, factr=2.0)
+
+
+def _keyword_missing_from_call(api):
+    def shapes(x, *, n):
+        return _sds(x) if api == "native" else ((x.shape, x.dtype),)
+
+    if api == "native":
+        op = jaxbind.linear_op(shape=shapes, name=_name("kwonly"))(lambda x, *, n: n * x)
+        return lambda: op(X)
+    op = jaxbind.get_linear_call(copy_last, None, shapes, name=_name("kwonly"))
+    return lambda: op(X)
+
+
+def _too_many_arguments(api):
+    if api == "native":
+        op = jaxbind.nonlinear_op(shape=lambda x: _sds(x), name=_name("args"))(lambda x, y: x * y)
+        return lambda: op(X, X)
+    op = jaxbind.get_nonlinear_call(
+        copy_last, (None, None), lambda x: ((x.shape, x.dtype),), name=_name("args")
+    )
+    return lambda: op(X, X)
+
+
 CASES = {
     "grad without a transpose": (
         _no_transpose,
@@ -247,6 +279,38 @@ CASES = {
         ValueError,
         {"native": [r"the shape function of '"], "calls": [r"the abstract function of '"]},
     ),
+    "a keyword argument the shape function does not take": (
+        _keyword_not_in_shapes,
+        TypeError,
+        {
+            "native": [
+                r"the shape function of '[\w.]+' does not take the keyword argument 'factr'",
+                r"its parameters: \(x\)",
+                r"write shape=lambda x, \*\*kwargs: \.\.\.",
+            ],
+            "calls": [
+                r"the abstract function of '[\w.]+' does not take the keyword argument 'factr'",
+                r"its parameters: \(x\)",
+                r"write lambda x, \*\*kwargs: \.\.\.",
+            ],
+        },
+    ),
+    "a keyword argument the shape function requires": (
+        _keyword_missing_from_call,
+        TypeError,
+        {
+            "native": [r"the shape function of '[\w.]+' requires the keyword argument n=\.\.\."],
+            "calls": [r"the abstract function of '[\w.]+' requires the keyword argument n=\.\.\."],
+        },
+    ),
+    "more arguments than the shape function takes": (
+        _too_many_arguments,
+        TypeError,
+        {
+            "native": [r"the shape function of '[\w.]+' takes 1 positional argument \(its"],
+            "calls": [r"the abstract function of '[\w.]+' takes 1 positional argument \(its"],
+        },
+    ),
     "no outputs and no effect": (
         _no_outputs,
         TypeError,
@@ -267,6 +331,75 @@ def test_error_speaks_the_api_used(case, api):
     text = _text(info)
     assert re.search(r"'tests\.words\.\w+'", text), text  # names the binding
     _speaks(text, api, expected[api])
+
+
+def _named_shapes(x):
+    return _sds(x)
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_shape_function_that_refuses_a_keyword_is_named_whatever_its_signature(jit):
+    """Not the body: the shape function, a def here, named as the user wrote it."""
+    name = _name("kwdef")
+    op = jaxbind.linear_op(shape=_named_shapes, name=name)(lambda x, factr=1.0: factr * x)
+    call = jax.jit(lambda x: op(x, factr=2.0)) if jit else (lambda x: op(x, factr=2.0))
+    with pytest.raises(TypeError) as info:
+        call(X)
+    text = _text(info)
+    assert f"the shape function of '{name}' does not take the keyword argument 'factr'" in text
+    assert "write def _named_shapes(x, **kwargs): ..." in text
+    assert "<lambda>()" not in text
+    _speaks(text, "native", [])
+
+
+def test_a_type_error_inside_the_shape_function_is_still_its_own():
+    """Its parameters take the call: the error is the function's, with the op in a note."""
+    name = _name("inside")
+    op = jaxbind.linear_op(shape=lambda x: _sds(x.shape), name=name)(lambda x: x)
+    with pytest.raises(AttributeError) as info:
+        op(X)
+    assert f"the shape function of '{name}' failed" in _text(info)
+
+
+BODY_KEYWORD_ROLES = {
+    "the function": lambda op: op(X, factor=2.0),
+    "the transpose": lambda op: jax.grad(lambda x: op(x, factor=2.0).sum())(X),
+}
+
+
+@pytest.mark.parametrize("role", list(BODY_KEYWORD_ROLES))
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_body_that_refuses_a_keyword_is_named_at_trace_time(role, jit):
+    """The shape function takes **kwargs, a body does not: a TypeError before the program
+    runs, naming the role and the line to write, not the callable's own TypeError."""
+    name = _name("body")
+
+    def takes(x, **kwargs):
+        return 2 * x
+
+    def refuses(x):
+        return 2 * x
+
+    op = jaxbind.linear_op(shape=_sds, name=name)(refuses if role == "the function" else takes)
+    op.def_transpose(takes if role == "the function" else refuses)
+    run = BODY_KEYWORD_ROLES[role]
+    with pytest.raises(TypeError) as info:
+        jax.jit(lambda x: run(op))(X) if jit else run(op)
+    text = _text(info)
+    assert f"'{name}' ({role}) does not take the keyword argument 'factor'" in text
+    assert "write def refuses(x, **kwargs): ..." in text
+    _speaks(text, "native", [r"\*\*kwargs"])
+
+
+def test_jvp_that_refuses_a_keyword_is_named():
+    name = _name("jvp")
+    op = jaxbind.nonlinear_op(shape=lambda x, *, n: _sds(x), name=name)(lambda x, *, n: n * x)
+    op.def_jvp(lambda primals, tangents: tangents[0])
+    with pytest.raises(TypeError) as info:
+        jax.jvp(lambda x: op(x, n=2.0), (X,), (X,))
+    text = _text(info)
+    assert f"'{name}' (the JVP) does not take the keyword argument 'n'" in text
+    assert "lambda primals, tangents, **kwargs: ..." in text
 
 
 # --- the shape function's mistakes (JAX-native API) -----------------------------------------
@@ -337,7 +470,11 @@ ABSTRACT_MISTAKES = {
     ),
     "a bare (shape, dtype)": (
         lambda x, **kw: (x.shape, x.dtype),
-        r"wrap it, \(\(shape, dtype\),\)",
+        r"put it in a tuple of outputs, \(\(shape, dtype\),\)",
+    ),
+    "a bare (shape, dtype) of two dimensions": (
+        lambda x, **kw: ((3, 3), x.dtype),
+        r"\(\(3, 3\), dtype\('float32'\)\); it must .* put it in a tuple of outputs",
     ),
     "None": (lambda x, **kw: None, r"returned None"),
 }

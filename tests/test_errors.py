@@ -60,8 +60,15 @@ def test_exception_inside_grad_names_the_transpose():
         (None, "returned None; it must return a tuple"),
         (
             ((3,), np.float32),
-            r"whose output 0 is \(3,\); it must return a tuple with one \(shape, dtype\)",
+            r"returned \(\(3,\), .*\); it must return a tuple with one \(shape, dtype\).*"
+            r"put it in a tuple of outputs, \(\(shape, dtype\),\)",
         ),
+        (  # the same, two-dimensional: once read as a shape 3 and a dtype 3
+            ((3, 3), np.float32),
+            r"returned \(\(3, 3\), .*\); it must return a tuple with one \(shape, dtype\).*"
+            r"e\.g\. return \(\(x\.shape, x\.dtype\),\)",
+        ),
+        ((((3, np.float32)),), r"output 0 has shape 3, .* write \(3,\) for one dimension"),
         ((((3,), "not a dtype"),), "output 0 has dtype 'not a dtype'"),
         ((((-1, 3), np.float32),), "negative dimensions"),
         ((((3.5,), np.float32),), "not a tuple of integers"),
@@ -126,7 +133,10 @@ def test_wrong_argument_count():
         matvec(jnp.ones((2, 2)))
     with pytest.raises(TypeError) as info:
         matvec(jnp.ones((2, 2)), jnp.ones(2), jnp.ones(2))
-    assert "'reference_ops._matvec'" in info.value.__notes__[0]
+    assert (
+        "the abstract function of 'reference_ops._matvec' takes 2 positional arguments "
+        "(its parameters: (a, x, **kwargs)), but the call passes 3" in str(info.value)
+    )
 
 
 def test_traced_keyword_argument_is_rejected():
@@ -219,3 +229,132 @@ def test_bindings_share_one_primitive_and_leave_jax_rule_tables_alone():
     del ops
     gc.collect()
     assert sizes() == before
+
+
+# --- errors a newcomer meets: each says what was expected, what came, and what to write ----
+
+X32 = jnp.arange(3.0, dtype=jnp.float32)
+
+
+def _complex_fft(x):
+    return np.fft.fft(x)
+
+
+def _float_shape(x):
+    return jax.ShapeDtypeStruct(x.shape, x.dtype)
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_complex_result_where_float_is_declared_says_both_fixes(jit):
+    op = jaxbind.linear_op(shape=_float_shape, name=f"tests.complex_for_float_{jit}")(_complex_fft)
+    call = jax.jit(op) if jit else op
+    with pytest.raises(Exception) as info:
+        jax.block_until_ready(call(X32))
+    text = str(info.value)
+    assert f"'tests.complex_for_float_{jit}' (the function)" in text
+    assert "returned output 0 as complex64, where the shape function declares float32" in text
+    assert "np.real(...)" in text and "jax.ShapeDtypeStruct(x.shape, np.complex64)" in text
+    assert "according to the rule 'same_kind'" not in text  # NumPy's own words
+
+
+def test_complex_cotangent_for_a_float_argument_says_to_return_float():
+    op = jaxbind.linear_op(shape=_float_shape, name="tests.complex_cotangent")(lambda x: 2 * x)
+    op.def_transpose(_complex_fft)
+    with pytest.raises(Exception) as info:
+        jax.block_until_ready(jax.grad(lambda x: op(x).sum())(X32))
+    text = str(info.value)
+    assert "'tests.complex_cotangent' (the transpose)" in text
+    assert "returned output 0 as complex64" in text and "return float32 values" in text
+    assert "declare complex64" not in text  # its shapes are the primals': nothing to declare
+
+
+def _assigns_out(out, args, kwargs_dump):
+    out[0] = 2 * args[0]
+
+
+def _assigns_a_tuple(out, args, kwargs_dump):
+    shape = tuple(args[0].shape)
+    shape[0] = 1  # a tuple of its own: no hint about outputs
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_item_assignment_into_out_says_to_write_in_place(jit):
+    op = jaxbind.get_linear_call(
+        _assigns_out, None, same_as_first, name=f"tests.out_assigned_{jit}"
+    )
+    call = jax.jit(lambda x: op(x)) if jit else op
+    with pytest.raises(Exception) as info:
+        jax.block_until_ready(call(X32))
+    text = str(info.value)
+    assert f"'tests.out_assigned_{jit}' (the function) raised TypeError" in text
+    assert "write into the array in place instead: out[0][...] = ..." in text
+
+
+def test_item_assignment_into_the_native_out_argument_says_to_write_in_place():
+    def halves(x, out):
+        out[1] = x / 2
+
+    op = jaxbind.linear_op(shape=lambda x: (_float_shape(x),) * 2, name="tests.out_native")(halves)
+    with pytest.raises(Exception) as info:
+        jax.block_until_ready(op(X32))
+    assert "out[1][...] = ..." in str(info.value)
+
+
+def test_item_assignment_into_another_tuple_gets_no_hint_about_outputs():
+    op = jaxbind.get_linear_call(_assigns_a_tuple, None, same_as_first, name="tests.own_tuple")
+    with pytest.raises(Exception) as info:
+        jax.block_until_ready(op(X32))
+    assert "does not support item assignment" in str(info.value)
+    assert "[...] = ..." not in str(info.value)
+
+
+def test_kernel_parameters_out_of_order_say_which_got_what():
+    """The transpose of docs/kernels.md's matvec with its parameters out of order: numba
+    alone says "tuple index out of range" (a.shape[1] of the 1-d output)."""
+    pytest.importorskip("numba")
+
+    @jaxbind.kernel
+    def matvec(y, a, x):
+        for i in range(a.shape[0]):
+            y[i] = 0.0
+            for j in range(a.shape[1]):
+                y[i] += a[i, j] * x[j]
+
+    @jaxbind.kernel
+    def matvec_T(a, y_ct, x_ct):  # its output belongs first: (x_ct, a, y_ct)
+        for j in range(a.shape[1]):
+            acc = 0.0
+            for i in range(a.shape[0]):
+                acc += a[i, j] * y_ct[i]
+            x_ct[j] = acc
+
+    op = jaxbind.get_linear_call(
+        matvec,
+        matvec_T,
+        lambda a, x: (((a.shape[0],), x.dtype),),
+        lambda a, ct: (((a.shape[1],), ct.dtype),),
+        first_n_args_fixed=1,
+        name="tests.kernel_order",
+    )
+    with pytest.raises(Exception) as info:
+        jax.grad(lambda x: op(jnp.ones((2, 3)), x)[0].sum())(jnp.ones(3))
+    text = str(info.value)
+    assert "'tests.kernel_order' (the transpose)" in text
+    assert "Its parameters got a = output 0, y_ct = input 0, x_ct = input 1" in text
+    assert "a kernel takes its role's outputs first, then its inputs" in text
+
+
+def test_an_unnamed_kernel_op_is_named_after_its_function():
+    """Not after the kernel's class: errors about it said 'jaxbind._kernels.Kernel'."""
+    pytest.importorskip("numba")
+
+    @jaxbind.kernel
+    def twice_kernel(out, x):
+        for i in range(x.size):
+            out.flat[i] = 2 * x.flat[i]
+
+    op = jaxbind.get_linear_call(twice_kernel, twice_kernel, same_as_first)
+    assert op.name.startswith(f"{__name__}.test_an_unnamed_kernel_op_is_named_after_its_function")
+    assert op.name.split("#")[0].endswith(".twice_kernel")
+    native = jaxbind.linear_op(shape=_float_shape)(twice_kernel)
+    assert native.name.split("#")[0].endswith(".twice_kernel")

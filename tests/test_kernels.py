@@ -132,6 +132,9 @@ def test_static_keyword_arguments_of_every_type():
     np.testing.assert_allclose(got, want, rtol=1e-6)
     with pytest.raises(Exception, match="tests.kernel_kwargs.*'n' is list"):
         jax.block_until_ready(kwargs_op(x, n=[1], w=0.5, flag=True, label="", table=table))
+    masked = np.ma.MaskedArray(table, mask=[False, True, False])
+    with pytest.raises(Exception, match="tests.kernel_kwargs.*cannot take the masked array"):
+        jax.block_until_ready(kwargs_op(x, n=3, w=0.5, flag=True, label="", table=masked))
 
 
 @jaxbind.kernel

@@ -38,7 +38,18 @@ TRACE_TIME = {
     "_primitive",
     "_spec",
     "_export",
+    # jaxbind.testing.check: the entry point, its report and case, one module per row family
     "testing",
+    "testing.report",
+    "testing.case",
+    "testing.kernels",
+    "testing.written",
+    "testing.inputs",
+    "testing.agreement",
+    "testing.linearity",
+    "testing.first_order",
+    "testing.second_order",
+    "testing.batching",
     # the primitive's rules, grouped with their registration block
     "_rules",
     "_rules.abstract",

@@ -148,7 +148,7 @@ def test_returning_a_result_of_the_wrong_shape_or_structure_is_a_clear_error():
     with pytest.raises(
         Exception,
         match=r"tests\.native_bad_shape.*returned output 0 with shape "
-        r"\(1,\); its shape says \(3,\)",
+        r"\(1,\), where the shape function declares \(3,\): return that shape",
     ):
         jax.block_until_ready(bad(jnp.ones(3)))
 

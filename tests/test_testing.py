@@ -1,6 +1,7 @@
 """jaxbind.testing.check passes correct ops and catches the usual binding bugs."""
 
 import ctypes
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -13,7 +14,9 @@ from support.dtypes import FLOAT_DTYPES
 from support.ops import copy_last, same_as_first
 
 import jaxbind
-from jaxbind.testing import check
+from jaxbind._options import Options
+from jaxbind._roles import Body, Kind, Role, role_table
+from jaxbind.testing import FAMILIES, check
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
@@ -34,7 +37,29 @@ def test_reference_ops_pass(enable_x64, dtype):
     check(bilinear, random((5,), dtype, 5), random((5,), dtype, 6), verbose=False)
     check(nonlinear, random((5,), dtype, 7), random((5,), dtype, 8), verbose=False)
     check(flip2, random((3, 4), dtype, 9), verbose=False)
-    check(flipsum, random((3, 4), dtype, 10), random((3, 4), dtype, 11), verbose=False)
+    report = check(flipsum, random((3, 4), dtype, 10), random((3, 4), dtype, 11), verbose=False)
+    assert _rows_named_by_families(report) and not report.not_checked()
+
+
+def _rows_named_by_families(report) -> bool:
+    """Every row is one its family declares (or a family's own "not checked" row)."""
+    names = {name for family in FAMILIES for name in (family.name, *family.checks)}
+    return {r.check for r in report} <= names
+
+
+def test_every_role_option_and_kind_of_body_is_covered_by_a_family():
+    roles = set()
+    for kind in Kind:
+        table = role_table(kind, copy_last, (copy_last, copy_last), (copy_last,) * 2, None, None)
+        roles |= {"T<i>" if Role.parse(r).index is not None else r for r in table}
+    options = {f.name for f in dataclasses.fields(Options)}
+    covered = lambda what: set().union(*(getattr(family, what) for family in FAMILIES))
+    assert roles == {"f", "T", "T<i>", "jvp", "vjp"}
+    assert roles <= covered("roles"), "a role no family checks"
+    assert options <= covered("options"), "an option no family checks"
+    assert set(Body) <= covered("bodies"), "a kind of body no family calls"
+    for family in FAMILIES:  # and no family claims what does not exist
+        assert family.roles <= roles and family.options <= options, family.name
 
 
 def test_fixed_arguments_are_not_differentiated(enable_x64):

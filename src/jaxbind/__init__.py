@@ -1,25 +1,57 @@
-"""jaxbind: Python-callable functions as first-class JAX primitives.
+"""Python-callable functions and compiled kernels as first-class JAX primitives.
 
-Two ways to define the same ops. The JAX-native one:
+An op works under jit, grad/vjp, jvp, linear_transpose, vmap, sharding and jax.export,
+on CPU and GPU buffers, without copies. Define ops in either API; both make the same
+kind of op, and each error speaks the API it was made with.
 
-- [`linear_op`][jaxbind.linear_op], [`multilinear_op`][jaxbind.multilinear_op],
-  [`nonlinear_op`][jaxbind.nonlinear_op]: decorators, with
-  ``def_transpose`` / ``def_jvp`` / ``def_vjp``, pytrees and ``jax.ShapeDtypeStruct``.
+The JAX-native API: decorators; arguments and results are pytrees of arrays, output
+shapes are jax.ShapeDtypeStruct, the function returns its result.
+    linear_op, multilinear_op, nonlinear_op
+        decorators that make an op from a function and its shape function
+    NativeOp
+        what they make; def_transpose, def_jvp, def_vjp add the derivatives
 
-The JAXbind 1.3 one (drop-in compatible):
+The JAXbind 1.3 API (drop-in compatible): callables write out[k][...] = ..., abstract
+functions return ((shape, dtype), ...).
+    get_linear_call
+        a linear or multilinear op from f and its transpose(s)
+    get_nonlinear_call
+        a nonlinear op from f, its JVP and its VJP
+    load_kwargs
+        a call's keyword arguments, inside a callable
+    Op
+        what they make
 
-- [`get_linear_call`][jaxbind.get_linear_call]: a linear or multilinear op from ``f`` and its
-  transpose(s);
-- [`get_nonlinear_call`][jaxbind.get_nonlinear_call]: a nonlinear op from ``f``, its JVP and
-  its VJP;
-- [`jax_function`][jaxbind.jax_function]: mark a JAX function as a nonlinear op's JVP or VJP
-  (differentiable again: Hessians);
-- [`load_kwargs`][jaxbind.load_kwargs]: the keyword arguments of a call, inside a callable;
-- [`kernel`][jaxbind.kernel]: a compiled op body (numba, C, ...), called without the GIL;
-- [`export`][jaxbind.export]: ``jax.export.export`` with jaxbind's custom call allowed;
-- [`jaxbind.testing.check`][jaxbind.testing.check]: check an op's abstract function, derivatives,
-  transposes and batching on example inputs.
+Both APIs:
+    jax_function
+        mark a nonlinear op's JVP or VJP as a JAX function (then Hessians work)
+
+Compiled kernels, any role's body in either API, run without the GIL on XLA's threads:
+    kernel, Kernel
+        a numba function, a C/C++/Rust/Fortran function pointer, or an address
+    kernel_include_dir
+        the directory of jaxbind/kernel.h, the kernels' C ABI
+
+Export, programs that call jaxbind ops run in another process:
+    export, export_safety_checks, ExportedDefaultNameWarning
+
+GPU (CUDA buffers handed to callables):
+    current_call, CallContext, CudaArray
+
+Testing:
+    jaxbind.testing.check(op, *example_args, **kwargs)
+        derivatives, transposes, batching and the declared shapes on example inputs;
+        raises AssertionError naming each failed check
+
+Contrib:
+    jaxbind.contrib.jaxducc0
+        DUCC's FFTs, spherical harmonics, gridder and NUFFTs as ops (pip install
+        "jaxbind[ducc]"); jax-finufft's nufft1/2/3 calls
+
+Documentation: docs/index.md in the source tree (mkdocs serve), or the README.
 """
+
+import re as _re
 
 # Before anything imports JAX's internals: is the installed jaxlib new enough
 # for the compiled extension? (jaxlib.version loads no XLA code.)
@@ -49,7 +81,7 @@ _rules.register_rules()  # trace time: the jaxbind primitive's rules
 _rules.lowering.register_targets()  # XLA: the FFI handlers
 _runtime.install()  # run time: what the handlers call back into
 
-from . import testing  # noqa: E402, F401  (jaxbind.testing.check)
+from . import testing  # noqa: E402  (jaxbind.testing.check)
 
 __version__ = "2.0.0.dev0"
 
@@ -77,3 +109,27 @@ __all__ = [
     "state",
     "__version__",
 ]
+
+
+# The docs site links names in docstrings with mkdocstrings' markup ([`Op`][jaxbind.Op]),
+# which reads as noise in help() and IDEs: there, docstrings show the names alone. (The
+# site reads the source files, so it keeps its links.)
+_CROSS_REFERENCE = _re.compile(r"\[([^\[\]]+)\]\[(?:jaxbind\.[\w.]+)?\]")
+
+
+def _plain_docstrings(*objects: object) -> None:
+    for obj in objects:
+        members = list(vars(obj).values()) if isinstance(obj, type) else []
+        for item in (obj, *members):
+            doc = getattr(item, "__doc__", None)
+            if isinstance(doc, str) and "][" in doc:
+                try:
+                    item.__doc__ = _CROSS_REFERENCE.sub(r"\1", doc)
+                except (AttributeError, TypeError):  # read-only (a slot, a builtin)
+                    pass
+
+
+_plain_docstrings(
+    *(globals()[name] for name in __all__ if name != "__version__"),
+    *(getattr(testing, name) for name in testing.__all__),
+)

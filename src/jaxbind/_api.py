@@ -184,6 +184,20 @@ def check_body_runs(what: str, fn, name, options: Options) -> None:
         )
 
 
+def _default_name(f) -> str:
+    """``module.qualname`` of the function (a numba kernel's Python function; a kernel of
+    another kind by its own name, ``kernel.<name>``), not of the kernel's class."""
+    if Body.of(f) is Body.KERNEL:
+        fn = getattr(f, "_fn", None)
+        if fn is None:
+            return f"kernel.{f.name}"
+        f = fn
+    return (
+        f"{getattr(f, '__module__', None) or 'unknown'}."
+        f"{getattr(f, '__qualname__', None) or type(f).__qualname__}"
+    )
+
+
 def make_op(
     kind: Kind,
     f,
@@ -220,10 +234,7 @@ def make_op(
     if explicit and (not isinstance(name, str) or not name):
         raise TypeError(f"jaxbind: name must be a non-empty string, got {name!r}")
     if name is None:
-        name = (
-            f"{getattr(f, '__module__', None) or 'unknown'}."
-            f"{getattr(f, '__qualname__', None) or type(f).__qualname__}"
-        )
+        name = _default_name(f)
     roles = role_table(kind, f, transposes, derivatives, abstract, abstract_T)
     if options.vectorized and any(r.kind is Body.KERNEL for r in roles.values()):
         raise TypeError(f"{about(name)} has {words(options).kernel_batching()}")

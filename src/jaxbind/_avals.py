@@ -76,7 +76,7 @@ def check_result(
         "it must return a tuple with one (shape, dtype) or (shape, dtype, out_batch_axis) "
         "per output"
     )
-    if not isinstance(result, (tuple, list)):
+    if not isinstance(result, (tuple, list)) or _one_entry(result):
         raise TypeError(f"{where} returned {shown(result)}; {must}{_hint(result)}")
     outs = []
     for i, entry in enumerate(result):
@@ -126,14 +126,24 @@ def _hint(result: object) -> str:
             "multilinear_op and nonlinear_op say it; here write ((x.shape, x.dtype),) for "
             "one output)"
         )
-    if (
-        isinstance(result, (tuple, list))
-        and len(result) == 2
-        and isinstance(result[0], (tuple, list))
-        and not isinstance(result[1], (tuple, list))
-    ):
-        return " (that looks like one output's (shape, dtype): wrap it, ((shape, dtype),))"
+    if _one_entry(result):
+        return (
+            " (that is one output's (shape, dtype): put it in a tuple of outputs, "
+            "((shape, dtype),), e.g. return ((x.shape, x.dtype),))"
+        )
     return ""
+
+
+def _one_entry(result: object) -> bool:
+    """Whether an abstract function's result is one output's (shape, dtype[, axis]) where
+    a tuple of them belongs: a shape (a tuple of integers), then something that is not."""
+    return (
+        isinstance(result, (tuple, list))
+        and len(result) in (2, 3)
+        and isinstance(result[0], (tuple, list))
+        and all(isinstance(d, int) or is_symbolic_dim(d) for d in result[0])
+        and not isinstance(result[1], (tuple, list))
+    )
 
 
 def _shape(shape: Any, where: str) -> tuple[Any, ...]:
@@ -146,9 +156,10 @@ def _shape(shape: Any, where: str) -> tuple[Any, ...]:
     try:
         dims = tuple(d if is_symbolic_dim(d) else operator.index(d) for d in shape)
     except TypeError:
+        hint = f": write ({shape},) for one dimension" if isinstance(shape, int) else ""
         raise TypeError(
             f"{where} has shape {shape!r}, which is not a tuple of integers "
-            "(or of symbolic dimensions, under jax.export)"
+            f"(or of symbolic dimensions, under jax.export){hint}"
         ) from None
     for d in dims:
         try:

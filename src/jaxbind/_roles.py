@@ -274,11 +274,16 @@ class RoleDef:
         JVP, f's abstract function at the primals, its first `n_fixed` arguments.
         `trees`: the call's pytree structure (see for_call)."""
         assert self.abstract is not None  # roles without one: see declared_outputs
+        avals, kwargs = self.abstract_arguments(avals, kwargs, n_fixed)
+        return for_call(self.abstract, trees)(*avals, **kwargs)
+
+    def abstract_arguments(self, avals, kwargs: dict, n_fixed: int) -> tuple[tuple, dict]:
+        """The arguments with which `declared` calls the abstract function."""
         if self.args.shaped_like_f:
             avals = avals[:n_fixed]
             if isinstance(kwargs.get("batch_axes"), tuple):
                 kwargs = {**kwargs, "batch_axes": kwargs["batch_axes"][:n_fixed]}
-        return for_call(self.abstract, trees)(*avals, **kwargs)
+        return tuple(avals), kwargs
 
     def identity(self) -> tuple:
         """What makes two definitions of the role the same (see same_values)."""

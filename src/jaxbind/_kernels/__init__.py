@@ -76,7 +76,7 @@ class Kernel:
         called by jaxbind once per batch element.
       abi_version: the version of the ABI it implements (what its calls say they are).
       threads: the most threads it and its batch loop may use (None: all of XLA's).
-      ranges, grain, reduction: a numba kernel over ranges (see
+      ranges: a numba kernel over ranges, with its grain and reduction (see
         [`kernel`][jaxbind.kernel]); ranges is None for every other kernel.
     """
 

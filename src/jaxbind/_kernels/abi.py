@@ -126,6 +126,12 @@ def typed_kwarg(name: str, value: object, where: str) -> TypedKwarg:
         return (name, FLOAT, 0, float(value), None, None)
     if isinstance(value, str):
         return (name, STRING, 0, 0.0, value.encode(), None)
+    if isinstance(value, np.ma.MaskedArray):
+        raise TypeError(
+            f"{where}: a kernel cannot take the masked array {name!r}: it takes no mask, and "
+            "would see the masked elements as values. Pass its data and its mask "
+            "(np.ma.getmaskarray) as two keyword arguments"
+        )
     if isinstance(value, np.ndarray):
         array = np.asarray(value, order="C")  # 0-d stays 0-d
         return (

@@ -381,7 +381,13 @@ def _compile_error(k, exc: Exception, ins, outs, n_outputs: int, where: str):
             f"takes the outputs first, then the inputs: here the outputs are ({outputs}) "
             f"and the inputs ({inputs}). Write only into the outputs.\n\nnumba said: {text}"
         )
-    return TypeError(f"{head}:\n{text}")
+    got = [f"output {i}" for i in range(len(outs))] + [f"input {i}" for i in range(len(ins))]
+    given = zip(params[2 if k.ranges is not None else 0 :], got)  # (after begin, end)
+    return TypeError(
+        f"{head}. Its parameters got {', '.join(f'{p} = {g}' for p, g in given)}: a kernel "
+        "takes its role's outputs first, then its inputs (if they are out of order, see the "
+        f"table of roles in the docs, 'A kernel for every role').\n\nnumba said: {text}"
+    )
 
 
 def _array_lines(

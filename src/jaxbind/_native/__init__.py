@@ -42,7 +42,7 @@ import jax
 import jax.numpy as jnp
 
 from .._api import Op, make_op
-from .._errors import about, add_context
+from .._errors import about, add_context, refused_arguments
 from .._kwargs import KwargsDump
 from .._options import OpOptions, Options, declare, state_key_positions
 from .._roles import Args, JaxFunction, Kind, is_jax_function, jax_function, role_table
@@ -223,9 +223,25 @@ class NativeOp:
         leaves, in_tree = jax.tree.flatten(args)
         leaves = [x if isinstance(x, jax.Array) else jnp.asarray(x) for x in leaves]
         specs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves]
+        shape_args = jax.tree.unflatten(in_tree, specs)
         try:
-            declared = self.shape(*jax.tree.unflatten(in_tree, specs), **kwargs)
+            declared = self.shape(*shape_args, **kwargs)
         except Exception as exc:
+            refused = (
+                refused_arguments(self.shape, shape_args, kwargs, "shape=")
+                if isinstance(exc, TypeError)
+                else None
+            )
+            if refused is not None:
+                problem, fix, keywords = refused
+                gets = (
+                    "A call's keyword arguments go to the shape function as well as to the function"
+                    if keywords
+                    else "It gets the call's positional arguments, as jax.ShapeDtypeStruct"
+                )
+                raise TypeError(
+                    f"jaxbind: the shape function of '{self.name}' {problem}. {gets}: {fix}"
+                ) from None
             raise add_context(exc, f"jaxbind: the shape function of '{self.name}' failed") from None
         check_declared(self.name, declared, self.options.effect is not None)
         out_tree = jax.tree.structure(declared)

@@ -14,7 +14,7 @@ import numpy as np
 
 from .._api import check_body_runs
 from .._avals import shown
-from .._errors import about
+from .._errors import about, refused_arguments
 from .._kernels import Kernel
 from .._kwargs import KwargsDump, load_kwargs
 from .._state import current_state
@@ -108,6 +108,20 @@ class _Callable(_Body):
         super().__init__(*args, **kwargs)
         self.takes_out = _takes_out(self.fn)
 
+    def check_keywords(self, kwargs: dict) -> None:
+        """A TypeError, at trace time, if the callable's parameters do not take the call's
+        keyword arguments (which the shape function took)."""
+        kwargs = {k: v for k, v in kwargs.items() if k != "batch_axes"}
+        if self.takes_out:
+            kwargs["out"] = None
+        refused = refused_arguments(self.fn, None, kwargs) if kwargs else None
+        if refused is not None:
+            problem, fix, _ = refused
+            raise TypeError(
+                f"{about(self.native.name)} ({self.what}) {problem}. A call's keyword "
+                f"arguments go to {self.what} as well as to the shape function: {fix}"
+            )
+
     def for_trees(self, trees: KwargsDump) -> Callable:
         return functools.partial(self._run, *self.trees(trees))
 
@@ -126,17 +140,47 @@ class _Callable(_Body):
             results = out_tree.flatten_up_to(result)
         except (TypeError, ValueError) as exc:
             raise TypeError(
-                f"{about(self.native.name)} ({self.what}) returned a result whose "
-                f"structure is not {out_tree}: {exc}"
+                f"{self.what} returned a result whose structure is not {out_tree}, which "
+                f"{self._declares()}: {str(exc).rstrip('.')}. Return the results in that structure"
             ) from None
         for k, (o, r) in enumerate(zip(out, results)):
             r = np.asarray(r)
             if r.shape != o.shape:
-                raise ValueError(
-                    f"{about(self.native.name)} ({self.what}) returned output {k} "
-                    f"with shape {r.shape}; its shape says {o.shape}"
+                raise ValueError(  # the trampoline's report names the op and the role
+                    f"{self.what} returned output {k} with shape "
+                    f"{r.shape}, where {self._declares()} {o.shape}: return that shape"
+                    + (", or declare the one it returns" if self._declared_by_user() else "")
+                    + (
+                        " (a tuple or list of one array for one output? return the array)"
+                        if r.shape == (1, *o.shape) and isinstance(results[k], (tuple, list))
+                        else ""
+                    )
+                )
+            if not np.can_cast(r.dtype, o.dtype, "same_kind"):
+                raise TypeError(
+                    f"{self.what} returned output {k} as "
+                    f"{r.dtype.name}, where {self._declares()} {o.dtype.name}, and "
+                    f"{r.dtype.name} does not fit in {o.dtype.name} (NumPy's 'same_kind' "
+                    f"rule): return {o.dtype.name} values (np.real(...) drops an imaginary "
+                    "part)"
+                    + (
+                        f", or declare {r.dtype.name}, e.g. "
+                        f"jax.ShapeDtypeStruct(x.shape, np.{r.dtype.name})"
+                        if self._declared_by_user()
+                        else ""
+                    )
                 )
             np.copyto(o, r, casting="same_kind")
+
+    def _declared_by_user(self) -> bool:
+        """Whether the shape function declares this role's outputs (else the primals do:
+        a cotangent is shaped as its argument)."""
+        return self.args in (Args.F, Args.JVP)
+
+    def _declares(self) -> str:
+        if self._declared_by_user():
+            return "the shape function declares"
+        return "the primal arguments (whose cotangents it returns) give"
 
 
 def body(native, fn, args: Args, what: str, index=None):

@@ -7,7 +7,7 @@ import jax.export  # noqa: F401  (a submodule: not loaded by "import jax")
 
 from .._avals import check_result, check_supported
 from .._compat import InconclusiveDimensionOperation, ShapedArray, output_aval
-from .._errors import about, add_context, words
+from .._errors import about, add_context, refused_arguments, words
 from .._spec import BatchAxes, CallSpec
 
 __all__ = ["check_aliases", "check_arguments", "declared_outputs", "output_avals"]
@@ -45,6 +45,18 @@ def declared_outputs(spec: CallSpec, avals, batch_axes: BatchAxes | None = None)
         raise
     except Exception as exc:
         shapes = ", ".join(a.str_short() for a in avals)
+        if isinstance(exc, TypeError) and spec.trees is None:  # the JAX-native API: see _native
+            refused = refused_arguments(
+                entry.abstract, *entry.abstract_arguments(avals, kwargs, spec.n_fixed)
+            )
+            if refused is not None:
+                problem, fix, keywords = refused
+                gets = (
+                    "It gets every keyword argument of the call"
+                    if keywords
+                    else f"It gets {entry.args.value[0]} ({shapes})"
+                )
+                raise TypeError(f"{where} {problem}. {gets}: {fix}") from None
         add_context(exc, f"{where} failed for arguments ({shapes})")
         raise
     outs = check_result(result, where, batched=batch_axes is not None)
@@ -71,6 +83,9 @@ def _from_hint(hint: tuple, avals, batch_axes: BatchAxes | None):
 
 def output_avals(spec: CallSpec, avals) -> tuple:
     """Output avals of a call of a role whose body is a callable."""
+    check_keywords = getattr(spec.entry.body, "check_keywords", None)  # the JAX-native API's
+    if check_keywords is not None:
+        check_keywords(spec.kwargs.to_dict())
     ba = spec.batch_axes
     if ba is not None and not spec.binding.options.vectorized:
         # batched by jaxbind's loop: batch axes lead every batched input and output

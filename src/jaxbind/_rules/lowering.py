@@ -211,8 +211,10 @@ def _embedded(ctx, dump, exporting: bool, name: str, what: str) -> bytes:
         if reason is not None:
             raise TypeError(
                 f"jaxbind: cannot export '{name}': {what} must be plain data (numbers, "
-                "strings, bools, None, tuples, lists, dicts, NumPy arrays) to be stored in "
-                f"the artifact, but {reason}"
+                "strings, bytes, bools, None, NumPy scalars and arrays, tuples, lists, sets, "
+                f"dicts) to be stored in the artifact, but {reason}. Pass data instead (an "
+                "enum's value, an object's settings), or call it under jax.jit in this "
+                "process, which holds such values"
             )
         return data_blob(dump)
     if not is_local(dump) and len(dump.blob) > _EMBED_LIMIT:

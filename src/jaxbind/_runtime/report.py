@@ -12,6 +12,7 @@ import jax
 import numpy as np
 
 from .. import _ext
+from .._errors import callback_hint
 
 __all__ = ["escaped_views", "format_callback_error"]
 
@@ -157,6 +158,8 @@ def format_callback_error(label, etype, value, tb) -> str:
     text = f"{value}"
     if isinstance(value, RecursionError) and text.startswith("Recursively calling jit"):
         text = text.split("\n", 1)[0] + "\n" + _REENTERED_JIT
+    hint = callback_hint(value)  # the usual cause of such an error, where one is known
+    text += f"\n{hint}" if hint else ""
     return (
         f"jaxbind: {label} raised {name}: {text}\n"
         "Traceback of the callable (most recent call last):\n" + "".join(lines[1:])

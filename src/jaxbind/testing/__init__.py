@@ -1,0 +1,135 @@
+"""Check a jaxbind op thoroughly before its users do: ``jaxbind.testing.check``.
+
+The commonest bugs in a binding are a transpose or VJP that is subtly wrong (a
+missing conjugate, a factor of 2, a swapped axis), a batching rule that is right
+only for a batch axis in front, and an abstract function that disagrees with what
+the callable writes. `check` runs one op on example inputs through every path
+jaxbind offers and compares the paths with each other and with finite differences.
+
+The rows come in families, one module each, run in the order of `FAMILIES`: each says
+which roles and options it covers, whether it applies to an op, and yields its rows
+(see .case.Family). A check that applies but could not run is a "not checked" row that
+says why, never a pass.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import numpy as np
+
+from .._api import Op
+from .._native import NativeOp
+from . import agreement, batching, first_order, inputs, linearity, second_order, written
+from .case import Case, Family
+from .report import CheckReport, CheckResult
+
+__all__ = ["FAMILIES", "CheckReport", "CheckResult", "check"]
+
+# In order: the first calls the function directly (and stops the others if it fails).
+FAMILIES: tuple[Family, ...] = (
+    written.FAMILY,
+    inputs.FAMILY,
+    agreement.FAMILY,
+    linearity.FAMILY,
+    first_order.FAMILY,
+    second_order.FAMILY,
+    batching.FAMILY,
+)
+
+
+def _unwrap(op, args, kwargs):
+    """Accept an Op, a NativeOp, or a functools.partial of one (as returned by factories)."""
+    while isinstance(op, functools.partial):
+        args = op.args + tuple(args)
+        kwargs = {**op.keywords, **kwargs}
+        op = op.func
+    trees = None
+    if isinstance(op, NativeOp):  # checked through its underlying op, on array leaves
+        args, kwargs, trees = op.protocol_call(*args, **kwargs)
+        op = op.op
+    if not isinstance(op, Op):
+        raise TypeError(f"jaxbind.testing.check expects a jaxbind op, got {op!r}")
+    return op, tuple(args), kwargs, trees
+
+
+def check(
+    op, *args, rtol=None, eps=None, batch_size=3, seed=0, verbose=True, **kwargs
+) -> CheckReport:
+    """Check a jaxbind op on example inputs; raise AssertionError on any failure.
+
+    Rows, each reported per role, argument or output with its dtype, by family:
+
+    - **abstract vs callable**: the function, run on output buffers pre-filled with
+      sentinels, writes every element of every output that the abstract function
+      declares (an output left unwritten, or written to a copy, fails), and raises
+      nothing;
+    - **inputs unchanged**: each role's body (the function, its transposes, its JVP and
+      VJP: callables, compiled kernels and JAX functions alike), called directly on
+      writable copies of its inputs, leaves them and the call's array keyword arguments
+      as they were (a compiled kernel's, in the very buffers the trampoline would pass);
+    - **eager vs callable**, **jit vs eager**, **determinism**; with
+      ``input_output_aliases``, **in place: donated vs not donated**;
+    - **linearity**, per argument declared linear (linear and multilinear ops,
+      ``linear_in``): ``f(0) == 0``, ``f(a x) == a f(x)``, ``f(x + y) == f(x) + f(y)``;
+    - **first derivatives**, each role on its own: **jvp vs finite differences**, **vjp
+      vs finite differences** (``<u, fd> == <J^T u, v>``, JAX's unconjugated pairing
+      ``Re sum(a*b)``), then **vjp vs jvp (dot product)** and **transpose adjointness**
+      (through ``jax.linear_transpose``, per argument declared linear);
+    - **second derivatives**, for nonlinear ops whose JVP or VJP is a JAX function,
+      complex arguments as their real and imaginary parts: **hessian symmetry**,
+      **hessian-vector product vs finite differences** (through the VJP),
+      **second-order jvp vs finite differences** (through the JVP);
+    - **vmap**: **vmap vs loop** for every role (f, transposes, JVP, VJP) with inputs
+      batched at axis 0 and at their last axis (``out_axes`` 0 and -1), **vmap(grad) vs
+      loop** and **grad(vmap) vs loop**.
+
+    A check that applies but cannot run (the op has no transpose, no VJP, ...) is a row
+    with the status "not checked" and the reason; it does not fail the check.
+
+    Args:
+      op: a jaxbind op, or a ``functools.partial`` of one.
+      *args: example inputs (NumPy or JAX arrays), as for ``op(*args)``.
+      rtol: override every relative tolerance (default: per check and precision). It
+        does not change the finite-difference step.
+      eps: the finite-difference step (default 1e-3 in single, 1e-6 in double precision),
+        times the input's scale (at least 1).
+      batch_size: batch size of the vmap checks.
+      seed: seed for random directions and batches.
+      verbose: print the report table.
+      **kwargs: keyword arguments of the op call.
+
+    Returns:
+      The `CheckReport` when no check fails.
+
+    Raises:
+      AssertionError: naming each failed check, its target, dtype and error, followed by
+        the whole table.
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(
+            f"jaxbind.testing.check: batch_size must be a positive int (the size "
+            f"of the vmap checks' batch), got {batch_size!r}"
+        )
+    op, args, kwargs, trees = _unwrap(op, args, kwargs)
+    case = Case(
+        op=op,
+        args=tuple(np.asarray(a) for a in args),
+        kwargs=kwargs,
+        trees=trees,
+        rng=np.random.default_rng(seed),
+        rtol=rtol,
+        eps=eps,
+        batch_size=batch_size,
+    )
+    case.out_avals = list(jax.eval_shape(case.call, *case.args))
+    report = CheckReport()
+    for family in FAMILIES:
+        report.extend(family.run(case))
+    name = op.binding.name
+    if verbose:
+        print(f"jaxbind.testing.check('{name}'):\n{report}")
+    if report.failures():
+        raise AssertionError(report.message(name))
+    return report
