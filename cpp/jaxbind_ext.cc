@@ -6,7 +6,8 @@
 //   workers.h     XLA's intra-op thread pool, as kernels and the batch loop use it
 //   call.h        one described call: its buffers (decoded once), signature, batch loop
 //   kernels.h     compiled kernels' keyword arguments, and the ABI call of a kernel
-//   state.h       process-wide state: the Python functions called, the dtype table
+//   process.h     what the handlers share in the process: the Python functions called,
+//                 the dtype table
 //   site.h        call sites by digest, and what a first call asks of Python
 //   views.h       NumPy views of host buffers, for Python callables
 //   this file     the CPU and CUDA handlers, and the module
@@ -31,8 +32,8 @@
 #include "call.h"
 #include "floats.h"
 #include "kernels.h"
+#include "process.h"
 #include "site.h"
-#include "state.h"
 #include "views.h"
 
 #include <algorithm>
@@ -173,7 +174,7 @@ ffi::Error guarded(const ffi::Dictionary &attrs, Instantiated *held, const ffi::
   Header::Problem problem = header.read(attrs);
   if (!problem.message.empty()) return error(problem.code, problem.message);
   InFlight running;  // counted before the check below: see `shutdown`
-  if (state == nullptr || python_is_finalizing())
+  if (process == nullptr || python_is_finalizing())
     return error(ffi::ErrorCode::kUnavailable, "the Python interpreter is not running");
 
   nb::gil_scoped_acquire gil;
@@ -212,7 +213,8 @@ ffi::Error guarded(const ffi::Dictionary &attrs, Instantiated *held, const ffi::
     try {
       nb::object where =
           site.is_valid() ? site_of(site).label : nb::object(nb::str(name().c_str()));
-      message = nb::cast<std::string>(state->formatter(where, e.type(), e.value(), e.traceback()));
+      message =
+          nb::cast<std::string>(process->formatter(where, e.type(), e.value(), e.traceback()));
 #if defined(__GLIBCXX__)
     } catch (abi::__forced_unwind &) {
       throw;
@@ -293,13 +295,13 @@ ffi::Error CpuCall(StateContext context, Pool pool, ffi::RemainingArgs args,
 // the element's device pointers and XLA's stream. Also reached from Python, on host
 // memory, by the plumbing tests (`gpu_call_for_tests`).
 void run_gpu(Site &site, Frame &frame, uintptr_t stream, int32_t device) {
-  if (!state->gpu_dispatch.is_valid()) throw std::runtime_error("no GPU dispatcher is set");
+  if (!process->gpu_dispatch.is_valid()) throw std::runtime_error("no GPU dispatcher is set");
   if (site.core->is_kernel)
     throw std::invalid_argument(
         "its body is a CPU kernel, which cannot run in a GPU program (jaxbind's GPU kernels "
         "are not built yet); run the program on the CPU");
   site.core->loop.run(frame.call, false, frame.element, [&](const Call &call) {
-    state->gpu_dispatch(site.resolved, stream, device, describe(call.ins), describe(call.outs));
+    process->gpu_dispatch(site.resolved, stream, device, describe(call.ins), describe(call.outs));
   });
 }
 
@@ -313,8 +315,8 @@ ffi::Error CudaCall(StateContext context, void *stream, int32_t device, ffi::Rem
   ScopedFrame frame;
   return guarded(attrs, instantiated(context), args, rets, *frame,
                  [&](Site &site, jaxbind_kernel_fn) {
-    run_gpu(site, *frame, reinterpret_cast<uintptr_t>(stream), device);
-  });
+                   run_gpu(site, *frame, reinterpret_cast<uintptr_t>(stream), device);
+                 });
 }
 
 // XLA's instantiate stage of a call site (every platform): the site made from the call's
@@ -326,7 +328,7 @@ ffi::Error Instantiate(StateContext context, ffi::Dictionary attrs) {
   Header::Problem problem = header.read(attrs);
   if (!problem.message.empty()) return error(problem.code, problem.message);
   InFlight running;
-  if (!state_is_usable() || !state->instantiate.is_valid()) return ffi::Error::Success();
+  if (!python_is_usable() || !process->instantiate.is_valid()) return ffi::Error::Success();
   IeeeFloats ieee;  // the state's setup is Python, as a body (see floats.h)
   nb::gil_scoped_acquire gil;
   std::string_view binding = "?";
@@ -348,7 +350,8 @@ ffi::Error Instantiate(StateContext context, ffi::Dictionary attrs) {
   } catch (std::exception &e) {
     return error(ffi::ErrorCode::kInternal, "'" + std::string(binding) + "': " + e.what());
   } catch (...) {
-    return error(ffi::ErrorCode::kInternal, "'" + std::string(binding) + "': unknown C++ exception");
+    return error(ffi::ErrorCode::kInternal,
+                 "'" + std::string(binding) + "': unknown C++ exception");
   }
 }
 
@@ -403,7 +406,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cuda_handler, CudaCall,
 NB_MODULE(_ext, m) {
   if (_import_array() < 0) throw nb::python_error();
   // Sites of bindings that live until exit (module-level ops) are still alive when
-  // the interpreter shuts down, on purpose (see State): not leaks worth reporting.
+  // the interpreter shuts down, on purpose (see Process): not leaks worth reporting.
   nb::set_leak_warnings(false);
 
   m.attr("call_format") = kCallFormat;
@@ -485,8 +488,8 @@ NB_MODULE(_ext, m) {
   m.def(
       "set_gpu_dispatch",
       [](nb::object dispatch) {
-        if (state == nullptr) state = new State();
-        state->gpu_dispatch = dispatch;
+        if (process == nullptr) process = new Process();
+        process->gpu_dispatch = dispatch;
       },
       nb::arg("dispatch"),
       "Set the Python function that runs one GPU call (one batch element): (resolved, "
@@ -496,19 +499,19 @@ NB_MODULE(_ext, m) {
       "init",
       [](nb::dict dtypes, nb::object resolver, nb::object instantiate, nb::object formatter,
          nb::object gpu_dispatch) {
-        if (state == nullptr) state = new State();
+        if (process == nullptr) process = new Process();
         for (auto [key, value] : dtypes) {
           auto code = nb::cast<size_t>(key);
           if (code >= kNumDtypes) throw nb::value_error("XLA element type out of range");
           PyArray_Descr *descr = nullptr;
           if (!PyArray_DescrConverter(value.ptr(), &descr)) throw nb::python_error();
-          Py_XDECREF(reinterpret_cast<PyObject *>(state->dtypes[code]));
-          state->dtypes[code] = descr;
+          Py_XDECREF(reinterpret_cast<PyObject *>(process->dtypes[code]));
+          process->dtypes[code] = descr;
         }
-        state->resolver = resolver;
-        state->instantiate = instantiate;
-        state->formatter = formatter;
-        state->gpu_dispatch = gpu_dispatch;
+        process->resolver = resolver;
+        process->instantiate = instantiate;
+        process->formatter = formatter;
+        process->gpu_dispatch = gpu_dispatch;
       },
       nb::arg("dtypes"), nb::arg("resolver"), nb::arg("instantiate"), nb::arg("formatter"),
       nb::arg("gpu_dispatch"),
@@ -519,9 +522,9 @@ NB_MODULE(_ext, m) {
   m.def(
       "set_view_hooks",
       [](nb::object collect_garbage, nb::object escaped) {
-        if (state == nullptr) state = new State();
-        state->collect_garbage = collect_garbage;
-        state->escaped = escaped;
+        if (process == nullptr) process = new Process();
+        process->collect_garbage = collect_garbage;
+        process->escaped = escaped;
       },
       nb::arg("collect_garbage"), nb::arg("escaped"),
       "Set what runs when a callable kept a view: collect_garbage() drops JAX's lingering "
@@ -575,6 +578,6 @@ NB_MODULE(_ext, m) {
       "(jaxbind/_kernels/abi.py): with no workers, it runs the tasks in order.");
 
   m.def(
-      "site_count", []() { return state == nullptr ? size_t(0) : state->sites.size(); },
+      "site_count", []() { return process == nullptr ? size_t(0) : process->sites.size(); },
       "Number of resolved call sites held by the trampoline.");
 }

@@ -33,7 +33,7 @@
 
 #include "call.h"
 #include "kernels.h"
-#include "state.h"
+#include "process.h"
 #include "xla_state.h"
 
 namespace jaxbind {
@@ -158,15 +158,15 @@ inline jaxbind_kernel_fn accept(Site &site, const Call &call) {
 // digest meanwhile: its site stays the one (replacing the entry would drop the weak
 // reference whose callback marks that site's core dead when its binding goes).
 inline nb::object keep(int64_t digest, nb::object found) {
-  auto &sites = state->sites;
+  auto &sites = process->sites;
   auto again = sites.find(digest);
   if (again != sites.end()) return nb::borrow(again->second.site);
   CoreRef core = site_of(found).core;
   nb::object forget = nb::cpp_function([digest, core](nb::handle ref) {
-    if (state == nullptr) return;
-    auto entry = state->sites.find(digest);
-    if (entry != state->sites.end() && entry->second.ref.ptr() == ref.ptr())
-      state->sites.erase(entry);
+    if (process == nullptr) return;
+    auto entry = process->sites.find(digest);
+    if (entry != process->sites.end() && entry->second.ref.ptr() == ref.ptr())
+      process->sites.erase(entry);
     core->alive.store(false, std::memory_order_release);
     std::lock_guard lock(fast_mu);
     auto fast = fast_sites.find(digest);
@@ -189,9 +189,9 @@ struct Instantiated {
 
 // XLA's deleter of an Instantiated: the Site dropped with the GIL taken; after the
 // interpreter has begun to finalize, deliberately leaked (Python must not be touched).
-inline void free_instantiated(void *state) {
-  auto *held = static_cast<Instantiated *>(state);
-  if (state_is_usable()) {
+inline void free_instantiated(void *kept) {
+  auto *held = static_cast<Instantiated *>(kept);
+  if (python_is_usable()) {
     nb::gil_scoped_acquire gil;
     Py_DECREF(held->site);
   }
@@ -247,14 +247,14 @@ inline nb::object resolve(const Header &header, const ffi::Dictionary &attrs, co
     fn = accept(site_of(site), call);
     return site;
   }
-  auto it = state->sites.find(header.site);
-  if (it != state->sites.end()) {
+  auto it = process->sites.find(header.site);
+  if (it != process->sites.end()) {
     nb::object site = nb::borrow(it->second.site);
     fn = accept(site_of(site), call);
     return site;
   }
   nb::object answer =
-      state->resolver(attributes(header, attrs), describe(call.ins), describe(call.outs));
+      process->resolver(attributes(header, attrs), describe(call.ins), describe(call.outs));
   nb::tuple parts = nb::cast<nb::tuple>(answer);  // (site, problem, address)
   if (nb::len(parts) != 3 || !nb::isinstance<Site>(parts[0]))
     throw std::runtime_error("the resolver returned no Site");
@@ -271,7 +271,7 @@ inline nb::object resolve(const Header &header, const ffi::Dictionary &attrs, co
 // GIL. False if XLA keeps no state (then calls find the site by digest).
 inline bool instantiate(const StateContext &context, const Header &header,
                         const ffi::Dictionary &attrs) {
-  nb::object site = state->instantiate(attributes(header, attrs));
+  nb::object site = process->instantiate(attributes(header, attrs));
   if (!nb::isinstance<Site>(site)) throw std::runtime_error("instantiate returned no Site");
   auto *held = new Instantiated{site_of(site).core, site.release().ptr()};
   if (xla_state::set(context, held)) return true;

@@ -2,15 +2,15 @@
 #pragma once
 
 #include "call.h"
+#include "process.h"
 #include "site.h"
-#include "state.h"
 
 namespace jaxbind {
 
 // A new C-contiguous NumPy array over the view's memory (zero-copy).
 inline PyObject *wrap(const Buffer &v, bool writeable, const char *what, size_t index) {
   auto code = static_cast<size_t>(v.dtype);
-  PyArray_Descr *descr = code < kNumDtypes ? state->dtypes[code] : nullptr;
+  PyArray_Descr *descr = code < kNumDtypes ? process->dtypes[code] : nullptr;
   if (descr == nullptr) {
     PyErr_Format(PyExc_TypeError, "%s %zu has XLA element type %zu, which jaxbind cannot wrap",
                  what, index, code);
@@ -45,7 +45,7 @@ inline bool repoint(PyObject *obj, const Buffer &v, bool writeable) {
   auto *array = reinterpret_cast<PyArrayObject *>(obj);
   auto code = static_cast<size_t>(v.dtype);
   if (Py_REFCNT(obj) != 1 || weakly_held(obj) || PyArray_BASE(array) != nullptr ||
-      code >= kNumDtypes || PyArray_DESCR(array) != state->dtypes[code] ||
+      code >= kNumDtypes || PyArray_DESCR(array) != process->dtypes[code] ||
       PyArray_NDIM(array) != static_cast<int>(v.rank))
     return false;
   npy_intp stride = PyArray_ITEMSIZE(array);
@@ -136,7 +136,7 @@ inline void detach(PyObject *obj) {
 inline bool release_views(const nb::object &outs, const nb::object &ins, const Site &site) {
   make_read_only(outs);
   if (!any_kept(outs, ins, false)) return any_kept(outs, ins, true);
-  if (state->collect_garbage.is_valid()) state->collect_garbage();
+  if (process->collect_garbage.is_valid()) process->collect_garbage();
   if (!any_kept(outs, ins, false)) return any_kept(outs, ins, true);
   nb::list moved;
   for (const nb::object *views : {&outs, &ins}) {
@@ -154,7 +154,8 @@ inline bool release_views(const nb::object &outs, const nb::object &ins, const S
       detach(view.ptr());
     }
   }
-  if (state->escaped.is_valid() && nb::len(moved) > 0) state->escaped(site.label, moved, outs, ins);
+  if (process->escaped.is_valid() && nb::len(moved) > 0)
+    process->escaped(site.label, moved, outs, ins);
   return true;
 }
 

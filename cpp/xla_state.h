@@ -139,8 +139,8 @@ inline bool set(const StateContext &c, void *state) {
     GetV1 args{sizeof(GetV1), nullptr, c.ctx, &type_id, state};
     error = fn(&args);
   } else {
-    StagedV3 args{sizeof(StagedV3), nullptr, c.ctx, XLA_FFI_ExecutionStage_INSTANTIATE, &type_id,
-                  state};
+    StagedV3 args{sizeof(StagedV3), nullptr, c.ctx, XLA_FFI_ExecutionStage_INSTANTIATE,
+                  &type_id,         state};
     error = fn(&args);
   }
   if (error == nullptr) return true;
@@ -159,8 +159,8 @@ inline void *get(const StateContext &c) {
     error = fn(&args);
     state = args.state;
   } else {
-    StagedV3 args{sizeof(StagedV3), nullptr, c.ctx, XLA_FFI_ExecutionStage_INSTANTIATE, &type_id,
-                  nullptr};
+    StagedV3 args{sizeof(StagedV3), nullptr, c.ctx, XLA_FFI_ExecutionStage_INSTANTIATE,
+                  &type_id,         nullptr};
     error = fn(&args);
     state = args.state;
   }

@@ -215,7 +215,9 @@ def test_a_failing_setup_fails_compilation_naming_the_op_and_role():
     def op(x, *, state, scale):
         return x
 
-    with pytest.raises(Exception, match=r"'state.failing' \(the function\).*setup of its state.*no plan today"):
+    with pytest.raises(
+        Exception, match=r"'state.failing' \(the function\).*setup of its state.*no plan today"
+    ):
         jax.jit(lambda x: op(x, scale=1.0))(jnp.ones(2)).block_until_ready()
 
     @jaxbind.state

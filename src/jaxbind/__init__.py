@@ -74,8 +74,8 @@ from ._kernels import Kernel, kernel, kernel_include_dir  # noqa: E402
 from ._kwargs import load_kwargs  # noqa: E402
 from ._native import NativeOp, linear_op, multilinear_op, nonlinear_op  # noqa: E402
 from ._roles import jax_function  # noqa: E402
-from ._state import StateDef, load_state, state  # noqa: E402
 from ._runtime.gpu import CallContext, CudaArray, current_call  # noqa: E402
+from ._state import StateDef, load_state, state  # noqa: E402
 
 _rules.register_rules()  # trace time: the jaxbind primitive's rules
 _rules.lowering.register_targets()  # XLA: the FFI handlers

@@ -11,9 +11,9 @@ rule reads it from there. An option added here exists in both APIs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 import dataclasses
 import inspect
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 

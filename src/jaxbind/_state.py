@@ -137,9 +137,7 @@ def _declare(fn, concurrency, pool_size, key, teardown) -> StateDef:
     if not callable(fn):
         raise TypeError(f"jaxbind.state: the setup must be a function, got {fn!r}")
     if concurrency not in CONCURRENCY:
-        raise ValueError(
-            f"{where}: concurrency must be one of {CONCURRENCY}, got {concurrency!r}"
-        )
+        raise ValueError(f"{where}: concurrency must be one of {CONCURRENCY}, got {concurrency!r}")
     if pool_size is not None and concurrency != "pool":
         raise TypeError(f'{where}: pool_size is for concurrency="pool"')
     size = _POOL_DEFAULT if pool_size is None else pool_size

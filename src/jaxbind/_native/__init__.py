@@ -261,7 +261,7 @@ def _decorator(kind: str, shape: ShapeFn, options: OpOptions) -> Decorator:
     checked, name, replace = declare(f"{kind}_op", kind, options, native=True)
 
     def make(fn: Callable) -> NativeOp:
-        where = name or getattr(fn, "__qualname__", "op")
+        where = str(name or getattr(fn, "__qualname__", "op"))
         keyed = state_key_positions(checked, fn, where)
         return NativeOp(kind, fn, shape, name=name, replace=replace, options=keyed)
 

@@ -17,9 +17,9 @@ from .._avals import shown
 from .._errors import about, refused_arguments
 from .._kernels import Kernel
 from .._kwargs import KwargsDump, load_kwargs
-from .._state import current_state
 from .._roles import Args
 from .._spec import BatchAxes
+from .._state import current_state
 from .trees import layout, split, structures
 
 __all__ = ["JaxDerivative", "Shapes", "body", "check_declared"]

@@ -51,6 +51,7 @@ def resolve_site(found: dict, ins: tuple, outs: tuple) -> tuple:
     ``(site, problem or None, kernel address or 0)``."""
     description = resolved(found)
     binding = lookup(description.binding)
+    assert binding is not None  # (resolved found it)
     site = binding.keep_site(found["site"], _ext.Site(description))
     return (site, *description.accept(ins, outs))
 

@@ -1,4 +1,4 @@
-// jaxbind's trampoline: the process-wide state its handlers share (see jaxbind_ext.cc):
+// jaxbind's trampoline: what its handlers share in the process (see jaxbind_ext.cc):
 // the Python functions it calls, the dtype table, and the interpreter's shutdown.
 #pragma once
 
@@ -43,7 +43,7 @@ struct Entry {
   nb::weakref ref;
 };
 
-struct State {
+struct Process {
   std::unordered_map<int64_t, Entry> sites;          // digest -> site; with the GIL held
   std::array<PyArray_Descr *, kNumDtypes> dtypes{};  // owned references
   nb::object resolver;         // (attributes, inputs, outputs) -> (Site, problem, address)
@@ -57,7 +57,7 @@ struct State {
 // Created by init() and deliberately never destroyed: XLA threads may still
 // call in while the interpreter shuts down, and the objects held here must not
 // be released after Python is gone.
-inline State *state = nullptr;
+inline Process *process = nullptr;
 
 // Set by jaxbind's atexit hook (see `shutdown` in jaxbind_ext.cc): from then on
 // the interpreter is going away and no handler may touch Python. The limited
@@ -88,7 +88,7 @@ inline bool python_is_finalizing() {
 }
 
 // Python may be called (the module is initialised and the interpreter not going away).
-inline bool state_is_usable() { return state != nullptr && !python_is_finalizing(); }
+inline bool python_is_usable() { return state != nullptr && !python_is_finalizing(); }
 
 inline ffi::Error error(ffi::ErrorCode code, std::string message) {
   return ffi::Error(code, "jaxbind: " + std::move(message));
