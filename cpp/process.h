@@ -88,7 +88,7 @@ inline bool python_is_finalizing() {
 }
 
 // Python may be called (the module is initialised and the interpreter not going away).
-inline bool python_is_usable() { return state != nullptr && !python_is_finalizing(); }
+inline bool python_is_usable() { return process != nullptr && !python_is_finalizing(); }
 
 inline ffi::Error error(ffi::ErrorCode code, std::string message) {
   return ffi::Error(code, "jaxbind: " + std::move(message));

@@ -17,8 +17,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from ._state import StateDef
-
 __all__ = [
     "OPTION_DOCS",
     "OPTION_NAMES",
@@ -59,7 +57,7 @@ class Options:
     effect: str | None = None
     linear_in: tuple[int, ...] = ()
     native: bool = False
-    state: StateDef | None = None
+    state: Any = None  # a _state.StateDef (not imported: this module imports none of jaxbind's)
     state_key: tuple[int, ...] = ()
 
 
@@ -74,7 +72,7 @@ class _SharedOptions(TypedDict, total=False):
     has_side_effect: bool
     ordered: bool
     linear_in: Sequence[int]
-    state: StateDef | None
+    state: Any  # made with @jaxbind.state
 
 
 class CallOptions(_SharedOptions, total=False):
@@ -248,10 +246,10 @@ def _linear_in(linear_in: Any, fixed: int, fixed_name: str) -> tuple[int, ...]:
     return args
 
 
-def _state(what: str, value: object, native: bool) -> StateDef | None:
+def _state(what: str, value: Any, native: bool) -> Any:
     if value is None:
         return None
-    if not isinstance(value, StateDef):
+    if type(value).__name__ != "StateDef" or not hasattr(value, "setup"):
         raise TypeError(
             f"jaxbind.{what}: state must be declared with @jaxbind.state (def setup(*, ...): "
             f"return the object), got {value!r}"
