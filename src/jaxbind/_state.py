@@ -24,6 +24,7 @@ __all__ = [
     "load_state",
     "outside_programs",
     "state",
+    "thread_stack",
     "using",
 ]
 
@@ -188,6 +189,15 @@ def _declare(fn, concurrency, pool_size, key, teardown) -> StateDef:
 # The objects in use by the callables running on this thread (a stack: a callable may
 # call another op eagerly).
 _local = threading.local()
+
+
+def thread_stack() -> list:
+    """This thread's stack of the objects in use by its running bodies."""
+    try:
+        return _local.stack
+    except AttributeError:
+        _local.stack = []
+        return _local.stack
 
 
 class using:

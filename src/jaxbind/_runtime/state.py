@@ -23,7 +23,8 @@ import warnings
 import numpy as np
 
 from .._kwargs import encode_kwargs
-from .._state import StateDef, using
+from .._state import StateDef
+from .._state import thread_stack as _stack
 
 __all__ = ["Lease", "StatefulBody", "lease_for", "live_states"]
 
@@ -46,6 +47,8 @@ class Shared:
         self.objects: list = []  # every object made
         self.idle: list = []
         self.cond = threading.Condition()
+        # "lock": the lock of its one object (the fast path of StatefulBody)
+        self.exclusive = threading.Lock() if sdef.concurrency == "lock" else None
 
     def make(self):
         try:
@@ -204,10 +207,20 @@ class StatefulBody:
         self.body, self.lease = body, lease
 
     def __call__(self, out, args, kwargs_dump):
-        shared = self.lease.state_for(args)
+        shared = self.lease.shared or self.lease.state_for(args)
+        stack = _stack()
+        if shared.exclusive is not None:  # "lock": one object, one call at a time
+            with shared.exclusive:
+                stack.append(shared.objects[0])
+                try:
+                    self.body(out, args, kwargs_dump)
+                finally:
+                    stack.pop()
+            return
         obj = shared.use()
+        stack.append(obj)
         try:
-            with using(obj):
-                self.body(out, args, kwargs_dump)
+            self.body(out, args, kwargs_dump)
         finally:
+            stack.pop()
             shared.give_back(obj)
