@@ -85,3 +85,17 @@ def test_finufft_ctypes_benchmark_quick():
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| 1 | type 2 grad values |" in proc.stdout and "| numba floor |" in proc.stdout
+
+
+def test_drop_in_benchmark_quick():
+    import pytest
+
+    pytest.importorskip("ducc0")
+    proc = run_python(
+        ROOT / "benchmarks" / "drop_in.py",
+        "--quick",
+        "--no-jaxbind13",
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| wgridder adjoint 20k vis |" in proc.stdout

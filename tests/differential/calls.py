@@ -64,6 +64,7 @@ def _complex(*shape):
 
 # --- how real code spells one value -----------------------------------------------------
 
+
 # The integer n as real code spells it, each spelling that 1.3.1 passed on (to DUCC, or to
 # Python's arithmetic): an int, a NumPy integer, a float, a bool. The table takes one
 # NumPy integer type; hypothesis draws from all of them (all_ints).
@@ -129,8 +130,13 @@ def _fixed_rows():
                 Row(
                     f"linear first_n_args_fixed={value!r}:{t}",
                     "core",
-                    dict(api="linear", nfixed=1, options=dict(first_n_args_fixed=value),
-                         transform=t, args=[np.float64(0.5), X]),
+                    dict(
+                        api="linear",
+                        nfixed=1,
+                        options=dict(first_n_args_fixed=value),
+                        transform=t,
+                        args=[np.float64(0.5), X],
+                    ),
                     expect=WRONG13,
                     why=f"1.3.1 never read first_n_args_fixed ({what}) before a derivative, "
                     "and every derivative then failed (TypeError or AssertionError)",
@@ -163,20 +169,33 @@ def _batching_rows():
 
 def _calling_convention_rows():
     rows = []
-    rows += _core("linear abstract_T by keyword", "linear", {}, ("call", "transpose"),
-                  abstract_T_keyword=True)
-    rows += _core("nonlinear abstract_reverse by keyword", "nonlinear", {}, ("call", "vjp"),
-                  abstract_T_keyword=True)
-    rows += _core("nonlinear derivatives as a list", "nonlinear", {}, NONLINEAR_TRANSFORMS,
-                  sequence="list")
+    rows += _core(
+        "linear abstract_T by keyword", "linear", {}, ("call", "transpose"), abstract_T_keyword=True
+    )
+    rows += _core(
+        "nonlinear abstract_reverse by keyword",
+        "nonlinear",
+        {},
+        ("call", "vjp"),
+        abstract_T_keyword=True,
+    )
+    rows += _core(
+        "nonlinear derivatives as a list", "nonlinear", {}, NONLINEAR_TRANSFORMS, sequence="list"
+    )
     for seq in ("tuple", "list"):
         for t in ("call", "jit", "jvp", "vjp", "transpose", "vmap"):
             rows.append(
                 Row(
                     f"multilinear f_T as a {seq}:{t}",
                     "core",
-                    dict(api="multilinear", sequence=seq, args=[_real(2, 3), X], transform=t,
-                         diff=0, **DERIVATIVES),
+                    dict(
+                        api="multilinear",
+                        sequence=seq,
+                        args=[_real(2, 3), X],
+                        transform=t,
+                        diff=0,
+                        **DERIVATIVES,
+                    ),
                 )
             )
     # positional arguments as real code passes them
@@ -240,17 +259,27 @@ def _kwargs_rows():
         pending = NUMPY_SCALARS if what in ("np.float64", "np.complex128") else ""
         rows += [
             Row(r.id, r.program, r.params, pending=pending)
-            for r in _core(f"kwarg {what}", "linear", {}, ("call", "transpose"),
-                           kwargs={"k": value})
+            for r in _core(
+                f"kwarg {what}", "linear", {}, ("call", "transpose"), kwargs={"k": value}
+            )
         ]
     rows += [
         Row(r.id, r.program, r.params, pending=SUBNORMAL)
-        for r in _core("kwarg subnormal float", "linear", {}, ("call",),
-                       kwargs={"k": -2.225073858507203e-309})
+        for r in _core(
+            "kwarg subnormal float", "linear", {}, ("call",), kwargs={"k": -2.225073858507203e-309}
+        )
     ]
-    rows += _core("kwargs of every kind", "linear", {}, ("jit", "vmap"),
-                  kwargs={k.replace(" ", "_").replace(".", "_"): v
-                          for k, v in KWARG_VALUES.items() if k not in ("list", "dict", "ndarray")})
+    rows += _core(
+        "kwargs of every kind",
+        "linear",
+        {},
+        ("jit", "vmap"),
+        kwargs={
+            k.replace(" ", "_").replace(".", "_"): v
+            for k, v in KWARG_VALUES.items()
+            if k not in ("list", "dict", "ndarray")
+        },
+    )
     rows += _core(
         "kwargs with native batching",
         "linear",
@@ -281,8 +310,16 @@ def _fft(id, op, kwargs, transforms=FFT_TRANSFORMS, x=None, **extra):
         Row(
             f"{op} {id}:{t}",
             "fft",
-            dict(op=op, x=x, kwargs=kwargs, transform=t, cotangent=x, tangent=x,
-                 check_input_intact=True, **extra),
+            dict(
+                op=op,
+                x=x,
+                kwargs=kwargs,
+                transform=t,
+                cotangent=x,
+                tangent=x,
+                check_input_intact=True,
+                **extra,
+            ),
         )
         for t in transforms
     ]
@@ -292,16 +329,34 @@ def _fft_rows():
     rows = []
     for op in ("c2c", "genuine_fht"):
         rows += _fft("plain", op, {})
-        for axes in (None, 0, 1, -1, np.int64(1), (0,), (1,), (0, 1), (1, 0), [0], [1, 0], (-1,),
-                     (np.int64(0),), ()):
+        for axes in (
+            None,
+            0,
+            1,
+            -1,
+            np.int64(1),
+            (0,),
+            (1,),
+            (0, 1),
+            (1, 0),
+            [0],
+            [1, 0],
+            (-1,),
+            (np.int64(0),),
+            (),
+        ):
             rows += _fft(f"axes={axes!r}", op, dict(axes=axes), ("call", "transpose"))
         spelled = (lambda n: ints(n)) if op == "c2c" else (lambda n: ints(n)[:2])
         for inorm in spelled(0) + spelled(1) + spelled(2) + [3]:
             rows += _fft(f"inorm={inorm!r}", op, dict(inorm=inorm), ("call",))
         for nthreads in spelled(1) + spelled(2) + [0, -1]:
             rows += _fft(f"nthreads={nthreads!r}", op, dict(nthreads=nthreads), ("call",))
-        for name, value in (("allow_overwriting_input", True), ("out", None), ("forward", True),
-                            ("bogus", 1)):
+        for name, value in (
+            ("allow_overwriting_input", True),
+            ("out", None),
+            ("forward", True),
+            ("bogus", 1),
+        ):
             rows += _fft(f"passed on: {name}={value!r}", op, {name: value}, ("call",))
         for axes in ((0, 0), (1, -1)):
             rows += [
@@ -328,13 +383,28 @@ def _fft_rows():
             )
             for r in _fft("axes=(0, -1)", op, dict(axes=(0, -1)), ("call", "transpose"))
         ]
-        rows += _fft("float32", op, {}, ("call", "vmap"),
-                     x=(C.astype(np.complex64) if op == "c2c" else R.astype(np.float32)))
-        rows += _fft("3-D", op, dict(axes=(0, 2)), ("call", "vmap", "transpose"),
-                     x=(_complex(3, 4, 5) if op == "c2c" else _real(3, 4, 5)))
+        rows += _fft(
+            "float32",
+            op,
+            {},
+            ("call", "vmap"),
+            x=(C.astype(np.complex64) if op == "c2c" else R.astype(np.float32)),
+        )
+        rows += _fft(
+            "3-D",
+            op,
+            dict(axes=(0, 2)),
+            ("call", "vmap", "transpose"),
+            x=(_complex(3, 4, 5) if op == "c2c" else _real(3, 4, 5)),
+        )
         rows += _fft("wrong dtype", op, {}, ("call",), x=(R if op == "c2c" else C))
-        rows += _fft("empty", op, {}, ("call", "transpose"),
-                     x=np.zeros((0, 4), complex if op == "c2c" else float))
+        rows += _fft(
+            "empty",
+            op,
+            {},
+            ("call", "transpose"),
+            x=np.zeros((0, 4), complex if op == "c2c" else float),
+        )
     for forward in BOOLS:
         rows += _fft(f"forward={forward!r}", "c2c", dict(forward=forward), ("call", "transpose"))
     for in_axis in (0, 1, 2):
@@ -363,8 +433,11 @@ def sht_row(id, args=(), kwargs=None, transforms=SHT_TRANSFORMS, dtype=np.float6
     x = _real(ncomp, max(2 * nalm(lmax, mmax) - lmax - 1, 1)).astype(dtype)
     ct = _real(ncomp, 12 * nside**2).astype(dtype)
     return [
-        Row(f"get_healpix_sht {id}:{t}", "sht",
-            dict(factory_args=tuple(args), factory=kwargs, x=x, transform=t, cotangent=ct))
+        Row(
+            f"get_healpix_sht {id}:{t}",
+            "sht",
+            dict(factory_args=tuple(args), factory=kwargs, x=x, transform=t, cotangent=ct),
+        )
         for t in transforms
     ]
 
@@ -374,8 +447,11 @@ def _sht_rows():
     rows += sht_row("keywords", kwargs=dict(nside=4, lmax=8, mmax=6, spin=2, nthreads=1))
     rows += sht_row("float32", (2, 4, 4, 0), dtype=np.float32)
     for spin in (1, 2, 3):
-        rows += sht_row(f"nside 4, lmax 8, mmax 5, spin={spin}", (4, 8, 5, spin),
-                        transforms=("call", "transpose"))
+        rows += sht_row(
+            f"nside 4, lmax 8, mmax 5, spin={spin}",
+            (4, 8, 5, spin),
+            transforms=("call", "transpose"),
+        )
     for name, index, values in (
         ("nside", 0, ints(2)),
         ("lmax", 1, ints(6)),
@@ -387,9 +463,13 @@ def _sht_rows():
             args = [2, 6, 6, 0, 1]
             args[index] = value
             rows += sht_row(f"{name}={value!r}", tuple(args), transforms=("call",))
-    for what, args in (("mmax > lmax", (2, 4, 5, 0)), ("lmax < spin", (2, 1, 1, 2)),
-                       ("spin < 0", (2, 4, 4, -2)), ("nside 0", (0, 4, 4, 0)),
-                       ("nthreads < 0", (2, 4, 4, 0, -1))):
+    for what, args in (
+        ("mmax > lmax", (2, 4, 5, 0)),
+        ("lmax < spin", (2, 1, 1, 2)),
+        ("spin < 0", (2, 4, 4, -2)),
+        ("nside 0", (0, 4, 4, 0)),
+        ("nthreads < 0", (2, 4, 4, 0, -1)),
+    ):
         rows += sht_row(what, args, transforms=("call",))
     for args in ((5, 3), (np.int64(5), np.int32(3)), (5.0, 3), (True, 0), (0, 0), (10, 10)):
         rows.append(Row(f"nalm{args!r}", "nalm", dict(args=args)))
@@ -402,8 +482,9 @@ UVW = _rng.uniform(-300, 300, (40, 3))
 FREQ = np.array([1.0e9, 1.1e9])
 IMAGE = _real(32, 32)
 VIS = _complex(40, 2)
-WGRIDDER = dict(pixsize_x=2e-5, pixsize_y=2e-5, npix_x=32, npix_y=32, epsilon=1e-6,
-                do_wgridding=True)
+WGRIDDER = dict(
+    pixsize_x=2e-5, pixsize_y=2e-5, npix_x=32, npix_y=32, epsilon=1e-6, do_wgridding=True
+)
 WGRIDDER_TRANSFORMS = ("call", "jit", "transpose", "vmap", "grad")
 
 
@@ -413,8 +494,14 @@ def wgridder_row(id, transforms=WGRIDDER_TRANSFORMS, image=IMAGE, uvw=UVW, freq=
         Row(
             f"get_wgridder {id}:{t}",
             "wgridder",
-            dict(factory={**WGRIDDER, **factory}, uvw=uvw, freq=freq, image=image, transform=t,
-                 cotangent=np.zeros((len(uvw), len(freq)), complex) + VIS[: len(uvw), :1]),
+            dict(
+                factory={**WGRIDDER, **factory},
+                uvw=uvw,
+                freq=freq,
+                image=image,
+                transform=t,
+                cotangent=np.zeros((len(uvw), len(freq)), complex) + VIS[: len(uvw), :1],
+            ),
             rtol=max(10 * epsilon, 1e-12),
         )
         for t in transforms
@@ -449,20 +536,33 @@ def _wgridder_rows():
         # the adjoint's own option, and the ones that change its accuracy: both directions
         adjoint = name in ("double_precision_accumulation", "sigma_min", "sigma_max", "epsilon")
         for value in values:
-            rows += wgridder_row(f"{name}={value!r}", both if adjoint else ("call",),
-                                 **{name: value})
+            rows += wgridder_row(
+                f"{name}={value!r}", both if adjoint else ("call",), **{name: value}
+            )
     rows += wgridder_row("sigma_min and sigma_max", both, sigma_min=1.5, sigma_max=2.5)
     rows += wgridder_row("sigma_min > sigma_max", both, sigma_min=2.5, sigma_max=1.5)
     rows += wgridder_row("verbosity=1", ("call",), verbosity=1)
-    for name, value in (("npix_x", 33), ("npix_x", 16), ("epsilon", 0),
-                        ("epsilon", 1e-14), ("nthreads", -1), ("nthreads", 2.5),
-                        ("verbosity", 0.5), ("pixsize_x", -1e-5), ("wgt", np.ones((40, 2))),
-                        ("mask", np.ones((40, 2), np.uint8)), ("bogus", 1)):
+    for name, value in (
+        ("npix_x", 33),
+        ("npix_x", 16),
+        ("epsilon", 0),
+        ("epsilon", 1e-14),
+        ("nthreads", -1),
+        ("nthreads", 2.5),
+        ("verbosity", 0.5),
+        ("pixsize_x", -1e-5),
+        ("wgt", np.ones((40, 2))),
+        ("mask", np.ones((40, 2), np.uint8)),
+        ("bogus", 1),
+    ):
         image = np.zeros((value, 32)) if name == "npix_x" else IMAGE
         rows += wgridder_row(f"{name}={value!r}", ("call",), image=image, **{name: value})
     # npix_x that does not describe the image: 1.3.1's forward used the image's shape
-    for value, match in ((32.5, "npix_x must be an integer"), (0, "npix_x must be >= 2"),
-                         (64, r"image must be \(64, 32\).*the transpose")):
+    for value, match in (
+        (32.5, "npix_x must be an integer"),
+        (0, "npix_x must be >= 2"),
+        (64, r"image must be \(64, 32\).*the transpose"),
+    ):
         rows += [
             Row(
                 r.id,
@@ -474,8 +574,9 @@ def _wgridder_rows():
                 "gradient and transpose failed (JAX: Expected cotangent type float64[32,32])",
                 match=match,
             )
-            for r in wgridder_row(f"npix_x={value!r}, image 32 x 32", ("call", "jit", "vmap"),
-                                  npix_x=value)
+            for r in wgridder_row(
+                f"npix_x={value!r}, image 32 x 32", ("call", "jit", "vmap"), npix_x=value
+            )
         ]
     # the data real code passes
     rows += wgridder_row("float32 image", image=IMAGE.astype(np.float32), epsilon=1e-4)
@@ -487,8 +588,9 @@ def _wgridder_rows():
     rows += wgridder_row("uvw as a list", ("call",), uvw=UVW.tolist())
     rows += wgridder_row("channels in decreasing order", both, freq=FREQ[::-1].copy())
     rows += wgridder_row("channels unsorted", both, freq=np.array([1.1e9, 1.0e9, 1.2e9]))
-    rows += wgridder_row("a NaN coordinate", both, uvw=np.where(np.arange(40)[:, None] == 3,
-                                                                 np.nan, UVW))
+    rows += wgridder_row(
+        "a NaN coordinate", both, uvw=np.where(np.arange(40)[:, None] == 3, np.nan, UVW)
+    )
     rows += wgridder_row("an infinite frequency", both, freq=np.array([1e9, np.inf]))
     rows += wgridder_row("a negative frequency", ("call",), freq=np.array([1e9, -1e9]))
     rows += wgridder_row("no rows", both, uvw=np.zeros((0, 3)))

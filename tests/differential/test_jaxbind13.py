@@ -185,8 +185,9 @@ def wgridder_rows(draw):
     factory = {k: draw(st.sampled_from(v)) for k, v in spellings.items()}
     for k in draw(st.lists(st.sampled_from(sorted(optional)), unique=True, max_size=5)):
         factory[k] = draw(st.sampled_from(optional[k]))
-    transforms = draw(st.lists(st.sampled_from(calls.WGRIDDER_TRANSFORMS), min_size=1,
-                               max_size=2, unique=True))
+    transforms = draw(
+        st.lists(st.sampled_from(calls.WGRIDDER_TRANSFORMS), min_size=1, max_size=2, unique=True)
+    )
     single = draw(st.booleans())
     image = calls.IMAGE.astype(np.float32) if single else calls.IMAGE
     name = f"drawn {factory!r} {'float32' if single else 'float64'}"
@@ -211,8 +212,9 @@ def fft_rows(draw):
     single = draw(st.booleans())
     x = calls.C if op == "c2c" else calls.R
     x = x.astype(np.complex64 if op == "c2c" else np.float32) if single else x
-    transforms = draw(st.lists(st.sampled_from(calls.FFT_TRANSFORMS), min_size=1, max_size=2,
-                               unique=True))
+    transforms = draw(
+        st.lists(st.sampled_from(calls.FFT_TRANSFORMS), min_size=1, max_size=2, unique=True)
+    )
     return calls._fft(f"drawn {kwargs!r} {x.dtype}", op, kwargs, tuple(transforms), x=x)
 
 
@@ -227,11 +229,15 @@ def sht_rows(draw):
     by_keyword = draw(st.booleans())
     names = ("nside", "lmax", "mmax", "spin", "nthreads")
     args = (*values, nthreads)
-    transforms = tuple(draw(st.lists(st.sampled_from(calls.SHT_TRANSFORMS), min_size=1,
-                                     max_size=2, unique=True)))
+    transforms = tuple(
+        draw(st.lists(st.sampled_from(calls.SHT_TRANSFORMS), min_size=1, max_size=2, unique=True))
+    )
     if by_keyword:
-        return calls.sht_row(f"drawn {dict(zip(names, args))!r}", kwargs=dict(zip(names, args)),
-                             transforms=transforms)
+        return calls.sht_row(
+            f"drawn {dict(zip(names, args))!r}",
+            kwargs=dict(zip(names, args)),
+            transforms=transforms,
+        )
     return calls.sht_row(f"drawn {args!r}", args, transforms=transforms)
 
 
@@ -244,11 +250,20 @@ HASHABLE = st.recursive(
         st.floats(allow_nan=False, allow_subnormal=False),
         st.text(max_size=5),
         st.binary(max_size=5),
-        st.complex_numbers(allow_nan=False, allow_infinity=False, allow_subnormal=False,
-                           max_magnitude=1e6),
+        st.complex_numbers(
+            allow_nan=False, allow_infinity=False, allow_subnormal=False, max_magnitude=1e6
+        ),
         st.sampled_from(
-            [np.int64(3), np.int32(-2), np.uint8(7), np.True_, np.False_, np.float32(0.5),
-             np.float64(2.5), np.complex128(1j)]
+            [
+                np.int64(3),
+                np.int32(-2),
+                np.uint8(7),
+                np.True_,
+                np.False_,
+                np.float32(0.5),
+                np.float64(2.5),
+                np.complex128(1j),
+            ]
         ),
     ),
     lambda inner: st.lists(inner, max_size=3).map(tuple),
@@ -265,13 +280,14 @@ def core_rows(draw):
         options["first_n_args_fixed"] = draw(st.sampled_from(calls.all_ints(nfixed)))
     if draw(st.booleans()):
         options["func_can_batch"] = draw(st.sampled_from(calls.BOOLS))
-    kwargs = draw(st.dictionaries(st.sampled_from(["a", "nthreads", "epsilon", "mode"]),
-                                  HASHABLE, max_size=3))
+    kwargs = draw(
+        st.dictionaries(st.sampled_from(["a", "nthreads", "epsilon", "mode"]), HASHABLE, max_size=3)
+    )
     transforms = calls.CORE_TRANSFORMS if api == "linear" else calls.NONLINEAR_TRANSFORMS
-    picked = tuple(draw(st.lists(st.sampled_from(transforms), min_size=1, max_size=3,
-                                 unique=True)))
-    return calls._core(f"drawn {api} {options!r} {kwargs!r}", api, options, picked,
-                       nfixed=nfixed, kwargs=kwargs)
+    picked = tuple(draw(st.lists(st.sampled_from(transforms), min_size=1, max_size=3, unique=True)))
+    return calls._core(
+        f"drawn {api} {options!r} {kwargs!r}", api, options, picked, nfixed=nfixed, kwargs=kwargs
+    )
 
 
 def _drawn(draw_rows):

@@ -156,12 +156,16 @@ def _make_op(p):
     if api == "linear":
         f, f_T, abstract, abstract_T = _linear_functions(nfixed)
         if p.get("abstract_T_keyword"):
-            return jaxbind.get_linear_call(f, f_T, abstract=abstract, abstract_T=abstract_T, **options)
+            return jaxbind.get_linear_call(
+                f, f_T, abstract=abstract, abstract_T=abstract_T, **options
+            )
         return jaxbind.get_linear_call(f, f_T, abstract, abstract_T, **options)
     if api == "multilinear":
         f, ts, abstract, abstract_ts = _multilinear_functions()
         seq = p.get("sequence", "tuple")
-        return jaxbind.get_linear_call(f, _seq(seq, ts), abstract, _seq(seq, abstract_ts), **options)
+        return jaxbind.get_linear_call(
+            f, _seq(seq, ts), abstract, _seq(seq, abstract_ts), **options
+        )
     f, derivatives, abstract, abstract_reverse = _nonlinear_functions(nfixed)
     derivatives = _seq(p.get("sequence", "tuple"), derivatives)
     if p.get("abstract_T_keyword"):

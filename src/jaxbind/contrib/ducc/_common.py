@@ -130,9 +130,12 @@ def check_sigma(op: str, kwargs: dict, allowed: str, within, defaults=None) -> N
     given = [k for k in ("sigma_min", "sigma_max") if k in kwargs]
     if len(given) == 1 and defaults is None:
         raise TypeError(f"jaxducc0.{op}: give both sigma_min and sigma_max, or neither")
-    if given:
-        lo, hi = sigma_range(kwargs, defaults)
-        lo, hi = check_positive(op, "sigma_min", lo), check_positive(op, "sigma_max", hi)
+    sigma = sigma_range(kwargs, defaults)
+    if sigma is not None:
+        lo, hi = (
+            check_positive(op, "sigma_min", sigma[0]),
+            check_positive(op, "sigma_max", sigma[1]),
+        )
         if not within(lo, hi):
             raise ValueError(f"jaxducc0.{op}: DUCC needs {allowed}, got {lo} and {hi}")
         kwargs.update({k: v for k, v in (("sigma_min", lo), ("sigma_max", hi)) if k in given})

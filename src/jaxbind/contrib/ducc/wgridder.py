@@ -11,8 +11,8 @@ from ._accuracy import working_precision
 from ._common import (
     _MODE,
     _complex_of,
-    all_finite,
     _real_of,
+    all_finite,
     check_int,
     check_kwargs,
     check_nthreads,
