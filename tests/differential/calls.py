@@ -471,6 +471,16 @@ def _sht_rows():
         ("nthreads < 0", (2, 4, 4, 0, -1)),
     ):
         rows += sht_row(what, args, transforms=("call",))
+    # keyword arguments at call time replace the factory's (both return a partial)
+    for what, kwargs in (
+        ("nthreads=2", dict(nthreads=2)),
+        ("nthreads=np.int64(2)", dict(nthreads=np.int64(2))),
+        ("an unknown one", dict(extra=1)),
+    ):
+        rows += [
+            Row(r.id, r.program, {**r.params, "kwargs": kwargs})
+            for r in sht_row(f"called with {what}", (2, 4, 4, 0), transforms=("call", "transpose"))
+        ]
     for args in ((5, 3), (np.int64(5), np.int32(3)), (5.0, 3), (True, 0), (0, 0), (10, 10)):
         rows.append(Row(f"nalm{args!r}", "nalm", dict(args=args)))
     return rows
@@ -586,6 +596,18 @@ def _wgridder_rows():
     rows += wgridder_row("rectangular image", both, image=_real(32, 48), npix_y=48)
     rows += wgridder_row("w-gridding off", both, do_wgridding=False)
     rows += wgridder_row("uvw as a list", ("call",), uvw=UVW.tolist())
+    for kwargs in (
+        dict(nthreads=np.int64(2)),
+        dict(verbosity=False),
+        dict(flip_v=True),
+        dict(epsilon=1e-4),
+        dict(divide_by_n=False),
+        dict(unknown=1),
+    ):
+        rows += [
+            Row(r.id, r.program, {**r.params, "kwargs": kwargs}, rtol=r.rtol)
+            for r in wgridder_row(f"called with {kwargs!r}", both)
+        ]
     rows += wgridder_row("channels in decreasing order", both, freq=FREQ[::-1].copy())
     rows += wgridder_row("channels unsorted", both, freq=np.array([1.1e9, 1.0e9, 1.2e9]))
     rows += wgridder_row(

@@ -265,7 +265,8 @@ def program_nalm(p):
 def program_wgridder(p):
     op = _jaxducc0().get_wgridder(**p["factory"])
     args = [p["uvw"], p["freq"], p["image"]]
-    return _apply(lambda uvw, freq, image: op(uvw, freq, image), args, p)
+    kwargs = p.get("kwargs", {})  # at call time: they replace the factory's
+    return _apply(lambda uvw, freq, image: op(uvw, freq, image, **kwargs), args, p)
 
 
 PROGRAMS = {
