@@ -301,8 +301,20 @@ def main():
     parser.add_argument("--budget", type=float, default=0.1, help="seconds per timed block")
     parser.add_argument("--cases", default="", help="comma-separated names (default: all)")
     parser.add_argument("--no-jaxbind13", action="store_true")
+    parser.add_argument(
+        "--aa",
+        action="store_true",
+        help="JAXbind 1.3.1 on both sides (an A/A run: the spread between two processes "
+        "running the same code), written as results/drop_in_aa.*",
+    )
     parser.add_argument("--out", default=str(HERE / "results"))
+    parser.add_argument("--report", default="", help="only print the tables of a saved .json")
     args = parser.parse_args()
+    if args.report:
+        saved = json.loads(pathlib.Path(args.report).read_text())
+        names = [r["case"] for r in saved["runs"][0]]
+        print(_table(saved["meta"], names, saved["runs"]), end="")
+        return
     names = [n for n in args.cases.split(",") if n] or (QUICK if args.quick else list(CASES))
     runs, rounds = (1, 3) if args.quick else (args.runs, args.rounds)
 
@@ -314,6 +326,8 @@ def main():
             text=True,
             check=True,
         ).stdout.strip()
+    if args.aa:
+        pythons["jaxbind"] = pythons["jaxbind13"]
     all_runs = []
     for run in range(runs):
         print(f"run {run + 1}/{runs}", file=sys.stderr, flush=True)
@@ -323,6 +337,7 @@ def main():
     from _report import run_meta, save
 
     meta = run_meta(
+        aa=args.aa,
         versions=versions,
         runs=runs,
         rounds=rounds,
@@ -333,23 +348,31 @@ def main():
     text = _table(meta, names, all_runs)
     print(text)
     if not args.quick:
-        save(args.out, "drop_in", dict(meta=meta, runs=all_runs), text)
+        save(args.out, "drop_in_aa" if args.aa else "drop_in", dict(meta=meta, runs=all_runs), text)
 
 
 def _table(meta, names, all_runs) -> str:
     from _report import run_line
 
     ours = meta["versions"]["jaxbind"]
+    against = (
+        "itself (an A/A run: both columns are JAXbind 1.3.1)" if meta["aa"] else "JAXbind 1.3.1"
+    )
     lines = [
-        f"{run_line(meta)}; ducc0 {ours['ducc0']}, jaxbind {ours['jaxbind']} against JAXbind "
-        f"1.3.1. {meta['settings']}. Per run: fresh worker processes, {meta['rounds']} "
+        f"{run_line(meta)}; ducc0 {ours['ducc0']}, jaxbind {ours['jaxbind']} against "
+        f"{against}. {meta['settings']}. Per run: fresh worker processes, {meta['rounds']} "
         "alternating rounds per case; the ratio is jaxbind / 1.3.1 of each round's block "
         "medians (below 1: jaxbind faster): median [min, max] over the rounds; wall time "
         "per call (jaxbind / 1.3.1 ms), then the same for the CPU time the process spent "
-        "per call (all its threads: less sensitive to other processes on a shared machine).",
+        "per call (all its threads: less sensitive to other processes on a shared machine); "
+        "'all runs': the median ratio of all rounds of all runs. "
+        "On a shared machine a single run of the large FFTs can be off by tens of per cent "
+        "either way, in an A/A run too (drop_in_aa.md): the placement of their 8-16 MB "
+        "buffers differs from process to process; read the runs together, and the table "
+        "without DUCC below for what jaxbind itself adds.",
         "",
-        "| case | " + " | ".join(f"run {i + 1}" for i in range(len(all_runs))) + " |",
-        "|---|" + "---|" * len(all_runs),
+        "| case | all runs | " + " | ".join(f"run {i + 1}" for i in range(len(all_runs))) + " |",
+        "|---|---|" + "---|" * len(all_runs),
     ]
     rest_lines = [
         "",
@@ -376,7 +399,11 @@ def _table(meta, names, all_runs) -> str:
                 )
             else:
                 cells.append(f"{row['jaxbind_s'] * 1e3:.3f} ms")
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        pooled = [
+            x for rows in all_runs for r in rows if r["case"] == name for x in r.get("ratios", ())
+        ]
+        overall = f"**{statistics.median(pooled):.3f}**" if pooled else "-"
+        lines.append(f"| {name} | {overall} | " + " | ".join(cells) + " |")
         rests = []
         for rows in all_runs:
             row = next(r for r in rows if r["case"] == name)
