@@ -11,8 +11,9 @@ integers and floats, lists, None). JAXbind 1.3.1 decides what must be accepted:
   was wrong; ``why`` says how, and jaxbind's message must match ``match`` (it says why).
 - ``pending``: a known difference that another change of issue 46 removes; the row is
   reported as an expected failure until it passes.
-- ``DIFFERS13`` rows: both accept the call, and their results differ, because 1.3.1's
-  were silently wrong (``why``); jaxbind's are checked elsewhere (tests/contrib).
+- ``DIFFERS13`` rows: both accept the call, and their results (or the keyword arguments
+  the callables saw) differ, because 1.3.1's were silently wrong (``why``); jaxbind's are
+  checked elsewhere (tests/contrib, tests/test_floats.py).
 
 Its spaces of parameter values (hypothesis draws from them, test_jaxbind13.py) are here
 too: `INTS`, `BOOLS`, ... list how real code spells one value.
@@ -242,29 +243,24 @@ KWARG_VALUES = {
 }
 
 
-NUMPY_SCALARS = (
-    "issue 46, src/jaxbind/_kwargs.py (another change): NumPy scalar keyword arguments "
-    "such as np.float64 fail to encode"
-)
 SUBNORMAL = (
-    "not yet assigned (src/jaxbind/_kwargs.py): keyword arguments decoded where XLA flushes "
-    "subnormal floats to zero (its threads' FTZ/DAZ): a subnormal float reaches the callables, "
-    "and the abstract function's run-time check, as 0.0; 1.3.1's pickle kept it"
+    "1.3.1 unpickled keyword arguments on XLA's threads, whose floating-point mode flushes "
+    "subnormals to zero: its callable saw -0.0 for -2.2e-309; jaxbind's sees the value, and "
+    "runs bodies with IEEE floats, as Python does (cpp/floats.h, tests/test_floats.py)"
 )
 
 
 def _kwargs_rows():
     rows = []
     for what, value in KWARG_VALUES.items():
-        pending = NUMPY_SCALARS if what in ("np.float64", "np.complex128") else ""
         rows += [
-            Row(r.id, r.program, r.params, pending=pending)
+            Row(r.id, r.program, r.params)
             for r in _core(
                 f"kwarg {what}", "linear", {}, ("call", "transpose"), kwargs={"k": value}
             )
         ]
     rows += [
-        Row(r.id, r.program, r.params, pending=SUBNORMAL)
+        Row(r.id, r.program, r.params, expect=DIFFERS13, why=SUBNORMAL)
         for r in _core(
             "kwarg subnormal float", "linear", {}, ("call",), kwargs={"k": -2.225073858507203e-309}
         )

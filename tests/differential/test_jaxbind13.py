@@ -21,7 +21,7 @@ from .calls import DIFFERS13, SAME, WRONG13, Row
 
 # Differences that another change of issue 46 removes, by jaxbind's message: a drawn row
 # that fails so is an expected failure until then (table rows say so: Row.pending).
-PENDING = {r"could not convert string to float: 'np\.": calls.NUMPY_SCALARS}
+PENDING: dict[str, str] = {}  # error pattern -> the change that removes it (none now)
 
 BATCH = 150  # rows per round trip: a crash or a hang costs at most one batch's restart
 
@@ -67,8 +67,9 @@ def check(row: Row, ref: dict, ours: dict) -> str | None:
     if row.expect == DIFFERS13:
         if not (harness.accepted(ref) and harness.accepted(ours)):
             return f"stale row: 1.3.1 {harness.describe(ref)}, jaxbind {harness.describe(ours)}"
-        if harness.value_difference(ref["value"], ours["value"], row.rtol) is None:
-            return "stale row: the results agree"
+        same_seen = set(ref["seen"]) == set(ours["seen"])
+        if harness.value_difference(ref["value"], ours["value"], row.rtol) is None and same_seen:
+            return "stale row: the results and the keyword arguments seen agree"
         return None
     assert row.expect == SAME
     if not harness.accepted(ref):
