@@ -42,6 +42,7 @@ from ._kernels import Kernel, kernel, kernel_include_dir  # noqa: E402
 from ._kwargs import load_kwargs  # noqa: E402
 from ._native import NativeOp, linear_op, multilinear_op, nonlinear_op  # noqa: E402
 from ._roles import jax_function  # noqa: E402
+from ._runtime import check_outputs  # noqa: E402
 from ._runtime.gpu import CallContext, CudaArray, current_call  # noqa: E402
 
 _rules.register_rules()  # trace time: the jaxbind primitive's rules
@@ -59,6 +60,7 @@ __all__ = [
     "Kernel",
     "NativeOp",
     "Op",
+    "check_outputs",
     "current_call",
     "export",
     "export_safety_checks",
