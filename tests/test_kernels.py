@@ -891,3 +891,61 @@ def test_a_keyword_argument_a_kernel_cannot_take_names_the_binding_once():
     with pytest.raises(Exception, match="'n' is tuple") as info:
         jax.block_until_ready(jax.jit(lambda x: op(x, factor=2.0, n=(3,))[0])(x))
     assert str(info.value).count("tests.kernel_tuple_kwarg") == 1, str(info.value)
+
+
+# --- the generated source (issue 46) -------------------------------------------------------
+
+
+def _user_calls_outside_a_guard(text: str) -> list:
+    """The calls of the user's functions (`user`, `ranges`) in `text` that no ``try`` block
+    holds, and the functions whose body is not one guarded block and ``return 0``."""
+    import ast
+
+    tree = ast.parse(text)
+    found = []
+    for fn in tree.body:
+        body = fn.body
+        if not (
+            len(body) == 2
+            and isinstance(body[0], ast.Try)
+            and isinstance(body[1], ast.Return)
+            and ast.literal_eval(body[1].value) == 0
+            and all(h.body and isinstance(h.body[-1], ast.Return) for h in body[0].handlers)
+        ):
+            found.append(f"{fn.name}: not one guarded block")
+    guarded = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try):
+            guarded.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("user", "ranges"):
+            if id(node) not in guarded:
+                found.append(ast.unparse(node))
+    return found
+
+
+def _range_kernel(begin, end, out, x, a=1.0, w=None):
+    for i in range(begin, end):
+        out[i % out.shape[0]] += a * x[i]
+
+
+@pytest.mark.parametrize("form", ["plain", "over ranges", "reduction"])
+def test_every_generated_function_runs_the_user_s_code_inside_the_error_guard(form):
+    from jaxbind._kernels.numba_codegen import sources
+
+    if form == "plain":
+        k = jaxbind.kernel(lambda out, x, a=1.0, w=None: None)
+    else:
+        reduction = "sum" if form == "reduction" else None
+        k = jaxbind.kernel(_range_kernel, ranges=lambda out, x: x.shape[0], reduction=reduction)
+    f32 = 11  # XLA's float32
+    values = {"a": 2.0, "w": np.ones(3, np.float32)}
+    texts, dtypes = sources(k, [(0, (7,), f32)], [(0, (), f32)], values, "test")
+    assert set(texts) == ({"wrapper"} if form == "plain" else {"wrapper", "task"})
+    assert {"t_o0", "t_i0", "t_k1"} <= set(dtypes)
+    for name, text in texts.items():
+        assert _user_calls_outside_a_guard(text.text()) == [], (name, text.text())
+    every = "".join(t.text() for t in texts.values())
+    assert "user(" in every and ("ranges(" in every) == (form != "plain")
+    # the check itself sees an unguarded call
+    assert _user_calls_outside_a_guard("def f(call):\n    user(1)\n    return 0\n")
