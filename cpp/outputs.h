@@ -18,6 +18,14 @@
 
 #include "call.h"
 
+// The extension is built for size (-Os, nanobind's default), which leaves the loops below
+// scalar; GCC takes a per-function request to vectorize them (clang vectorizes at -Os).
+#if defined(__GNUC__) && !defined(__clang__)
+#define JAXBIND_VECTORIZED __attribute__((optimize("O3")))
+#else
+#define JAXBIND_VECTORIZED
+#endif
+
 namespace jaxbind {
 
 inline std::atomic<bool> check_outputs{false};
@@ -104,7 +112,7 @@ class Unwritten {
   }
 
   template <typename U>
-  static void fill_as(const Buffer &b, const Kind &kind) {
+  JAXBIND_VECTORIZED static void fill_as(const Buffer &b, const Kind &kind) {
     U *p = static_cast<U *>(b.data);
     std::fill(p, p + elements(b) * kind.units, static_cast<U>(kind.unit));
   }
@@ -122,30 +130,42 @@ class Unwritten {
     }
   }
 
-  // The elements that hold the pattern, and the first of them.
-  template <typename U>
-  static int64_t count_as(const Buffer &b, const Kind &kind, int64_t &first) {
+  // The elements that hold the pattern, and the first of them (a second pass, only when
+  // there is one: the first is a loop the compiler vectorizes).
+  template <typename U, int units>
+  JAXBIND_VECTORIZED static int64_t count_as(const Buffer &b, const Kind &kind, int64_t &first) {
     const U *p = static_cast<const U *>(b.data);
     const U unit = static_cast<U>(kind.unit);
-    int64_t n = elements(b), left = 0;
-    for (int64_t e = 0; e < n; ++e) {
-      bool same = true;
-      for (int u = 0; u < kind.units; ++u) same &= p[e * kind.units + u] == unit;
-      if (same && left++ == 0) first = e;
-    }
+    const int64_t n = elements(b);
+    auto same = [&](int64_t e) {
+      if constexpr (units == 1)
+        return p[e] == unit;
+      else
+        return (p[2 * e] == unit) & (p[2 * e + 1] == unit);
+    };
+    int64_t left = 0;
+    for (int64_t e = 0; e < n; ++e) left += same(e);
+    for (int64_t e = 0; left > 0 && e < n; ++e)
+      if (same(e)) {
+        first = e;
+        break;
+      }
     return left;
   }
 
   static int64_t count(const Buffer &b, const Kind &kind, int64_t &first) {
+    bool pairs = kind.units == 2;
     switch (kind.width) {
       case 1:
-        return count_as<uint8_t>(b, kind, first);
+        return count_as<uint8_t, 1>(b, kind, first);
       case 2:
-        return count_as<uint16_t>(b, kind, first);
+        return count_as<uint16_t, 1>(b, kind, first);
       case 4:
-        return count_as<uint32_t>(b, kind, first);
+        return pairs ? count_as<uint32_t, 2>(b, kind, first)
+                     : count_as<uint32_t, 1>(b, kind, first);
       default:
-        return count_as<uint64_t>(b, kind, first);
+        return pairs ? count_as<uint64_t, 2>(b, kind, first)
+                     : count_as<uint64_t, 1>(b, kind, first);
     }
   }
 };

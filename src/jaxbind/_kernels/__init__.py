@@ -118,6 +118,7 @@ class Kernel:
         self._options = dict(options or {})  # numba: the options of the user's @njit
         self._keep = keep  # what holds the code at `address` (see kernel())
         self._compiled: dict = {}  # numba: buffer signature -> cfunc (kept alive here)
+        self._refused: dict = {}  # numba: (buffer signature, where) -> why it was refused
         self._checked: set = set()  # numba: call layouts check_call accepted
         self._lock = threading.Lock()
         self.__wrapped__ = fn  # where it was defined (notebook cells run again)
@@ -175,10 +176,18 @@ class Kernel:
             tuple((code, len(shape)) for _, shape, code in outs),
             tuple(sorted((k, _kind_of(v)) for k, v in values.items())),
         )
+        where = where or repr(self)
         with self._lock:
             compiled = self._compiled.get(key)
             if compiled is None:
-                compiled = compile_numba(self, ins, outs, values, where or repr(self))
+                refused = self._refused.get((key, where))
+                if refused is not None:  # (numba would refuse it again, slowly)
+                    raise type(refused)(*refused.args)
+                try:
+                    compiled = compile_numba(self, ins, outs, values, where)
+                except TypeError as exc:
+                    self._refused[(key, where)] = exc
+                    raise
                 self._compiled[key] = compiled
         return compiled.address
 
@@ -254,13 +263,17 @@ def kernel(
         kernel that brings threads of its own (OpenMP, numba's ``parallel=True``).
       ranges: makes a numba function a kernel over ranges: a function of the kernel's
         arrays (the outputs, then the inputs), compiled by numba, that gives the number
-        of iterations; ``fn(begin, end, *outputs, *inputs, **static)`` then does
-        iterations ``begin`` to ``end - 1``, and jaxbind splits them over XLA's threads.
-        The ranges must be independent: each writes its own part of the outputs.
-      grain: the fewest iterations worth a task of their own (a kernel over ranges).
+        of iterations, a non-negative integer; ``fn(begin, end, *outputs, *inputs,
+        **static)`` then does iterations ``begin`` to ``end - 1``, and jaxbind splits
+        them over XLA's threads. The ranges must be independent: each writes its own
+        part of the outputs.
+      grain: the fewest iterations worth a range of their own (a kernel over ranges;
+        default 1000, and with ``reduction="sum"`` at least the outputs' element count).
       reduction: ``"sum"``: the ranges' writes to the outputs add up instead (a scatter,
         a histogram). Each range writes into outputs of its own, zeroed (the first into
-        the outputs themselves), and jaxbind adds them up, in a fixed order.
+        the outputs themselves), and jaxbind adds them up in range order. The ranges
+        depend on the iteration count and `grain` alone (at most 64), not on the
+        threads: the same bits whatever threads a call gets.
 
     Returns:
       A [`Kernel`][jaxbind.Kernel], to pass wherever a callable goes (``f``, ``f_T``, ``f_jvp``,

@@ -191,8 +191,7 @@ def _ranges_wrapper(k, outs, lines, arrays) -> Source:
     """The kernel of a kernel over ranges: counts the iterations, splits them into tasks,
     runs them with the ABI's parallel_for, and adds up a reduction.
 
-    Without a reduction: ranges of at least `grain` iterations (rounded), a few per
-    thread. With reduction="sum": n // grain ranges (at least 1, at most
+    Without a reduction: ranges of at least `grain` iterations, a few per thread. With reduction="sum": n // grain ranges (at least 1, at most
     MAX_REDUCTION_RANGES), whatever the threads; the grain defaults to the outputs'
     element count (at least DEFAULT_GRAIN), so that the ranges' own outputs cost no
     more than the iterations."""
@@ -209,7 +208,7 @@ def _ranges_wrapper(k, outs, lines, arrays) -> Source:
         src("n = np.int64(count)")
         if k.reduction is None:
             grain = k.grain or DEFAULT_GRAIN
-            src(f"tasks = max(min((n + {grain - 1}) // {grain}, 4 * c[{CALL['n_threads']}]), 1)")
+            src(f"tasks = max(min(n // {grain}, 4 * c[{CALL['n_threads']}]), 1)")
         else:
             sizes = " + ".join(f"o{i}.size" for i in range(len(outs)))
             grain = str(k.grain) if k.grain else f"max({DEFAULT_GRAIN}, {sizes})"
