@@ -18,7 +18,9 @@ The JAXbind 1.3 one (drop-in compatible):
 - [`kernel`][jaxbind.kernel]: a compiled op body (numba, C, ...), called without the GIL;
 - [`export`][jaxbind.export]: ``jax.export.export`` with jaxbind's custom call allowed;
 - [`jaxbind.testing.check`][jaxbind.testing.check]: check an op's abstract function, derivatives,
-  transposes and batching on example inputs.
+  transposes and batching on example inputs;
+- [`check_outputs`][jaxbind.check_outputs]: check, while programs run, that every call
+  writes every element of its outputs (a debugging aid, off by default).
 """
 
 # Before anything imports JAX's internals: is the installed jaxlib new enough

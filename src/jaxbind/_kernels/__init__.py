@@ -209,7 +209,8 @@ class Kernel:
         from .. import _ext
 
         # parallel_for runs the tasks in order here; a kernel is told of 3 threads (unless
-        # it may use fewer), so that its split into tasks, and a reduction, are exercised
+        # it may use fewer), so that its split into tasks is exercised (a reduction's split
+        # depends on its iterations alone: it sums as in a program)
         status, message = abi.call_kernel(
             address,
             ins,
