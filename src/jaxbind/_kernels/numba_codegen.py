@@ -97,8 +97,10 @@ def compile_numba(k, ins, outs, values: dict, where: str):
     env = {
         "carray": numba.carray,
         "np": np,
-        **{name: numba_support[name] for name in ("pointer", "address", "readonly", "failed")},
-        "parallel_for": numba_support["parallel_for"],
+        **{
+            name: numba_support[name]
+            for name in ("pointer", "address", "readonly", "failed", "parallel_for")
+        },
         "user": numba.njit(**k._options)(k._fn),
         **dtypes,
     }
@@ -191,10 +193,10 @@ def _ranges_wrapper(k, outs, lines, arrays) -> Source:
     """The kernel of a kernel over ranges: counts the iterations, splits them into tasks,
     runs them with the ABI's parallel_for, and adds up a reduction.
 
-    Without a reduction: ranges of at least `grain` iterations, a few per thread. With reduction="sum": n // grain ranges (at least 1, at most
-    MAX_REDUCTION_RANGES), whatever the threads; the grain defaults to the outputs'
-    element count (at least DEFAULT_GRAIN), so that the ranges' own outputs cost no
-    more than the iterations."""
+    Without a reduction: ranges of at least `grain` iterations, a few per thread. With
+    reduction="sum": n // grain ranges (at least 1, at most MAX_REDUCTION_RANGES),
+    whatever the threads; the grain defaults to the outputs' element count (at least
+    DEFAULT_GRAIN), so that the ranges' own outputs cost no more than the iterations."""
     src = Source()
     with src.function("wrapper", "call", f"return failed(call, {WRAPPER_FAILED!r})"):
         src(*lines)
