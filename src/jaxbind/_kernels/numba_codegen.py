@@ -23,7 +23,7 @@ import numpy as np
 
 from .._avals import XLA_ELEMENT_TYPES
 from .abi import BUFFER, CALL, KWARG
-from .numba_support import READONLY_MARK, support
+from .numba_support import READONLY_MARK, message, support
 from .source import Source
 
 __all__ = ["compile_numba", "count", "parameter_names", "sources", "static_parameters"]
@@ -43,10 +43,18 @@ RANGES_RAISED = (
     "its ranges function raised an exception (numba's compiled code reports no details: "
     "call ranges in Python on the same arrays to see it)"
 )
-WRAPPER_FAILED = (
-    "jaxbind's wrapper of the kernel over ranges failed (out of memory for its context or "
-    "its ranges' outputs?)"
-)
+WRAPPER_FAILED = "out of memory for the outputs of the reduction's ranges"
+COUNT = "its ranges function gave "
+COUNT_REST = " iterations; the number of iterations must be a non-negative integer"
+# The messages, by the names the generated source gives them
+MESSAGES = {
+    "m_raised": RAISED,
+    "m_range_raised": RANGE_RAISED,
+    "m_ranges_raised": RANGES_RAISED,
+    "m_wrapper_failed": WRAPPER_FAILED,
+    "m_count": COUNT,
+    "m_count_rest": COUNT_REST,
+}
 DEFAULT_GRAIN = 1000
 # A reduction's ranges: at most this many, each with outputs of its own
 MAX_REDUCTION_RANGES = 64
@@ -99,8 +107,10 @@ def compile_numba(k, ins, outs, values: dict, where: str):
         "np": np,
         **{
             name: numba_support[name]
-            for name in ("pointer", "address", "readonly", "failed", "parallel_for")
+            for name in ("pointer", "address", "readonly", "failed", "failed_count", "stack_words")
         },
+        "parallel_for": numba_support["parallel_for"],
+        **{name: message(text) for name, text in MESSAGES.items()},
         "user": numba.njit(**k._options)(k._fn),
         **dtypes,
     }
@@ -143,8 +153,10 @@ def sources(k, ins, outs, values: dict, where: str) -> tuple[dict[str, Source], 
     if k.ranges is None:
         wrapper = Source()
         lines, arrays, keywords = unpack("call")
-        with wrapper.function("wrapper", "call", f"return failed(call, {RAISED!r})"):
-            wrapper(*lines, "user(" + ", ".join(arrays + keywords) + ")")
+        with wrapper.function("wrapper", "call"):
+            wrapper(*lines)
+            with wrapper.guarded("return failed(call, m_raised)"):
+                wrapper("user(" + ", ".join(arrays + keywords) + ")")
         return {"wrapper": wrapper}, dtypes
     lines, arrays, _ = unpack("call")
     return {
@@ -176,7 +188,7 @@ def _ranges_task(k, outs, unpack) -> Source:
         }
     lines, arrays, keywords = unpack(f"pointer(x[{_CTX_CALL}])", data)
     task = Source()
-    with task.function("task", "context, t", "return -1"):  # (a task writes no message)
+    with task.function("task", "context, t"):
         task(
             f"x = carray(context, ({_ctx_words(outs)},), np.int64)",
             f"n, tasks = x[{_CTX_N}], x[{_CTX_TASKS}]",
@@ -185,7 +197,8 @@ def _ranges_task(k, outs, unpack) -> Source:
         if k.reduction is not None:
             task(*(f"o{i}.reshape(o{i}.size)[:] = 0" for i in range(len(outs))))
         bounds = ["n * t // tasks", "n * (t + 1) // tasks"]
-        task("user(" + ", ".join(bounds + arrays + keywords) + ")")
+        with task.guarded("return -1"):  # (a task writes no message: its wrapper does)
+            task("user(" + ", ".join(bounds + arrays + keywords) + ")")
     return task
 
 
@@ -198,15 +211,12 @@ def _ranges_wrapper(k, outs, lines, arrays) -> Source:
     whatever the threads; the grain defaults to the outputs' element count (at least
     DEFAULT_GRAIN), so that the ranges' own outputs cost no more than the iterations."""
     src = Source()
-    with src.function("wrapper", "call", f"return failed(call, {WRAPPER_FAILED!r})"):
+    with src.function("wrapper", "call"):
         src(*lines)
-        with src.guarded(f"return failed(call, {RANGES_RAISED!r})"):
+        with src.guarded("return failed(call, m_ranges_raised)"):
             src(f"count = ranges({', '.join(arrays)})")
         with src.block("if count < 0:"):
-            src(
-                "return failed(call, 'its ranges function gave ' + str(count) + ' iterations;"
-                " the number of iterations must be a non-negative integer')"
-            )
+            src("return failed_count(call, m_count, count, m_count_rest)")
         src("n = np.int64(count)")
         if k.reduction is None:
             grain = k.grain or DEFAULT_GRAIN
@@ -215,16 +225,22 @@ def _ranges_wrapper(k, outs, lines, arrays) -> Source:
             sizes = " + ".join(f"o{i}.size" for i in range(len(outs)))
             grain = str(k.grain) if k.grain else f"max({DEFAULT_GRAIN}, {sizes})"
             src(f"tasks = min(max(n // {grain}, 1), {MAX_REDUCTION_RANGES})")
+        # the context on the stack: it lives until the tasks end, and cannot fail
+        src(f"x = carray(stack_words({_ctx_words(outs)}), ({_ctx_words(outs)},), np.int64)")
+        src("x[:] = 0")
+        if k.reduction is not None:  # the other tasks' outputs (each task zeroes its own)
+            with src.guarded("return failed(call, m_wrapper_failed)"):  # (out of memory)
+                src(
+                    *(f"p{i} = np.empty((tasks - 1) * o{i}.size, t_o{i})" for i in range(len(outs)))
+                )
         src(
-            f"x = np.zeros({_ctx_words(outs)}, np.int64)",
             f"x[{_CTX_CALL}] = address(call)",
             f"x[{_CTX_N}] = n",
             f"x[{_CTX_TASKS}] = tasks",
         )
-        if k.reduction is not None:  # the other tasks' outputs (each task zeroes its own)
+        if k.reduction is not None:
             for i in range(len(outs)):
                 src(
-                    f"p{i} = np.empty((tasks - 1) * o{i}.size, t_o{i})",
                     f"x[{_CTX_OUTPUTS + 2 * i}] = p{i}.ctypes.data",
                     f"x[{_CTX_OUTPUTS + 2 * i + 1}] = o{i}.nbytes",
                 )
@@ -232,8 +248,8 @@ def _ranges_wrapper(k, outs, lines, arrays) -> Source:
             f"status = parallel_for(c[{CALL['parallel_for']}], address(call), tasks, "
             "task_address, x.ctypes.data)"
         )
-        with src.block(f"if status != 0 or x[{_CTX_TASKS}] != tasks:  # (x lives until here)"):
-            src(f"return failed(call, {RANGE_RAISED!r})")
+        with src.block("if status != 0:"):
+            src("return failed(call, m_range_raised)")
         if k.reduction is not None:  # in task order, whatever the threads: the same sum
             for i in range(len(outs)):
                 src(

@@ -1,9 +1,9 @@
 """What jaxbind adds to numba for its kernels (made once, on the first numba kernel):
 
 - intrinsics: an address (int64) as a pointer and back; an array retyped read-only; a
-  call of the ABI's parallel_for through its address;
-- `failed`, which writes a message into the call's error channel (``call->error``), so
-  that a generated wrapper can say what failed;
+  call of the ABI's parallel_for through its address; words on the stack;
+- `failed` and `failed_count`, which write a message into the call's error channel
+  (``call->error``), so that a generated wrapper can say what failed;
 - typing rules that keep a kernel's inputs read-only. A kernel's inputs are XLA's
   buffers (JAX arrays are immutable), typed as numba's read-only arrays, so numba
   refuses most writes into them when it compiles the kernel. The rules here close the
@@ -24,7 +24,7 @@ import numpy as np
 
 from .abi import CALL
 
-__all__ = ["READONLY_MARK", "ReadOnlyWrite", "support"]
+__all__ = ["READONLY_MARK", "ReadOnlyWrite", "message", "support"]
 
 READONLY_MARK = "a write into a read-only array"
 
@@ -38,11 +38,17 @@ class ReadOnlyWrite(TypeError):
 
 def support() -> dict:
     """numba, and jaxbind's additions to it (see the module's docstring), by name:
-    numba, pointer, address, parallel_for, readonly, failed."""
+    numba, pointer, address, parallel_for, readonly, writable, failed, failed_count,
+    stack_words."""
     if not _support:
         _support.update(_intrinsics())
         _read_only_rules(_support["readonly"])
     return _support
+
+
+def message(text: str) -> np.ndarray:
+    """A message for `failed`: its bytes (ASCII), as numba takes a constant."""
+    return np.frombuffer(text.encode("ascii", "replace"), np.uint8).copy()
 
 
 def _intrinsics() -> dict:
@@ -88,6 +94,21 @@ def _intrinsics() -> dict:
         i64 = types.int64
         return types.int32(i64, i64, i64, i64, i64), codegen
 
+    @intrinsic
+    def stack_words(typingctx, n):
+        # a pointer to n int64 words on the calling function's stack (n: a constant)
+        if not isinstance(n, types.IntegerLiteral):
+            return None
+        words = n.literal_value
+
+        def codegen(context, builder, signature, args):
+            from llvmlite import ir
+
+            space = cgutils.alloca_once(builder, ir.IntType(64), size=words)
+            return builder.bitcast(space, cgutils.voidptr_t)
+
+        return types.voidptr(n), codegen
+
     def retyped(mutable: bool):
         def typer(typingctx, array):
             if not isinstance(array, types.Array):
@@ -106,23 +127,50 @@ def _intrinsics() -> dict:
 
     words, error, error_size = CALL.words, CALL["error"], CALL["error_size"]
 
+    # (messages are bytes, not str: numba's str support would add seconds to the
+    # compilation of every kernel)
     @numba.njit
-    def failed(call, message):
-        """Write `message` (ASCII; others become '?') into the call's error channel,
-        cut to fit, and return -1, the status of a failed call."""
+    def channel(call):
+        """The call's error channel as a uint8 array (empty: none)."""
         c = numba.carray(call, (words,), np.int64)
-        size = c[error_size]
-        if c[error] == 0 or size <= 0:
-            return np.int32(-1)
-        text = numba.carray(pointer(c[error]), (size,), np.uint8)
-        k = 0
-        for ch in message:
-            if k >= size - 1:
-                break
-            code = ord(ch)
-            text[k] = code if code < 128 else 63
-            k += 1
-        text[k] = 0
+        size = c[error_size] if c[error] != 0 else 0
+        return numba.carray(pointer(c[error]), (max(size, 0),), np.uint8)
+
+    @numba.njit
+    def put(out, k, text):
+        """Write the bytes `text` at `out[k]`, leaving room for the NUL; the next k."""
+        for b in text:
+            if k < out.size - 1:
+                out[k] = b
+                k += 1
+        return k
+
+    @numba.njit
+    def failed(call, text):
+        """Write `text` (see `message`) into the call's error channel, cut to fit; return
+        -1, the status of a failed call."""
+        out = channel(call)
+        if out.size:
+            out[put(out, 0, text)] = 0
+        return np.int32(-1)
+
+    @numba.njit
+    def failed_count(call, text, count, rest):
+        """`failed` with the message `text`, `count` in decimal, then `rest`."""
+        out = channel(call)
+        if out.size:
+            digits = np.zeros(20, np.uint8)
+            n, m = abs(np.int64(count)), 0
+            while m == 0 or n > 0:
+                digits[19 - m] = 48 + n % 10
+                n //= 10
+                m += 1
+            k = put(out, 0, text)
+            if count < 0 and k < out.size - 1:
+                out[k] = 45  # '-'
+                k += 1
+            k = put(out, k, digits[20 - m :])
+            out[put(out, k, rest)] = 0
         return np.int32(-1)
 
     return dict(
@@ -133,6 +181,8 @@ def _intrinsics() -> dict:
         readonly=readonly,
         writable=writable,
         failed=failed,
+        failed_count=failed_count,
+        stack_words=stack_words,
     )
 
 
