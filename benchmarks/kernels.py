@@ -489,8 +489,9 @@ def cic_cell(pos, p, n0, n1):
 # The deposit and its transpose as kernels over ranges of particles, for XLA's threads:
 # the interpolation writes each particle's value, independently; the deposit adds into
 # the grid, so its ranges are summed (reduction="sum": each range deposits on a zeroed
-# grid of its own). On one thread, each is called on the whole range (cic_deposit,
-# cic_interp): inlined, with a start of 0 that numba sees.
+# grid of its own; 50,000 particles a range, two for 100,000 whatever the threads). On
+# one thread, each is called on the whole range (cic_deposit, cic_interp): inlined, with a
+# start of 0 that numba sees.
 @numba.njit(inline="always")
 def cic_deposit_ranges(begin, end, out, pos, w):
     n0, n1 = out.shape
@@ -576,7 +577,12 @@ def cic_fit(n: int, particles: int, blocks: int, steps: int = 10) -> dict:
         name="bench.cic_kernel",
     )
     parallel_op = jaxbind.get_linear_call(
-        jaxbind.kernel(cic_deposit_ranges, ranges=lambda out, pos, w: w.shape[0], reduction="sum"),
+        jaxbind.kernel(
+            cic_deposit_ranges,
+            ranges=lambda out, pos, w: w.shape[0],
+            reduction="sum",
+            grain=50_000,  # (a reduction's default, the grid's size, would make one range)
+        ),
         jaxbind.kernel(cic_interp_ranges, ranges=lambda out, pos, grid: out.shape[0]),
         _cic_shape,
         first_n_args_fixed=1,

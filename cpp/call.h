@@ -22,6 +22,11 @@ namespace jaxbind {
 
 namespace ffi = xla::ffi;
 
+// A failure whose message names the binding and the role already (a site's label).
+struct LabelledError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // One buffer is described as the kernel ABI describes it (jaxbind_buffer: data, XLA
 // element type, rank, dimensions), whoever gets it.
 using Buffer = jaxbind_buffer;

@@ -6,6 +6,7 @@
 //   workers.h     XLA's intra-op thread pool, as kernels and the batch loop use it
 //   call.h        one described call: its buffers (decoded once), signature, batch loop
 //   kernels.h     compiled kernels' keyword arguments, and the ABI call of a kernel
+//   outputs.h     the opt-in check that a body wrote every element of its outputs
 //   process.h     what the handlers share in the process: the Python functions called,
 //                 the dtype table
 //   site.h        call sites by digest, and what a first call asks of Python
@@ -32,6 +33,7 @@
 #include "call.h"
 #include "floats.h"
 #include "kernels.h"
+#include "outputs.h"
 #include "process.h"
 #include "site.h"
 #include "views.h"
@@ -84,10 +86,13 @@ class ScopedFrame {
 inline void run_kernel(const SiteCore &core, jaxbind_kernel_fn fn, Frame &frame, Pool pool) {
   const Loop *batch = core.whole_batch ? &core.loop : nullptr;
   Workers workers(pool, core.kernel.threads);
+  const bool checking = check_outputs.load(std::memory_order_relaxed);
+  if (checking) Unwritten::fill(frame.call);
   core.loop.run(frame.call, core.whole_batch, frame.element, workers,
                 [&](const Call &call, const Workers &w) {
                   call_kernel(fn, core.kernel, core.label, call, batch, w);
                 });
+  if (checking) Unwritten::check(frame.call, core.label);
 }
 
 // What each thread keeps between kernel calls, in one place (one thread-local lookup per
@@ -144,7 +149,7 @@ bool run_kernel_fast(const RawAttrs &attrs, Instantiated *held, const ffi::Remai
   try {
     run_kernel(core, fn, frame, pool);
     result = ffi::Error::Success();
-  } catch (KernelError &e) {
+  } catch (LabelledError &e) {
     result = error(ffi::ErrorCode::kInternal, e.what());
   } catch (std::invalid_argument &e) {
     result = error(ffi::ErrorCode::kInvalidArgument, core.label + ": " + e.what());
@@ -223,7 +228,7 @@ ffi::Error guarded(const ffi::Dictionary &attrs, Instantiated *held, const ffi::
       message = "jaxbind: callable of '" + name() + "' failed: " + e.what();
     }
     return ffi::Error(ffi::ErrorCode::kInternal, message);
-  } catch (KernelError &e) {
+  } catch (LabelledError &e) {
     return error(ffi::ErrorCode::kInternal, e.what());
   } catch (std::invalid_argument &e) {
     return refused(name(), e.what());
@@ -286,8 +291,11 @@ ffi::Error CpuCall(StateContext context, Pool pool, ffi::RemainingArgs args,
       nb::gil_scoped_release release;
       return run_kernel(core, fn, *frame, pool);
     }
+    const bool checking = check_outputs.load(std::memory_order_relaxed);
+    if (checking) Unwritten::fill(frame->call);
     core.loop.run(frame->call, false, frame->element,
                   [&](const Call &call) { run_callable(site, call); });
+    if (checking) Unwritten::check(frame->call, core.label);
   });
 }
 
@@ -572,6 +580,10 @@ NB_MODULE(_ext, m) {
       },
       "Number of kernel sites that calls reach without the GIL.");
   m.def("kernel_abi_version", []() { return JAXBIND_KERNEL_ABI_VERSION; });
+  m.def(
+      "set_check_outputs", [](bool on) { return check_outputs.exchange(on); }, nb::arg("on"),
+      "Check that bodies of CPU calls write every element of their outputs (see "
+      "cpp/outputs.h), or stop; returns the setting before.");
   m.def(
       "parallel_for_address", []() { return reinterpret_cast<uintptr_t>(&parallel_for); },
       "The address of the kernel ABI's parallel_for, for kernels called from Python "

@@ -24,8 +24,8 @@ static_assert(sizeof(jaxbind_kwarg) == 10 * 8, "jaxbind_kwarg is 10 words (abi.K
 static_assert(sizeof(jaxbind_call) == 14 * 8, "jaxbind_call is 14 words (abi.CALL)");
 
 // A kernel that failed: its message names the binding and the role already.
-struct KernelError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+struct KernelError : LabelledError {
+  using LabelledError::LabelledError;
 };
 
 // The static keyword arguments of a kernel site, owned here (names, strings and array
@@ -83,6 +83,7 @@ struct KernelSite {
   int64_t abi_version = JAXBIND_KERNEL_ABI_VERSION;  // the version it was registered for
   int64_t threads = 0;                               // at most this many (0: all XLA has)
   KernelArgs kwargs;
+  std::string origin = "kernel";  // what it was made from, for messages ("ctypes function")
 };
 
 // Call a kernel once on `call` (one batch element, or the whole call: then `loop` says
@@ -112,13 +113,11 @@ inline void call_kernel(jaxbind_kernel_fn fn, const KernelSite &site, const std:
   int32_t status = fn(&abi);
   if (status == 0) return;
   message[sizeof(message) - 1] = '\0';
-  std::string why = message[0] != '\0' ? std::string(message)
-                    : status == -1
-                        ? std::string(
-                              "the numba kernel raised an exception (numba's compiled code "
-                              "reports no details: call the function in Python on the same "
-                              "arrays to see it)")
-                        : "it returned status " + std::to_string(status) + " and no message";
+  // (jaxbind's numba wrappers always write a message: see jaxbind/_kernels/numba_codegen.py)
+  std::string why = message[0] != '\0'
+                        ? std::string(message)
+                        : "the " + site.origin + " returned status " + std::to_string(status) +
+                              " without writing a message into call->error";
   throw KernelError("kernel of " + label + " failed: " + why);
 }
 

@@ -91,7 +91,7 @@ struct Site {
 
   // Read the description: callable, kwargs_dump, label, binding, levels, batched, accept
   // and kernel (None, or what jaxbind/_kernels' KernelCall gives: batches, abi_version,
-  // threads and kwargs).
+  // threads, kwargs and origin).
   explicit Site(nb::handle description) : core(new SiteCore()) {
     resolved = nb::borrow(description);
     callable = description.attr("callable");
@@ -112,6 +112,7 @@ struct Site {
       core->kernel.abi_version = nb::cast<int64_t>(kernel.attr("abi_version"));
       core->kernel.threads = nb::cast<int64_t>(kernel.attr("threads"));
       core->kernel.kwargs.read(kernel.attr("kwargs"));
+      core->kernel.origin = nb::cast<std::string>(kernel.attr("origin"));
     }
   }
 };

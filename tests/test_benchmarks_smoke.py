@@ -97,3 +97,17 @@ def test_kernels_report_is_the_recorded_one_and_reads_as_results(tmp_path):
     text = (tmp_path / "kernels.md").read_text()
     assert text == (results / "kernels.md").read_text()
     assert "Target" not in text and "missed" not in text and "\n- " not in text
+
+
+def test_drop_in_benchmark_quick():
+    import pytest
+
+    pytest.importorskip("ducc0")
+    proc = run_python(
+        ROOT / "benchmarks" / "drop_in.py",
+        "--quick",
+        "--no-jaxbind13",
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| wgridder adjoint 20k vis |" in proc.stdout

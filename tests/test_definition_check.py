@@ -163,7 +163,7 @@ def test_exported_grad_loaded_where_the_op_is_defined_differently(tmp_path, api)
     where the exporting process's had none, fails there naming the op."""
     define = {
         "native": """
-            import jax, numpy as np, jaxbind
+            import sys, jax, numpy as np, jaxbind
             SAME = lambda a, x: jax.ShapeDtypeStruct(x.shape, x.dtype)
             @jaxbind.nonlinear_op(shape=SAME, name="tests.defcheck.exported", fixed=FIXED)
             def op(a, x):
@@ -173,7 +173,7 @@ def test_exported_grad_loaded_where_the_op_is_defined_differently(tmp_path, api)
             call = op
         """,
         "jaxbind13": """
-            import jax, numpy as np, jaxbind
+            import sys, jax, numpy as np, jaxbind
             def f(out, args, kd):
                 out[0][...] = args[0] * args[1]
             def f_jvp(out, args, kd):
@@ -200,7 +200,7 @@ def test_exported_grad_loaded_where_the_op_is_defined_differently(tmp_path, api)
             a, x = jnp.array([1.0, 2.0, 3.0]), jnp.ones(3)
             g = jax.grad(lambda a, x: jnp.sum(call(a, x)), argnums=1)
             exported = jaxbind.export(jax.jit(g))(a, x)
-            open("grad.bin", "wb").write(exported.serialize())
+            open(sys.argv[1], "wb").write(exported.serialize())
             print(np.asarray(g(a, x)).tolist())
     """
     )
@@ -210,17 +210,18 @@ def test_exported_grad_loaded_where_the_op_is_defined_differently(tmp_path, api)
             import jax.numpy as jnp
             from jax import export
             a, x = jnp.array([1.0, 2.0, 3.0]), jnp.ones(3)
-            loaded = export.deserialize(bytearray(open("grad.bin", "rb").read()))
+            loaded = export.deserialize(bytearray(open(sys.argv[1], "rb").read()))
             try:
                 print("RESULT", np.asarray(loaded.call(a, x)).tolist())
             except Exception as e:
                 print("ERROR", e)
     """
     )
-    made = run_isolated(tmp_path, export, name="export.py")
+    artifact = tmp_path / "grad.bin"
+    made = run_isolated(tmp_path, export, artifact, name="export.py")
     assert made.returncode == 0, made.stderr
     assert made.stdout.strip() == "[1.0, 2.0, 3.0]"
-    ran = run_isolated(tmp_path, load)
+    ran = run_isolated(tmp_path, load, artifact)
     assert ran.returncode == 0, ran.stderr
     assert "RESULT" not in ran.stdout, ran.stdout
     assert "'tests.defcheck.exported'" in ran.stdout and "export it again" in ran.stdout

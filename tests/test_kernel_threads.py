@@ -4,6 +4,9 @@ parallel batch loop under vmap, ordered calls kept in order; under jit, grad, vm
 export and testing.check, and with several Python threads calling at once. (shard_map:
 tests/sharding_cases.py.)"""
 
+import os
+import pathlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -375,6 +378,218 @@ def test_several_python_threads_call_parallel_kernels_at_once(clib):
 
     errors = failures_at_once(work, 6)
     assert not errors, errors[0]
+
+
+# --- kernels over ranges: their count, their errors, their sums (issue 46) ------------------
+
+
+def _copy_range(begin, end, out, x):
+    for i in range(begin, end):
+        out[i] = x[i]
+
+
+def _divides_by_zero(out, x):
+    return x.shape[0] // (x.shape[0] - x.shape[0])
+
+
+def _raises(out, x):
+    if x.shape[0] > 2:
+        raise ValueError("too many")
+    return x.shape[0]
+
+
+def _routes(op):
+    """The ways a test calls a kernel op on x of shape (8,) (vmap: (3, 8))."""
+    return {
+        "eager": lambda x: op(x)[0],
+        "jit": jax.jit(lambda x: op(x)[0]),
+        "vmap": lambda x: jax.vmap(lambda x: op(x)[0])(np.stack([x] * 3)),
+    }
+
+
+@pytest.mark.parametrize("ranges", [_divides_by_zero, _raises], ids=["ZeroDivisionError", "raise"])
+def test_a_ranges_function_that_raises_fails_the_call_naming_the_op(ranges, capfd):
+    k = jaxbind.kernel(_copy_range, ranges=ranges)
+    name = f"tests.ranges_fn_raises{ranges.__name__}"
+    op = jaxbind.get_linear_call(k, None, same_as_last, name=name)
+    x = np.arange(8, dtype=np.float32)
+    for f in _routes(op).values():
+        with pytest.raises(
+            Exception,
+            match=rf"kernel of '{name}' \(the function\)(, batched)? failed: its ranges function "
+            "raised an exception",
+        ):
+            jax.block_until_ready(f(x))
+    with pytest.raises(RuntimeError, match="failed: its ranges function raised an exception"):
+        k((np.empty(8, np.float32),), (x,), None)  # (as testing.check calls it)
+    assert "Exception ignored" not in capfd.readouterr().err  # numba's, for escaped errors
+
+
+def test_a_negative_count_of_iterations_fails_the_call_naming_the_op():
+    k = jaxbind.kernel(_copy_range, ranges=lambda out, x: x.shape[0] - 11)
+    op = jaxbind.get_linear_call(k, None, same_as_last, name="tests.ranges_negative")
+    x = np.arange(8, dtype=np.float32)
+    for f in _routes(op).values():
+        with pytest.raises(
+            Exception,
+            match=r"kernel of 'tests.ranges_negative' \(the function\)(, batched)? failed: its "
+            "ranges function gave -3 iterations; the number of iterations must be a "
+            "non-negative integer",
+        ):
+            jax.block_until_ready(f(x))
+    with pytest.raises(RuntimeError, match="gave -3 iterations"):
+        k((np.empty(8, np.float32),), (x,), None)
+    x = np.arange(11, dtype=np.float32)
+    np.testing.assert_array_equal(jax.jit(lambda x: op(x)[0])(x)[:0], x[:0])  # 0: no error
+
+
+_NOT_INTEGERS = {
+    "float": lambda out, x: 9.99,
+    "quotient": lambda out, x: x.shape[0] / 2,
+    "bool": lambda out, x: x.shape[0] > 0,
+}
+
+
+@pytest.mark.parametrize("what", list(_NOT_INTEGERS))
+def test_a_count_that_is_not_an_integer_is_refused_when_compiled(what):
+    k = jaxbind.kernel(_copy_range, ranges=_NOT_INTEGERS[what], name="copies")
+    op = jaxbind.get_linear_call(k, None, same_as_last, name=f"tests.ranges_not_integer_{what}")
+    x = np.arange(8, dtype=np.float32)
+    message = (
+        r"'tests.ranges_not_integer_.*' \(the function\)(, batched)?: the ranges function of "
+        r"kernel copies gives (float64|bool), but it must give the number of iterations, a "
+        r"non-negative integer \(use // rather than /"
+    )
+    for f in _routes(op).values():
+        with pytest.raises(Exception, match=message):
+            jax.block_until_ready(f(x))
+    with pytest.raises(TypeError, match="the ranges function of kernel copies gives"):
+        k((np.empty(8, np.float32),), (x,), None)
+
+
+def _fold(begin, end, out, x):  # out[j] = sum of x[i] with i % out.size == j
+    for i in range(begin, end):
+        out[i % out.shape[0]] += x[i]
+
+
+def test_a_reduction_into_an_output_that_shares_an_input_is_refused_when_the_op_is_made():
+    k = jaxbind.kernel(_fold, ranges=lambda out, x: x.shape[0], reduction="sum", name="fold")
+    message = (
+        r"jaxbind: 'tests.reduce_aliased': input_output_aliases=\{0: 0\} lets outputs share "
+        r"inputs' memory, but the function is kernel fold with reduction='sum', which zeroes "
+        r"its outputs .* Drop input_output_aliases"
+    )
+    with pytest.raises(ValueError, match=message):
+        jaxbind.get_linear_call(
+            k, None, same_as_last, input_output_aliases={0: 0}, name="tests.reduce_aliased"
+        )
+    with pytest.raises(ValueError, match=message):
+        jaxbind.get_nonlinear_call(
+            k, (None, None), same_as_last, input_output_aliases={0: 0}, name="tests.reduce_aliased"
+        )
+    shape = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype)
+    for decorator in (jaxbind.linear_op, jaxbind.nonlinear_op):
+        with pytest.raises(ValueError, match=message):
+            decorator(shape=shape, input_output_aliases={0: 0}, name="tests.reduce_aliased")(k)
+    # a reduction without aliases, or as a transpose (aliases concern the function only)
+    x = np.ones(8, np.float32)
+    op = jaxbind.get_linear_call(k, None, same_as_last, name="tests.reduce_not_aliased")
+    np.testing.assert_array_equal(op(x)[0], x)
+    jaxbind.get_linear_call(
+        lambda out, args, kw: None,
+        k,
+        same_as_last,
+        input_output_aliases={0: 0},
+        name="tests.reduce_as_transpose",
+    )
+
+
+def _total_of(begin, end, out, x):  # into a 0-d output, in iteration order
+    for i in range(begin, end):
+        out[()] += x[i]
+
+
+def _rounding_values(n=100_000):
+    """float32 values of many magnitudes, whose sum rounds differently when grouped
+    differently."""
+    rng = np.random.default_rng(46)
+    return (rng.uniform(size=n) * 10.0 ** rng.integers(-3, 4, n)).astype(np.float32)
+
+
+def _bits(a) -> bytes:
+    return np.ascontiguousarray(np.asarray(a)).tobytes()
+
+
+def _summing_ops(grain=None):
+    ops = {}
+    for threads in (None, 1, 3):
+        k = jaxbind.kernel(
+            _total_of, ranges=_of_input, reduction="sum", grain=grain, threads=threads
+        )
+        ops[threads] = jaxbind.get_linear_call(
+            k, None, lambda x: (((), x.dtype),), name=f"tests.reduce_bits_{threads}_{grain}"
+        )
+    return ops
+
+
+@pytest.mark.parametrize("grain", [None, 7])
+def test_a_reduction_gives_the_same_bits_whatever_the_threads_and_the_batch(grain):
+    x = _rounding_values()
+    ops = _summing_ops(grain)
+    reference = _bits(jax.jit(lambda x: ops[None](x)[0])(x))
+    assert np.isclose(np.frombuffer(reference, np.float32)[0], x.sum(dtype=np.float64), rtol=1e-5)
+    for threads, op in ops.items():
+        f = jax.jit(lambda x, op=op: op(x)[0])
+        for _ in range(3):
+            assert _bits(f(x)) == reference, f"threads={threads}, unbatched"
+        for batch in (1, 3, 16):  # identical rows: every row the unbatched value
+            rows = jax.jit(jax.vmap(lambda x, op=op: op(x)[0]))(np.stack([x] * batch))
+            assert {_bits(r) for r in np.asarray(rows)} == {reference}, (threads, batch)
+    k = ops[None].binding.f
+    out = np.zeros((), np.float32)
+    k((out,), (x,), None)  # from Python: told of 3 threads, the ranges run in order
+    assert _bits(out) == reference
+    from jaxbind import _ext
+    from jaxbind._kernels import abi
+
+    address = k.address_for([(0, x.shape, abi.xla_code(x.dtype))], [(0, (), 11)], {})
+    for told in (1, 2, 7, 64):  # the thread count a kernel is told does not change its split
+        out = np.zeros((), np.float32)
+        status, message = abi.call_kernel(
+            address, [x], [out], [], threads=told, parallel_for=_ext.parallel_for_address()
+        )
+        assert status == 0, message
+        assert _bits(out) == reference, f"told of {told} threads"
+
+
+def test_a_reduction_gives_the_same_bits_on_a_pool_of_one_thread(tmp_path):
+    """XLA's pool has as many threads as the CPUs the process may use: a process on one
+    CPU sums as this one does."""
+    from support.processes import run_script
+
+    script = """
+        import os, sys
+        if sys.argv[1] == "one":
+            os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+        import jax, numpy as np, jaxbind
+        sys.path.insert(0, sys.argv[2])
+        from test_kernel_threads import _of_input, _rounding_values, _total_of
+        k = jaxbind.kernel(_total_of, ranges=_of_input, reduction="sum", grain=1000)
+        op = jaxbind.get_linear_call(k, None, lambda x: (((), x.dtype),), name="t.sum")
+        x = _rounding_values()
+        rows = jax.jit(jax.vmap(lambda x: op(x)[0]))(np.stack([x] * 3))
+        print(jax.jit(lambda x: op(x)[0])(x).tobytes().hex(), np.asarray(rows).tobytes().hex())
+    """
+    if not hasattr(os, "sched_setaffinity"):
+        pytest.skip("no sched_setaffinity here")
+    tests = str(pathlib.Path(__file__).parent)
+    runs = {}
+    for cpus in ("one", "all"):
+        proc = run_script(tmp_path, script, cpus, tests, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs[cpus] = proc.stdout.split()
+    one, rows = runs["one"]
+    assert runs["all"] == [one, rows] and rows == one * 3
 
 
 # --- what is refused -----------------------------------------------------------------

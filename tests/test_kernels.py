@@ -18,6 +18,7 @@ from support.processes import run_python
 from support.threads import failures_at_once
 
 import jaxbind
+from jaxbind._kwargs import encode_kwargs
 
 numba = pytest.importorskip("numba")
 
@@ -237,6 +238,14 @@ int32_t scale_f32(const jaxbind_call *call) {
   return 0;
 }
 
+/* Returns the int keyword argument `status` (default -1) and writes no message. */
+int32_t fails_silently(const jaxbind_call *call) {
+  int64_t status = -1;
+  for (int64_t k = 0; k < call->n_kwargs; ++k)
+    if (strcmp(call->kwargs[k].name, "status") == 0) status = call->kwargs[k].int_value;
+  return (int32_t)status;
+}
+
 /* Waits (up to about 10 s) until the int at address `flag` is set by another thread,
    then writes 1: it can only succeed if its caller does not hold the GIL. */
 int32_t wait_for_flag(const jaxbind_call *call) {
@@ -270,17 +279,17 @@ def test_c_kernel_through_ctypes_and_raw_address(clib):
             jax.block_until_ready(op(x, offset=-1.0))
 
 
-def _c_kernel(clib, how: str):
-    """The C kernel scale_f32 as jaxbind gets it from each kind of pointer."""
+def _c_kernel(clib, how: str, name: str = "scale_f32"):
+    """The C kernel `name` as jaxbind gets it from each kind of pointer."""
     if how == "ctypes":
-        return jaxbind.kernel(clib.scale_f32)
+        return jaxbind.kernel(getattr(clib, name))
     if how == "raw address":
-        address = ctypes.cast(clib.scale_f32, ctypes.c_void_p).value
-        return jaxbind.kernel(address, abi_version=2, name="scale_f32")
+        address = ctypes.cast(getattr(clib, name), ctypes.c_void_p).value
+        return jaxbind.kernel(address, abi_version=2, name=name)
     cffi = pytest.importorskip("cffi")
     ffi = cffi.FFI()
-    ffi.cdef("int32_t scale_f32(const void *call);")
-    return jaxbind.kernel(ffi.dlopen(clib._name).scale_f32)
+    ffi.cdef(f"int32_t {name}(const void *call);")
+    return jaxbind.kernel(getattr(ffi.dlopen(clib._name), name))
 
 
 @pytest.mark.parametrize("how", ["ctypes", "cffi", "raw address"])
@@ -304,6 +313,43 @@ def test_c_kernel_of_each_kind_under_every_transformation(clib, how):
     jaxbind.testing.check(op, x, factor=3.0, verbose=False)
     with pytest.raises(Exception, match="kernel_c_.*scale_f32 takes float32"):
         jax.block_until_ready(op(jnp.ones(3, jnp.int32), factor=1.0))
+
+
+_ORIGINS = {
+    "ctypes": "ctypes function",
+    "cffi": "cffi function",
+    "raw address": "kernel at a raw address",
+    "numba cfunc": "numba cfunc",
+}
+
+
+@pytest.mark.parametrize("how", list(_ORIGINS))
+def test_a_kernel_that_fails_without_a_message_is_named_for_what_it_is(clib, how):
+    if how == "numba cfunc":
+
+        @numba.cfunc(numba.types.int32(numba.types.voidptr))
+        def fails_silently(call):
+            return -1
+
+        k, statuses = jaxbind.kernel(fails_silently), (-1,)
+    else:
+        k, statuses = _c_kernel(clib, how, "fails_silently"), (-1, 3)
+    name = f"tests.silent_{how.replace(' ', '_')}"
+    op = jaxbind.get_linear_call(k, None, same_as_last, name=name)
+    x = np.ones(4, np.float32)
+    for status in statuses:
+        kw = {} if how == "numba cfunc" else {"status": status}
+        expected = (
+            rf"kernel of '{name}' \(the function\)(, batched)? failed: the {_ORIGINS[how]} "
+            rf"returned status {status} without writing a message into call->error(\n|$)"
+        )
+        f = lambda x: op(x, **kw)[0]
+        for route, arg in ((f, x), (jax.jit(f), x), (jax.vmap(f), np.stack([x, x]))):
+            with pytest.raises(Exception, match=expected) as raised:
+                jax.block_until_ready(route(arg))
+            assert "numba kernel raised" not in str(raised.value)
+        with pytest.raises(RuntimeError, match=f"the {_ORIGINS[how]} returned status {status}"):
+            k((np.empty(4, np.float32),), (x,), encode_kwargs(kw))
 
 
 def test_crafted_calls_never_reach_a_kernel_with_wrong_buffers(clib):
@@ -533,6 +579,10 @@ _INPUT_WRITES = {
     "in-place operator": "x += 1.0",
     "np.nditer": "for v in np.nditer(x):\n        v[()] = 9.0",
     "inner njit function": "_write_first(x)",
+    "np.ascontiguousarray": "np.ascontiguousarray(x)[0] = 9.0",
+    "np.asfortranarray": "np.asfortranarray(x)[0] = 9.0",
+    "np.ascontiguousarray in an inner njit function": "_contiguous(x)[0] = 9.0",
+    "np.dot(a, b, out)": "np.dot(np.ones((6, 6), np.float32), out, x)",
 }
 
 
@@ -540,9 +590,14 @@ def _write_first(a):
     a[0] = 9.0
 
 
+@numba.njit
+def _contiguous(a):
+    return np.ascontiguousarray(a)
+
+
 def _writing_kernel(route):
     """A kernel that fills its output, then writes its input by `route`."""
-    env = {"np": np, "_write_first": numba.njit(_write_first)}
+    env = {"np": np, "_write_first": numba.njit(_write_first), "_contiguous": _contiguous}
     exec(f"def writes(out, x):\n    out[:] = 1.0\n    {_INPUT_WRITES[route]}\n", env)
     return jaxbind.kernel(env["writes"], name=f"writes by {route}")
 
@@ -557,6 +612,117 @@ def test_numba_kernel_writing_its_input_is_a_compile_error(route):
         with pytest.raises(Exception, match=r"'tests.writes_input_.*' \(the function\).*read-only"):
             jax.block_until_ready(call(x))
         np.testing.assert_array_equal(x, np.arange(6.0))  # the JAX array is unchanged
+
+
+# numba returns an array that already has the layout asked for itself (typed writable)
+_LAYOUT_WRITES = {
+    "0-d, C": ((), "np.ascontiguousarray(x)[0] = 9.0"),
+    "0-d, F": ((), "np.asfortranarray(x)[0] = 9.0"),
+    "2-d, C": ((2, 3), "np.ascontiguousarray(x)[0, 0] = 9.0"),
+    "2-d transposed, F": ((2, 3), "np.asfortranarray(x.T)[0, 0] = 9.0"),
+    "a row, C": ((2, 3), "np.ascontiguousarray(x[1])[0] = 9.0"),
+    "2-d, C, reshaped": ((2, 3), "np.ascontiguousarray(x).reshape(-1)[0] = 9.0"),
+}
+
+
+@pytest.mark.parametrize("route", list(_LAYOUT_WRITES))
+def test_layout_conversions_of_an_input_stay_read_only(route):
+    shape, write = _LAYOUT_WRITES[route]
+    env = {"np": np}
+    exec(f"def writes(out, x):\n    out[...] = 1.0\n    {write}\n", env)
+    op = jaxbind.get_linear_call(
+        jaxbind.kernel(env["writes"]), None, same_as_last, name=f"tests.layout_write_{route}"
+    )
+    x = jnp.arange(np.prod(shape), dtype=jnp.float32).reshape(shape)
+    with pytest.raises(Exception, match=r"\(the function\).*it writes into an input"):
+        jax.block_until_ready(jax.jit(lambda x: op(x)[0])(x))
+    np.testing.assert_array_equal(x, np.arange(np.prod(shape)).reshape(shape))
+
+
+def test_layout_conversions_and_dot_still_read_inputs_and_write_outputs():
+    @jaxbind.kernel
+    def reads(out, x):
+        np.dot(np.ascontiguousarray(x), np.eye(x.shape[1], dtype=x.dtype), out)  # out = x
+        out += np.asfortranarray(x.T).T
+
+    op = jaxbind.get_linear_call(reads, None, same_as_last, name="tests.layout_reads")
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(jax.jit(lambda x: op(x)[0])(x), 2 * x)
+
+
+def test_a_write_through_an_input_s_address_is_the_route_left_and_testing_check_finds_it():
+    """numba cannot see what a foreign function does with an address (``x.ctypes.data``):
+    the route docs/kernels.md names as open, which testing.check's inputs row catches."""
+    memset = ctypes.CDLL(None).memset
+    memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+    memset.restype = ctypes.c_void_p
+
+    @jaxbind.kernel
+    def zeroes_its_input(out, x):
+        out[:] = x
+        memset(x.ctypes.data, 0, x.nbytes)
+
+    op = jaxbind.get_linear_call(zeroes_its_input, None, same_as_last, name="tests.by_address")
+    with pytest.raises(AssertionError, match="inputs unchanged"):
+        jaxbind.testing.check(op, np.arange(1.0, 7.0, dtype=np.float32), verbose=False)
+
+
+# --- a kernel's function writes its results, and returns nothing (issue 46) -----------------
+
+
+def _returns_double(out, x):
+    return 2 * x
+
+
+def _returns_on_one_path(out, x):
+    if x.shape[0] > 100:
+        return 1
+    out[:] = x
+
+
+def _range_returns(begin, end, out, x):
+    for i in range(begin, end):
+        out[i] = x[i]
+    return end
+
+
+_RETURNING = {
+    "a result": lambda: jaxbind.kernel(_returns_double),
+    "a value on one path": lambda: jaxbind.kernel(_returns_on_one_path),
+    "@njit": lambda: jaxbind.kernel(numba.njit(_returns_double)),
+    "over ranges": lambda: jaxbind.kernel(_range_returns, ranges=lambda out, x: x.shape[0]),
+}
+
+
+@pytest.mark.parametrize("what", list(_RETURNING))
+def test_a_kernel_that_returns_its_result_is_refused_when_compiled(what):
+    k = _RETURNING[what]()
+    name = f"tests.returns_{what.replace(' ', '_')}"
+    op = jaxbind.get_linear_call(k, k, same_as_last, same_as_last, name=name)
+    x = np.arange(4, dtype=np.float32)
+    message = (
+        r"kernel \S+ returns a value \(.+\) instead of writing its results: a kernel's "
+        r"function writes each result into its output argument \(out\), as in "
+        r"out\[\.\.\.\] = 2 \* x, and returns nothing"
+    )
+    with pytest.raises(Exception, match=rf"'{name}' \(the function\): {message}"):
+        jax.block_until_ready(jax.jit(lambda x: op(x)[0])(x))
+    with pytest.raises(Exception, match=rf"'{name}' \(the transpose\): {message}"):
+        jax.linear_transpose(lambda x: op(x)[0], x)(x)
+    with pytest.raises(TypeError, match=message):
+        k((np.empty(4, np.float32),), (x,), None)
+
+
+def test_a_native_kernel_that_returns_its_result_is_refused_when_compiled():
+    @jaxbind.linear_op(
+        shape=lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), name="tests.returns_native"
+    )
+    @jaxbind.kernel
+    def doubled(out, x):
+        return 2 * x
+
+    with pytest.raises(Exception, match=r"'tests.returns_native' \(the function\): kernel "):
+        jax.block_until_ready(doubled(np.ones(3, np.float32)))
 
 
 def test_the_example_of_issue_36_no_longer_changes_a_jax_array():
@@ -728,3 +894,66 @@ def test_a_keyword_argument_a_kernel_cannot_take_names_the_binding_once():
     with pytest.raises(Exception, match="'n' is tuple") as info:
         jax.block_until_ready(jax.jit(lambda x: op(x, factor=2.0, n=(3,))[0])(x))
     assert str(info.value).count("tests.kernel_tuple_kwarg") == 1, str(info.value)
+
+
+# --- the generated source (issue 46) -------------------------------------------------------
+
+
+def _user_calls_outside_a_guard(text: str) -> list:
+    """The calls of the user's functions (`user`, `ranges`) in `text` that no ``try`` block
+    holds (whose handlers all return), and the functions that do not end in ``return 0``."""
+    import ast
+
+    tree = ast.parse(text)
+    found = [
+        f"{fn.name}: does not end in return 0"
+        for fn in tree.body
+        if not (isinstance(fn.body[-1], ast.Return) and ast.literal_eval(fn.body[-1].value) == 0)
+    ]
+    guarded = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try) and all(
+            h.body and isinstance(h.body[-1], ast.Return) for h in node.handlers
+        ):
+            guarded.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("user", "ranges"):
+            if id(node) not in guarded:
+                found.append(ast.unparse(node))
+    return found
+
+
+def _range_kernel(begin, end, out, x, a=1.0, w=None):
+    for i in range(begin, end):
+        out[i % out.shape[0]] += a * x[i]
+
+
+@pytest.mark.parametrize("form", ["plain", "over ranges", "reduction"])
+def test_every_generated_function_runs_the_user_s_code_inside_the_error_guard(form):
+    from jaxbind._kernels.numba_codegen import sources
+
+    if form == "plain":
+        k = jaxbind.kernel(lambda out, x, a=1.0, w=None: None)
+    else:
+        reduction = "sum" if form == "reduction" else None
+        k = jaxbind.kernel(_range_kernel, ranges=lambda out, x: x.shape[0], reduction=reduction)
+    f32 = 11  # XLA's float32
+    values = {"a": 2.0, "w": np.ones(3, np.float32)}
+    texts, dtypes = sources(k, [(0, (7,), f32)], [(0, (), f32)], values, "test")
+    assert set(texts) == ({"wrapper"} if form == "plain" else {"wrapper", "task"})
+    assert {"t_o0", "t_i0", "t_k1"} <= set(dtypes)
+    for name, text in texts.items():
+        assert _user_calls_outside_a_guard(text.text()) == [], (name, text.text())
+    every = "".join(t.text() for t in texts.values())
+    assert "user(" in every and ("ranges(" in every) == (form != "plain")
+    # the check itself sees an unguarded call, and the builder refuses to write one
+    assert _user_calls_outside_a_guard("def f(call):\n    user(1)\n    return 0\n")
+    from jaxbind._kernels.source import Source
+
+    src = Source()
+    with src.function("f", "call"):
+        with pytest.raises(ValueError, match="calls user code outside a guard"):
+            src("count = ranges(o0)")
+        with src.guarded("return -1"):
+            src("count = ranges(o0)")
+    assert _user_calls_outside_a_guard(src.text()) == []

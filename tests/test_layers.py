@@ -67,6 +67,8 @@ SHARED = {
     "_kernels",
     "_kernels.abi",
     "_kernels.numba_codegen",
+    "_kernels.numba_support",
+    "_kernels.source",
     "_options",
     "_kwargs",
     "_state",

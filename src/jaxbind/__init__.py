@@ -42,6 +42,9 @@ Testing:
     jaxbind.testing.check(op, *example_args, **kwargs)
         derivatives, transposes, batching and the declared shapes on example inputs;
         raises AssertionError naming each failed check
+    check_outputs
+        check, while programs run, that every call writes every element of its outputs
+        (a debugging aid, off by default; JAXBIND_CHECK_OUTPUTS=1)
 
 Contrib:
     jaxbind.contrib.jaxducc0
@@ -74,6 +77,7 @@ from ._kernels import Kernel, kernel, kernel_include_dir  # noqa: E402
 from ._kwargs import load_kwargs  # noqa: E402
 from ._native import NativeOp, linear_op, multilinear_op, nonlinear_op  # noqa: E402
 from ._roles import jax_function  # noqa: E402
+from ._runtime import check_outputs  # noqa: E402
 from ._runtime.gpu import CallContext, CudaArray, current_call  # noqa: E402
 from ._state import StateDef, load_state, state  # noqa: E402
 
@@ -93,6 +97,7 @@ __all__ = [
     "NativeOp",
     "Op",
     "StateDef",
+    "check_outputs",
     "current_call",
     "export",
     "export_safety_checks",

@@ -238,6 +238,17 @@ def make_op(
     roles = role_table(kind, f, transposes, derivatives, abstract, abstract_T)
     if options.vectorized and any(r.kind is Body.KERNEL for r in roles.values()):
         raise TypeError(f"{about(name)} has {words(options).kernel_batching()}")
+    f_body = roles["f"].body
+    if options.aliases and roles["f"].kind is Body.KERNEL and f_body.reduction is not None:
+        aliases = ", ".join(f"{i}: {o}" for i, o in options.aliases)
+        raise ValueError(
+            f"{about(name)}: input_output_aliases={{{aliases}}} lets outputs share inputs' "
+            f"memory, but the function is kernel {f_body.name} with "
+            f"reduction={f_body.reduction!r}, which zeroes its outputs before its ranges add "
+            "into them: the inputs' values would be lost, and the result would hold only "
+            "the ranges' sum. Drop input_output_aliases (add the input to the op's result "
+            "afterwards if the sum should include it)"
+        )
     binding = Binding(name=name, kind=kind, roles=roles, options=options)
     binding, _ = register(binding, explicit_name=explicit, replace=replace)
     return Op(binding)

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
+
+import numpy as np
 
 __all__ = [
     "OPTION_DOCS",
@@ -78,7 +81,7 @@ class _SharedOptions(TypedDict, total=False):
 class CallOptions(_SharedOptions, total=False):
     """The options of ``get_linear_call`` and ``get_nonlinear_call`` (JAXbind's names)."""
 
-    first_n_args_fixed: int
+    first_n_args_fixed: int | None
     func_can_batch: bool
 
 
@@ -168,8 +171,7 @@ def declare(
             f"jaxbind.{what}: unknown option {unknown[0]!r}; the options are name, replace, "
             f"{fixed_name}, {vectorized_name}, {', '.join(OPTION_NAMES)}"
         )
-    if isinstance(fixed, bool) or not isinstance(fixed, int) or fixed < 0:
-        raise TypeError(f"jaxbind: {fixed_name} must be a non-negative int, got {fixed!r}")
+    fixed = _count(fixed, fixed_name, native)
     platform_mode = options.get("platform_mode", "device")
     if platform_mode not in PLATFORM_MODES:
         raise ValueError(
@@ -194,6 +196,34 @@ def declare(
         state=_state(what, options.get("state"), native),
     )
     return checked, name, replace
+
+
+def _count(value: Any, fixed_name: str, native: bool) -> int:
+    """The number of fixed arguments, however JAXbind 1.3's users spelled it: an int, a
+    NumPy integer, a bool or an integral float (1.3 never read the value before a
+    derivative, so any of these ran), or None (none fixed)."""
+    if value is None:
+        return 0
+    if isinstance(value, (bool, np.bool_)):
+        return int(value)
+    try:
+        count = operator.index(value)
+    except TypeError:
+        count = None
+        if isinstance(value, (float, np.floating)) and float(value).is_integer():
+            count = int(value)
+    if count is None or count < 0:
+        history = (
+            ""
+            if native
+            else "; JAXbind 1.3 took any value here, but every derivative of such an op "
+            "failed (it never read the value before a derivative)"
+        )
+        raise TypeError(
+            f"jaxbind: {fixed_name} must be a non-negative integer (the number of leading "
+            f"fixed arguments), got {value!r}{history}"
+        )
+    return count
 
 
 def _aliases(value: object, fixed: int, fixed_name: str) -> tuple[tuple[int, int], ...]:

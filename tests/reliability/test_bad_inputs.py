@@ -13,7 +13,7 @@ from jaxbind.testing import check
 @pytest.mark.parametrize(
     "result, error, match",
     [
-        ([((3,), np.float32)][0], TypeError, r"output 0 is \(3,\)"),  # not nested
+        ([((3,), np.float32)][0], TypeError, r"one output's \(shape, dtype\)"),  # not nested
         ({"shape": (3,)}, TypeError, r"returned \{'shape': \(3,\)\}"),  # wrong container
         (
             (((3,), np.float32, 0, 1),),
@@ -75,7 +75,7 @@ def test_wrong_number_of_arguments():
     op = simple_op(copy_last, "reliability.arity", one_arg_abstract)
     with pytest.raises(TypeError) as info:
         op(jnp.ones(3), jnp.ones(3))
-    assert "abstract function of 'reliability.arity'" in info.value.__notes__[0]
+    assert "abstract function of 'reliability.arity' takes 1 positional" in str(info.value)
     with pytest.raises(TypeError, match="'reliability.arity' got 0 positional arguments"):
         op()
 

@@ -52,14 +52,25 @@ def kernel_include_dir() -> str:
 class KernelCall:
     """What the trampoline reads for one kernel site (see cpp/site.h): whether the
     kernel batches, the ABI version it was registered for, the threads it may use (0:
-    all of XLA's), the static keyword arguments as typed values (cpp/kernels.h), and
-    `address`, the kernel's address for a buffer signature ``(inputs, outputs)``, each a
-    tuple of ``(address, shape, XLA element type)``."""
+    all of XLA's), the static keyword arguments as typed values (cpp/kernels.h), what
+    the kernel was made from (`origin`, for messages), and `address`, the kernel's
+    address for a buffer signature ``(inputs, outputs)``, each a tuple of ``(address,
+    shape, XLA element type)``."""
 
-    __slots__ = ("kernel", "batches", "abi_version", "threads", "kwargs", "values", "where")
+    __slots__ = (
+        "kernel",
+        "batches",
+        "abi_version",
+        "threads",
+        "kwargs",
+        "values",
+        "where",
+        "origin",
+    )
 
     def __init__(self, kernel: Kernel, values: dict, where: str):
         self.kernel, self.batches, self.values, self.where = kernel, kernel.batches, values, where
+        self.origin = kernel.origin
         self.abi_version, self.threads = kernel.abi_version, kernel.threads or 0
         self.kwargs = [abi.typed_kwarg(name, values[name], where) for name in sorted(values)]
 
@@ -78,6 +89,8 @@ class Kernel:
       threads: the most threads it and its batch loop may use (None: all of XLA's).
       ranges: a numba kernel over ranges, with its grain and reduction (see
         [`kernel`][jaxbind.kernel]); ranges is None for every other kernel.
+      origin: what it was made from, as messages say it ("numba function", "ctypes
+        function", "cffi function", "numba cfunc", "kernel at a raw address").
     """
 
     body_kind = Body.KERNEL  # what the rules and the runtime see (see _roles.Body.of)
@@ -94,16 +107,18 @@ class Kernel:
         abi_version: int = ABI_VERSION,
         threads: int | None = None,
         ranges: Callable | None = None,
-        grain: int = 1,
+        grain: int | None = None,
         reduction: str | None = None,
+        origin: str = "numba function",
     ):
-        self.name, self.batches = name, batches
+        self.name, self.batches, self.origin = name, batches, origin
         self.abi_version, self.threads = abi_version, threads
         self.ranges, self.grain, self.reduction = ranges, grain, reduction
         self._address, self._fn = address, fn
         self._options = dict(options or {})  # numba: the options of the user's @njit
         self._keep = keep  # what holds the code at `address` (see kernel())
         self._compiled: dict = {}  # numba: buffer signature -> cfunc (kept alive here)
+        self._refused: dict = {}  # numba: (buffer signature, where) -> why it was refused
         self._checked: set = set()  # numba: call layouts check_call accepted
         self._lock = threading.Lock()
         self.__wrapped__ = fn  # where it was defined (notebook cells run again)
@@ -161,10 +176,18 @@ class Kernel:
             tuple((code, len(shape)) for _, shape, code in outs),
             tuple(sorted((k, _kind_of(v)) for k, v in values.items())),
         )
+        where = where or repr(self)
         with self._lock:
             compiled = self._compiled.get(key)
             if compiled is None:
-                compiled = compile_numba(self, ins, outs, values, where or repr(self))
+                refused = self._refused.get((key, where))
+                if refused is not None:  # (numba would refuse it again, slowly)
+                    raise type(refused)(*refused.args)
+                try:
+                    compiled = compile_numba(self, ins, outs, values, where)
+                except TypeError as exc:
+                    self._refused[(key, where)] = exc
+                    raise
                 self._compiled[key] = compiled
         return compiled.address
 
@@ -186,7 +209,8 @@ class Kernel:
         from .. import _ext
 
         # parallel_for runs the tasks in order here; a kernel is told of 3 threads (unless
-        # it may use fewer), so that its split into tasks, and a reduction, are exercised
+        # it may use fewer), so that its split into tasks is exercised (a reduction's split
+        # depends on its iterations alone: it sums as in a program)
         status, message = abi.call_kernel(
             address,
             ins,
@@ -196,9 +220,10 @@ class Kernel:
             threads=min(self.threads or 3, 3),
             parallel_for=_ext.parallel_for_address(),
         )
-        if status != 0:
+        if status != 0:  # (jaxbind's numba wrappers always write a message)
             why = message or (
-                "the numba kernel raised an exception" if status == -1 else f"status {status}"
+                f"the {self.origin} returned status {status} without writing a message into "
+                "call->error"
             )
             raise RuntimeError(f"jaxbind: kernel {self.name} failed: {why}")
 
@@ -218,7 +243,7 @@ def kernel(
     name: str | None = None,
     threads: int | None = None,
     ranges: Callable | None = None,
-    grain: int = 1000,
+    grain: int | None = None,
     reduction: str | None = None,
 ):
     """Make a compiled op body (a decorator when called without `fn`).
@@ -239,13 +264,17 @@ def kernel(
         kernel that brings threads of its own (OpenMP, numba's ``parallel=True``).
       ranges: makes a numba function a kernel over ranges: a function of the kernel's
         arrays (the outputs, then the inputs), compiled by numba, that gives the number
-        of iterations; ``fn(begin, end, *outputs, *inputs, **static)`` then does
-        iterations ``begin`` to ``end - 1``, and jaxbind splits them over XLA's threads.
-        The ranges must be independent: each writes its own part of the outputs.
-      grain: the fewest iterations worth a task of their own (a kernel over ranges).
+        of iterations, a non-negative integer; ``fn(begin, end, *outputs, *inputs,
+        **static)`` then does iterations ``begin`` to ``end - 1``, and jaxbind splits
+        them over XLA's threads. The ranges must be independent: each writes its own
+        part of the outputs.
+      grain: the fewest iterations worth a range of their own (a kernel over ranges;
+        default 1000, and with ``reduction="sum"`` at least the outputs' element count).
       reduction: ``"sum"``: the ranges' writes to the outputs add up instead (a scatter,
         a histogram). Each range writes into outputs of its own, zeroed (the first into
-        the outputs themselves), and jaxbind adds them up, in a fixed order.
+        the outputs themselves), and jaxbind adds them up in range order. The ranges
+        depend on the iteration count and `grain` alone (at most 64), not on the
+        threads: the same bits whatever threads a call gets.
 
     Returns:
       A [`Kernel`][jaxbind.Kernel], to pass wherever a callable goes (``f``, ``f_T``, ``f_jvp``,
@@ -307,6 +336,7 @@ def kernel(
             keep,
             abi_version=version,
             threads=threads,
+            origin=_origin_of(fn),
         )
     numba_options = None
     if _is_numba_dispatcher(fn):  # @njit(...): its Python function, compiled with its options
@@ -356,11 +386,13 @@ def _parallel_options(what: str, batches: bool, ranges, grain, reduction) -> dic
             f"{what}: a kernel over ranges cannot take whole batches (batches=True): "
             "jaxbind's batch loop calls it once per batch element"
         )
-    if isinstance(grain, bool) or not isinstance(grain, (int, np.integer)) or grain < 1:
-        raise ValueError(f"{what}: grain must be a positive integer, not {grain!r}")
+    if grain is not None and (
+        isinstance(grain, bool) or not isinstance(grain, (int, np.integer)) or grain < 1
+    ):
+        raise ValueError(f"{what}: grain must be a positive integer or None, not {grain!r}")
     if reduction not in (None, "sum"):
         raise ValueError(f"{what}: reduction must be None or 'sum', not {reduction!r}")
-    return dict(ranges=ranges, grain=int(grain), reduction=reduction)
+    return dict(ranges=ranges, grain=None if grain is None else int(grain), reduction=reduction)
 
 
 def _is_numba_dispatcher(fn) -> bool:
@@ -419,6 +451,17 @@ def _pin_library(address: int):
         return ctypes.CDLL(path) if os.path.isabs(path) else None  # not the main program
     except (OSError, AttributeError):  # no dladdr, or a library that cannot be opened by path
         return None
+
+
+def _origin_of(fn) -> str:
+    """What a compiled kernel was made from, for messages."""
+    if isinstance(fn, CFuncPtr):
+        return "ctypes function"
+    if type(fn).__module__ == "_cffi_backend":
+        return "cffi function"
+    if type(fn).__name__ == "CFunc":
+        return "numba cfunc"
+    return "kernel at a raw address"
 
 
 def _address_of(fn) -> int | None:

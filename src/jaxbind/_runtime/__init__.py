@@ -14,12 +14,14 @@ trace-time code (the registry, the rules, the lowering) never reaches into it.
 - `report`: what a failing callable becomes, and views that outlived their call.
 - `gpu`: the GPU dispatcher (one call of one batch element), CUDA arrays, host mode.
 
-`install` hands these to the trampoline, once, at import.
+`install` hands these to the trampoline, once, at import; `check_outputs` switches the
+trampoline's check of unwritten outputs (JAXBIND_CHECK_OUTPUTS=1 at import).
 """
 
 from __future__ import annotations
 
 import atexit
+import os
 
 import jax
 
@@ -31,7 +33,7 @@ from . import gpu
 from .report import escaped_views, format_callback_error
 from .resolve import instantiate_site, resolve_site
 
-__all__ = ["install"]
+__all__ = ["check_outputs", "install"]
 
 
 def install() -> None:
@@ -41,7 +43,27 @@ def install() -> None:
         XLA_ELEMENT_TYPES, resolve_site, instantiate_site, format_callback_error, gpu.dispatch
     )
     _ext.set_view_hooks(collect_jax_garbage, escaped_views)
+    _ext.set_check_outputs(os.environ.get("JAXBIND_CHECK_OUTPUTS", "0") not in ("", "0"))
     atexit.register(_shutdown)
+
+
+def check_outputs(on: bool = True) -> bool:
+    """Check, from now on, that every CPU call of a jaxbind op (kernel or Python callable)
+    writes every element of its outputs; ``check_outputs(False)`` stops. Returns the
+    setting before, so that ``previous = check_outputs(); ...; check_outputs(previous)``
+    restores it. Setting ``JAXBIND_CHECK_OUTPUTS=1`` in the environment turns it on at
+    import.
+
+    A debugging aid, off by default: before each call, jaxbind fills the outputs with
+    NaN (floats, complex numbers) or the bytes 0xA5 (integers, bools), and an element
+    that still holds that value after the call fails the call with an error that names
+    the op and the output. Outputs that share an input's memory
+    (``input_output_aliases``) are not checked, nor GPU calls. Off, it costs nothing
+    measurable; on, about a pass over the outputs before and after each call.
+    """
+    if not isinstance(on, bool):
+        raise TypeError(f"jaxbind.check_outputs takes True or False, not {on!r}")
+    return _ext.set_check_outputs(on)
 
 
 def _shutdown() -> None:

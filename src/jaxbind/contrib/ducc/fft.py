@@ -67,7 +67,10 @@ def _fft_axes(ndim, kwargs, op="fft"):
         )
     picked = [core[a] for a in axes]  # negative axes count from the last core axis
     if len(set(picked)) != len(picked):
-        raise ValueError(f"jaxducc0.{op}: axes {axes} name an axis twice")
+        raise ValueError(
+            f"jaxducc0.{op}: axes {axes} name an axis twice; ducc0 refuses a repeated axis "
+            "(JAXbind 1.3 transformed it once, NumPy's fftn transforms it twice)"
+        )
     return picked
 
 
@@ -80,7 +83,7 @@ def _check(op, x, kwargs, kind):
     check_choice(op, "inorm", kwargs.get("inorm", 0), (0, 1, 2))
     check_nthreads(op, kwargs.get("nthreads", 1))
     forward = kwargs.get("forward", True)
-    if not isinstance(forward, (bool, np.bool_, int, np.integer)):
+    if forward is not None and not isinstance(forward, (bool, np.bool_, int, np.integer)):
         raise TypeError(f"jaxducc0.{op}: forward must be a bool, got {forward!r}")
     batch = kwargs.get("batch_axes")
     return _fft_axes(len(x.shape), dict(kwargs), op), (batch[0] if batch else ())
@@ -106,10 +109,21 @@ def _kernel(transform):
         (x,) = args
         if x.size == 0:
             return
-        kwargs = load_kwargs(kwargs_dump)
+        kwargs = _as_ducc_types(load_kwargs(kwargs_dump))
         transform(out[0], x, _fft_axes(x.ndim, kwargs), kwargs)
 
     return kernel
+
+
+def _as_ducc_types(kwargs):
+    """The options (checked at trace time) in the types DUCC takes: ``nthreads=2.0``,
+    ``inorm=True`` as ints, ``forward=None`` as False (as DUCC reads it)."""
+    for name in ("inorm", "nthreads"):
+        if name in kwargs:
+            kwargs[name] = check_int("fft", name, kwargs[name], None)
+    if "forward" in kwargs:
+        kwargs["forward"] = bool(kwargs["forward"])
+    return kwargs
 
 
 def _op(name, f, f_T, abstract, abstract_T):

@@ -41,7 +41,15 @@ import numpy as np
 
 from ... import get_nonlinear_call, jax_function, load_kwargs
 from ._accuracy import finest_epsilon, working_precision
-from ._common import _MODE, _REAL, check_int, check_nthreads, check_positive, ducc0
+from ._common import (
+    _MODE,
+    _REAL,
+    all_finite,
+    check_int,
+    check_nthreads,
+    check_positive,
+    ducc0,
+)
 
 _NAN = complex(np.nan, np.nan)  # what a non-finite point gives where it enters
 
@@ -72,7 +80,7 @@ def best_epsilon(ndim: int, single: bool, nufft_type: int = 1) -> float:
 
 def _finite_columns(coords):
     """None if every point (a column of the (d, M) coordinates) is finite, else the mask."""
-    if coords is None or np.isfinite(coords).all():
+    if coords is None or all_finite(coords):
         return None
     return np.isfinite(coords).all(axis=0)
 

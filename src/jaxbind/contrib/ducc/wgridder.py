@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from functools import partial
 
 import numpy as np
@@ -12,21 +13,26 @@ from ._common import (
     _MODE,
     _complex_of,
     _real_of,
+    all_finite,
     check_int,
     check_kwargs,
     check_nthreads,
     check_positive,
+    check_real,
     check_sigma,
     ducc0,
+    sigma_range,
 )
 
 _NAN = complex(np.nan, np.nan)  # what a non-finite point gives where it enters
+_FEW = 64  # channels checked in Python (below), not with NumPy
 
 __all__ = ["get_wgridder"]
 
 OP = "get_wgridder"
 # Options passed to both ducc0.wgridder.experimental.dirty2vis and vis2dirty. Array
-# options (wgt, mask) would be static kwargs, not data: they are refused.
+# options (wgt, mask) would be static kwargs, not data: they are refused (JAXbind 1.3
+# refused them too: its keyword arguments had to be hashable).
 _DUCC_OPTIONS = (
     "flip_u",
     "flip_w",
@@ -37,6 +43,10 @@ _DUCC_OPTIONS = (
     "center_y",
     "allow_nshift",
 )
+# Options of vis2dirty alone (JAXbind 1.3 passed them to both, so only its transpose ran).
+_ADJOINT_OPTIONS = ("double_precision_accumulation",)
+# DUCC's oversampling range when sigma_min or sigma_max is not given
+_SIGMA_DEFAULTS = (1.1, 2.6)
 
 
 # --- radio interferometry: the wgridder ----------------------------------------
@@ -49,18 +59,33 @@ def _geometry(uvw, freq):
     ones replaced by harmless values (``rows_ok``/``chans_ok`` mark the others, None
     when all are finite), and the channels sorted by frequency as DUCC needs them
     (``order``: the original channel of each sorted one; None when already sorted).
+
+    Every call runs this. When all is well (finite, sorted, positive) it costs one pass
+    over uvw (all_finite; DUCC's own result for a non-finite coordinate is undefined
+    behaviour in its index arithmetic) and, for up to _FEW channels, a look at them in
+    Python: each NumPy call here costs DUCC's call that follows tens of microseconds
+    (measured, benchmarks/results/drop_in.md), more than the work it does.
     """
     uvw, freq = np.asarray(uvw, np.float64), np.asarray(freq, np.float64)
-    rows_ok, chans_ok = np.isfinite(uvw).all(axis=1), np.isfinite(freq)
+    if freq.size <= _FEW:
+        channels = freq.tolist()
+        usual = all(0.0 < f < math.inf for f in channels) and all(
+            a <= b for a, b in zip(channels, channels[1:])
+        )
+    else:
+        usual = bool((freq > 0).all() and np.isfinite(freq).all() and (freq[1:] >= freq[:-1]).all())
+    if usual and all_finite(uvw):
+        return uvw, freq, None, None, None
+    rows_ok = None
+    if not all_finite(uvw):
+        rows_ok = np.isfinite(uvw).all(axis=1)
+        uvw = np.where(rows_ok[:, None], uvw, 0)
+    chans_ok = np.isfinite(freq)
     if (freq[chans_ok] <= 0).any():
         i = int(np.flatnonzero(chans_ok & (freq <= 0))[0])
         raise ValueError(
             f"jaxducc0.{OP}: channel frequencies must be > 0, got {freq[i]} for channel {i}"
         )
-    if rows_ok.all():
-        rows_ok = None
-    else:
-        uvw = np.where(rows_ok[:, None], uvw, 0)
     if chans_ok.all():
         chans_ok = None
     else:
@@ -72,11 +97,15 @@ def _geometry(uvw, freq):
     return uvw, freq, order, rows_ok, chans_ok
 
 
-def _settings(kwargs, single):
-    """DUCC's keyword arguments, with the accuracy it can reach; whether to go double."""
+def _settings(kwargs, single, adjoint):
+    """DUCC's keyword arguments for dirty2vis (or, `adjoint`, vis2dirty), with the
+    accuracy it can reach; whether to go double."""
     kwargs = dict(kwargs)
     del kwargs["npix_x"], kwargs["npix_y"]
-    sigma = (kwargs["sigma_min"], kwargs["sigma_max"]) if "sigma_min" in kwargs else None
+    if not adjoint:
+        for name in _ADJOINT_OPTIONS:
+            kwargs.pop(name, None)
+    sigma = sigma_range(kwargs, _SIGMA_DEFAULTS)
     kwargs["epsilon"], in_double = working_precision(
         "wgridder_w" if kwargs["do_wgridding"] else "wgridder", 2, single, kwargs["epsilon"], sigma
     )
@@ -89,7 +118,7 @@ def _dirty2vis(out, args, kwargs_dump):
     if vis.size == 0:
         return
     uvw, freq, order, rows_ok, chans_ok = _geometry(uvw, freq)
-    kwargs, in_double = _settings(load_kwargs(kwargs_dump), dirty.dtype == np.float32)
+    kwargs, in_double = _settings(load_kwargs(kwargs_dump), dirty.dtype == np.float32, False)
     target = vis
     if in_double or order is not None:  # compute elsewhere, then convert or reorder
         target = np.empty(vis.shape, np.complex128 if in_double else vis.dtype)
@@ -117,7 +146,7 @@ def _vis2dirty(out, args, kwargs_dump):
     if rows_ok is not None or chans_ok is not None:  # every visibility reaches every pixel
         dirty[...] = np.nan
         return
-    kwargs, in_double = _settings(load_kwargs(kwargs_dump), dirty.dtype == np.float32)
+    kwargs, in_double = _settings(load_kwargs(kwargs_dump), dirty.dtype == np.float32, True)
     vis = vis.conj() if order is None else vis[:, order].conj()
     target = np.empty(dirty.shape, np.float64) if in_double else dirty
     ducc0.wgridder.experimental.vis2dirty(
@@ -147,7 +176,8 @@ def _dirty2vis_abstract(uvw, freq, dirty, **kwargs):
     if tuple(dirty.shape) != (kwargs["npix_x"], kwargs["npix_y"]):
         raise ValueError(
             f"jaxducc0.{OP}: image must be {(kwargs['npix_x'], kwargs['npix_y'])}, "
-            f"got {tuple(dirty.shape)}"
+            f"got {tuple(dirty.shape)}: npix_x and npix_y are the image's shape, which the "
+            "transpose (and so every gradient) makes"
         )
     return (((uvw.shape[0], freq.shape[0]), _complex_of(dirty.dtype, OP)),)
 
@@ -196,8 +226,9 @@ def get_wgridder(
       flip_v: passed to ``ducc0.wgridder.experimental.dirty2vis`` / ``vis2dirty``.
       verbosity: passed to DUCC, as ``flip_v``.
       **kwargs: passed to DUCC, as ``flip_v``: ``flip_u``, ``flip_w``,
-        ``divide_by_n``, ``sigma_min`` and ``sigma_max`` (both or neither),
-        ``center_x``, ``center_y``, ``allow_nshift``.
+        ``divide_by_n``, ``sigma_min`` and ``sigma_max`` (one alone: DUCC's default
+        for the other), ``center_x``, ``center_y``, ``allow_nshift``; and
+        ``double_precision_accumulation``, to ``vis2dirty`` only (the transpose).
 
     Returns:
       ``op(uvw, freq, image) -> [vis]``: ``uvw`` (nrows, 3) in metres and
@@ -209,8 +240,15 @@ def get_wgridder(
       a NaN image from the transpose; a frequency <= 0 is an error when the
       program runs; no rows or channels give an empty result (and a zero image).
     """
-    check_kwargs(OP, kwargs, _DUCC_OPTIONS)
-    check_sigma(OP, kwargs, "1 < sigma_min < sigma_max", lambda lo, hi: 1.0 < lo < hi)
+    check_kwargs(OP, kwargs, _DUCC_OPTIONS + _ADJOINT_OPTIONS)
+    for name, value in kwargs.items():  # in DUCC's types, as the parameters below
+        if name in ("center_x", "center_y"):
+            kwargs[name] = check_real(OP, name, value)
+        elif name not in ("sigma_min", "sigma_max"):  # the flags: DUCC reads None as False
+            kwargs[name] = bool(value)
+    check_sigma(
+        OP, kwargs, "1 < sigma_min < sigma_max", lambda lo, hi: 1.0 < lo < hi, _SIGMA_DEFAULTS
+    )
     npix = []
     for name, n in (("npix_x", npix_x), ("npix_y", npix_y)):
         n = check_int(OP, name, n, 2)
