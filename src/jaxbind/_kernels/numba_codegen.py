@@ -369,6 +369,7 @@ def _compile_error(k, exc: Exception, ins, outs, where: str):
             f"inputs ({inputs}). Write only into the outputs.\n\nnumba said: {text}"
         )
     got = [f"output {i}" for i in range(len(outs))] + [f"input {i}" for i in range(len(ins))]
+    params = list(inspect.signature(k._fn).parameters)
     given = zip(params[2 if k.ranges is not None else 0 :], got)  # (after begin, end)
     return TypeError(
         f"{head}. Its parameters got {', '.join(f'{p} = {g}' for p, g in given)}: a kernel "
