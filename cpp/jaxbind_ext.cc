@@ -590,6 +590,7 @@ NB_MODULE(_ext, m) {
       "(jaxbind/_kernels/abi.py): with no workers, it runs the tasks in order.");
 
   m.def(
-      "site_count", []() { return process == nullptr ? size_t(0) : process->sites.size(); },
-      "Number of resolved call sites held by the trampoline.");
+      "site_count", []() { return Site::alive.load(std::memory_order_relaxed); },
+      "Number of resolved call sites alive (owned by programs, executables or the digest "
+      "table).");
 }

@@ -88,6 +88,15 @@ struct Site {
   // The views of the site's last call, when the callable kept no reference to them:
   // the next call points them at its buffers instead of building new ones (views.h).
   nb::object out_views, in_views;
+  // Sites alive in the process, whoever owns them (programs, executables, the digest
+  // table's entries): _ext.site_count. Counted by a member, so that a constructor that
+  // throws counts nothing.
+  static inline std::atomic<int64_t> alive{0};
+  struct Counted {
+    Counted() { alive.fetch_add(1, std::memory_order_relaxed); }
+    Counted(const Counted &) : Counted() {}
+    ~Counted() { alive.fetch_sub(1, std::memory_order_relaxed); }
+  } counted;
 
   // Read the description: callable, kwargs_dump, label, binding, levels, batched, accept
   // and kernel (None, or what jaxbind/_kernels' KernelCall gives: batches, abi_version,

@@ -26,6 +26,12 @@ Both APIs:
     jax_function
         mark a nonlinear op's JVP or VJP as a JAX function (then Hessians work)
 
+State that lives with the compiled program (a plan, a handle), set up once per call site:
+    state, StateDef
+        the decorator (@jaxbind.state) and what it makes; an op's state= option takes it
+    load_state
+        the object, inside a callable of get_linear_call / get_nonlinear_call
+
 Compiled kernels, any role's body in either API, run without the GIL on XLA's threads:
     kernel, Kernel
         a numba function, a C/C++/Rust/Fortran function pointer, or an address

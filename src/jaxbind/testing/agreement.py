@@ -1,7 +1,9 @@
 """eager vs callable, jit vs eager, determinism: the op, eagerly and jitted, against its
 function called directly, and two jitted calls against each other. With
 ``input_output_aliases``, a jitted call whose aliased inputs are donated (the output is then
-the input's own memory) against one without.
+the input's own memory) against one without. With ``state=``, the program's calls use the
+call site's object, set up once and reused (jit vs eager, determinism), and the direct
+call a fresh one: the rows compare a fresh object with a reused one.
 
 Options this family can only name: a side effect (``has_side_effect``, ``ordered``) is not
 observable from the outside, and ``platform_mode="host"`` differs from "device" only on a
@@ -75,7 +77,7 @@ FAMILY = Family(
         "platform_mode",
     ),
     roles=frozenset({"f"}),
-    options=frozenset({"aliases", "effect", "platform_mode"}),
+    options=frozenset({"aliases", "effect", "platform_mode", "state", "state_key"}),
     applies=needs_f,
     rows=_rows,
 )
