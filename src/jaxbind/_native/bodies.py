@@ -185,11 +185,11 @@ class _Callable(_Body):
 
 def body(native, fn, args: Args, what: str, index=None):
     """A callable wrapped for pytrees; a compiled kernel as it is (it takes flat arrays)."""
-    name = (
+    name: str = (
         getattr(native, "name", None)
         or native._explicit_name
         or getattr(native.fn, "__qualname__", None)
-        or getattr(native.fn, "name", repr(native.fn))  # a Kernel: its function's name
+        or str(getattr(native.fn, "name", native.fn))  # a Kernel: its function's name
     )
     if native.options.state is not None:
         check_takes_state(name, what, fn)
