@@ -95,10 +95,6 @@ def pytest_collection_modifyitems(config, items):
 # without name=, starts with "fence.", the module the blocks run in), each with the reason.
 UNCHECKED = {
     ("docs/kernels.md", "docs.rebinds"): "a wrong body on purpose (it rebinds out), shown failing",
-    ("docs/kernels.md", "docs.finufft1"): (
-        "FINUFFT through ctypes: check's calls of the kernels pass the op's keyword arguments "
-        "differently (tests/test_finufft_kernel.py checks this binding with testing.check)"
-    ),
     ("docs/gpu.md", "docs.gpu_double"): "CuPy on CUDA arrays; check calls bodies on NumPy's",
 }
 

@@ -473,7 +473,7 @@ def test_a_loose_rtol_keeps_a_small_finite_difference_step(enable_x64):
     assert all(0 < h < 1e-5 for h in steps)  # double precision: 1e-6 times the inputs' scale
     # eps sets the step, and nothing else
     with pytest.raises(AssertionError) as info:
-        check(op, x, eps=0.05, verbose=False)
+        check(op, x, fd_step=0.05, verbose=False)
     assert _failed(info, "jvp vs finite differences")
     assert not _failed(info, "vjp vs jvp (dot product)")
 

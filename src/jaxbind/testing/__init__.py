@@ -55,7 +55,7 @@ def _unwrap(op, args, kwargs):
 
 
 def check(
-    op, *args, rtol=None, eps=None, batch_size=3, seed=0, verbose=True, **kwargs
+    op, *args, rtol=None, fd_step=None, batch_size=3, seed=0, verbose=True, **kwargs
 ) -> CheckReport:
     """Check a jaxbind op on example inputs; raise AssertionError on any failure.
 
@@ -93,8 +93,10 @@ def check(
       *args: example inputs (NumPy or JAX arrays), as for ``op(*args)``.
       rtol: override every relative tolerance (default: per check and precision). It
         does not change the finite-difference step.
-      eps: the finite-difference step (default 1e-3 in single, 1e-6 in double precision),
-        times the input's scale (at least 1).
+      fd_step: the finite-difference step (default 1e-3 in single, 1e-6 in double
+        precision), times the input's scale (at least 1). (Not ``eps``: ops take ``eps``
+        themselves, DUCC's and FINUFFT's among them, and every other keyword argument goes
+        to the op.)
       batch_size: batch size of the vmap checks.
       seed: seed for random directions and batches.
       verbose: print the report table.
@@ -120,7 +122,7 @@ def check(
         trees=trees,
         rng=np.random.default_rng(seed),
         rtol=rtol,
-        eps=eps,
+        eps=fd_step,
         batch_size=batch_size,
     )
     case.out_avals = list(jax.eval_shape(case.call, *case.args))
