@@ -282,6 +282,7 @@ inline nb::object resolve(const Header &header, const ffi::Dictionary &attrs, co
 inline bool instantiate(const StateContext &context, const Header &header,
                         const ffi::Dictionary &attrs) {
   nb::object site = process->instantiate(attributes(header, attrs));
+  if (site.is_none()) return false;  // an op without state: resolved at its first call
   if (!nb::isinstance<Site>(site)) throw std::runtime_error("instantiate returned no Site");
   auto *held = new Instantiated{site_of(site).core, site.release().ptr()};
   if (xla_state::set(context, held)) return true;

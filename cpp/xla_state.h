@@ -90,6 +90,13 @@ inline void (*deleter)(void *) = nullptr;
 
 inline int minor(const XLA_FFI_Api *api) { return api->api_version.minor_version; }
 
+// Whether jaxbind keeps sites in XLA's state on this XLA: API 0.2 and later (jaxlib 0.8 and
+// later). With API 0.1 (jaxlib 0.7), whose state carries its own deleter, freeing an
+// executable aborted the process once in CI; there the sites are found by digest.
+inline bool keeps_state(const XLA_FFI_Api *api) {
+  return api != nullptr && api->api_version.major_version == 0 && minor(api) >= 2;
+}
+
 inline void destroy(const XLA_FFI_Api *api, XLA_FFI_Error *error) {
   XLA_FFI_Error_Destroy_Args args{};
   args.struct_size = XLA_FFI_Error_Destroy_Args_STRUCT_SIZE;

@@ -35,9 +35,17 @@ from .state import StatefulBody, lease_for
 __all__ = ["Resolved", "instantiate_site", "resolve_site", "resolved"]
 
 
-def instantiate_site(found: dict) -> _ext.Site:
+def instantiate_site(found: dict) -> _ext.Site | None:
     """The ``_ext.Site`` of a call site XLA instantiates, from its attributes alone (the
-    executable owns it; it is retired if its binding is defined again)."""
+    executable owns it; it is retired if its binding is defined again); None for an op
+    without state, whose site is resolved at its first call and owned by the programs
+    that call it, as before the instantiate stage. (An executable holds its sites out of
+    the garbage collector's sight: a site whose callable leads back to something that
+    holds the executable, such as an op's cache of eager programs, would keep it alive.
+    Ops with state pay that for a state freed with the executable.)"""
+    binding = lookup(found.get("binding", "")) if isinstance(found.get("binding"), str) else None
+    if binding is None or binding.options.state is None:
+        return None
     description = resolved(found)
     site = _ext.Site(description)
     binding = lookup(description.binding)
