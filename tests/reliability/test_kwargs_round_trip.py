@@ -309,8 +309,17 @@ def _fields_only(array: np.ndarray) -> np.ndarray:
     if array.dtype.names is None:
         return array
     clean = np.zeros(array.shape, array.dtype, order="F" if np.isfortran(array) else "C")
-    clean[...] = array
+    _copy_fields(clean, array)
     return clean
+
+
+def _copy_fields(dst: np.ndarray, src: np.ndarray) -> None:
+    """Field by field: NumPy copies equal structured dtypes bytewise, padding included."""
+    for name in src.dtype.names:
+        if src.dtype.fields[name][0].names is not None:
+            _copy_fields(dst[name], src[name])
+        else:
+            dst[name] = src[name]
 
 
 def _dtype(dtype: np.dtype):
