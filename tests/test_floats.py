@@ -14,18 +14,12 @@ import jaxbind
 TINY = np.array([1e-310, 3e-320, -2e-309, 1e-300])  # float64 subnormals, and a normal one
 
 
-@pytest.fixture
-def x64():
-    with jax.enable_x64(True):
-        yield
-
-
 def _callable(out, args, kd):
     out[0][...] = args[0] * 0.5
 
 
 @pytest.mark.parametrize("how", ["eager", "jit", "vmap", "grad"])
-def test_callable_keeps_subnormals(x64, how):
+def test_callable_keeps_subnormals(enable_x64, how):
     op = jaxbind.get_linear_call(_callable, _callable, same_as_last, same_as_last)
     f = lambda x: op(x)[0]
     want = TINY * 0.5
@@ -42,7 +36,7 @@ def test_callable_keeps_subnormals(x64, how):
     np.testing.assert_array_equal(np.asarray(got), want)
 
 
-def test_native_body_keeps_subnormals(x64):
+def test_native_body_keeps_subnormals(enable_x64):
     @jaxbind.linear_op(shape=lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype))
     def halve(x):
         return x * 0.5
@@ -50,7 +44,7 @@ def test_native_body_keeps_subnormals(x64):
     np.testing.assert_array_equal(np.asarray(jax.jit(halve)(TINY)), TINY * 0.5)
 
 
-def test_xla_operations_keep_xla_mode(x64):
+def test_xla_operations_keep_xla_mode(enable_x64):
     """Only bodies change mode: jnp around a jaxbind call flushes as before (the mode is
     restored after the call)."""
     op = jaxbind.get_linear_call(_callable, _callable, same_as_last, same_as_last)
@@ -72,7 +66,7 @@ def _halve_range(begin, end, out, x):
 
 
 @pytest.mark.parametrize("form", ["kernel", "ranges"])
-def test_kernel_keeps_subnormals(x64, form):
+def test_kernel_keeps_subnormals(enable_x64, form):
     if form == "kernel":
         k = jaxbind.kernel(_halve_kernel)
     else:  # split across XLA's threads (grain 1): tasks on helper threads too
