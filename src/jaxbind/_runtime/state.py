@@ -16,9 +16,12 @@ object under the state's concurrency policy and makes it the thread's current st
 from __future__ import annotations
 
 import collections
+import contextlib
 import sys
 import threading
+import time
 import warnings
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -26,7 +29,7 @@ from .._kwargs import encode_kwargs
 from .._state import StateDef
 from .._state import thread_stack as _stack
 
-__all__ = ["Lease", "StatefulBody", "lease_for", "live_states"]
+__all__ = ["Lease", "StatefulBody", "Watch", "states_of", "lease_for", "live_states", "watching"]
 
 _KEYS = 4  # key values a lease keeps set up (a small LRU)
 
@@ -59,6 +62,8 @@ class Shared:
                 f"{type(exc).__name__}: {exc}"
             ) from exc
         self.objects.append(obj)
+        for w in _watches:
+            w.noted(self, "setup", obj)
         return obj
 
     def use(self):
@@ -88,6 +93,9 @@ class Shared:
 
     def close(self) -> None:
         objects, self.objects, self.idle = self.objects, [], []
+        for w in _watches:
+            for obj in objects:
+                w.noted(self, "teardown", obj)
         teardown = self.sdef.teardown
         if teardown is None or sys.is_finalizing():
             return
@@ -133,6 +141,12 @@ def live_states() -> int:
     ``jax.clear_caches()``)."""
     with _lock:
         return len(_registry)
+
+
+def states_of(sdef: StateDef) -> int:
+    """How many states of the declaration `sdef` are set up now."""
+    with _lock:
+        return sum(1 for shared in _registry.values() if shared.sdef is sdef)
 
 
 class Lease:
@@ -208,6 +222,8 @@ class StatefulBody:
 
     def __call__(self, out, args, kwargs_dump):
         shared = self.lease.shared or self.lease.state_for(args)
+        if _watches:
+            return self._watched(shared, out, args, kwargs_dump)
         stack = _stack()
         if shared.exclusive is not None:  # "lock": one object, one call at a time
             with shared.exclusive:
@@ -224,3 +240,82 @@ class StatefulBody:
         finally:
             stack.pop()
             shared.give_back(obj)
+
+    def _watched(self, shared: Shared, out, args, kwargs_dump) -> None:
+        """A call while a `Watch` looks on: each use of an object noted, start and end."""
+        stack = _stack()
+        exclusive = shared.exclusive or contextlib.nullcontext()
+        with exclusive:
+            obj = shared.objects[0] if shared.exclusive is not None else shared.use()
+            start = time.perf_counter()
+            stack.append(obj)
+            try:
+                self.body(out, args, kwargs_dump)
+            finally:
+                stack.pop()
+                end = time.perf_counter()
+                for w in _watches:
+                    w.used(shared, obj, start, end)
+                if shared.exclusive is None:
+                    shared.give_back(obj)
+
+
+# --- watching the run time (jaxbind.testing.check's state rows) ----------------------
+
+_watches: list[Watch] = []  # empty unless a check is looking
+
+
+class Watch:
+    """What the run time does with the states of one declaration while watched: the
+    objects it sets up and tears down, and each use of one by a Python body (with its
+    thread and times). Compiled kernels use their state in C++, unseen here."""
+
+    def __init__(self, sdef: StateDef):
+        self.sdef = sdef
+        self.lock = threading.Lock()
+        self.setups: list[int] = []  # id() of each object set up
+        self.teardowns: list[int] = []
+        self.uses: list[tuple[int, int, float, float]] = []  # (id(obj), thread, start, end)
+        self.kept: dict[int, object] = {}  # the objects set up, alive until torn down
+
+    def noted(self, shared: Shared, event: str, obj) -> None:
+        if shared.sdef is not self.sdef:
+            return
+        with self.lock:
+            if event == "setup":
+                self.setups.append(id(obj))
+                self.kept[id(obj)] = obj
+            else:
+                self.teardowns.append(id(obj))
+                self.kept.pop(id(obj), None)
+
+    def used(self, shared: Shared, obj, start: float, end: float) -> None:
+        if shared.sdef is not self.sdef:
+            return
+        with self.lock:
+            self.uses.append((id(obj), threading.get_ident(), start, end))
+
+    def most_at_once(self) -> int:
+        """The most uses of any one object that overlapped in time."""
+        most = 0
+        by_object: dict[int, list] = {}
+        for obj, _, start, end in self.uses:
+            by_object.setdefault(obj, []).append((start, end))
+        for spans in by_object.values():
+            events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+            now = 0
+            for _, step in events:
+                now += step
+                most = max(most, now)
+        return most
+
+
+@contextlib.contextmanager
+def watching(sdef: StateDef) -> Iterator[Watch]:
+    """A `Watch` of `sdef`'s states while the block runs."""
+    watch = Watch(sdef)
+    _watches.append(watch)
+    try:
+        yield watch
+    finally:
+        _watches.remove(watch)
