@@ -50,7 +50,9 @@ def note(what):
         with open(LOG, "a") as f:
             f.write(what + "\\n")
 
-@jaxbind.state(concurrency=os.environ.get("STATE_POLICY", "lock"), teardown=lambda s: note("teardown"))
+POLICY = os.environ.get("STATE_POLICY", "lock")
+
+@jaxbind.state(concurrency=POLICY, teardown=lambda s: note("teardown"))
 def plan(*, scale):
     note("setup")
     return {"scale": float(scale)}
