@@ -333,7 +333,10 @@ ffi::Error CudaCall(ExecutionContext context, void *stream, int32_t device, ffi:
 // attributes and kept by XLA with the executable (see `instantiate` in site.h). A site
 // the resolver refuses, or whose state's setup fails, fails the compilation (or the
 // loading) of the program, with the error a call would give.
-ffi::Error Instantiate(ExecutionContext context, ffi::Dictionary attrs) {
+// `platform` ("cpu" or "cuda") tells the resolver whether to set the state up now: on a
+// GPU, XLA gives no stream or device here, so each device's is set up at its first call.
+ffi::Error Instantiate(ExecutionContext context, const ffi::Dictionary &attrs,
+                       const char *platform) {
   Header header;
   Header::Problem problem = header.read(attrs);
   if (!problem.message.empty()) return error(problem.code, problem.message);
@@ -347,7 +350,7 @@ ffi::Error Instantiate(ExecutionContext context, ffi::Dictionary attrs) {
   std::string_view binding = "?";
   get_attr(attrs, "binding", binding);
   try {
-    instantiate(context, header, attrs);
+    instantiate(context, header, attrs, platform);
     return ffi::Error::Success();
   } catch (nb::python_error &e) {
     std::string why = e.what();
@@ -366,6 +369,14 @@ ffi::Error Instantiate(ExecutionContext context, ffi::Dictionary attrs) {
     return error(ffi::ErrorCode::kInternal,
                  "'" + std::string(binding) + "': unknown C++ exception");
   }
+}
+
+ffi::Error InstantiateCpu(ExecutionContext context, ffi::Dictionary attrs) {
+  return Instantiate(context, attrs, "cpu");
+}
+
+ffi::Error InstantiateCuda(ExecutionContext context, ffi::Dictionary attrs) {
+  return Instantiate(context, attrs, "cuda");
 }
 
 // The garbage collector's view of a Site: everything it holds that can lead
@@ -393,7 +404,12 @@ int site_clear(PyObject *self) {
 
 using namespace jaxbind;
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_instantiate_handler, Instantiate,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cpu_instantiate, InstantiateCpu,
+                              ffi::Ffi::BindInstantiate()
+                                  .Ctx<ExecutionContext>()     // where XLA keeps the site
+                                  .Attrs<ffi::Dictionary>());  // the call's attributes
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cuda_instantiate, InstantiateCuda,
                               ffi::Ffi::BindInstantiate()
                                   .Ctx<ExecutionContext>()     // where XLA keeps the site
                                   .Attrs<ffi::Dictionary>());  // the call's attributes
@@ -426,17 +442,25 @@ NB_MODULE(_ext, m) {
   m.attr("ffi_api_version") = nb::make_tuple(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);
 
   xla_state::deleter = free_instantiated;
-  auto bundle = [](void *execute) {
+  auto bundle = [](void *instantiate, void *execute) {
     nb::dict handlers;
-    handlers["instantiate"] = nb::capsule(reinterpret_cast<void *>(jaxbind_instantiate_handler));
+    handlers["instantiate"] = nb::capsule(instantiate);
     handlers["execute"] = nb::capsule(execute);
     return handlers;
   };
   m.def(
-      "cpu_handlers", [=]() { return bundle(reinterpret_cast<void *>(jaxbind_cpu_handler)); },
+      "cpu_handlers",
+      [=]() {
+        return bundle(reinterpret_cast<void *>(jaxbind_cpu_instantiate),
+                      reinterpret_cast<void *>(jaxbind_cpu_handler));
+      },
       "The CPU FFI handlers, {stage: PyCapsule}, for jax.ffi.register_ffi_target.");
   m.def(
-      "cuda_handlers", [=]() { return bundle(reinterpret_cast<void *>(jaxbind_cuda_handler)); },
+      "cuda_handlers",
+      [=]() {
+        return bundle(reinterpret_cast<void *>(jaxbind_cuda_instantiate),
+                      reinterpret_cast<void *>(jaxbind_cuda_handler));
+      },
       "The CUDA FFI handlers, {stage: PyCapsule} (built without the CUDA toolkit).");
   m.def(
       "dlpack_view",

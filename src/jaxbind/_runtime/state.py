@@ -21,15 +21,14 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Iterator
 
 import numpy as np
 
 from .._kwargs import encode_kwargs
-from .._state import StateDef
+from .._state import StateDef, _watches
 from .._state import thread_stack as _stack
 
-__all__ = ["Lease", "StatefulBody", "Watch", "states_of", "lease_for", "live_states", "watching"]
+__all__ = ["Lease", "StatefulBody", "lease_for", "live_states"]
 
 _KEYS = 4  # key values a lease keeps set up (a small LRU)
 
@@ -143,38 +142,48 @@ def live_states() -> int:
         return len(_registry)
 
 
-def states_of(sdef: StateDef) -> int:
-    """How many states of the declaration `sdef` are set up now."""
-    with _lock:
-        return sum(1 for shared in _registry.values() if shared.sdef is sdef)
-
-
 class Lease:
-    """One call site's hold on its op's state (released when the site is freed)."""
+    """One call site's hold on its op's state (released when the site is freed).
 
-    def __init__(self, binding, sdef: StateDef, arguments: dict, label: str, key_at):
+    Its states are placed: ``()`` on the CPU (set up when XLA instantiates the site, if
+    `eager`, else at its first call), ``("cuda", device)`` on a GPU (at the first call on
+    that device, inside the call: XLA gives no stream when it instantiates a site). A
+    state with a key has one per place and key value (the last few kept)."""
+
+    def __init__(self, binding, sdef: StateDef, arguments: dict, label: str, key_at, eager):
         self.sdef, self.label, self.key_at = sdef, label, key_at
         self.base = (id(binding), binding.name, id(sdef), _frozen(arguments))
         self.arguments = arguments
-        self.shared: Shared | None = None
+        self.shared: Shared | None = None  # the CPU's, once set up (the fast path)
+        self.placed: dict[tuple, Shared] = {}  # place -> Shared, without a key
         self.keyed: collections.OrderedDict = collections.OrderedDict()  # key -> (copies, Shared)
         self.mu = threading.Lock()
-        if not sdef.key:
-            self.shared = _acquire(self.base, sdef, arguments, label, eager=True)
+        if eager and not sdef.key:
+            self.shared = self.placed[()] = _acquire(self.base, sdef, arguments, label, True)
 
-    def state_for(self, args) -> Shared:
-        if self.shared is not None:
-            return self.shared
-        inputs = [np.asarray(args[i]) for i in self.key_at]
+    def state_for(self, args, place: tuple = (), on_host=np.asarray) -> Shared:
+        """The state for a call with inputs `args` at `place`, set up now if need be;
+        `on_host` gives a key input's values as a NumPy array."""
+        if not self.sdef.key:
+            with self.mu:
+                shared = self.placed.get(place)
+                if shared is None:
+                    key = (*self.base, *place)
+                    shared = _acquire(key, self.sdef, self.arguments, self.label, True)
+                    self.placed[place] = shared
+                    if not place:
+                        self.shared = shared
+                return shared
+        inputs = [on_host(args[i]) for i in self.key_at]
         with self.mu:
             for k, (copies, shared) in self.keyed.items():
-                if all(_same(a, b) for a, b in zip(copies, inputs)):
+                if k[0] == place and all(_same(a, b) for a, b in zip(copies, inputs)):
                     self.keyed.move_to_end(k)
                     return shared
             copies = [a.copy() for a in inputs]
-            k = tuple((a.dtype.str, a.shape, a.tobytes()) for a in copies)
+            k = (place, *((a.dtype.str, a.shape, a.tobytes()) for a in copies))
             arguments = dict(self.arguments, **dict(zip(self.sdef.key, copies)))
-            shared = _acquire((*self.base, k), self.sdef, arguments, self.label, eager=True)
+            shared = _acquire((*self.base, *k), self.sdef, arguments, self.label, eager=True)
             self.keyed[k] = (copies, shared)
             while len(self.keyed) > _KEYS:
                 _release(self.keyed.popitem(last=False)[1][1])
@@ -183,8 +192,8 @@ class Lease:
     def __del__(self):
         if sys.is_finalizing():
             return
-        if self.shared is not None:
-            _release(self.shared)
+        for shared in self.placed.values():
+            _release(shared)
         for _, shared in self.keyed.values():
             _release(shared)
 
@@ -198,9 +207,9 @@ def _frozen(arguments: dict) -> bytes:
     return encode_kwargs(arguments, "state setup").blob
 
 
-def lease_for(binding, dump, label: str) -> Lease | None:
+def lease_for(binding, dump, label: str, eager: bool) -> Lease | None:
     """The lease of a call site of `binding` with keyword arguments `dump` (None if the op
-    has no state); its state set up now unless it has a key."""
+    has no state); its CPU state set up now if `eager` and it has no key."""
     sdef = binding.options.state
     if sdef is None:
         return None
@@ -208,7 +217,7 @@ def lease_for(binding, dump, label: str) -> Lease | None:
         arguments = sdef.arguments(dump.to_dict(), label)
     except TypeError as exc:
         raise SetupError(str(exc)) from None
-    return Lease(binding, sdef, arguments, label, binding.options.state_key)
+    return Lease(binding, sdef, arguments, label, binding.options.state_key, eager)
 
 
 class StatefulBody:
@@ -221,7 +230,16 @@ class StatefulBody:
         self.body, self.lease = body, lease
 
     def __call__(self, out, args, kwargs_dump):
-        shared = self.lease.shared or self.lease.state_for(args)
+        self.run(self.lease.shared or self.lease.state_for(args), out, args, kwargs_dump)
+
+    def on_gpu(self, device: int, on_host, out, args, kwargs_dump) -> None:
+        """A GPU call (from the GPU dispatcher): the state of its device; `on_host` copies
+        a key input to the host."""
+        shared = self.lease.state_for(args, ("cuda", device), on_host)
+        self.run(shared, out, args, kwargs_dump)
+
+    def run(self, shared: Shared, out, args, kwargs_dump) -> None:
+        """The body, with an object of `shared` current (taken under its policy)."""
         if _watches:
             return self._watched(shared, out, args, kwargs_dump)
         stack = _stack()
@@ -258,64 +276,3 @@ class StatefulBody:
                     w.used(shared, obj, start, end)
                 if shared.exclusive is None:
                     shared.give_back(obj)
-
-
-# --- watching the run time (jaxbind.testing.check's state rows) ----------------------
-
-_watches: list[Watch] = []  # empty unless a check is looking
-
-
-class Watch:
-    """What the run time does with the states of one declaration while watched: the
-    objects it sets up and tears down, and each use of one by a Python body (with its
-    thread and times). Compiled kernels use their state in C++, unseen here."""
-
-    def __init__(self, sdef: StateDef):
-        self.sdef = sdef
-        self.lock = threading.Lock()
-        self.setups: list[int] = []  # id() of each object set up
-        self.teardowns: list[int] = []
-        self.uses: list[tuple[int, int, float, float]] = []  # (id(obj), thread, start, end)
-        self.kept: dict[int, object] = {}  # the objects set up, alive until torn down
-
-    def noted(self, shared: Shared, event: str, obj) -> None:
-        if shared.sdef is not self.sdef:
-            return
-        with self.lock:
-            if event == "setup":
-                self.setups.append(id(obj))
-                self.kept[id(obj)] = obj
-            else:
-                self.teardowns.append(id(obj))
-                self.kept.pop(id(obj), None)
-
-    def used(self, shared: Shared, obj, start: float, end: float) -> None:
-        if shared.sdef is not self.sdef:
-            return
-        with self.lock:
-            self.uses.append((id(obj), threading.get_ident(), start, end))
-
-    def most_at_once(self) -> int:
-        """The most uses of any one object that overlapped in time."""
-        most = 0
-        by_object: dict[int, list] = {}
-        for obj, _, start, end in self.uses:
-            by_object.setdefault(obj, []).append((start, end))
-        for spans in by_object.values():
-            events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
-            now = 0
-            for _, step in events:
-                now += step
-                most = max(most, now)
-        return most
-
-
-@contextlib.contextmanager
-def watching(sdef: StateDef) -> Iterator[Watch]:
-    """A `Watch` of `sdef`'s states while the block runs."""
-    watch = Watch(sdef)
-    _watches.append(watch)
-    try:
-        yield watch
-    finally:
-        _watches.remove(watch)

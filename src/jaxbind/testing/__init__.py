@@ -22,7 +22,7 @@ import numpy as np
 
 from .._api import Op
 from .._native import NativeOp
-from .._runtime.state import watching
+from .._state import watching
 from . import agreement, batching, first_order, inputs, linearity, second_order, state, written
 from .case import Case, Family
 from .report import CheckReport, CheckResult
