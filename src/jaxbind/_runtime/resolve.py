@@ -98,7 +98,7 @@ def resolved(found: dict) -> Resolved:
         kernel = body.call_for(dump.to_dict(), where)
     elif loop.levels:
         label += ", batched"
-    lease = lease_for(binding, dump, label)
+    lease = lease_for(binding, role, dump, label)
     return Resolved(
         binding=name,
         label=label,
