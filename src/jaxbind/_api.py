@@ -15,7 +15,7 @@ from ._binding import Binding, register
 from ._compat import register_cache
 from ._errors import about, words
 from ._kwargs import KwargsDump, encode_kwargs
-from ._options import OPTION_DOCS, CallOptions, Options, declare
+from ._options import OPTION_DOCS, CallOptions, Options, declare, state_key_positions
 from ._primitive import IMPL_CALLS, PRIMITIVE, bind, eager, nested
 from ._roles import Body, Kind, OpBase, role_table
 from ._spec import CallSpec
@@ -249,9 +249,34 @@ def make_op(
             "the ranges' sum. Drop input_output_aliases (add the input to the op's result "
             "afterwards if the sum should include it)"
         )
+    check_state_key(name, options, roles)
     binding = Binding(name=name, kind=kind, roles=roles, options=options)
     binding, _ = register(binding, explicit_name=explicit, replace=replace)
     return Op(binding)
+
+
+def check_state_key(name: str, options: Options, roles: dict) -> None:
+    """Every role whose body runs at call time (a callable or a kernel) receives the
+    state's key inputs, where its run time looks for them (RoleDef.positions); a role
+    given as a JAX function calls other ops, and needs none."""
+    sdef = options.state
+    if sdef is None or not options.state_key:
+        return
+    for entry in roles.values():
+        if entry.body is None or entry.kind is Body.JAX:
+            continue
+        for k, p, at in zip(
+            sdef.key, options.state_key, entry.positions(options.state_key, options.fixed)
+        ):
+            if at is None:
+                raise TypeError(
+                    f"{about(name, entry.role.text)}: its state's key input {k!r} (argument "
+                    f"{p}) is not among the arguments {entry.role.describe()} receives "
+                    f"({entry.args.value[0]}), so its setup could not be given {k!r} there. "
+                    f"Make {k!r} a fixed argument ({words(options).fixed}=), or give "
+                    f"{entry.role.describe()} a JAX-function body (jaxbind.jax_function), "
+                    "which runs no setup"
+                )
 
 
 def get_linear_call(
@@ -299,6 +324,9 @@ def get_linear_call(
     elif f_T is not None and not callable(f_T):
         raise TypeError(f"jaxbind: f_T must be callable, a tuple of callables or None, got {f_T!r}")
     checked, name, replace = declare("get_linear_call", kind.value, options, native=False)
+    checked = state_key_positions(
+        checked, abstract, name or _default_name(f), "its abstract function"
+    )
     return make_op(kind, f, f_T, None, abstract, abstract_T, checked, name, replace)
 
 
@@ -341,6 +369,9 @@ def get_nonlinear_call(
         if fn is not None and not callable(fn):
             raise TypeError(f"jaxbind: {what} must be callable or None, got {fn!r}")
     checked, name, replace = declare("get_nonlinear_call", "nonlinear", options, native=False)
+    checked = state_key_positions(
+        checked, abstract, name or _default_name(f), "its abstract function"
+    )
     derivatives = tuple(f_derivative)
     return make_op(
         Kind.NONLINEAR, f, None, derivatives, abstract, abstract_reverse, checked, name, replace

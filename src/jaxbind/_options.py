@@ -49,8 +49,8 @@ class Options:
       native: made by the JAX-native API (the decorators), not ``get_*_call``; every
         message about the op speaks that API (see _errors.words).
       state: what the op sets up once per call site (``@jaxbind.state``), or None.
-      state_key: the positions of the state's ``key`` inputs among the arguments (the
-        op's fixed arguments, first in every role).
+      state_key: the positions of the state's ``key`` inputs among f's arguments (each
+        role finds them in its own layout: _roles.RoleDef.positions).
     """
 
     fixed: int = 0
@@ -284,18 +284,15 @@ def _state(what: str, value: Any, native: bool) -> Any:
             f"jaxbind.{what}: state must be declared with @jaxbind.state (def setup(*, ...): "
             f"return the object), got {value!r}"
         )
-    if value.key and not native:
-        raise TypeError(
-            f"jaxbind.{what}: the state {value.name!r} has key={value.key}, which names "
-            "arguments of the op's function; define the op with the JAX-native API "
-            "(jaxbind.linear_op, ...), whose functions name their arguments"
-        )
     return value
 
 
-def state_key_positions(options: Options, fn: Any, op: str) -> Options:
+def state_key_positions(options: Options, fn: Any, op: str, source: str) -> Options:
     """`options` with the positions of its state's key inputs: the names in ``key=`` are
-    parameters of the op's function `fn` among its fixed arguments."""
+    positional parameters of `fn`, which names the op's arguments in order (the op's
+    function in the JAX-native API, its abstract function in the other: `source` says
+    which, for the message). Which roles receive them is checked with the role table
+    (jaxbind._api.check_state_key)."""
     sdef = options.state
     if sdef is None or not sdef.key:
         return options
@@ -309,11 +306,24 @@ def state_key_positions(options: Options, fn: Any, op: str) -> Options:
         names = []
     positions = []
     for k in sdef.key:
-        if k not in names[: options.fixed]:
+        if k not in names:
             raise ValueError(
-                f"jaxbind: '{op}': its state's key names {k!r}, which is not one of the op's "
-                f"fixed arguments {tuple(names[: options.fixed])} (fixed={options.fixed}); a "
-                "state can depend on fixed arguments only, which every role receives"
+                f"jaxbind: '{op}': its state {sdef.name!r} has key={sdef.key}, and {k!r} is "
+                f"not one of the op's arguments as {source} names them {tuple(names)}; name "
+                f"in key= the parameters of {source} (its positional parameters, in order) "
+                "that the object depends on"
             )
         positions.append(names.index(k))
+    if options.vectorized and any(p >= options.fixed for p in positions):
+        fixed, vectorized = (
+            ("fixed", "vectorized") if options.native else ("first_n_args_fixed", "func_can_batch")
+        )
+        k = sdef.key[next(i for i, p in enumerate(positions) if p >= options.fixed)]
+        raise ValueError(
+            f"jaxbind: '{op}': its state's key input {k!r} is not a fixed argument, and the "
+            f"op batches natively ({vectorized}=True): under vmap every input after the fixed "
+            f"ones arrives batched, and one setup would get the whole batch of values. Make "
+            f"{k!r} a fixed argument ({fixed}=), or drop {vectorized}=True (jaxbind's batch "
+            "loop gives the setup one element at a time)"
+        )
     return dataclasses.replace(options, state_key=tuple(positions))

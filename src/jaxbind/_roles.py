@@ -235,6 +235,17 @@ class Args(enum.Enum):
         """The outputs are shaped as f's at the primals (the JVP's tangents)."""
         return self is Args.JVP
 
+    def position(self, p: int, fixed: int, index: int | None = None) -> int | None:
+        """Where argument `p` of f (an op with `fixed` fixed arguments) is among this
+        layout's arguments, or None if the role does not receive it; `index`: i of the
+        multilinear transpose "T<i>"."""
+        if self is Args.T:  # the fixed arguments, then cotangents
+            return p if p < fixed else None
+        if self is Args.T_I:  # f's arguments but the i-th, then cotangents
+            assert index is not None
+            return p if p < index else (None if p == index else p - 1)
+        return p  # f, JVP, VJP: every argument of f first, in order
+
 
 @dataclass(frozen=True, slots=True, eq=False)
 class RoleDef:
@@ -284,6 +295,10 @@ class RoleDef:
             if isinstance(kwargs.get("batch_axes"), tuple):
                 kwargs = {**kwargs, "batch_axes": kwargs["batch_axes"][:n_fixed]}
         return tuple(avals), kwargs
+
+    def positions(self, args: tuple[int, ...], fixed: int) -> tuple[int | None, ...]:
+        """Where f's arguments `args` are among this role's (None: not received)."""
+        return tuple(self.args.position(p, fixed, self.role.index) for p in args)
 
     def identity(self) -> tuple:
         """What makes two definitions of the role the same (see same_values)."""

@@ -47,7 +47,7 @@ class StateDef:
         static keyword argument).
       required: those of `params` without a default.
       concurrency: "lock", "pool" or "shared"; pool_size: objects at most, for "pool".
-      key: names of the op's (fixed) inputs the object depends on.
+      key: names of the op's inputs the object depends on.
       teardown: ``teardown(obj)`` when the object is freed, or None.
     """
 
@@ -119,10 +119,10 @@ def state(
         ``pool_size`` objects (set up as needed), each used by one call at a time;
         ``"shared"`` all at once (the object is thread-safe).
       pool_size: the most objects of a ``"pool"`` state (default 4).
-      key: names of the op's fixed arguments the object depends on (traced, e.g.
-        NUFFT points): the setup gets them as NumPy arrays under these names, runs at
-        the first call, and again only when their values change (the last few are
-        kept).
+      key: names of the op's inputs the object depends on (traced, e.g. NUFFT
+        points), as the op's function names them (in ``get_*_call``: its abstract
+        function): the setup gets them as NumPy arrays under these names, runs at the
+        first call, and again only when their values change (the last few are kept).
       teardown: ``teardown(obj)``, called when an object is freed (never after the
         interpreter has begun to exit).
     """
@@ -247,10 +247,11 @@ def load_state(kwargs_dump=None):
 
 
 @contextlib.contextmanager
-def outside_programs(options, kwargs: dict, args, label: str) -> Iterator[None]:
-    """A state of its own for a body called outside any program (jaxbind.testing calls
-    callables directly): set up from the call's keyword arguments (and key inputs in
-    `args`), current while the block runs, torn down after."""
+def outside_programs(binding, kwargs: dict, args, label: str, role: str = "f") -> Iterator[None]:
+    """A state of its own for a body of `binding`'s `role` called outside any program
+    (jaxbind.testing calls callables directly): set up from the call's keyword arguments
+    (and key inputs in `args`), current while the block runs, torn down after."""
+    options = binding.options
     sdef = options.state
     if sdef is None:
         yield
@@ -258,7 +259,8 @@ def outside_programs(options, kwargs: dict, args, label: str) -> Iterator[None]:
     import numpy as np
 
     arguments = sdef.arguments(kwargs, label)
-    arguments.update(zip(sdef.key, (np.array(args[i]) for i in options.state_key)))
+    key_at = binding.role(role).positions(options.state_key, options.fixed)
+    arguments.update(zip(sdef.key, (np.array(args[i]) for i in key_at)))
     obj = sdef.setup(**arguments)
     try:
         with using(obj):

@@ -41,7 +41,7 @@ from typing import Any, Unpack
 import jax
 import jax.numpy as jnp
 
-from .._api import Op, make_op
+from .._api import Op, check_state_key, make_op
 from .._errors import about, add_context, refused_arguments
 from .._kwargs import KwargsDump
 from .._options import OpOptions, Options, declare, state_key_positions
@@ -199,7 +199,9 @@ class NativeOp:
     def _refresh(self):
         """Give the registered binding the derivatives defined so far (before any call)."""
         binding = self._op.binding
-        binding.roles = role_table(binding.kind, *self._bodies(), self._shapes, None)
+        roles = role_table(binding.kind, *self._bodies(), self._shapes, None)
+        check_state_key(self.name, self.options, roles)
+        binding.roles = roles
 
     @property
     def op(self) -> Op:
@@ -219,6 +221,15 @@ class NativeOp:
             ):
                 raise TypeError(
                     f"{about(self.name)}: fixed argument {i} must be one array, not a pytree"
+                )
+        keyed = self.options.state_key
+        for i in range(max(keyed, default=-1) + 1):
+            if i < len(args) and not jax.tree_util.treedef_is_leaf(jax.tree.structure(args[i])):
+                raise TypeError(
+                    f"{about(self.name)}: argument {i} must be one array, not a pytree: its "
+                    f"state's key inputs (arguments {keyed}) are found by their position, "
+                    "and every argument up to the last of them must be one array. Pass it "
+                    "as separate arrays, or move the key inputs before it"
                 )
         leaves, in_tree = jax.tree.flatten(args)
         leaves = [x if isinstance(x, jax.Array) else jnp.asarray(x) for x in leaves]
@@ -262,7 +273,7 @@ def _decorator(kind: str, shape: ShapeFn, options: OpOptions) -> Decorator:
 
     def make(fn: Callable) -> NativeOp:
         where = str(name or getattr(fn, "__qualname__", "op"))
-        keyed = state_key_positions(checked, fn, where)
+        keyed = state_key_positions(checked, fn, where, "the op's function")
         return NativeOp(kind, fn, shape, name=name, replace=replace, options=keyed)
 
     return make

@@ -41,6 +41,7 @@ def batch_rule(args, dims, *, spec: CallSpec):
 def _batch_native(args, dims, spec: CallSpec):
     binding = spec.binding
     args, new_axes = _align(list(args), dims, spec)
+    _check_key_unbatched(spec, new_axes)
     avals = [ShapedArray(a.shape, a.dtype) for a in args]
     outs = declared_outputs(spec, avals, new_axes)
     out_dims = []
@@ -57,6 +58,26 @@ def _batch_native(args, dims, spec: CallSpec):
     new_out = BatchAxes(tuple(_shift(axes, d) for axes, d in zip(old_out, out_dims)))
     new_spec = replace(spec, batch_axes=new_axes, out_batch_axes=new_out)
     return bind(new_spec, *args), out_dims
+
+
+def _check_key_unbatched(spec: CallSpec, axes: BatchAxes) -> None:
+    """A natively batching op's state key inputs stay out of vmap: its body gets the
+    whole batch, and so would the setup (one object for values that differ per
+    element). jaxbind's loop has no such limit: it hands the body one element."""
+    options = spec.binding.options
+    if not options.state_key:
+        return
+    at = spec.binding.role(spec.role).positions(options.state_key, options.fixed)
+    for name, p in zip(options.state.key, at):
+        if p is not None and axes[p]:
+            w = words(options)
+            raise ValueError(
+                f"{about(spec.binding.name, spec.role)}: its state's key input {name!r} is "
+                f"batched under vmap, and the op batches natively ({w.vectorized}=True): "
+                f"one setup would get the whole batch of {name!r} as if it were one value. "
+                f"Keep {name!r} out of the vmap (in_axes=None), or drop {w.vectorized}=True "
+                "(jaxbind's batch loop gives the setup one element at a time)"
+            )
 
 
 def _align(args, dims, spec: CallSpec):

@@ -99,7 +99,7 @@ def resolved(found: dict, eager: bool = False) -> Resolved:
         kernel = body.call_for(dump.to_dict(), where)
     elif loop.levels:
         label += ", batched"
-    lease = lease_for(binding, dump, label, eager)
+    lease = lease_for(binding, role, dump, label, eager)
     return Resolved(
         binding=name,
         label=label,

@@ -207,9 +207,10 @@ def _frozen(arguments: dict) -> bytes:
     return encode_kwargs(arguments, "state setup").blob
 
 
-def lease_for(binding, dump, label: str, eager: bool) -> Lease | None:
-    """The lease of a call site of `binding` with keyword arguments `dump` (None if the op
-    has no state); its CPU state set up now if `eager` and it has no key."""
+def lease_for(binding, role, dump, label: str, eager: bool) -> Lease | None:
+    """The lease of a call site of `binding`'s `role` with keyword arguments `dump` (None
+    if the op has no state); its CPU state set up now if `eager` and it has no key, whose
+    inputs the role's body finds at their positions in its own layout."""
     sdef = binding.options.state
     if sdef is None:
         return None
@@ -217,7 +218,11 @@ def lease_for(binding, dump, label: str, eager: bool) -> Lease | None:
         arguments = sdef.arguments(dump.to_dict(), label)
     except TypeError as exc:
         raise SetupError(str(exc)) from None
-    return Lease(binding, sdef, arguments, label, binding.options.state_key, eager)
+    options = binding.options
+    key_at = binding.role(role).positions(options.state_key, options.fixed)
+    if None in key_at:  # (the op's definition check refuses such roles: see check_state_key)
+        raise SetupError(f"jaxbind: {label}: this role does not receive its state's key inputs")
+    return Lease(binding, sdef, arguments, label, key_at, eager)
 
 
 class StatefulBody:

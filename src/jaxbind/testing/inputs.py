@@ -96,7 +96,7 @@ def _run(case: Case, role: str, inputs, outputs) -> tuple[list, dict]:
     if isinstance(body, Kernel):
         return copies, call_watched(body, outputs(copies), copies, dump)
     label = f"'{case.binding.name}' ({entry.role.describe()})"
-    with outside_programs(case.binding.options, dump.to_dict(), copies, label):
+    with outside_programs(case.binding, dump.to_dict(), copies, label, role):
         for_call(body, case.trees)(outputs(copies), tuple(copies), dump)
     return copies, _array_kwargs(dump.to_dict())
 
