@@ -16,7 +16,6 @@ object under the state's concurrency policy and makes it the thread's current st
 from __future__ import annotations
 
 import collections
-import contextlib
 import sys
 import threading
 import time
@@ -245,39 +244,34 @@ class StatefulBody:
 
     def run(self, shared: Shared, out, args, kwargs_dump) -> None:
         """The body, with an object of `shared` current (taken under its policy)."""
-        if _watches:
-            return self._watched(shared, out, args, kwargs_dump)
+        body = self.body if not _watches else self._noting(shared)
         stack = _stack()
         if shared.exclusive is not None:  # "lock": one object, one call at a time
             with shared.exclusive:
                 stack.append(shared.objects[0])
                 try:
-                    self.body(out, args, kwargs_dump)
+                    body(out, args, kwargs_dump)
                 finally:
                     stack.pop()
             return
         obj = shared.use()
         stack.append(obj)
         try:
-            self.body(out, args, kwargs_dump)
+            body(out, args, kwargs_dump)
         finally:
             stack.pop()
             shared.give_back(obj)
 
-    def _watched(self, shared: Shared, out, args, kwargs_dump) -> None:
-        """A call while a `Watch` looks on: each use of an object noted, start and end."""
-        stack = _stack()
-        exclusive = shared.exclusive or contextlib.nullcontext()
-        with exclusive:
-            obj = shared.objects[0] if shared.exclusive is not None else shared.use()
-            start = time.perf_counter()
-            stack.append(obj)
+    def _noting(self, shared: Shared):
+        """The body, telling each `Watch` which object it used, from when to when."""
+
+        def noted(out, args, kwargs_dump):
+            obj, start = _stack()[-1], time.perf_counter()
             try:
                 self.body(out, args, kwargs_dump)
             finally:
-                stack.pop()
                 end = time.perf_counter()
                 for w in _watches:
                     w.used(shared, obj, start, end)
-                if shared.exclusive is None:
-                    shared.give_back(obj)
+
+        return noted
