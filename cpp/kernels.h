@@ -96,8 +96,7 @@ struct KernelSite {
 inline void call_kernel(jaxbind_kernel_fn fn, const KernelSite &site, const std::string &label,
                         const Call &call, const Loop *loop, const Workers &workers) {
   StateUse state(site.state, call);  // the op's object for this call, if it has a state
-  static const Workers serial;
-  const Workers &tasks = site.state.serial_tasks ? serial : workers;
+  const Workers &tasks = site.state.serial_tasks ? serial_workers : workers;
   const KernelArgs &kwargs = site.kwargs;
   char message[1024];
   message[0] = '\0';

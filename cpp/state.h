@@ -436,7 +436,7 @@ struct KernelState {
 class StateUse {
  public:
   StateUse(const KernelState &state, const Call &call) {
-    if (!state) return;
+    if (!state.cell && !state.keyed) return;  // (an op without state: nothing more)
     if (state.keyed) {
       held_ = state.keyed->find(call);
       cell_ = held_.get();
