@@ -78,6 +78,12 @@ inline LabelledError python_failure(nb::python_error &e) {
   return LabelledError(why);
 }
 
+// A call found its state's cell closed: the state was freed meanwhile (a key value's
+// state, dropped from Python's last few, is set up again).
+struct StateFreed : LabelledError {
+  using LabelledError::LabelledError;
+};
+
 class StateCell {
  public:
   enum Policy : int { kLock = 0, kPool = 1, kShared = 2 };
@@ -233,10 +239,10 @@ class StateCell {
     std::atomic<bool> known{false};
   };
 
-  LabelledError freed() const {
-    return LabelledError(label_ +
-                         ": its state was freed while a call still ran (its executable was "
-                         "freed); call the program again");
+  StateFreed freed() const {
+    return StateFreed(label_ +
+                      ": its state was freed while a call still ran (its executable was "
+                      "freed); call the program again");
   }
 
   // A pool's slot: an idle one, else an empty one to make (`make`), else wait.
@@ -438,12 +444,22 @@ class StateUse {
   StateUse(const KernelState &state, const Call &call) {
     if (!state.cell && !state.keyed) return;  // (an op without state: nothing more)
     if (state.keyed) {
-      held_ = state.keyed->find(call);
+      // a key value's cell may close between finding and entering it, when Python drops
+      // it from its last few: found again, it is set up again
+      for (int attempt = 0;; ++attempt) {
+        held_ = state.keyed->find(call);
+        try {
+          slot_ = held_->enter();
+          break;
+        } catch (StateFreed &) {
+          if (attempt == 3) throw;
+        }
+      }
       cell_ = held_.get();
     } else {
       cell_ = state.cell.get();  // (the site holds it)
+      slot_ = cell_->enter();
     }
-    slot_ = cell_->enter();
     try {
       address_ = cell_->address(slot_);
     } catch (...) {

@@ -8,6 +8,7 @@ import ctypes
 import gc
 import textwrap
 import threading
+import time
 
 import jax
 import jax.numpy as jnp
@@ -391,3 +392,96 @@ def test_objects_give_their_address_in_the_documented_ways(clib):
     assert state_address(buffer, "op", "s") == int(ffi.cast("uintptr_t", buffer))
     with pytest.raises(TypeError, match="'op'.*setup 's' returned a bool.*jaxbind_address"):
         state_address(True, "'op'", "s")
+
+
+def test_more_key_values_than_are_kept_under_vmap_on_several_threads():
+    """Eight sets of points at once, more than the last few a key state keeps: states
+    dropped while other calls look for theirs are set up again, never used freed."""
+    setups = []
+
+    @jaxbind.state(key=("points",))
+    def table(*, points):
+        setups.append(1)
+        return np.ascontiguousarray(points, np.float64) * 10
+
+    def add_table(out, points, x, state):
+        t = numba.carray(state, x.shape, np.float64)
+        for i in range(x.shape[0]):
+            out[i] = x[i] + t[i]
+            for _ in range(2000):  # worth spreading over the batch loop's threads
+                out[i] = out[i] * 1.0
+
+    op = jaxbind.nonlinear_op(
+        shape=lambda points, x: x, fixed=1, state=table, name="tests.state_key_many"
+    )(jaxbind.kernel(add_table))
+    f = jax.jit(jax.vmap(op))
+    ps = jnp.arange(8.0)[:, None] + jnp.arange(3.0)
+    xs = jnp.ones((8, 3))
+    failures = []
+
+    def work():
+        try:
+            for _ in range(5):
+                np.testing.assert_allclose(f(ps, xs), 1 + 10 * np.asarray(ps))
+        except Exception as exc:  # pragma: no cover - reported below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures, failures[0]
+    assert len(setups) >= 8
+
+
+def test_a_numba_kernel_with_a_state_parameter_on_an_op_without_state_says_so():
+    def uses_state(out, x, state):
+        out[...] = x
+
+    op = jaxbind.linear_op(shape=lambda x: x, name="tests.state_param_no_state")(
+        jaxbind.kernel(uses_state)
+    )
+    with pytest.raises(TypeError, match="'state'.*give the op state="):
+        jax.jit(op)(jnp.ones(3))
+
+
+def test_a_kernel_and_a_python_body_of_one_op_keep_to_one_lock(clib):
+    made = Made()
+
+    @jaxbind.state(teardown=made.teardown)
+    def plan(*, scale):
+        made.objects.append(Plan(scale=scale))
+        return made.objects[-1]
+
+    def transpose(ct, *, state, scale):  # a Python body using the same object
+        state.in_use += 1
+        state.most_in_use = max(state.most_in_use, state.in_use)
+        time.sleep(0.0002)
+        state.in_use -= 1
+        return ct * state.scale
+
+    k = clib.scaled
+    op = jaxbind.linear_op(shape=lambda x, **kw: x, state=plan, name="tests.state_mixed")(
+        jaxbind.kernel(k, name="scaled")
+    )
+    op.def_transpose(transpose)
+    x = jnp.ones((16, 4))
+    f = jax.jit(jax.vmap(lambda x: op(x, scale=2.0)))
+    t = jax.jit(jax.vmap(jax.linear_transpose(lambda x: op(x, scale=2.0), x[0])))
+    failures = []
+
+    def work(fn):
+        try:
+            for _ in range(5):
+                fn(x)
+        except Exception as exc:  # pragma: no cover - reported below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=work, args=(fn,)) for fn in (f, t, f, t)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not failures, failures[0]
+    assert len(made.objects) == 1 and made.objects[0].most_in_use == 1

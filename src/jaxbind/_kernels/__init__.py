@@ -214,9 +214,14 @@ class Kernel:
                 )
         missing = [p.name for p in static if p.name not in names and p.default is p.empty]
         if missing:
+            hint = (
+                "; a kernel's 'state' parameter gets its op's state: give the op state="
+                if missing[0] == "state"
+                else ""
+            )
             raise TypeError(
                 f"{where}: kernel {self.name} takes keyword argument {missing[0]!r}, which "
-                "the call does not pass (give it a default, or pass it)"
+                f"the call does not pass (give it a default, or pass it{hint})"
             )
         if not outside:  # (the shape functions may differ between the kernel's bindings)
             self._checked.add(key)
@@ -296,7 +301,7 @@ def state_address_for_call(kernel: Kernel, where: str) -> int | None:
     stack = thread_stack()
     if not stack or kernel.abi_version < 3:
         return None
-    return state_address(stack[-1], where, "of the call")
+    return state_address(stack[-1], where, None)
 
 
 def _kind_of(value) -> Any:

@@ -19,21 +19,23 @@ __all__ = ["ADDRESS_ATTRIBUTE", "state_address"]
 ADDRESS_ATTRIBUTE = "jaxbind_address"
 
 
-def state_address(obj, label: str, state: str) -> int:
-    """The address a kernel gets for the object `obj` of the state named `state`, at the
-    op and role `label`; a TypeError naming them and the fix if it gives none."""
+def state_address(obj, label: str, state: str | None) -> int:
+    """The address a kernel gets for the object `obj` of the state whose setup is named
+    `state` (None: unknown), at the op and role `label`; a TypeError naming them and the
+    fix if it gives none."""
     address = _address(obj)
+    setup = "its state's setup" if state is None else f"the setup {state!r}"
     if isinstance(address, str):
         raise TypeError(
             f"jaxbind: {label}: its body is a compiled kernel, which gets the address of its "
-            f"state's object, but the setup {state!r} returned {address}. Return an int "
+            f"state's object, but {setup} returned {address}. Return an int "
             "(a handle or pointer), a ctypes or cffi pointer, a C-contiguous NumPy array, or "
             f"an object with a {ADDRESS_ATTRIBUTE!r} attribute or method that gives one "
             "(keep the Python objects the address points into alive in it)"
         )
     if not 0 < address < 2**64:
         raise ValueError(
-            f"jaxbind: {label}: the setup {state!r} of its state gave the address {address:#x}"
+            f"jaxbind: {label}: {setup} gave the address {address:#x}"
             f", {'a NULL pointer' if address == 0 else 'out of range'}; a kernel would "
             "dereference it. Return the object's address (did a C setup fail?)"
         )

@@ -260,8 +260,16 @@ class StatefulBody:
         self.body, self.lease = body, lease
 
     def __call__(self, out, args, kwargs_dump):
-        shared = self.lease.shared or self.lease.state_for(args)
-        slot = shared.use()
+        for attempt in range(4):
+            shared = self.lease.shared or self.lease.state_for(args)
+            try:
+                slot = shared.use()
+                break
+            except RuntimeError:
+                # a key value's state dropped from the lease's last few by another thread
+                # meanwhile: set up again
+                if self.lease.shared is not None or not shared.cell.closed or attempt == 3:
+                    raise
         stack = _stack()
         stack.append(shared.slots[slot])
         try:
