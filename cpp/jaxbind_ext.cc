@@ -486,10 +486,10 @@ NB_MODULE(_ext, m) {
           "acquire",
           [](CellHandle &h) {
             auto [slot, made_here] = h.cell->acquire();
-            return nb::make_tuple(slot, made_here);
+            return made_here ? -1 - slot : slot;
           },
-          "(slot, new): an object for one call, taken under the policy (waits without the "
-          "GIL); new: the caller makes it, or abandons the slot.")
+          "The slot of an object for one call, taken under the policy (waits without the "
+          "GIL); -1 - slot for a slot whose object the caller makes (or abandons).")
       .def(
           "release", [](CellHandle &h, int slot) { h.cell->release(slot); }, nb::arg("slot"))
       .def(

@@ -76,8 +76,9 @@ class Shared:
     def use(self) -> int:
         """The slot of an object for one call (made now if the policy allows one more),
         taken until `give_back`."""
-        slot, new = self.cell.acquire()
-        if new:
+        slot = self.cell.acquire()
+        if slot < 0:  # (a slot to make the object of)
+            slot = -1 - slot
             try:
                 self.slots[slot] = self.make()
             except BaseException:
