@@ -326,9 +326,11 @@ def kernel(
 
     Args:
       fn: a numba-compilable Python function ``fn(*outputs, *inputs, **static)`` (its
-        parameters after the arrays are bound to the call's keyword arguments by name),
-        a numba ``@cfunc``, a ctypes or cffi function pointer implementing the ABI of
-        ``jaxbind/kernel.h``, or an integer address (then `abi_version` is required).
+        parameters after the arrays are bound to the call's keyword arguments by name; on
+        an op with ``state=``, a parameter named ``state`` gets the address of the
+        state's object as a numba ``voidptr``), a numba ``@cfunc``, a ctypes or cffi
+        function pointer implementing the ABI of ``jaxbind/kernel.h``, or an integer
+        address (then `abi_version` is required).
       abi_version: the ABI version the kernel implements, 1, 2 or 3 (default: this
         jaxbind's, 3; an op with ``state=`` takes kernels of version 3). Its calls say
         that version, and carry the fields of every version.
