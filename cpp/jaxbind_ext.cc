@@ -5,6 +5,7 @@
 //   floats.h      IEEE floating point (no flushed subnormals) while a body runs
 //   workers.h     XLA's intra-op thread pool, as kernels and the batch loop use it
 //   call.h        one described call: its buffers (decoded once), signature, batch loop
+//   state.h       an op's state as kernels take it: its policy and objects' addresses
 //   kernels.h     compiled kernels' keyword arguments, and the ABI call of a kernel
 //   outputs.h     the opt-in check that a body wrote every element of its outputs
 //   process.h     what the handlers share in the process: the Python functions called,
@@ -36,6 +37,7 @@
 #include "outputs.h"
 #include "process.h"
 #include "site.h"
+#include "state.h"
 #include "views.h"
 
 #include <algorithm>
@@ -492,6 +494,39 @@ NB_MODULE(_ext, m) {
           "retire", [](Site &s) { s.core->alive.store(false, std::memory_order_release); },
           "Stop calls from using this site (its binding was defined again): programs that "
           "hold it find their site by digest instead.");
+
+  nb::class_<CellHandle>(m, "StateCell",
+                         "The concurrency of one state's objects, as kernels and Python bodies "
+                         "take them (see cpp/state.h; made by jaxbind._runtime.state.Shared).")
+      .def(
+          "__init__",
+          [](CellHandle *self, int policy, int size, nb::handle owner, std::string label) {
+            new (self) CellHandle{CellRef(new StateCell(policy, size, owner, std::move(label)))};
+          },
+          nb::arg("policy"), nb::arg("size"), nb::arg("owner"), nb::arg("label"),
+          "policy: 0 lock, 1 pool, 2 shared; size: a pool's objects at most; owner: the "
+          "state, whose provide(slot, make) gives a slot's address (held weakly).")
+      .def(
+          "acquire",
+          [](CellHandle &h) {
+            auto [slot, made_here] = h.cell->acquire();
+            return made_here ? -1 - slot : slot;
+          },
+          "The slot of an object for one call, taken under the policy (waits without the "
+          "GIL); -1 - slot for a slot whose object the caller makes (or abandons).")
+      .def(
+          "release", [](CellHandle &h, int slot) { h.cell->release(slot); }, nb::arg("slot"))
+      .def(
+          "abandon", [](CellHandle &h, int slot) { h.cell->abandon(slot); }, nb::arg("slot"))
+      .def(
+          "set_address",
+          [](CellHandle &h, int slot, uintptr_t address) { h.cell->set_address(slot, address); },
+          nb::arg("slot"), nb::arg("address"))
+      .def(
+          "close", [](CellHandle &h) { h.cell->close(); },
+          "Wait for the calls using an object, and refuse later ones: then the objects may "
+          "be torn down.")
+      .def_prop_ro("closed", [](CellHandle &h) { return h.cell->closed(); });
 
   m.def(
       "gpu_call_for_tests",

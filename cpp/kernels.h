@@ -12,6 +12,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "call.h"
+#include "state.h"
 
 namespace jaxbind {
 
@@ -21,7 +22,7 @@ namespace nb = nanobind;
 // says (which the kernel tests hold against the header's fields, in order).
 static_assert(sizeof(jaxbind_buffer) == 4 * 8, "jaxbind_buffer is 4 words (abi.BUFFER)");
 static_assert(sizeof(jaxbind_kwarg) == 10 * 8, "jaxbind_kwarg is 10 words (abi.KWARG)");
-static_assert(sizeof(jaxbind_call) == 14 * 8, "jaxbind_call is 14 words (abi.CALL)");
+static_assert(sizeof(jaxbind_call) == 15 * 8, "jaxbind_call is 15 words (abi.CALL)");
 
 // A kernel that failed: its message names the binding and the role already.
 struct KernelError : LabelledError {
@@ -84,14 +85,18 @@ struct KernelSite {
   int64_t threads = 0;                               // at most this many (0: all XLA has)
   KernelArgs kwargs;
   std::string origin = "kernel";  // what it was made from, for messages ("ctypes function")
+  KernelState state;              // the op's state (none: an op without state=)
 };
 
 // Call a kernel once on `call` (one batch element, or the whole call: then `loop` says
-// which axes are the batch), with `workers` for its parallel_for. No GIL needed, no
-// Python object made. Throws KernelError with the kernel's message, prefixed with
-// `label`, if it fails.
+// which axes are the batch), with `workers` for its parallel_for, and its op's object
+// taken under the state's policy for the call (state.h). No GIL needed, no Python object
+// made (but for a pool's new object, or a key value not seen). Throws KernelError with the kernel's
+// message, prefixed with `label`, if it fails.
 inline void call_kernel(jaxbind_kernel_fn fn, const KernelSite &site, const std::string &label,
                         const Call &call, const Loop *loop, const Workers &workers) {
+  StateUse state(site.state, call);  // the op's object for this call, if it has a state
+  const Workers &tasks = site.state.serial_tasks ? serial_workers : workers;
   const KernelArgs &kwargs = site.kwargs;
   char message[1024];
   message[0] = '\0';
@@ -107,9 +112,10 @@ inline void call_kernel(jaxbind_kernel_fn fn, const KernelSite &site, const std:
   abi.batched = loop != nullptr ? loop->batched.data() : nullptr;
   abi.error = message;
   abi.error_size = sizeof(message);
-  abi.n_threads = workers.threads();  // (asked here, before any task runs)
+  abi.n_threads = tasks.threads();  // (asked here, before any task runs)
   abi.parallel_for = parallel_for;
-  abi.workers = const_cast<Workers *>(&workers);
+  abi.workers = const_cast<Workers *>(&tasks);
+  abi.state = state.address();
   int32_t status = fn(&abi);
   if (status == 0) return;
   message[sizeof(message) - 1] = '\0';

@@ -122,7 +122,23 @@ struct Site {
       core->kernel.threads = nb::cast<int64_t>(kernel.attr("threads"));
       core->kernel.kwargs.read(kernel.attr("kwargs"));
       core->kernel.origin = nb::cast<std::string>(kernel.attr("origin"));
+      read_state(kernel.attr("state"));
     }
+  }
+
+  // A kernel's state (jaxbind/_kernels' KernelCall.state): None, or (cell, key inputs,
+  // serial tasks, lease): a cell (_ext.StateCell) for a state without key, else the key
+  // inputs' positions and the lease that gives a cell per key value.
+  void read_state(nb::handle state) {
+    if (state.is_none()) return;
+    nb::tuple t = nb::cast<nb::tuple>(state);
+    KernelState &s = core->kernel.state;
+    s.serial_tasks = nb::cast<bool>(t[2]);
+    if (!t[0].is_none()) {
+      s.cell = nb::cast<CellHandle &>(t[0]).cell;
+      return;
+    }
+    s.keyed = std::make_unique<KeyedCells>(nb::cast<std::vector<int>>(t[1]), t[3], core->label);
   }
 };
 

@@ -174,14 +174,16 @@ class Workers {
   mutable int64_t threads_ = 0;
 };
 
+// No pool: every task on the calling thread.
+inline const Workers serial_workers;
+
 // The ABI's parallel_for (jaxbind/kernel.h): the call's workers, or the calling thread.
 inline int32_t parallel_for(const jaxbind_call *call, int64_t n_tasks, jaxbind_task_fn task,
                             void *context) {
   if (task == nullptr) return n_tasks > 0 ? -2 : 0;
-  static const Workers serial;
   const auto *workers = call != nullptr && call->workers != nullptr
                             ? static_cast<const Workers *>(call->workers)
-                            : &serial;
+                            : &serial_workers;
   return workers->run(n_tasks, task, context);
 }
 

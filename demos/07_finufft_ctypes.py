@@ -36,8 +36,8 @@ jax.config.update("jax_enable_x64", True)
 # The library lies beside the package's Python files (`libfinufft.so`, `.dylib`, or
 # `finufft.dll` on Windows). Each C function gets its argument and result types, which
 # is what lets numba call it. Pointers are `c_void_p`, so a kernel passes `a.ctypes.data`
-# (and 0 for NULL). FINUFFT's guru interface takes the dimension and the type as values,
-# so one kernel serves every case: make a plan, set the points, execute, destroy. The
+# (and 0 for NULL). FINUFFT's guru interface takes the dimension and the type as values:
+# make a plan, set the points, execute (as often as wanted), destroy. The
 # single-precision functions carry an `f` (`finufftf_makeplan`, ...) and take a float
 # tolerance.
 
@@ -71,97 +71,128 @@ default_opts = c_function("finufft_default_opts", None, PTR)  # fills a finufft_
 
 
 def guru(prefix, real):
-    """One transform through the guru interface, in one precision; returns FINUFFT's code."""
-    makeplan = c_function(f"{prefix}_makeplan", INT, INT, INT, PTR, INT, INT, real, PTR, PTR)
-    setpts = c_function(f"{prefix}_setpts", INT, PTR, INT64, PTR, PTR, PTR, INT64, PTR, PTR, PTR)
-    execute = c_function(f"{prefix}_execute", INT, PTR, PTR, PTR)
-    destroy = c_function(f"{prefix}_destroy", INT, PTR)
-
-    @numba.njit
-    def run(kind, c, f, n_modes, points, iflag, eps, opts):
-        dim, m = points.shape  # one row per coordinate, C order
-        null = np.uintp(0)
-        x = points[dim - 1].ctypes.data  # FINUFFT's x: our last coordinate (see grid_sizes)
-        y = points[dim - 2].ctypes.data if dim > 1 else null
-        z = points[dim - 3].ctypes.data if dim > 2 else null
-        plan = np.zeros(1, np.int64)  # a finufft_plan, written by makeplan
-        ier = makeplan(kind, dim, n_modes.ctypes.data, iflag, 1, eps, plan.ctypes.data, opts)
-        if ier > 1:  # no plan (1, eps too small, is a warning: the plan is made)
-            return ier
-        if ier == 0:
-            ier = setpts(plan[0], m, x, y, z, 0, null, null, null)
-        if ier == 0:
-            ier = execute(plan[0], c, f)  # c, then f, for both types
-        destroy(plan[0])
-        return ier
-
-    return run
+    """The guru interface in one precision: makeplan, setpts, execute, destroy."""
+    return dict(
+        makeplan=c_function(f"{prefix}_makeplan", INT, INT, INT, PTR, INT, INT, real, PTR, PTR),
+        setpts=c_function(f"{prefix}_setpts", INT, PTR, INT64, PTR, PTR, PTR, INT64, PTR, PTR, PTR),
+        execute=c_function(f"{prefix}_execute", INT, PTR, PTR, PTR),
+        destroy=c_function(f"{prefix}_destroy", INT, PTR),
+    )
 
 
-run_double, run_single = guru("finufft", ctypes.c_double), guru("finufftf", ctypes.c_float)
+GURU = {np.dtype(np.float64): guru("finufft", ctypes.c_double)}
+GURU[np.dtype(np.float32)] = guru("finufftf", ctypes.c_float)
+execute_double = GURU[np.dtype(np.float64)]["execute"]
+execute_single = GURU[np.dtype(np.float32)]["execute"]
 
 
-@numba.njit
-def transform(kind, c, f, n_modes, points, iflag, eps, nthreads, modeord):
-    """Type `kind` between the values at address `c` and the grid at `f`: FINUFFT's code."""
-    # finufft_opts: room for the struct of any FINUFFT 2.x (about 100 bytes). Its first
-    # six fields are ints in all of them: modeord, ..., nthreads.
-    opts = np.zeros(128, np.int32)
-    default_opts(opts.ctypes.data)
-    opts[0], opts[5] = modeord, nthreads
-    if points.itemsize == 8:
-        ier = run_double(kind, c, f, n_modes, points, iflag, eps, opts.ctypes.data)
-    else:
-        ier = run_single(kind, c, f, n_modes, points, iflag, eps, opts.ctypes.data)
-    if ier != 0:  # the kernel fails: the call raises an error naming the op
-        raise RuntimeError("FINUFFT failed with error code", ier, "(1: eps is too small)")
+# %% [markdown]
+# ## The plans: the op's state
+#
+# Planning (`makeplan`, then `setpts`, which sorts the points) costs more than a small
+# transform. So the plans are the ops' **state** (`jaxbind.state`, see docs/state.md):
+# set up when a call first meets its points, kept while the points stay the same, and
+# destroyed with the compiled program. The points are a traced input, so the state names
+# them in `key=`: it is set up again only when their values change.
+#
+# One object holds both plans of a set of points, type 1 and type 2 (an op's transpose is
+# the other type, with the same state). A kernel gets the address of what the object's
+# `jaxbind_address` gives: two words, the two plans. FINUFFT's `setpts` keeps pointers
+# to the coordinates, so the object keeps its own copy of them as long as the plans live.
 
 
-@numba.njit
-def grid_sizes(f):
-    """FINUFFT's grids run fastest along their first axis, ours (C order) along the last:
-    FINUFFT's sizes are ours reversed (and its x is our last coordinate)."""
-    n_modes = np.ones(3, np.int64)
-    for k in range(f.ndim):
-        n_modes[k] = f.shape[f.ndim - 1 - k]
-    return n_modes
+# %%
+class Plans:
+    """FINUFFT's type-1 and type-2 plans for one set of points (rows of `points`)."""
+
+    def __init__(self, points, n_modes, iflag, eps, nthreads, modeord):
+        self.points = np.array(points, order="C")  # FINUFFT reads them at every execute
+        self.guru = GURU[self.points.dtype]
+        self.handles = np.zeros(2, np.int64)  # finufft_plan pointers: type 1, type 2
+        # finufft_opts: room for the struct of any FINUFFT 2.x (about 100 bytes). Its
+        # first six fields are ints in all of them: modeord, ..., nthreads.
+        opts = np.zeros(128, np.int32)
+        default_opts(opts.ctypes.data)
+        opts[0], opts[5] = modeord, nthreads
+        dim, m = self.points.shape
+        sizes = np.ones(3, np.int64)
+        sizes[:dim] = n_modes[::-1]  # FINUFFT's grids run fastest along their first axis
+        x, y, z = (self.points[dim - 1 - k].ctypes.data if k < dim else None for k in range(3))
+        for kind in (1, 2):
+            plan = self.handles[kind - 1 :].ctypes.data
+            ier = self.guru["makeplan"](
+                kind, dim, sizes.ctypes.data, iflag, 1, eps, plan, opts.ctypes.data
+            )
+            if ier != 0:  # (1: eps is too small; FINUFFT warns, and plans for less)
+                self.destroy()
+                why = " (eps is too small)" if ier == 1 else ""
+                raise RuntimeError(f"FINUFFT's makeplan failed with error code {ier}{why}")
+            ier = self.guru["setpts"](int(self.handles[kind - 1]), m, x, y, z, 0, None, None, None)
+            if ier != 0:
+                self.destroy()
+                raise RuntimeError(f"FINUFFT's setpts failed with error code {ier}")
+
+    @property
+    def jaxbind_address(self) -> int:
+        return self.handles.ctypes.data  # what the kernels get as `state`
+
+    def destroy(self):
+        for k, handle in enumerate(self.handles):
+            if handle:
+                self.guru["destroy"](int(handle))
+                self.handles[k] = 0
+
+
+@jaxbind.state(key=("points",), teardown=Plans.destroy)
+def plans(*, points, n_modes, iflag, eps, nthreads, modeord):
+    return Plans(points, n_modes, iflag, eps, nthreads, modeord)
 
 
 # %% [markdown]
 # ## The kernels and the ops
 #
-# Each kernel takes its output first, then the points and its input, then the static
-# keyword arguments by name. The type-1 op `f = A c` (`A[k, j] = exp(i iflag k·x_j)`) has
-# the type-2 kernel as its transpose with the **same** `iflag`: JAX's transposes do not
-# conjugate (`c̄ = Aᵀ f̄`). `n_modes` only sets output shapes: the kernels read the grid's
-# shape from the grid.
+# Each kernel takes its output first, then the points and its input, then `state`, the
+# address of the plans (a numba `voidptr`: `numba.carray` views it). The type-1 op
+# `f = A c` (`A[k, j] = exp(i iflag k·x_j)`) has the type-2 kernel as its transpose with
+# the **same** `iflag`: JAX's transposes do not conjugate (`c̄ = Aᵀ f̄`). The options
+# (`n_modes`, `iflag`, `eps`, `nthreads`, `modeord`) go to the plans' setup only.
 
 
 # %%
-@jaxbind.kernel
-def type1(f, points, c, iflag, eps, nthreads, modeord):
-    transform(1, c.ctypes.data, f.ctypes.data, grid_sizes(f), points, iflag, eps, nthreads, modeord)
+@numba.njit
+def execute(kind, state, c, f):
+    """Type `kind` between the values `c` and the grid `f`, with the call's plans."""
+    plan = numba.carray(state, (2,), np.int64)[kind - 1]
+    if c.itemsize == 16:  # complex128
+        ier = execute_double(plan, c.ctypes.data, f.ctypes.data)
+    else:
+        ier = execute_single(plan, c.ctypes.data, f.ctypes.data)
+    if ier != 0:  # the kernel fails: the call raises an error naming the op
+        raise RuntimeError("FINUFFT failed with error code", ier)
 
 
 @jaxbind.kernel
-def type2(c, points, f, iflag, eps, nthreads, modeord):
-    transform(2, c.ctypes.data, f.ctypes.data, grid_sizes(f), points, iflag, eps, nthreads, modeord)
+def type1(f, points, c, state):
+    execute(1, state, c, f)
+
+
+@jaxbind.kernel
+def type2(c, points, f, state):
+    execute(2, state, c, f)
 
 
 def grid_shape(points, c, *, n_modes, **kwargs):
-    return ((tuple(int(n) for n in n_modes), c.dtype),)
+    return jax.ShapeDtypeStruct(tuple(int(n) for n in n_modes), c.dtype)
 
 
 def points_shape(points, f, **kwargs):
-    return (((points.shape[1],), f.dtype),)
+    return jax.ShapeDtypeStruct((points.shape[1],), f.dtype)
 
 
-nufft1_op = jaxbind.get_linear_call(
-    type1, type2, grid_shape, points_shape, first_n_args_fixed=1, name="demo.finufft1"
-)
-nufft2_op = jaxbind.get_linear_call(
-    type2, type1, points_shape, grid_shape, first_n_args_fixed=1, name="demo.finufft2"
-)
+nufft1_op = jaxbind.linear_op(shape=grid_shape, fixed=1, state=plans, name="demo.finufft1")(type1)
+nufft1_op.def_transpose(type2)
+nufft2_op = jaxbind.linear_op(shape=points_shape, fixed=1, state=plans, name="demo.finufft2")(type2)
+nufft2_op.def_transpose(type1)
 
 # %% [markdown]
 # The calls of jax-finufft (and jaxducc0): values `(M,)`, points `x, y, z` each `(M,)`.
@@ -215,14 +246,14 @@ def nufft1(n_modes, c, x, y=None, z=None, *, iflag=1, eps=1e-6, nthreads=0, mode
             f"demo.nufft1: n_modes must be {len(points)} positive ints for "
             f"{len(points)}-D points, got {n_modes.tolist()}"
         )
-    return nufft1_op(points, c, n_modes=n_modes.astype(np.int64), **options)[0]
+    return nufft1_op(points, c, n_modes=n_modes.astype(np.int64), **options)
 
 
 def nufft2(f, x, y=None, z=None, *, iflag=-1, eps=1e-6, nthreads=0, modeord=0):
     """c[j] = sum_k f[k] exp(i sign(iflag) k·x_j), the options as for `nufft1`."""
     options = dict(iflag=iflag, eps=eps, nthreads=nthreads, modeord=modeord)
     f, points, options = _arguments("nufft2", f, (x, y, z), grid=True, **options)
-    return nufft2_op(points, f, n_modes=np.array(f.shape, np.int64), **options)[0]
+    return nufft2_op(points, f, n_modes=np.array(f.shape, np.int64), **options)
 
 
 # %% [markdown]

@@ -87,6 +87,27 @@ def test_finufft_ctypes_benchmark_quick():
     assert "| 1 | type 2 grad values |" in proc.stdout and "| numba floor |" in proc.stdout
 
 
+def test_state_kernels_benchmark_quick(tmp_path):
+    import pytest
+
+    pytest.importorskip("numba")
+    proc = run_python(
+        ROOT / "benchmarks" / "state_kernels.py",
+        "--quick",
+        "--blocks",
+        "1",
+        "--iterations",
+        "20",
+        "--out",
+        tmp_path,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads((tmp_path / "state_kernels.json").read_text())
+    assert set(data["median"]) == {"no state", "lock", "shared", "pool", "key (lock)"}
+    assert "| pool |" in (tmp_path / "state_kernels.md").read_text()
+
+
 def test_kernels_report_is_the_recorded_one_and_reads_as_results(tmp_path):
     """benchmarks/results/kernels.md is what kernels.py --report makes of kernels.json (the
     generator and the record agree), and it states results, not targets."""

@@ -310,3 +310,84 @@ def test_bad_inputs_are_refused_naming_the_call():
         nufft1((8, 8), c, coords[0], coords[1].astype(np.float32))
     with pytest.raises(ValueError, match=r"t\.nufft2: a 2-D grid for 1-D points"):
         nufft2(f, coords[0])
+
+
+# --- a guru plan in the op's state (kernel ABI version 3) -------------------------------
+
+_GURU = dict(
+    makeplan=(LIB.finufft_makeplan, [INT, INT, PTR, INT, INT, ctypes.c_double, PTR, PTR]),
+    setpts=(LIB.finufft_setpts, [PTR, INT64, PTR, PTR, PTR, INT64, PTR, PTR, PTR]),
+    execute=(LIB.finufft_execute, [PTR, PTR, PTR]),
+    destroy=(LIB.finufft_destroy, [PTR]),
+)
+for _fn, _types in _GURU.values():
+    _fn.argtypes, _fn.restype = _types, INT
+_execute = LIB.finufft_execute
+
+
+class _Plan:
+    """A 1-D type-1 guru plan for one set of points (kept: FINUFFT reads them later)."""
+
+    made: list = []
+    destroyed = 0
+
+    def __init__(self, x, n):
+        self.x = np.array(x, np.float64)
+        self.handle = ctypes.c_void_p()
+        sizes = np.array([n, 1, 1], np.int64)
+        assert (
+            LIB.finufft_makeplan(
+                1, 1, sizes.ctypes.data, 1, 1, 1e-12, ctypes.byref(self.handle), None
+            )
+            == 0
+        )
+        assert (
+            LIB.finufft_setpts(
+                self.handle, self.x.size, self.x.ctypes.data, None, None, 0, None, None, None
+            )
+            == 0
+        )
+        _Plan.made.append(self)
+
+    @property
+    def jaxbind_address(self):
+        return self.handle.value
+
+    def destroy(self):
+        LIB.finufft_destroy(self.handle)
+        _Plan.destroyed += 1
+
+
+def test_a_guru_plan_in_state_is_made_once_per_points_and_destroyed_with_the_program():
+    @jaxbind.state(key=("x",), teardown=_Plan.destroy)
+    def plan(*, x, n):
+        return _Plan(x, n)
+
+    @jaxbind.kernel
+    def execute(f, x, c, state):
+        if _execute(state, c.ctypes.data, f.ctypes.data) != 0:
+            raise RuntimeError("finufft_execute failed")
+
+    op = jaxbind.linear_op(
+        shape=lambda x, c, *, n: jax.ShapeDtypeStruct((n,), c.dtype),
+        fixed=1,
+        state=plan,
+        name="t.fi1_plan",
+    )(execute)
+    coords, c, _ = _problem(1, np.complex128, m=30)
+    (x,) = coords
+    before = len(_Plan.made)
+    f = jax.jit(lambda x, c: op(x, c, n=8))
+    for k in range(3):
+        np.testing.assert_allclose(
+            f(x, c * k), k * (_dense((8,), [x], 1) @ np.asarray(c)), atol=1e-9
+        )
+    assert len(_Plan.made) - before == 1  # one plan, its points set once, for every call
+    np.testing.assert_allclose(f(-x, c), _dense((8,), [-x], 1) @ np.asarray(c), atol=1e-9)
+    assert len(_Plan.made) - before == 2  # new points: a new plan
+    del f
+    jax.clear_caches()
+    import gc
+
+    gc.collect()
+    assert _Plan.destroyed == len(_Plan.made)

@@ -269,7 +269,7 @@ def test_c_kernel_through_ctypes_and_raw_address(clib):
     assert (pathlib.Path(jaxbind.kernel_include_dir()) / "jaxbind" / "kernel.h").exists()
     by_ctypes = jaxbind.kernel(clib.add_offset)
     address = ctypes.cast(clib.add_offset, ctypes.c_void_p).value
-    raw = jaxbind.kernel(address, abi_version=2, name="add_offset")
+    raw = jaxbind.kernel(address, abi_version=3, name="add_offset")
     for i, k in enumerate((by_ctypes, raw)):
         op = jaxbind.get_linear_call(k, None, same_as_last, name=f"tests.kernel_c{i}")
         x = random((2, 3), np.float32, 9)
@@ -285,7 +285,7 @@ def _c_kernel(clib, how: str, name: str = "scale_f32"):
         return jaxbind.kernel(getattr(clib, name))
     if how == "raw address":
         address = ctypes.cast(getattr(clib, name), ctypes.c_void_p).value
-        return jaxbind.kernel(address, abi_version=2, name=name)
+        return jaxbind.kernel(address, abi_version=3, name=name)
     cffi = pytest.importorskip("cffi")
     ffi = cffi.FFI()
     ffi.cdef(f"int32_t {name}(const void *call);")
@@ -883,7 +883,7 @@ def test_abi_layout_table_is_the_headers():
         assert tuple(re.findall(r"(\w+)\s*;", body)) == struct.fields, struct.name
     assert f"#define JAXBIND_KERNEL_ABI_VERSION {abi.ABI_VERSION}" in header
     assert abi.KWARG["array.dims"] == abi.KWARG["array"] + abi.BUFFER["dims"]
-    assert (abi.BUFFER.words, abi.KWARG.words, abi.CALL.words) == (4, 10, 14)
+    assert (abi.BUFFER.words, abi.KWARG.words, abi.CALL.words) == (4, 10, 15)
 
 
 def test_a_keyword_argument_a_kernel_cannot_take_names_the_binding_once():

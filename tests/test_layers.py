@@ -70,6 +70,7 @@ SHARED = {
     "_kernels.numba_codegen",
     "_kernels.numba_support",
     "_kernels.source",
+    "_kernels.state",
     "_options",
     "_kwargs",
     "_state",

@@ -273,7 +273,7 @@ def test_package_is_typed():
 
 def test_extension_stub_names_what_the_extension_has():
     """_ext.pyi, what type checkers read for the compiled extension, declares exactly its
-    public names, and those of its Site."""
+    public names, and those of each of its classes (Site, StateCell)."""
     import ast
     import pathlib
 
@@ -292,8 +292,10 @@ def test_extension_stub_names_what_the_extension_has():
         return {name for name in dir(obj) if not name.startswith("_")}
 
     assert declared(stub.body) == public(_ext)
-    (site,) = (node for node in stub.body if isinstance(node, ast.ClassDef))
-    assert declared(site.body) == public(_ext.Site)
+    classes = [node for node in stub.body if isinstance(node, ast.ClassDef)]
+    assert {c.name for c in classes} == {"Site", "StateCell"}
+    for c in classes:
+        assert declared(c.body) == public(getattr(_ext, c.name)), c.name
 
 
 _CELL = """

@@ -171,6 +171,8 @@ def check_body_runs(what: str, fn, name, options: Options) -> None:
     """A generator or async function returns without running its body: its results
     would never be written. Refused here, as the trampoline refuses a return value."""
     target = fn.func if isinstance(fn, functools.partial) else fn
+    if options.state is not None and Body.of(fn) is Body.KERNEL:  # it must see the state
+        fn.check_state(f"jaxbind: {what} of '{name or _default_name(fn)}'")
     if (
         inspect.isgeneratorfunction(target)
         or inspect.iscoroutinefunction(target)

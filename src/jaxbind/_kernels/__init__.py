@@ -40,8 +40,17 @@ from .._roles import Body
 from . import abi
 from .abi import ABI_VERSION, ABI_VERSIONS
 from .numba_codegen import compile_numba, count, parameter_names, static_parameters
+from .state import state_address
 
-__all__ = ["ABI_VERSION", "Kernel", "KernelCall", "kernel", "kernel_include_dir"]
+__all__ = [
+    "ABI_VERSION",
+    "Kernel",
+    "KernelCall",
+    "kernel",
+    "kernel_include_dir",
+    "state_address",
+    "state_address_for_call",
+]
 
 
 def kernel_include_dir() -> str:
@@ -55,9 +64,12 @@ class KernelCall:
     all of XLA's), the static keyword arguments as typed values (cpp/kernels.h), what
     the kernel was made from (`origin`, for messages), and `address`, the kernel's
     address for a buffer signature ``(inputs, outputs)``, each a tuple of ``(address,
-    shape, XLA element type)``."""
+    shape, XLA element type)``. For an op with a state (`stateful`), `state` is what the
+    runtime sets for the trampoline (see _runtime.state.Lease.for_kernel)."""
 
     __slots__ = (
+        "stateful",
+        "state",
         "kernel",
         "batches",
         "abi_version",
@@ -68,14 +80,16 @@ class KernelCall:
         "origin",
     )
 
-    def __init__(self, kernel: Kernel, values: dict, where: str):
+    def __init__(self, kernel: Kernel, values: dict, where: str, stateful: bool = False):
         self.kernel, self.batches, self.values, self.where = kernel, kernel.batches, values, where
+        self.stateful = stateful
+        self.state: tuple | None = None
         self.origin = kernel.origin
         self.abi_version, self.threads = kernel.abi_version, kernel.threads or 0
         self.kwargs = [abi.typed_kwarg(name, values[name], where) for name in sorted(values)]
 
     def address(self, ins, outs) -> int:
-        return self.kernel.address_for(ins, outs, self.values, self.where)
+        return self.kernel.address_for(ins, outs, self.values, self.where, self.stateful)
 
 
 class Kernel:
@@ -130,22 +144,62 @@ class Kernel:
         """Kernels take flat arrays, whatever the call's pytree structure."""
         return self
 
-    def call_for(self, values: dict, where: str) -> KernelCall:
-        return KernelCall(self, values, where)
+    def call_for(self, values: dict, where: str, stateful: bool = False) -> KernelCall:
+        return KernelCall(self, values, where, stateful)
 
-    def check_call(self, names, n_inputs: int, n_outputs: int, where: str, shape_fns=()) -> None:
+    def check_state(self, where: str) -> None:
+        """When an op with ``state=`` is made with this kernel as a body: it must see the
+        state (kernel ABI version 3; a numba function, through a ``state`` parameter)."""
+        if self.abi_version < 3:
+            raise TypeError(
+                f"{where} is kernel {self.name}, registered for kernel ABI version "
+                f"{self.abi_version}, which has no state field, but the op was given state=. "
+                "A kernel sees its op's state from version 3 on (jaxbind_call.state): build "
+                "it against this jaxbind's jaxbind/kernel.h and register it with "
+                "abi_version=3, or give the op no state="
+            )
+        if self._fn is None:
+            return
+        try:
+            params = inspect.signature(self._fn).parameters
+        except (TypeError, ValueError):
+            return
+        if "state" not in params:
+            raise TypeError(
+                f"{where} is the numba kernel {self.name}, which takes no 'state' parameter, "
+                "but the op was given state=; add one after the arrays (def "
+                f"{getattr(self._fn, '__name__', 'kernel')}(out, x, ..., state): it gets the "
+                "address of the state's object, a numba voidptr)"
+            )
+
+    def check_call(
+        self,
+        names,
+        n_inputs: int,
+        n_outputs: int,
+        where: str,
+        shape_fns=(),
+        state=None,
+    ) -> None:
         """At trace time: a numba kernel's function must take the call's arrays, and every
         keyword argument the call passes must be a parameter of the function or of one of
         the op's shape functions (`shape_fns`: a keyword argument that only sets output
         shapes, such as a grid size, need not reach the kernel). Any other one, a typo,
-        would be dropped silently. C kernels get every keyword argument."""
+        would be dropped silently. C kernels get every keyword argument. With a `state`
+        (the op's StateDef), the kernel's `state` parameter gets the state, and a keyword
+        argument that its setup takes need not reach the kernel either."""
+        stateful = state is not None
         if self._fn is None:
             return
-        key = (tuple(sorted(names)), n_inputs, n_outputs)
+        key = (tuple(sorted(names)), n_inputs, n_outputs, stateful)
         if key in self._checked:
             return
         static = static_parameters(self, self._fn, n_inputs, n_outputs, where)
+        if stateful:  # (its `state` parameter gets the state, not a keyword argument)
+            static = [p for p in static if p.name != "state"]
         outside = set(names) - {p.name for p in static}  # not the kernel's parameters
+        if stateful:
+            outside -= set(names) if state.all_kwargs else set(state.params)
         if outside:
             named = set().union(*(parameter_names(fn) for fn in shape_fns))
             unknown = sorted(outside - named)
@@ -160,21 +214,30 @@ class Kernel:
                 )
         missing = [p.name for p in static if p.name not in names and p.default is p.empty]
         if missing:
+            hint = (
+                "; a kernel's 'state' parameter gets its op's state: give the op state="
+                if missing[0] == "state"
+                else ""
+            )
             raise TypeError(
                 f"{where}: kernel {self.name} takes keyword argument {missing[0]!r}, which "
-                "the call does not pass (give it a default, or pass it)"
+                f"the call does not pass (give it a default, or pass it{hint})"
             )
         if not outside:  # (the shape functions may differ between the kernel's bindings)
             self._checked.add(key)
 
-    def address_for(self, ins, outs, values: dict, where: str | None = None) -> int:
-        """The address of the kernel for buffers of these element types and ranks."""
+    def address_for(
+        self, ins, outs, values: dict, where: str | None = None, stateful: bool = False
+    ) -> int:
+        """The address of the kernel for buffers of these element types and ranks (and,
+        for a numba function, whether its op has a state, which its `state` gets)."""
         if self._address is not None:
             return self._address
         key = (
             tuple((code, len(shape)) for _, shape, code in ins),
             tuple((code, len(shape)) for _, shape, code in outs),
             tuple(sorted((k, _kind_of(v)) for k, v in values.items())),
+            stateful,
         )
         where = where or repr(self)
         with self._lock:
@@ -184,7 +247,7 @@ class Kernel:
                 if refused is not None:  # (numba would refuse it again, slowly)
                     raise type(refused)(*refused.args)
                 try:
-                    compiled = compile_numba(self, ins, outs, values, where)
+                    compiled = compile_numba(self, ins, outs, values, where, stateful)
                 except TypeError as exc:
                     self._refused[(key, where)] = exc
                     raise
@@ -204,7 +267,8 @@ class Kernel:
             if not o.flags.c_contiguous or not o.flags.writeable:
                 raise ValueError(f"jaxbind: {self!r}: outputs must be writable and contiguous")
         describe = lambda arrays: tuple((0, a.shape, abi.xla_code(a.dtype)) for a in arrays)
-        call = self.call_for(values, repr(self))
+        state = state_address_for_call(self, repr(self))
+        call = self.call_for(values, repr(self), stateful=state is not None)
         address = call.address(describe(ins), describe(out))
         from .. import _ext
 
@@ -219,6 +283,7 @@ class Kernel:
             abi_version=self.abi_version,
             threads=min(self.threads or 3, 3),
             parallel_for=_ext.parallel_for_address(),
+            state=state or 0,
         )
         if status != 0:  # (jaxbind's numba wrappers always write a message)
             why = message or (
@@ -226,6 +291,17 @@ class Kernel:
                 "call->error"
             )
             raise RuntimeError(f"jaxbind: kernel {self.name} failed: {why}")
+
+
+def state_address_for_call(kernel: Kernel, where: str) -> int | None:
+    """For a kernel called from Python (jaxbind.testing, debugging): the address of the
+    state object current on this thread (see _state.outside_programs), or None."""
+    from .._state import thread_stack
+
+    stack = thread_stack()
+    if not stack or kernel.abi_version < 3:
+        return None
+    return state_address(stack[-1], where, None)
 
 
 def _kind_of(value) -> Any:
@@ -250,11 +326,14 @@ def kernel(
 
     Args:
       fn: a numba-compilable Python function ``fn(*outputs, *inputs, **static)`` (its
-        parameters after the arrays are bound to the call's keyword arguments by name),
-        a numba ``@cfunc``, a ctypes or cffi function pointer implementing the ABI of
-        ``jaxbind/kernel.h``, or an integer address (then `abi_version` is required).
-      abi_version: the ABI version the kernel implements, 1 or 2 (default: this
-        jaxbind's, 2). Its calls say that version, and carry the fields of every version.
+        parameters after the arrays are bound to the call's keyword arguments by name; on
+        an op with ``state=``, a parameter named ``state`` gets the address of the
+        state's object as a numba ``voidptr``), a numba ``@cfunc``, a ctypes or cffi
+        function pointer implementing the ABI of ``jaxbind/kernel.h``, or an integer
+        address (then `abi_version` is required).
+      abi_version: the ABI version the kernel implements, 1, 2 or 3 (default: this
+        jaxbind's, 3; an op with ``state=`` takes kernels of version 3). Its calls say
+        that version, and carry the fields of every version.
       batches: the kernel takes a whole batch under ``vmap`` (the leading
         ``batch_levels`` axes of its buffers); otherwise jaxbind's C++ loop calls it once
         per batch element, on several of XLA's threads when the elements are worth it.

@@ -28,8 +28,8 @@ __all__ = [
     "typed_kwarg",
 ]
 
-ABI_VERSION = 2  # JAXBIND_KERNEL_ABI_VERSION
-ABI_VERSIONS = (1, 2)  # the versions a kernel may be registered for (each appends fields)
+ABI_VERSION = 3  # JAXBIND_KERNEL_ABI_VERSION
+ABI_VERSIONS = (1, 2, 3)  # the versions a kernel may be registered for (each appends fields)
 
 
 class Struct:
@@ -93,6 +93,7 @@ CALL = Struct(
     "n_threads",  # version 2
     "parallel_for",
     "workers",
+    "state",  # version 3
 )
 
 # enum jaxbind_kwarg_type
@@ -157,12 +158,17 @@ def call_kernel(
     abi_version: int = ABI_VERSION,
     threads: int = 1,
     parallel_for: int = 0,
+    state: int = 0,
+    arrays: Mapping[str, np.ndarray] | None = None,
 ) -> tuple[int, str]:
     """Call the kernel at `address` from Python, as the trampoline does: `ins` and `outs`
     are C-contiguous NumPy arrays, `kwargs` what `typed_kwarg` gives. `parallel_for` is
     the address of the ABI's parallel_for, which, with no workers, runs the tasks in
-    order on this thread; `threads` is the thread count the kernel is told. Returns the
-    status and the kernel's message."""
+    order on this thread; `threads` is the thread count the kernel is told; `state` the
+    address of the op's state (0: none). An array keyword argument's bytes are a copy
+    for the call, or the C-contiguous array of its name in `arrays` (which the caller
+    reads afterwards: jaxbind.testing watches a kernel's writes). Returns the status and
+    the kernel's message."""
     keep: list[object] = []
 
     def buffer_row(a: np.ndarray) -> dict[str, int]:
@@ -191,7 +197,8 @@ def call_kernel(
         if string is not None:
             row.update(string=text(string), string_size=len(string))
         if array is not None:
-            data = np.frombuffer(array[2], np.uint8).copy()
+            own = None if arrays is None else arrays.get(name)
+            data = np.frombuffer(array[2], np.uint8).copy() if own is None else own
             dims = np.asarray(array[1], np.int64)
             keep.extend((data, dims))
             row.update({"array.data": data.ctypes.data, "array.dtype": array[0]})
@@ -217,6 +224,7 @@ def call_kernel(
                 "error_size": len(error),
                 "n_threads": threads,
                 "parallel_for": parallel_for,
+                "state": state,
             }
         ]
     )

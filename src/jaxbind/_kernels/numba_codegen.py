@@ -30,6 +30,10 @@ __all__ = ["compile_numba", "count", "parameter_names", "sources", "static_param
 
 _numba = support  # (the name benchmarks/kernels.py imports)
 
+# The parameter of a numba kernel's function that gets its op's state (in `sources`, the
+# value that stands for it among the keyword arguments)
+STATE = "state"
+_STATE_VALUE = object()
 # What a failed numba kernel says (written into call->error by numba_support.failed)
 RAISED = (
     "the numba kernel raised an exception (numba's compiled code reports no details: call "
@@ -92,7 +96,7 @@ def static_parameters(k, fn, n_inputs: int, n_outputs: int, where: str) -> list:
     return params[n_arrays:]
 
 
-def compile_numba(k, ins, outs, values: dict, where: str):
+def compile_numba(k, ins, outs, values: dict, where: str, stateful: bool = False):
     """A numba cfunc with the ABI's signature for one buffer signature: it unpacks the
     call by the ABI's layout table, then calls the user's function with the outputs,
     the inputs as read-only arrays, and the keyword arguments it names (for a kernel
@@ -101,7 +105,7 @@ def compile_numba(k, ins, outs, values: dict, where: str):
     does not give an integer."""
     numba_support = support()
     numba = numba_support["numba"]
-    texts, dtypes = sources(k, ins, outs, values, where)
+    texts, dtypes = sources(k, ins, outs, values, where, stateful)
     env = {
         "carray": numba.carray,
         "np": np,
@@ -135,10 +139,17 @@ def compile_numba(k, ins, outs, values: dict, where: str):
     return compiled
 
 
-def sources(k, ins, outs, values: dict, where: str) -> tuple[dict[str, Source], dict]:
+def sources(
+    k, ins, outs, values: dict, where: str, stateful: bool = False
+) -> tuple[dict[str, Source], dict]:
     """The source of the functions numba compiles for one buffer signature ("wrapper",
-    the kernel; "task", a kernel over ranges' task), and the dtypes they name."""
+    the kernel; "task", a kernel over ranges' task), and the dtypes they name. For an op
+    with a state (`stateful`), the function's `state` parameter gets the address of the
+    call's object (jaxbind_call.state) as a numba ``voidptr``: what ``numba.carray(state,
+    shape, dtype)`` views, and a ctypes or cffi function's ``void *`` parameter takes."""
     params = static_parameters(k, k._fn, len(ins), len(outs), where)
+    if stateful:
+        values = {**values, STATE: _STATE_VALUE}
     missing = [p.name for p in params if p.name not in values and p.default is p.empty]
     if missing:
         raise TypeError(
@@ -267,7 +278,8 @@ def _unpacked(k, call, ins, outs, values, params, dtypes, data=None) -> tuple[li
     output, an expression of its data's address other than its buffer's. Array keyword
     arguments' dtypes go into `dtypes`."""
     static = [p.name for p in params]
-    names = sorted(values)
+    stateful = values.get(STATE) is _STATE_VALUE
+    names = sorted(key for key, value in values.items() if value is not _STATE_VALUE)
     src = [f"c = carray({call}, ({CALL.words},), np.int64)"]
     for side, buffers, field in (("o", outs, "outputs"), ("i", ins, "inputs")):
         if buffers:
@@ -285,6 +297,8 @@ def _unpacked(k, call, ins, outs, values, params, dtypes, data=None) -> tuple[li
             src += _array_lines(var, f"{side}b", BUFFER.words * i, len(shape), f"t_{var}", at)
             arrays.append(var if side == "o" else f"readonly({var})")
     exprs = {}
+    if stateful and STATE in static:  # the address of the call's object (see `sources`)
+        exprs[STATE] = f"pointer(c[{CALL['state']}])"
     for m, key in enumerate(names):
         if key not in static:
             continue

@@ -43,6 +43,7 @@ import jax.numpy as jnp
 
 from .._api import Op, check_state_key, make_op
 from .._errors import about, add_context, refused_arguments
+from .._kernels import Kernel
 from .._kwargs import KwargsDump
 from .._options import OpOptions, Options, declare, state_key_positions
 from .._roles import Args, JaxFunction, Kind, is_jax_function, jax_function, role_table
@@ -273,7 +274,12 @@ def _decorator(kind: str, shape: ShapeFn, options: OpOptions) -> Decorator:
 
     def make(fn: Callable) -> NativeOp:
         where = str(name or getattr(fn, "__qualname__", "op"))
-        keyed = state_key_positions(checked, fn, where, "the op's function")
+        # (a kernel's function takes its outputs first: the shape function names the
+        # op's arguments)
+        if isinstance(fn, Kernel):
+            keyed = state_key_positions(checked, shape, where, "the op's shape function")
+        else:
+            keyed = state_key_positions(checked, fn, where, "the op's function")
         return NativeOp(kind, fn, shape, name=name, replace=replace, options=keyed)
 
     return make

@@ -59,10 +59,8 @@ def check_declared(name: str, declared, effectful: bool) -> None:
 def check_takes_state(name: str, what: str, fn) -> None:
     """An op given ``state=``: each body takes it (a ``state`` parameter, or ``**kwargs``)."""
     if isinstance(fn, Kernel):
-        raise TypeError(
-            f"{about(name)} ({what}) is a compiled kernel, and kernels cannot take a state "
-            "yet (kernel ABI version 3); give the op a Python body, or no state="
-        )
+        fn.check_state(f"{about(name)} ({what})")
+        return
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):

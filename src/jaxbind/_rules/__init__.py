@@ -49,7 +49,12 @@ def _kernel_output_avals(spec: CallSpec, avals):
     kernel = binding.body(spec.role)
     assert isinstance(kernel, Kernel)
     kernel.check_call(
-        spec.kwargs.names(), len(avals), len(outs), about(binding.name, spec.role), shape_fns
+        spec.kwargs.names(),
+        len(avals),
+        len(outs),
+        about(binding.name, spec.role),
+        shape_fns,
+        state=binding.options.state,
     )
     return outs
 

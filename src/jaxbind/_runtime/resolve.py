@@ -94,12 +94,15 @@ def resolved(found: dict, eager: bool = False) -> Resolved:
     if problem is not None:
         raise ValueError(f"{about(name, role.text)}: {problem}")
     kernel = None
+    stateful = binding.options.state is not None
     if isinstance(body, Kernel):  # compiled: called without the GIL (see cpp/site.h)
         where = f"jaxbind: {label}" + (", batched" if loop.levels else "")
-        kernel = body.call_for(dump.to_dict(), where)
+        kernel = body.call_for(dump.to_dict(), where, stateful)
     elif loop.levels:
         label += ", batched"
     lease = lease_for(binding, role, dump, label, eager)
+    if kernel is not None and lease is not None:
+        kernel.state = lease.for_kernel(body)
     return Resolved(
         binding=name,
         label=label,

@@ -16,6 +16,7 @@ object under the state's concurrency policy and makes it the thread's current st
 from __future__ import annotations
 
 import collections
+import ctypes
 import sys
 import threading
 import time
@@ -23,6 +24,9 @@ import warnings
 
 import numpy as np
 
+from .. import _ext
+from .._avals import XLA_ELEMENT_TYPES
+from .._kernels import state_address
 from .._kwargs import encode_kwargs
 from .._state import StateDef, _watches
 from .._state import thread_stack as _stack
@@ -39,17 +43,27 @@ class SetupError(RuntimeError):
     """A state's setup failed (the message names the op, the role and the setup)."""
 
 
+_POLICY = {"lock": 0, "pool": 1, "shared": 2}  # StateCell's (cpp/state.h)
+
+
 class Shared:
-    """One state: its objects (one, or up to pool_size for "pool"), counted by leases."""
+    """One state: its objects (one, or up to pool_size for "pool"), counted by leases.
+
+    Which object a call uses, and when, is up to its `cell` (``_ext.StateCell``, see
+    cpp/state.h): kernels take objects there without the GIL, Python bodies through
+    `use` and `give_back`, so both keep to one policy. ``slots[k]`` is object k (None
+    until made)."""
 
     def __init__(self, key: tuple, sdef: StateDef, arguments: dict, label: str):
         self.key, self.sdef, self.arguments, self.label = key, sdef, arguments, label
         self.count = 0
-        self.objects: list = []  # every object made
-        self.idle: list = []
-        self.cond = threading.Condition()
-        # "lock": the lock of its one object (the fast path of StatefulBody)
-        self.exclusive = threading.Lock() if sdef.concurrency == "lock" else None
+        self.slots: list = [None] * sdef.pool_size
+        self.cell = _ext.StateCell(_POLICY[sdef.concurrency], sdef.pool_size, self, label)
+
+    @property
+    def objects(self) -> list:
+        """Every object made."""
+        return [obj for obj in self.slots if obj is not None]
 
     def make(self):
         try:
@@ -59,38 +73,44 @@ class Shared:
                 f"jaxbind: {self.label}: the setup of its state {self.sdef.name!r} failed: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
-        self.objects.append(obj)
         for w in _watches:
             w.noted(self, "setup", obj)
         return obj
 
-    def use(self):
-        """An object for one call, and what gives it back (see StatefulBody)."""
-        if self.sdef.concurrency == "shared":
-            return self.objects[0] if self.objects else self._first()
-        with self.cond:
-            while not self.idle:
-                if len(self.objects) < self.sdef.pool_size:
-                    return self.make()
-                self.cond.wait()
-            return self.idle.pop()
+    def use(self) -> int:
+        """The slot of an object for one call (made now if the policy allows one more),
+        taken until `give_back`."""
+        slot = self.cell.acquire()
+        if slot < 0:  # (a slot to make the object of)
+            slot = -1 - slot
+            try:
+                self.slots[slot] = self.make()
+            except BaseException:
+                self.cell.abandon(slot)
+                raise
+        return slot
 
-    def _first(self):
-        """The first object (set up now, if none is yet), idle."""
-        with self.cond:
-            if not self.objects:
-                self.idle.append(self.make())
-            return self.objects[0]
+    def give_back(self, slot: int) -> None:
+        self.cell.release(slot)
 
-    def give_back(self, obj) -> None:
-        if self.sdef.concurrency == "shared":
-            return
-        with self.cond:
-            self.idle.append(obj)
-            self.cond.notify()
+    def provide(self, slot: int, make: bool) -> int:
+        """For a kernel (the trampoline asks, with the GIL): the address of object `slot`,
+        made first if `make`."""
+        if make:
+            self.slots[slot] = self.make()
+        return state_address(self.slots[slot], self.label, self.sdef.name)
+
+    def first(self) -> None:
+        """The first object, set up now if none is yet (a lease's eager setup)."""
+        if self.slots[0] is None:
+            if self.sdef.concurrency == "pool":
+                self.give_back(self.use())
+            else:
+                self.slots[0] = self.make()
 
     def close(self) -> None:
-        objects, self.objects, self.idle = self.objects, [], []
+        self.cell.close()  # (no call uses an object after this)
+        objects, self.slots = self.objects, []
         for w in _watches:
             for obj in objects:
                 w.noted(self, "teardown", obj)
@@ -117,7 +137,7 @@ def _acquire(key: tuple, sdef: StateDef, arguments: dict, label: str, eager: boo
         shared.count += 1
     if eager and not shared.objects:
         try:
-            shared._first()
+            shared.first()
         except BaseException:
             _release(shared)
             raise
@@ -160,20 +180,45 @@ class Lease:
         if eager and not sdef.key:
             self.shared = self.placed[()] = _acquire(self.base, sdef, arguments, label, True)
 
+    def for_kernel(self, kernel) -> tuple:
+        """What a kernel site's trampoline holds of the state (KernelCall.state, read by
+        cpp/site.h): (cell or None, key inputs, serial tasks, this lease). The first
+        object's address is checked now: a setup whose object gives none fails here, at
+        instantiate, with the error naming the op. A numba kernel over ranges shares the
+        call's object between its ranges: under "lock" and "pool" they run in order.
+        (Kernels run on the CPU only.)"""
+        serial = kernel.ranges is not None and self.sdef.concurrency != "shared"
+        if self.sdef.key:
+            return (None, list(self.key_at), serial, self)
+        shared = self.state_for(())  # (set up now, if the site was not instantiated)
+        shared.cell.set_address(0, shared.provide(0, False))
+        return (shared.cell, [], serial, self)
+
+    def cell_for(self, keys: tuple) -> object:
+        """For a kernel's call with key inputs not seen (the trampoline asks, with the
+        GIL): the cell of their state, set up if new. `keys`: the key inputs as
+        ``(address, shape, XLA element type)``."""
+        arrays = [_array(*key) for key in keys]
+        shared = self._keyed(arrays, ())
+        shared.cell.set_address(0, shared.provide(0, False))  # (made: see _acquire)
+        return shared.cell
+
     def state_for(self, args, place: tuple = (), on_host=np.asarray) -> Shared:
         """The state for a call with inputs `args` at `place`, set up now if need be;
         `on_host` gives a key input's values as a NumPy array."""
-        if not self.sdef.key:
-            with self.mu:
-                shared = self.placed.get(place)
-                if shared is None:
-                    key = (*self.base, *place)
-                    shared = _acquire(key, self.sdef, self.arguments, self.label, True)
-                    self.placed[place] = shared
-                    if not place:
-                        self.shared = shared
-                return shared
-        inputs = [on_host(args[i]) for i in self.key_at]
+        if self.sdef.key:
+            return self._keyed([on_host(args[i]) for i in self.key_at], place)
+        with self.mu:
+            shared = self.placed.get(place)
+            if shared is None:
+                key = (*self.base, *place)
+                shared = _acquire(key, self.sdef, self.arguments, self.label, True)
+                self.placed[place] = shared
+                if not place:
+                    self.shared = shared
+            return shared
+
+    def _keyed(self, inputs: list, place: tuple) -> Shared:
         with self.mu:
             for k, (copies, shared) in self.keyed.items():
                 if k[0] == place and all(_same(a, b) for a, b in zip(copies, inputs)):
@@ -195,6 +240,18 @@ class Lease:
             _release(shared)
         for _, shared in self.keyed.values():
             _release(shared)
+
+
+def _array(address: int, shape: tuple, code: int) -> np.ndarray:
+    """A read-only view of a buffer the trampoline describes (valid during the call)."""
+    dtype = np.dtype(XLA_ELEMENT_TYPES[code])
+    size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if size == 0:
+        return np.empty(shape, dtype)
+    raw = (ctypes.c_char * size).from_address(address)
+    view = np.frombuffer(memoryview(raw), dtype).reshape(shape)
+    view.flags.writeable = False
+    return view
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
@@ -234,33 +291,35 @@ class StatefulBody:
         self.body, self.lease = body, lease
 
     def __call__(self, out, args, kwargs_dump):
-        self.run(self.lease.shared or self.lease.state_for(args), out, args, kwargs_dump)
+        self.run((), np.asarray, out, args, kwargs_dump)
 
     def on_gpu(self, device: int, on_host, out, args, kwargs_dump) -> None:
         """A GPU call (from the GPU dispatcher): the state of its device; `on_host` copies
         a key input to the host."""
-        shared = self.lease.state_for(args, ("cuda", device), on_host)
-        self.run(shared, out, args, kwargs_dump)
+        self.run(("cuda", device), on_host, out, args, kwargs_dump)
 
-    def run(self, shared: Shared, out, args, kwargs_dump) -> None:
-        """The body, with an object of `shared` current (taken under its policy)."""
+    def run(self, place: tuple, on_host, out, args, kwargs_dump) -> None:
+        """The body, with an object of the state at `place` current (taken under its
+        policy)."""
+        lease = self.lease
+        for attempt in range(4):
+            shared = (None if place else lease.shared) or lease.state_for(args, place, on_host)
+            try:
+                slot = shared.use()
+                break
+            except RuntimeError:
+                # a key value's state dropped from the lease's last few by another thread
+                # meanwhile: set up again
+                if not lease.sdef.key or not shared.cell.closed or attempt == 3:
+                    raise
         body = self.body if not _watches else self._noting(shared)
         stack = _stack()
-        if shared.exclusive is not None:  # "lock": one object, one call at a time
-            with shared.exclusive:
-                stack.append(shared.objects[0])
-                try:
-                    body(out, args, kwargs_dump)
-                finally:
-                    stack.pop()
-            return
-        obj = shared.use()
-        stack.append(obj)
+        stack.append(shared.slots[slot])
         try:
             body(out, args, kwargs_dump)
         finally:
             stack.pop()
-            shared.give_back(obj)
+            shared.give_back(slot)
 
     def _noting(self, shared: Shared):
         """The body, telling each `Watch` which object it used, from when to when."""

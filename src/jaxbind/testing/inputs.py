@@ -93,10 +93,10 @@ def _run(case: Case, role: str, inputs, outputs) -> tuple[list, dict]:
         jax.block_until_ready(for_call(body, case.trees)(*arrays, **case.dump.to_dict()))
         return [np.asarray(a) for a in arrays], {}
     dump = case.fresh_dump()  # its own arrays: a write shows in this call only
-    if isinstance(body, Kernel):
-        return copies, call_watched(body, outputs(copies), copies, dump)
     label = f"'{case.binding.name}' ({entry.role.describe()})"
     with outside_programs(case.binding, dump.to_dict(), copies, label, role):
+        if isinstance(body, Kernel):
+            return copies, call_watched(body, outputs(copies), copies, dump)
         for_call(body, case.trees)(outputs(copies), tuple(copies), dump)
     return copies, _array_kwargs(dump.to_dict())
 

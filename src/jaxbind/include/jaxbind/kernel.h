@@ -22,6 +22,15 @@
  * how many threads it may use (1: it runs the tasks in order on the calling thread). A
  * task must not write call->error: the kernel writes it after parallel_for returns.
  *
+ * State (version 3): call->state is the address the op's state gives for this call
+ * (jaxbind.state; the object its setup returned, as an address: see docs/kernels.md),
+ * NULL for an op without state. It is valid during the call only. Under the state's
+ * concurrency "lock" it is this call's alone while the call runs; under "pool" each
+ * call running at once gets an object of its own; under "shared" every call gets the
+ * same one at once. The object belongs to the state: the kernel never frees it (the
+ * state's teardown does). A kernel of version 1 or 2 cannot see a state: an op with
+ * state= refuses it when the op is made.
+ *
  * Contract (see docs/kernels.md):
  * - Buffers are C-contiguous and valid during the call only. Inputs are read-only.
  *   Outputs are uninitialized unless they share memory with an input
@@ -45,7 +54,7 @@
 extern "C" {
 #endif
 
-#define JAXBIND_KERNEL_ABI_VERSION 2
+#define JAXBIND_KERNEL_ABI_VERSION 3
 
 /* Element types: XLA's numbering. */
 enum jaxbind_dtype {
@@ -121,6 +130,8 @@ typedef struct jaxbind_call {
   int64_t n_threads; /* at least 1 */
   jaxbind_parallel_for_fn parallel_for;
   void *workers; /* jaxbind's, for parallel_for: opaque */
+  /* Version 3: the op's state (see above). */
+  void *state;
 } jaxbind_call;
 
 typedef int32_t (*jaxbind_kernel_fn)(const jaxbind_call *call);
