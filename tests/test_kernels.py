@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from support.arrays import random
-from support.clib import compile_c_library
+from support.clib import c_kernel, compile_c_library
 from support.dtypes import dtypes_and_x64
 from support.ops import same_as_last
 from support.processes import run_python
@@ -279,22 +279,9 @@ def test_c_kernel_through_ctypes_and_raw_address(clib):
             jax.block_until_ready(op(x, offset=-1.0))
 
 
-def _c_kernel(clib, how: str, name: str = "scale_f32"):
-    """The C kernel `name` as jaxbind gets it from each kind of pointer."""
-    if how == "ctypes":
-        return jaxbind.kernel(getattr(clib, name))
-    if how == "raw address":
-        address = ctypes.cast(getattr(clib, name), ctypes.c_void_p).value
-        return jaxbind.kernel(address, abi_version=3, name=name)
-    cffi = pytest.importorskip("cffi")
-    ffi = cffi.FFI()
-    ffi.cdef(f"int32_t {name}(const void *call);")
-    return jaxbind.kernel(getattr(ffi.dlopen(clib._name), name))
-
-
 @pytest.mark.parametrize("how", ["ctypes", "cffi", "raw address"])
 def test_c_kernel_of_each_kind_under_every_transformation(clib, how):
-    k = _c_kernel(clib, how)
+    k = c_kernel(clib, how, "scale_f32")
     op = jaxbind.get_linear_call(
         k, k, same_as_last, same_as_last, name=f"tests.kernel_c_{how.replace(' ', '_')}"
     )
@@ -333,7 +320,7 @@ def test_a_kernel_that_fails_without_a_message_is_named_for_what_it_is(clib, how
 
         k, statuses = jaxbind.kernel(fails_silently), (-1,)
     else:
-        k, statuses = _c_kernel(clib, how, "fails_silently"), (-1, 3)
+        k, statuses = c_kernel(clib, how, "fails_silently"), (-1, 3)
     name = f"tests.silent_{how.replace(' ', '_')}"
     op = jaxbind.get_linear_call(k, None, same_as_last, name=name)
     x = np.ones(4, np.float32)

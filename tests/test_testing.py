@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from reference_ops import axpy, bilinear, flip2, flipsum, matvec, nonlinear, power
 from support.arrays import random
-from support.clib import compile_c_library
+from support.clib import c_kernel, compile_c_library
 from support.dtypes import FLOAT_DTYPES
 from support.ops import copy_last, same_as_first
 
@@ -326,13 +326,7 @@ def clobber_lib(tmp_path_factory):
 
 @pytest.mark.parametrize("how", ["ctypes", "cffi"])
 def test_catches_a_c_kernel_that_writes_its_input(enable_x64, clobber_lib, how):
-    if how == "ctypes":
-        k = jaxbind.kernel(clobber_lib.copy_then_clobber)
-    else:
-        cffi = pytest.importorskip("cffi")
-        ffi = cffi.FFI()
-        ffi.cdef("int32_t copy_then_clobber(const void *call);")
-        k = jaxbind.kernel(ffi.dlopen(clobber_lib._name).copy_then_clobber)
+    k = c_kernel(clobber_lib, how, "copy_then_clobber")
     op = jaxbind.get_linear_call(copy_last, k, same_as_first, None, name=f"tests.clobber_{how}")
     with pytest.raises(AssertionError) as info:
         check(op, random((4,), seed=5), verbose=False)

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from support.arrays import random
-from support.clib import compile_c_library
+from support.clib import c_kernel, compile_c_library
 from support.ops import copy_last, same_as_first, same_as_last
 
 import jaxbind
@@ -359,13 +359,7 @@ def bump_lib(tmp_path_factory):
 @pytest.mark.parametrize("how", ["ctypes", "cffi"])
 @pytest.mark.parametrize("role", ["f", "T"])
 def test_a_c_kernel_that_writes_its_array_keyword_argument_fails(enable_x64, bump_lib, how, role):
-    if how == "ctypes":
-        k = jaxbind.kernel(bump_lib.scale_and_bump)
-    else:
-        cffi = pytest.importorskip("cffi")
-        ffi = cffi.FFI()
-        ffi.cdef("int32_t scale_and_bump(const void *call);")
-        k = jaxbind.kernel(ffi.dlopen(bump_lib._name).scale_and_bump)
+    k = c_kernel(bump_lib, how, "scale_and_bump")
     f, t = (k, copy_last) if role == "f" else (copy_last, k)
     op = jaxbind.get_linear_call(f, t, same_as_last, None, name=f"tests.bump_{how}_{role}")
     with pytest.raises(AssertionError) as info:

@@ -23,3 +23,19 @@ def compile_c_library(tmp_path_factory, name: str, source: str):
         [cc, "-O1", "-shared", "-fPIC", include, str(tmp / "k.c"), "-o", str(so)], check=True
     )
     return ctypes.CDLL(str(so))
+
+
+def c_kernel(clib, how: str, name: str, abi_version: int = 3):
+    """The C kernel `name` of a library from `compile_c_library`, as jaxbind gets it from
+    each kind of pointer: "ctypes", "cffi" or "raw address" (of ABI `abi_version`)."""
+    import jaxbind
+
+    if how == "ctypes":
+        return jaxbind.kernel(getattr(clib, name))
+    if how == "raw address":
+        address = ctypes.cast(getattr(clib, name), ctypes.c_void_p).value
+        return jaxbind.kernel(address, abi_version=abi_version, name=name)
+    cffi = pytest.importorskip("cffi")
+    ffi = cffi.FFI()
+    ffi.cdef(f"int32_t {name}(const void *call);")
+    return jaxbind.kernel(getattr(ffi.dlopen(clib._name), name))
