@@ -10,7 +10,8 @@ exactly 50 iterations (tol=0): 51 applications of ``A`` and of ``A^H``
 in alternating rounds on the same data, whole solve jit-compiled:
 
 - ``NufftPlan``: the points preprocessed by DUCC once, when the solve is compiled;
-- ``nufft2``: the jax-finufft-style call, which sets the points up in every call;
+- ``nufft2``: the jax-finufft-style call (its points, closed over, plan once too: its
+  plan is the op's state, keyed on the points; see benchmarks/state_nufft.py);
 - ``jax-finufft`` (if installed): the same code with its ``nufft2``.
 """
 
