@@ -83,9 +83,10 @@ class ScopedFrame {
 
 // Run a kernel site's call: once, or once per batch element (on several of XLA's threads
 // when that pays), without the GIL.
-inline void run_kernel(const SiteCore &core, jaxbind_kernel_fn fn, Frame &frame, Pool pool) {
+inline void run_kernel(const SiteCore &core, jaxbind_kernel_fn fn, Frame &frame,
+                       ExecutionContext context) {
   const Loop *batch = core.whole_batch ? &core.loop : nullptr;
-  Workers workers(pool, core.kernel.threads);
+  Workers workers(context, core.kernel.threads);
   const bool checking = check_outputs.load(std::memory_order_relaxed);
   if (checking) Unwritten::fill(frame.call);
   core.loop.run(frame.call, core.whole_batch, frame.element, workers,
@@ -114,7 +115,8 @@ inline FastCache &fast_cache() {
 // false when the call needs the GIL path (see `guarded`). The site is the one XLA keeps
 // (`held`), else found by digest.
 bool run_kernel_fast(const RawAttrs &attrs, Instantiated *held, const ffi::RemainingArgs &args,
-                     const ffi::RemainingRets &rets, Pool pool, Frame &frame, ffi::Error &result) {
+                     const ffi::RemainingRets &rets, ExecutionContext context, Frame &frame,
+                     ffi::Error &result) {
   FastCache &cache = fast_cache();
   SiteCore *found = held != nullptr ? held->core.get() : nullptr;
   if (found == nullptr) {
@@ -147,7 +149,7 @@ bool run_kernel_fast(const RawAttrs &attrs, Instantiated *held, const ffi::Remai
     cache.fn = fn;
   }
   try {
-    run_kernel(core, fn, frame, pool);
+    run_kernel(core, fn, frame, context);
     result = ffi::Error::Success();
   } catch (LabelledError &e) {
     result = error(ffi::ErrorCode::kInternal, e.what());
@@ -278,18 +280,18 @@ void run_callable(Site &site, const Call &call) {
 
 // CPU: a kernel (without the GIL, and without Python once its site and signature are
 // known), or NumPy views of the host buffers and the callable called in place.
-ffi::Error CpuCall(StateContext context, Pool pool, ffi::RemainingArgs args,
-                   ffi::RemainingRets rets, RawAttrs raw) {
+ffi::Error CpuCall(ExecutionContext context, ffi::RemainingArgs args, ffi::RemainingRets rets,
+                   RawAttrs raw) {
   IeeeFloats ieee;  // subnormals as the body sees them in Python (see floats.h)
   ScopedFrame frame;
   ffi::Error result = ffi::Error::Success();
   Instantiated *held = instantiated(context);
-  if (run_kernel_fast(raw, held, args, rets, pool, *frame, result)) return result;
+  if (run_kernel_fast(raw, held, args, rets, context, *frame, result)) return result;
   return guarded(raw.dict(), held, args, rets, *frame, [&](Site &site, jaxbind_kernel_fn fn) {
     SiteCore &core = *site.core.get();
     if (core.is_kernel) {
       nb::gil_scoped_release release;
-      return run_kernel(core, fn, *frame, pool);
+      return run_kernel(core, fn, *frame, context);
     }
     const bool checking = check_outputs.load(std::memory_order_relaxed);
     if (checking) Unwritten::fill(frame->call);
@@ -317,7 +319,7 @@ void run_gpu(Site &site, Frame &frame, uintptr_t stream, int32_t device) {
 // as zero-copy CUDA arrays, or copies them to the host for a binding in host mode, and
 // calls the callable. No CUDA header or library is needed here: the stream is an opaque
 // pointer.
-ffi::Error CudaCall(StateContext context, void *stream, int32_t device, ffi::RemainingArgs args,
+ffi::Error CudaCall(ExecutionContext context, void *stream, int32_t device, ffi::RemainingArgs args,
                     ffi::RemainingRets rets, ffi::Dictionary attrs) {
   IeeeFloats ieee;  // a host-mode callable's floats (see floats.h)
   ScopedFrame frame;
@@ -331,7 +333,10 @@ ffi::Error CudaCall(StateContext context, void *stream, int32_t device, ffi::Rem
 // attributes and kept by XLA with the executable (see `instantiate` in site.h). A site
 // the resolver refuses, or whose state's setup fails, fails the compilation (or the
 // loading) of the program, with the error a call would give.
-ffi::Error Instantiate(StateContext context, ffi::Dictionary attrs) {
+// `platform` ("cpu" or "cuda") tells the resolver whether to set the state up now: on a
+// GPU, XLA gives no stream or device here, so each device's is set up at its first call.
+ffi::Error Instantiate(ExecutionContext context, const ffi::Dictionary &attrs,
+                       const char *platform) {
   Header header;
   Header::Problem problem = header.read(attrs);
   if (!problem.message.empty()) return error(problem.code, problem.message);
@@ -345,7 +350,7 @@ ffi::Error Instantiate(StateContext context, ffi::Dictionary attrs) {
   std::string_view binding = "?";
   get_attr(attrs, "binding", binding);
   try {
-    instantiate(context, header, attrs);
+    instantiate(context, header, attrs, platform);
     return ffi::Error::Success();
   } catch (nb::python_error &e) {
     std::string why = e.what();
@@ -364,6 +369,14 @@ ffi::Error Instantiate(StateContext context, ffi::Dictionary attrs) {
     return error(ffi::ErrorCode::kInternal,
                  "'" + std::string(binding) + "': unknown C++ exception");
   }
+}
+
+ffi::Error InstantiateCpu(ExecutionContext context, ffi::Dictionary attrs) {
+  return Instantiate(context, attrs, "cpu");
+}
+
+ffi::Error InstantiateCuda(ExecutionContext context, ffi::Dictionary attrs) {
+  return Instantiate(context, attrs, "cuda");
 }
 
 // The garbage collector's view of a Site: everything it holds that can lead
@@ -391,23 +404,27 @@ int site_clear(PyObject *self) {
 
 using namespace jaxbind;
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_instantiate_handler, Instantiate,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cpu_instantiate, InstantiateCpu,
                               ffi::Ffi::BindInstantiate()
-                                  .Ctx<StateContext>()         // where XLA keeps the site
+                                  .Ctx<ExecutionContext>()     // where XLA keeps the site
+                                  .Attrs<ffi::Dictionary>());  // the call's attributes
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cuda_instantiate, InstantiateCuda,
+                              ffi::Ffi::BindInstantiate()
+                                  .Ctx<ExecutionContext>()     // where XLA keeps the site
                                   .Attrs<ffi::Dictionary>());  // the call's attributes
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     jaxbind_cpu_handler, CpuCall,
     ffi::Ffi::Bind()
-        .Ctx<StateContext>()  // the site XLA keeps, if any
-        .Ctx<Pool>()          // XLA's intra-op thread pool, for kernels
-        .RemainingArgs()      // inputs, any dtype and rank
-        .RemainingRets()      // outputs, written in place
-        .Attrs<RawAttrs>());  // jaxbind_format, site, binding, role, kwargs, ...
+        .Ctx<ExecutionContext>()  // the site XLA keeps, if any; XLA's intra-op pool
+        .RemainingArgs()          // inputs, any dtype and rank
+        .RemainingRets()          // outputs, written in place
+        .Attrs<RawAttrs>());      // jaxbind_format, site, binding, role, kwargs, ...
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cuda_handler, CudaCall,
                               ffi::Ffi::Bind()
-                                  .Ctx<StateContext>()                 // the site XLA keeps
+                                  .Ctx<ExecutionContext>()             // the site XLA keeps
                                   .Ctx<ffi::PlatformStream<void *>>()  // XLA's CUDA stream
                                   .Ctx<ffi::DeviceOrdinal>()           // the device's ordinal
                                   .RemainingArgs()                     // inputs, device memory
@@ -425,17 +442,25 @@ NB_MODULE(_ext, m) {
   m.attr("ffi_api_version") = nb::make_tuple(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);
 
   xla_state::deleter = free_instantiated;
-  auto bundle = [](void *execute) {
+  auto bundle = [](void *instantiate, void *execute) {
     nb::dict handlers;
-    handlers["instantiate"] = nb::capsule(reinterpret_cast<void *>(jaxbind_instantiate_handler));
+    handlers["instantiate"] = nb::capsule(instantiate);
     handlers["execute"] = nb::capsule(execute);
     return handlers;
   };
   m.def(
-      "cpu_handlers", [=]() { return bundle(reinterpret_cast<void *>(jaxbind_cpu_handler)); },
+      "cpu_handlers",
+      [=]() {
+        return bundle(reinterpret_cast<void *>(jaxbind_cpu_instantiate),
+                      reinterpret_cast<void *>(jaxbind_cpu_handler));
+      },
       "The CPU FFI handlers, {stage: PyCapsule}, for jax.ffi.register_ffi_target.");
   m.def(
-      "cuda_handlers", [=]() { return bundle(reinterpret_cast<void *>(jaxbind_cuda_handler)); },
+      "cuda_handlers",
+      [=]() {
+        return bundle(reinterpret_cast<void *>(jaxbind_cuda_instantiate),
+                      reinterpret_cast<void *>(jaxbind_cuda_handler));
+      },
       "The CUDA FFI handlers, {stage: PyCapsule} (built without the CUDA toolkit).");
   m.def(
       "dlpack_view",

@@ -210,7 +210,7 @@ inline void free_instantiated(void *kept) {
 
 // The site XLA keeps for the call being run, or nullptr (none kept, or its binding was
 // defined again with replace=True since: then the call finds its site by digest).
-inline Instantiated *instantiated(const StateContext &context) {
+inline Instantiated *instantiated(const ExecutionContext &context) {
   auto *held = static_cast<Instantiated *>(xla_state::get(context));
   if (held == nullptr || !held->core->alive.load(std::memory_order_acquire)) return nullptr;
   return held;
@@ -277,11 +277,13 @@ inline nb::object resolve(const Header &header, const ffi::Dictionary &attrs, co
 }
 
 // The instantiate stage of a call site: its Site, from the attributes alone (the
-// resolver's first step, and the op's state set up), handed to XLA to keep. Needs the
+// resolver's first step, and on the CPU the op's state set up), handed to XLA to keep. Needs the
 // GIL. False if XLA keeps no state (then calls find the site by digest).
-inline bool instantiate(const StateContext &context, const Header &header,
-                        const ffi::Dictionary &attrs) {
-  nb::object site = process->instantiate(attributes(header, attrs));
+inline bool instantiate(const ExecutionContext &context, const Header &header,
+                        const ffi::Dictionary &attrs, const char *platform) {
+  nb::dict found = attributes(header, attrs);
+  found["platform"] = platform;
+  nb::object site = process->instantiate(found);
   if (site.is_none()) return false;  // an op without state: resolved at its first call
   if (!nb::isinstance<Site>(site)) throw std::runtime_error("instantiate returned no Site");
   auto *held = new Instantiated{site_of(site).core, site.release().ptr()};

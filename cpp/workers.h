@@ -1,8 +1,8 @@
 // jaxbind's trampoline: XLA's intra-op thread pool, as kernels and the batch loop use it.
 // Nothing here touches Python.
 //
-// XLA's FFI lends a CPU handler the pool that runs XLA's own compute (`Pool`, decoded
-// from the call's execution context). `Workers` runs n independent tasks on it: the
+// XLA's FFI lends a CPU handler the pool that runs XLA's own compute (through the call's
+// ExecutionContext). `Workers` runs n independent tasks on it: the
 // calling thread takes tasks too, and up to threads - 1 helpers are scheduled on the
 // pool; every thread takes the next task from one counter until none is left. The caller
 // waits only for tasks that a thread has taken, which are running: a helper that XLA
@@ -26,32 +26,11 @@
 
 namespace jaxbind {
 
-// The FFI's handle on XLA's intra-op thread pool (null fields: none).
-struct Pool {
-  const XLA_FFI_Api *api = nullptr;
-  XLA_FFI_ExecutionContext *ctx = nullptr;
-};
-
-}  // namespace jaxbind
-
-// Pool is decoded from the execution context, as ffi::ThreadPool is, but used through the
-// C API directly: a pool that is not there is then no diagnostic, only serial work.
-template <>
-struct xla::ffi::CtxDecoding<jaxbind::Pool> {
-  using Type = jaxbind::Pool;
-  static std::optional<Type> Decode(const XLA_FFI_Api *api, XLA_FFI_ExecutionContext *ctx,
-                                    DiagnosticEngine &) {
-    return jaxbind::Pool{api, ctx};
-  }
-};
-
-namespace jaxbind {
-
 class Workers {
  public:
   Workers() = default;  // no pool: every task on the calling thread
   // At most `limit` threads of `pool` (0: all of them).
-  Workers(Pool pool, int64_t limit) : pool_(pool), limit_(limit) {}
+  Workers(ExecutionContext pool, int64_t limit) : pool_(pool), limit_(limit) {}
 
   // The same pool, at most `limit` threads.
   Workers limited(int64_t limit) const {
@@ -76,7 +55,7 @@ class Workers {
         args.ctx = pool_.ctx;
         args.num_threads = &n;
         if (XLA_FFI_Error *error = pool_.api->XLA_FFI_ThreadPool_NumThreads(&args)) {
-          destroy(error);
+          destroy_error(pool_.api, error);
           n = 0;
         }
         n = std::max<int64_t>(n, 1);
@@ -185,19 +164,12 @@ class Workers {
     };
     args.data = job;
     if (XLA_FFI_Error *error = pool_.api->XLA_FFI_ThreadPool_Schedule(&args)) {
-      destroy(error);  // no pool after all: the caller does the work
+      destroy_error(pool_.api, error);  // no pool after all: the caller does the work
       job->release();
     }
   }
 
-  void destroy(XLA_FFI_Error *error) const {
-    XLA_FFI_Error_Destroy_Args args{};
-    args.struct_size = XLA_FFI_Error_Destroy_Args_STRUCT_SIZE;
-    args.error = error;
-    pool_.api->XLA_FFI_Error_Destroy(&args);
-  }
-
-  Pool pool_;
+  ExecutionContext pool_;  // its pool
   int64_t limit_ = 0;
   mutable int64_t threads_ = 0;
 };

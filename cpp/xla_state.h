@@ -19,25 +19,6 @@
 
 #include "xla_ffi.h"
 
-namespace jaxbind {
-
-// What the handlers decode from the execution context to reach the state.
-struct StateContext {
-  const XLA_FFI_Api *api = nullptr;
-  XLA_FFI_ExecutionContext *ctx = nullptr;
-};
-
-}  // namespace jaxbind
-
-template <>
-struct xla::ffi::CtxDecoding<jaxbind::StateContext> {
-  using Type = jaxbind::StateContext;
-  static std::optional<Type> Decode(const XLA_FFI_Api *api, XLA_FFI_ExecutionContext *ctx,
-                                    DiagnosticEngine &) {
-    return jaxbind::StateContext{api, ctx};
-  }
-};
-
 namespace jaxbind::xla_state {
 
 // The argument structs of each API version (major version 0), as XLA reads them.
@@ -97,13 +78,6 @@ inline bool keeps_state(const XLA_FFI_Api *api) {
   return api != nullptr && api->api_version.major_version == 0 && minor(api) >= 2;
 }
 
-inline void destroy(const XLA_FFI_Api *api, XLA_FFI_Error *error) {
-  XLA_FFI_Error_Destroy_Args args{};
-  args.struct_size = XLA_FFI_Error_Destroy_Args_STRUCT_SIZE;
-  args.error = error;
-  api->XLA_FFI_Error_Destroy(&args);
-}
-
 // Register the type once per process; false if XLA refused it (then no state is set).
 inline bool registered(const XLA_FFI_Api *api) {
   static std::once_flag once;
@@ -124,7 +98,7 @@ inline bool registered(const XLA_FFI_Api *api) {
       error = fn(&args);
     }
     if (error != nullptr) {
-      destroy(api, error);
+      destroy_error(api, error);
       return;
     }
     ok = type_id.type_id != 0;
@@ -134,7 +108,7 @@ inline bool registered(const XLA_FFI_Api *api) {
 
 // Set the state of the site being instantiated; false if XLA keeps none (then the state
 // is not taken: the caller still owns it).
-inline bool set(const StateContext &c, void *state) {
+inline bool set(const ExecutionContext &c, void *state) {
   if (c.api == nullptr || deleter == nullptr || !registered(c.api)) return false;
   auto *fn = reinterpret_cast<XLA_FFI_Error *(*)(void *)>(c.api->XLA_FFI_State_Set);
   XLA_FFI_Error *error;
@@ -151,12 +125,12 @@ inline bool set(const StateContext &c, void *state) {
     error = fn(&args);
   }
   if (error == nullptr) return true;
-  destroy(c.api, error);
+  destroy_error(c.api, error);
   return false;
 }
 
 // The state XLA keeps for the site being executed, or nullptr.
-inline void *get(const StateContext &c) {
+inline void *get(const ExecutionContext &c) {
   if (c.api == nullptr || type_id.type_id == 0) return nullptr;
   auto *fn = reinterpret_cast<XLA_FFI_Error *(*)(void *)>(c.api->XLA_FFI_State_Get);
   XLA_FFI_Error *error;
@@ -172,7 +146,7 @@ inline void *get(const StateContext &c) {
     state = args.state;
   }
   if (error == nullptr) return state;
-  destroy(c.api, error);
+  destroy_error(c.api, error);
   return nullptr;
 }
 

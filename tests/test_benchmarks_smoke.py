@@ -121,3 +121,14 @@ def test_drop_in_benchmark_quick():
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| wgridder adjoint 20k vis |" in proc.stdout
+
+
+def test_state_benchmark_quick(tmp_path):
+    proc = run_python(ROOT / "benchmarks" / "state.py", "--quick", "--out", tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads((tmp_path / "state-quick.json").read_text())["results"]
+    assert r["jit"] == {"setups": 1, "teardowns": 1, "runs": 3}
+    assert r["export"]["setups"] == 1 and r["cache"]["hit"]["setups"] == 1
+    cycles = r["cycles"]
+    assert cycles["setups"] == cycles["teardowns"] and cycles["after"]["states"] == 0
+    assert r["shard_map"]["lock"]["most_at_once"] == 1 and r["shard_map"]["lock"]["equal"]

@@ -214,3 +214,82 @@ def test_host_mode_runs_the_same_batch_loop_on_host_copies(monkeypatch):
     aliased = ((z.ctypes.data, (4,), f32),)
     _ext.gpu_call_for_tests(_site(add_one, mode="host"), 0, 0, aliased, aliased)
     np.testing.assert_array_equal(z, 8.0)
+
+
+def _stateful(name, made, key=()):
+    """A 1.3-API op whose callable doubles its input plus its state's offset, and the
+    attributes XLA's instantiate stage would hand the resolver for its f."""
+    from jaxbind._callformat import NO_LOOP, CallAttributes
+    from jaxbind._kwargs import encode_kwargs
+
+    @jaxbind.state(key=key)
+    def offset(*, shift, x=None):
+        made.append((jaxbind.current_call(), None if x is None else np.array(x)))
+        return float(shift) + (0.0 if x is None else float(np.sum(x)))
+
+    def f(out, args, kwargs_dump):
+        out[0][...] = 2 * args[0] + jaxbind.load_state(kwargs_dump)
+
+    op = jaxbind.get_nonlinear_call(
+        f,
+        (None, None),
+        lambda x, **kw: ((x.shape, x.dtype),),
+        state=offset,
+        name=name,
+        replace=True,
+        platform_mode="host",
+    )
+    call = CallAttributes.of_call(name, "f", encode_kwargs({"shift": 1.0}).blob, NO_LOOP, 1, 0)
+    return op, {
+        k: (v.tobytes() if isinstance(v, np.ndarray) else v)
+        for k, v in call.ffi_attributes().items()
+    }
+
+
+def _as_found(attrs):
+    found = dict(attrs)
+    found["jaxbind_format"], found["site"] = int(found["jaxbind_format"]), int(found["site"])
+    found["loop_levels"], found["n_fixed"] = int(found["loop_levels"]), int(found["n_fixed"])
+    return found
+
+
+def test_a_gpu_state_is_set_up_per_device_at_its_first_call_not_at_instantiate(monkeypatch):
+    """XLA gives no stream when it instantiates a site: on a GPU the state is set up at
+    the first call on each device, inside the call (jaxbind.current_call() gives the
+    device and stream), once per device; on the CPU, at instantiate."""
+    from jaxbind._runtime.resolve import instantiate_site
+
+    monkeypatch.setattr(_gpu, "_driver", _HostMemoryDriver)
+    made = []
+    _op, attrs = _stateful("gpu_plumbing.stateful", made)
+    site = instantiate_site(dict(_as_found(attrs), platform="cuda"))
+    assert made == []  # nothing at instantiate on a GPU
+    x, y = np.arange(4, dtype=np.float32), np.zeros(4, np.float32)
+    ins, outs = ((x.ctypes.data, (4,), 11),), ((y.ctypes.data, (4,), 11),)
+    for device in (0, 1, 0, 1):
+        _ext.gpu_call_for_tests(site, 7, device, ins, outs)
+        np.testing.assert_array_equal(y, 2 * x + 1)
+    assert [(c.platform, c.stream, c.device) for c, _ in made] == [("cuda", 7, 0), ("cuda", 7, 1)]
+    cpu_site = instantiate_site(dict(_as_found(attrs), platform="cpu"))
+    assert len(made) == 3 and made[2][0].platform == "cpu"  # at instantiate, on the CPU
+    del site, cpu_site
+
+
+def test_a_gpu_state_keyed_on_an_input_copies_it_to_the_host_and_keeps_it(monkeypatch):
+    from jaxbind._runtime.resolve import instantiate_site
+
+    monkeypatch.setattr(_gpu, "_driver", _HostMemoryDriver)
+    made = []
+    _op, attrs = _stateful("gpu_plumbing.keyed", made, key=("x",))
+    site = instantiate_site(dict(_as_found(attrs), platform="cuda"))
+    x, y = np.arange(4, dtype=np.float32), np.zeros(4, np.float32)
+    ins, outs = ((x.ctypes.data, (4,), 11),), ((y.ctypes.data, (4,), 11),)
+    for _ in range(3):
+        _ext.gpu_call_for_tests(site, 7, 0, ins, outs)
+        np.testing.assert_array_equal(y, 2 * x + 1 + 6)
+    assert len(made) == 1 and np.array_equal(made[0][1], x)
+    x[0] = 10  # the device buffer changes: set up again, from the new values
+    _ext.gpu_call_for_tests(site, 7, 0, ins, outs)
+    np.testing.assert_array_equal(y, 2 * x + 1 + 16)
+    assert len(made) == 2
+    del site

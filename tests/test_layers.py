@@ -46,6 +46,7 @@ TRACE_TIME = {
     "testing.written",
     "testing.inputs",
     "testing.agreement",
+    "testing.state",
     "testing.linearity",
     "testing.first_order",
     "testing.second_order",

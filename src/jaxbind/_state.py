@@ -20,12 +20,14 @@ from typing import Any, overload
 __all__ = [
     "CONCURRENCY",
     "StateDef",
+    "Watch",
     "current_state",
     "load_state",
     "outside_programs",
     "state",
     "thread_stack",
     "using",
+    "watching",
 ]
 
 # How the callables of one op use its state at once (see `state`).
@@ -266,3 +268,65 @@ def outside_programs(binding, kwargs: dict, args, label: str, role: str = "f") -
     finally:
         if sdef.teardown is not None:
             sdef.teardown(obj)
+
+
+# --- watching the run time (jaxbind.testing.check's state rows) -------------------
+# The run time (_runtime.state) tells each Watch what it does; testing reads them.
+
+_watches: list[Watch] = []  # empty unless a check is looking
+
+
+class Watch:
+    """What the run time does with the states of one declaration while watched: the
+    objects it sets up and tears down, and each use of one by a Python body (with its
+    thread and times). Compiled kernels use their state in C++, unseen here."""
+
+    def __init__(self, sdef: StateDef):
+        self.sdef = sdef
+        self.lock = threading.Lock()
+        self.setups: list[int] = []  # id() of each object set up
+        self.teardowns: list[int] = []
+        self.uses: list[tuple[int, int, float, float]] = []  # (id(obj), thread, start, end)
+        self.kept: dict[int, object] = {}  # the objects set up, alive until torn down
+
+    def noted(self, shared, event: str, obj) -> None:
+        if shared.sdef is not self.sdef:
+            return
+        with self.lock:
+            if event == "setup":
+                self.setups.append(id(obj))
+                self.kept[id(obj)] = obj
+            else:
+                self.teardowns.append(id(obj))
+                self.kept.pop(id(obj), None)
+
+    def used(self, shared, obj, start: float, end: float) -> None:
+        if shared.sdef is not self.sdef:
+            return
+        with self.lock:
+            self.uses.append((id(obj), threading.get_ident(), start, end))
+
+    def most_at_once(self) -> int:
+        """The most uses of any one object that overlapped in time."""
+        most = 0
+        by_object: dict[int, list] = {}
+        for obj, _, start, end in self.uses:
+            by_object.setdefault(obj, []).append((start, end))
+        for spans in by_object.values():
+            events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+            now = 0
+            for _, step in events:
+                now += step
+                most = max(most, now)
+        return most
+
+
+@contextlib.contextmanager
+def watching(sdef: StateDef) -> Iterator[Watch]:
+    """A `Watch` of `sdef`'s states while the block runs."""
+    watch = Watch(sdef)
+    _watches.append(watch)
+    try:
+        yield watch
+    finally:
+        _watches.remove(watch)

@@ -362,3 +362,35 @@ def test_exception_on_gpu_is_a_clear_error_and_the_process_survives():
     with pytest.raises(Exception, match=r"gpu.bad.*KeyError.*missing-table"):
         jax.block_until_ready(jax.jit(lambda x: op(x)[0])(x))
     np.testing.assert_allclose(np.asarray(jax.jit(lambda x: x + 1)(x)), 2.0)  # still works
+
+
+# --- state -----------------------------------------------------------------------
+
+
+def test_a_cupy_fft_plan_in_state_is_made_at_the_first_call_on_its_device():
+    """On a GPU the state is set up at the site's first call on each device, inside the
+    call (XLA's stream and the device current in CuPy), and reused by later calls."""
+    cp = _cupy()
+    import cupyx.scipy.fft as cufft
+
+    made = []
+
+    @jaxbind.state
+    def fft_plan(*, n):
+        ctx = jaxbind.current_call()
+        made.append((ctx.platform, ctx.device, cp.cuda.Device().id))
+        return cufft.get_fft_plan(cp.empty(n, cp.complex64), axes=(0,))
+
+    def body(out, args, kwargs_dump):
+        plan = jaxbind.load_state(kwargs_dump)
+        with plan:
+            cp.asarray(out[0])[...] = cufft.fft(cp.asarray(args[0]))
+
+    op = jaxbind.get_nonlinear_call(
+        body, (None, None), same_as_first, None, state=fft_plan, name="gpu.state_fft13"
+    )
+    x = _gpu(jnp.arange(64, dtype=jnp.complex64))
+    f = jax.jit(lambda x: op(x, n=64)[0])
+    for _ in range(3):
+        np.testing.assert_allclose(np.asarray(f(x)), np.fft.fft(np.arange(64)), rtol=1e-4)
+    assert made == [("cuda", 0, 0)]  # once, at the first call, on device 0

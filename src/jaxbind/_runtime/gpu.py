@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import sys
 import threading
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ import numpy as np
 
 from .. import _ext
 from .._avals import XLA_ELEMENT_TYPES
+from .state import StatefulBody
 
 __all__ = ["CallContext", "CudaArray", "current_call", "dispatch"]
 
@@ -231,6 +233,18 @@ class _Driver:
 _driver_instance = None
 
 
+def _on_host(a) -> np.ndarray:
+    """An input's values on the host: a device array's copied (waiting for the copy on the
+    array's stream); a host-mode input is one already."""
+    if not isinstance(a, CudaArray):
+        return np.asarray(a)
+    out = np.empty(a.shape, a.dtype)
+    driver = _driver()
+    driver.to_host(out, a.ptr, a.stream)
+    driver.synchronize(a.stream)
+    return out
+
+
 def _driver() -> _Driver:
     global _driver_instance
     if _driver_instance is None:
@@ -308,6 +322,9 @@ def dispatch(resolved, stream: int, device: int, ins: tuple, outs: tuple) -> Non
         if code not in XLA_ELEMENT_TYPES:
             raise TypeError(f"a buffer has XLA element type {code}, which jaxbind cannot wrap")
     mode = resolved.platform_mode
+    body = resolved.callable
+    if isinstance(body, StatefulBody):  # the state of this device (see .state)
+        body = functools.partial(body.on_gpu, device, _on_host)
     previous = getattr(_local, "context", None)
     context = _contexts.get((stream, device, mode))
     if context is None:
@@ -315,9 +332,9 @@ def dispatch(resolved, stream: int, device: int, ins: tuple, outs: tuple) -> Non
     _local.context = context
     try:
         if mode == "host":
-            _run_on_host(resolved.callable, resolved.kwargs_dump, stream, ins, outs, _driver())
+            _run_on_host(body, resolved.kwargs_dump, stream, ins, outs, _driver())
         else:
-            _run_on_device(resolved.callable, resolved.kwargs_dump, stream, device, ins, outs)
+            _run_on_device(body, resolved.kwargs_dump, stream, device, ins, outs)
     finally:
         _local.context = previous
 

@@ -46,7 +46,7 @@ def instantiate_site(found: dict) -> _ext.Site | None:
     binding = lookup(found.get("binding", "")) if isinstance(found.get("binding"), str) else None
     if binding is None or binding.options.state is None:
         return None
-    description = resolved(found)
+    description = resolved(found, eager=found.get("platform", "cpu") == "cpu")
     site = _ext.Site(description)
     binding = lookup(description.binding)
     if binding is not None:
@@ -64,8 +64,9 @@ def resolve_site(found: dict, ins: tuple, outs: tuple) -> tuple:
     return (site, *description.accept(ins, outs))
 
 
-def resolved(found: dict) -> Resolved:
-    """A call site from its attributes: checked, its body found, its state set up."""
+def resolved(found: dict, eager: bool = False) -> Resolved:
+    """A call site from its attributes: checked, its body found; its state set up now if
+    `eager` (XLA instantiates it on the CPU), else at its first call."""
     call = CallAttributes.read(found)
     name = call.binding
     binding = lookup(name)
@@ -98,7 +99,7 @@ def resolved(found: dict) -> Resolved:
         kernel = body.call_for(dump.to_dict(), where)
     elif loop.levels:
         label += ", batched"
-    lease = lease_for(binding, role, dump, label)
+    lease = lease_for(binding, role, dump, label, eager)
     return Resolved(
         binding=name,
         label=label,

@@ -18,12 +18,13 @@ from __future__ import annotations
 import collections
 import sys
 import threading
+import time
 import warnings
 
 import numpy as np
 
 from .._kwargs import encode_kwargs
-from .._state import StateDef
+from .._state import StateDef, _watches
 from .._state import thread_stack as _stack
 
 __all__ = ["Lease", "StatefulBody", "lease_for", "live_states"]
@@ -59,6 +60,8 @@ class Shared:
                 f"{type(exc).__name__}: {exc}"
             ) from exc
         self.objects.append(obj)
+        for w in _watches:
+            w.noted(self, "setup", obj)
         return obj
 
     def use(self):
@@ -88,6 +91,9 @@ class Shared:
 
     def close(self) -> None:
         objects, self.objects, self.idle = self.objects, [], []
+        for w in _watches:
+            for obj in objects:
+                w.noted(self, "teardown", obj)
         teardown = self.sdef.teardown
         if teardown is None or sys.is_finalizing():
             return
@@ -136,31 +142,47 @@ def live_states() -> int:
 
 
 class Lease:
-    """One call site's hold on its op's state (released when the site is freed)."""
+    """One call site's hold on its op's state (released when the site is freed).
 
-    def __init__(self, binding, sdef: StateDef, arguments: dict, label: str, key_at):
+    Its states are placed: ``()`` on the CPU (set up when XLA instantiates the site, if
+    `eager`, else at its first call), ``("cuda", device)`` on a GPU (at the first call on
+    that device, inside the call: XLA gives no stream when it instantiates a site). A
+    state with a key has one per place and key value (the last few kept)."""
+
+    def __init__(self, binding, sdef: StateDef, arguments: dict, label: str, key_at, eager):
         self.sdef, self.label, self.key_at = sdef, label, key_at
         self.base = (id(binding), binding.name, id(sdef), _frozen(arguments))
         self.arguments = arguments
-        self.shared: Shared | None = None
+        self.shared: Shared | None = None  # the CPU's, once set up (the fast path)
+        self.placed: dict[tuple, Shared] = {}  # place -> Shared, without a key
         self.keyed: collections.OrderedDict = collections.OrderedDict()  # key -> (copies, Shared)
         self.mu = threading.Lock()
-        if not sdef.key:
-            self.shared = _acquire(self.base, sdef, arguments, label, eager=True)
+        if eager and not sdef.key:
+            self.shared = self.placed[()] = _acquire(self.base, sdef, arguments, label, True)
 
-    def state_for(self, args) -> Shared:
-        if self.shared is not None:
-            return self.shared
-        inputs = [np.asarray(args[i]) for i in self.key_at]
+    def state_for(self, args, place: tuple = (), on_host=np.asarray) -> Shared:
+        """The state for a call with inputs `args` at `place`, set up now if need be;
+        `on_host` gives a key input's values as a NumPy array."""
+        if not self.sdef.key:
+            with self.mu:
+                shared = self.placed.get(place)
+                if shared is None:
+                    key = (*self.base, *place)
+                    shared = _acquire(key, self.sdef, self.arguments, self.label, True)
+                    self.placed[place] = shared
+                    if not place:
+                        self.shared = shared
+                return shared
+        inputs = [on_host(args[i]) for i in self.key_at]
         with self.mu:
             for k, (copies, shared) in self.keyed.items():
-                if all(_same(a, b) for a, b in zip(copies, inputs)):
+                if k[0] == place and all(_same(a, b) for a, b in zip(copies, inputs)):
                     self.keyed.move_to_end(k)
                     return shared
             copies = [a.copy() for a in inputs]
-            k = tuple((a.dtype.str, a.shape, a.tobytes()) for a in copies)
+            k = (place, *((a.dtype.str, a.shape, a.tobytes()) for a in copies))
             arguments = dict(self.arguments, **dict(zip(self.sdef.key, copies)))
-            shared = _acquire((*self.base, k), self.sdef, arguments, self.label, eager=True)
+            shared = _acquire((*self.base, *k), self.sdef, arguments, self.label, eager=True)
             self.keyed[k] = (copies, shared)
             while len(self.keyed) > _KEYS:
                 _release(self.keyed.popitem(last=False)[1][1])
@@ -169,8 +191,8 @@ class Lease:
     def __del__(self):
         if sys.is_finalizing():
             return
-        if self.shared is not None:
-            _release(self.shared)
+        for shared in self.placed.values():
+            _release(shared)
         for _, shared in self.keyed.values():
             _release(shared)
 
@@ -184,10 +206,10 @@ def _frozen(arguments: dict) -> bytes:
     return encode_kwargs(arguments, "state setup").blob
 
 
-def lease_for(binding, role, dump, label: str) -> Lease | None:
+def lease_for(binding, role, dump, label: str, eager: bool) -> Lease | None:
     """The lease of a call site of `binding`'s `role` with keyword arguments `dump` (None
-    if the op has no state); its state set up now unless it has a key, whose inputs the
-    role's body finds at their positions in its own layout."""
+    if the op has no state); its CPU state set up now if `eager` and it has no key, whose
+    inputs the role's body finds at their positions in its own layout."""
     sdef = binding.options.state
     if sdef is None:
         return None
@@ -199,7 +221,7 @@ def lease_for(binding, role, dump, label: str) -> Lease | None:
     key_at = binding.role(role).positions(options.state_key, options.fixed)
     if None in key_at:  # (the op's definition check refuses such roles: see check_state_key)
         raise SetupError(f"jaxbind: {label}: this role does not receive its state's key inputs")
-    return Lease(binding, sdef, arguments, label, key_at)
+    return Lease(binding, sdef, arguments, label, key_at, eager)
 
 
 class StatefulBody:
@@ -212,20 +234,44 @@ class StatefulBody:
         self.body, self.lease = body, lease
 
     def __call__(self, out, args, kwargs_dump):
-        shared = self.lease.shared or self.lease.state_for(args)
+        self.run(self.lease.shared or self.lease.state_for(args), out, args, kwargs_dump)
+
+    def on_gpu(self, device: int, on_host, out, args, kwargs_dump) -> None:
+        """A GPU call (from the GPU dispatcher): the state of its device; `on_host` copies
+        a key input to the host."""
+        shared = self.lease.state_for(args, ("cuda", device), on_host)
+        self.run(shared, out, args, kwargs_dump)
+
+    def run(self, shared: Shared, out, args, kwargs_dump) -> None:
+        """The body, with an object of `shared` current (taken under its policy)."""
+        body = self.body if not _watches else self._noting(shared)
         stack = _stack()
         if shared.exclusive is not None:  # "lock": one object, one call at a time
             with shared.exclusive:
                 stack.append(shared.objects[0])
                 try:
-                    self.body(out, args, kwargs_dump)
+                    body(out, args, kwargs_dump)
                 finally:
                     stack.pop()
             return
         obj = shared.use()
         stack.append(obj)
         try:
-            self.body(out, args, kwargs_dump)
+            body(out, args, kwargs_dump)
         finally:
             stack.pop()
             shared.give_back(obj)
+
+    def _noting(self, shared: Shared):
+        """The body, telling each `Watch` which object it used, from when to when."""
+
+        def noted(out, args, kwargs_dump):
+            obj, start = _stack()[-1], time.perf_counter()
+            try:
+                self.body(out, args, kwargs_dump)
+            finally:
+                end = time.perf_counter()
+                for w in _watches:
+                    w.used(shared, obj, start, end)
+
+        return noted

@@ -14,6 +14,7 @@ says why, never a pass.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import jax
@@ -21,7 +22,8 @@ import numpy as np
 
 from .._api import Op
 from .._native import NativeOp
-from . import agreement, batching, first_order, inputs, linearity, second_order, written
+from .._state import watching
+from . import agreement, batching, first_order, inputs, linearity, second_order, state, written
 from .case import Case, Family
 from .report import CheckReport, CheckResult
 
@@ -36,6 +38,7 @@ FAMILIES: tuple[Family, ...] = (
     first_order.FAMILY,
     second_order.FAMILY,
     batching.FAMILY,
+    state.FAMILY,  # last: it clears JAX's caches
 )
 
 
@@ -83,7 +86,12 @@ def check(
       **second-order jvp vs finite differences** (through the JVP);
     - **vmap**: **vmap vs loop** for every role (f, transposes, JVP, VJP) with inputs
       batched at axis 0 and at their last axis (``out_axes`` 0 and -1), **vmap(grad) vs
-      loop** and **grad(vmap) vs loop**.
+      loop** and **grad(vmap) vs loop**;
+    - **state**, for ops with ``state=`` (last: it clears JAX's caches): **set up once
+      per site** (a program with two sites, run three times), **fresh vs reused
+      object**, **two threads** (against one thread; and no object used by two calls at
+      once unless it is ``"shared"``), **teardowns equal setups** after
+      ``jax.clear_caches()``.
 
     A check that applies but cannot run (the op has no transpose, no VJP, ...) is a row
     with the status "not checked" and the reason; it does not fail the check.
@@ -127,8 +135,10 @@ def check(
     )
     case.out_avals = list(jax.eval_shape(case.call, *case.args))
     report = CheckReport()
-    for family in FAMILIES:
-        report.extend(family.run(case))
+    sdef = op.binding.options.state
+    with contextlib.nullcontext() if sdef is None else watching(sdef) as case.watch:
+        for family in FAMILIES:
+            report.extend(family.run(case))
     name = op.binding.name
     if verbose:
         print(f"jaxbind.testing.check('{name}'):\n{report}")

@@ -107,6 +107,7 @@ class Case:
     out_avals: list = field(default_factory=list)
     direct: tuple | None = None
     failed: str | None = None
+    watch: Any = None  # the run time's Watch of the op's state (see .state), or None
 
     # --- the op ----------------------------------------------------------------------
     @property

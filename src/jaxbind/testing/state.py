@@ -1,0 +1,166 @@
+"""state: an op with ``state=`` (see docs/state.md), through a program of its own.
+
+- **set up once per site**: JAX's caches cleared, a jitted program with two call sites
+  of the op, run three times, sets its state up once (none if a program made before the
+  check holds it) and uses one object ("lock", "shared"), or at most ``pool_size``
+  ("pool");
+- **fresh vs reused object**: that program's outputs, its object used five times
+  already, against the function called directly with an object of its own;
+- **two threads**: the program run from two threads at once agrees with one thread,
+  and no object is used by two calls at once unless the state is ``"shared"``;
+- **teardowns equal setups**: every object set up during the check is torn down once
+  ``jax.clear_caches()`` has freed the programs that use it.
+
+It runs last: it clears JAX's caches, twice (jitted functions compile again afterwards).
+A compiled kernel uses its state in C++, where the check cannot see which object a call
+used: its rows compare outputs and count setups only.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Iterator
+
+import jax
+import numpy as np
+
+from .._roles import Body
+from .._state import Watch
+from .case import Case, Family, needs_f, rel
+from .report import CheckResult
+
+_RUNS = 3  # runs of the program, each with two call sites
+_THREAD_RUNS = 6  # runs per thread
+
+
+def _program(case: Case):
+    """A jitted program with two call sites of the op (equal keyword arguments)."""
+
+    def two_sites(*args):
+        first = case.call(*args)
+        second = case.call(*args)
+        return [a + 0 * b for a, b in zip(first, second)]
+
+    return jax.jit(two_sites)
+
+
+def _rows(case: Case) -> Iterator[CheckResult]:
+    watch: Watch = case.watch
+    sdef = case.binding.options.state
+    seen = case.binding.role("f").kind is not Body.KERNEL  # a kernel's uses are not seen
+    program = _program(case)
+    _free()  # the earlier families' programs: this one sets the state up anew
+    setups, uses = len(watch.setups), len(watch.uses)
+    outputs = [program(*case.args) for _ in range(_RUNS)]
+    jax.block_until_ready(outputs)
+    made = len(watch.setups) - setups
+    objects = {obj for obj, *_ in watch.uses[uses:]}
+    limit = sdef.pool_size if sdef.concurrency == "pool" else 1
+    detail = f"{made} setup(s) for 2 sites x {_RUNS} runs"
+    bad = made > limit
+    if made == 0:  # its state outlived jax.clear_caches(): a program the check did not make
+        detail += " (a program made before the check holds its state)"
+    if seen:
+        detail += f", {len(objects)} object(s) used"
+        bad = bad or not 1 <= len(objects) <= limit
+    yield case.row("state: set up once per site", "f", "-", 1.0 if bad else 0.0, 0.0, detail)
+
+    assert case.direct is not None
+    for name, av, fresh, reused in zip(case.out_names, case.out_avals, case.direct, outputs[-1]):
+        yield case.row(
+            "state: fresh vs reused object",
+            name,
+            av.dtype,
+            rel(reused, fresh, True),
+            case.tol("exact", av.dtype),
+        )
+
+    yield from _threads(case, program, outputs[0], watch, seen)
+
+    del program, outputs
+    _free()
+    left = len(watch.kept)
+    yield case.row(
+        "state: teardowns equal setups",
+        "f",
+        "-",
+        left / max(len(watch.setups), 1),
+        0.0,
+        f"{len(watch.setups)} set up, {len(watch.teardowns)} torn down during the check"
+        + (f"; {left} still alive after jax.clear_caches()" if left else ""),
+    )
+
+
+def _free() -> None:
+    """Free every program in JAX's caches (and the op's eager ones), with their states."""
+    jax.clear_caches()
+    gc.collect()
+
+
+def _threads(case: Case, program, expected, watch: Watch, seen: bool) -> Iterator[CheckResult]:
+    sdef = case.binding.options.state
+    uses = len(watch.uses)
+    results: list = [None, None]
+    failures: list = []
+    start = threading.Barrier(2)
+
+    def run(k):
+        try:
+            start.wait()
+            results[k] = [program(*case.args) for _ in range(_THREAD_RUNS)]
+            jax.block_until_ready(results[k])
+        except Exception as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    target = f"2 threads, {sdef.concurrency!r}"
+    if failures:
+        yield case.row("state: two threads", target, "-", np.inf, 0.0, f"raised {failures[0]!r}")
+        return
+    runs = [run for k in (0, 1) for run in results[k]]
+    for o, (name, av, want) in enumerate(zip(case.out_names, case.out_avals, expected)):
+        error = max(rel(run[o], want, True) for run in runs)
+        tol = case.tol("exact", av.dtype)
+        yield case.row("state: two threads", f"{target}, {name}", av.dtype, error, tol)
+    if not seen:
+        return
+    recent = Watch(sdef)
+    recent.uses = watch.uses[uses:]
+    most = recent.most_at_once()
+    allowed = None if sdef.concurrency == "shared" else 1
+    detail = f"at most {most} call(s) at once on one object"
+    yield case.row(
+        "state: two threads, one user per object",
+        target,
+        "-",
+        0.0 if allowed is None or most <= allowed else 1.0,
+        0.0,
+        detail + ("" if allowed is None else " (allowed: 1)"),
+    )
+
+
+def _applies(case: Case) -> bool | str:
+    if case.binding.options.state is None:
+        return False
+    return needs_f(case)
+
+
+FAMILY = Family(
+    name="state",
+    checks=(
+        "state: set up once per site",
+        "state: fresh vs reused object",
+        "state: two threads",
+        "state: two threads, one user per object",
+        "state: teardowns equal setups",
+    ),
+    roles=frozenset({"f"}),
+    options=frozenset({"state", "state_key"}),
+    applies=_applies,
+    rows=_rows,
+)
