@@ -140,3 +140,16 @@ def test_a_type_2_grid_that_is_not_the_values_is_refused():
             nthreads=1,
             grid=(7,),
         )
+
+
+def test_an_exported_program_plans_its_points_when_loaded(plans):
+    import jaxbind
+
+    rng, (x, y) = _points(505)
+    f = random_complex(rng, (8, 8))
+    program = jax.jit(lambda f, x, y: jaxducc0.nufft2(f, x, y, eps=1e-12))
+    exp = jax.export.deserialize(jaxbind.export(program)(f, x, y).serialize())
+    assert not plans  # exporting plans nothing
+    got = exp.call(f, x, y)
+    assert len(plans) == 1
+    assert norm_relative_error(got, program(f, x, y)) < 1e-14
