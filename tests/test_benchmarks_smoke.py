@@ -75,6 +75,16 @@ def test_nufft_benchmarks_quick(tmp_path):
     assert "type 3 grad points" in proc.stdout or "jax-finufft is not installed" in proc.stdout
 
 
+def test_state_nufft_benchmark_quick():
+    import pytest
+
+    pytest.importorskip("ducc0")
+    proc = run_python(ROOT / "benchmarks" / "state_nufft.py", "--quick", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| NufftPlan |" in proc.stdout and "| DUCC plan.u2nu |" in proc.stdout
+    assert "| nufft2 (points traced) |" in proc.stdout and ", 1 setup(s)." in proc.stdout
+
+
 def test_finufft_ctypes_benchmark_quick():
     import pytest
 

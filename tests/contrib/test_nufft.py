@@ -347,5 +347,44 @@ def test_plan_under_threads_and_errors():
         jax.jit(lambda x: jaxducc0.NufftPlan(2, 8, x)(jnp.ones(8, complex)))(jnp.ones(5))
     with pytest.raises(ValueError, match="n_modes"):
         jaxducc0.NufftPlan(1, (8, 8), np.zeros(5))
-    with pytest.raises(TypeError, match="cannot export 'jaxducc0.nufft_plan'"):
-        jax.export.export(jax.jit(plan))(v)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", (2, 3))
+def test_an_exported_plan_runs_in_a_fresh_process(kind, tmp_path):
+    """The points travel in the program: the loading process plans from them."""
+    import jaxbind
+
+    rng = np.random.default_rng(70 + kind)
+    plan, _, v = _planned(kind, -1, 1, rng)
+    program = jax.jit(lambda v: (plan(v), jax.grad(lambda v: jnp.sum(jnp.abs(plan(v)) ** 2))(v)))
+    exp = jaxbind.export(program)(v)
+    (tmp_path / "plan.bin").write_bytes(exp.serialize())
+    np.save(tmp_path / "v.npy", np.asarray(v))
+    for name, want in zip(("c", "g"), program(v)):
+        np.save(tmp_path / f"want_{name}.npy", np.asarray(want))
+    code = """
+    import sys, pathlib
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    import numpy as np
+    from jax import export
+    import jaxbind.contrib.jaxducc0  # registers the op (nothing is planned in this process)
+    from jaxbind._runtime.state import live_states
+    d = pathlib.Path(sys.argv[1])
+    exp = export.deserialize(bytearray((d / "plan.bin").read_bytes()))
+    v = np.load(d / "v.npy")
+    assert live_states() == 0
+    got = exp.call(v)
+    assert live_states() == 1, live_states()  # f and its transpose: one DUCC plan
+    for name, got in zip(("c", "g"), got):
+        want = np.load(d / f"want_{name}.npy")
+        err = np.linalg.norm(np.asarray(got) - want) / np.linalg.norm(want)
+        assert err < 1e-13, (name, err)
+    print("ok")
+    """
+    from support.processes import run_isolated
+
+    done = run_isolated(tmp_path, code, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"

@@ -6,30 +6,31 @@
     c = plan(f)                  # f (..., 256, 256) -> c (..., M), no point preprocessing
 
 A solver that applies the same NUFFT hundreds of times (conjugate gradients, a
-Newton-CG step) pays DUCC's point sorting and kernel setup once, in the
-constructor, instead of in every call. The op is linear in the values:
-``grad``, ``linear_transpose``, ``jvp`` and ``vmap`` work, and the transpose
-(type 1 <-> type 2 with the same sign, type 3 from the targets back to the
-points) uses the same plan. Leading dimensions of the values are transforms
-sharing the points (one DUCC call); ``vmap`` calls DUCC once per element, each
-time on the same plan. The points are not differentiable here: use
-`nufft1`/`nufft2`/`nufft3` for that.
+Newton-CG step) pays DUCC's point sorting and kernel setup once instead of in
+every call. The op is linear in the values: ``grad``, ``linear_transpose``,
+``jvp`` and ``vmap`` work, and the transpose (type 1 <-> type 2 with the same
+sign, type 3 from the targets back to the points) uses the same plan. Leading
+dimensions of the values are transforms sharing the points (one DUCC call);
+``vmap`` calls DUCC once per element, each time on the same plan. The points are
+not differentiable here: use `nufft1`/`nufft2`/`nufft3` for that.
 
-The plan lives in this process and travels to the callables as a keyword
-argument that is not data: compiled programs that call it keep it alive, and
-``jax.export`` refuses them, saying why.
+The DUCC plan is the op's state (``@jaxbind.state``, see docs/state.md): the points
+travel in the program as an array keyword argument, and the plan is made from them
+when XLA instantiates the program, once for the function and its transpose, and
+freed with the program. So programs that call a plan can be exported: the loading
+process plans again from the points the program carries. The state's lock keeps two
+XLA threads from running one DUCC plan at once.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
-import threading
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ... import get_linear_call, load_kwargs
+from ... import get_linear_call, load_kwargs, load_state, state
 from ._accuracy import working_precision
 from ._common import _MODE, _REAL, check_int, check_positive, ducc0
 from .finufft import _settings, _sign
@@ -37,18 +38,35 @@ from .finufft import _settings, _sign
 __all__ = ["NufftPlan"]
 
 NAME = "jaxducc0.nufft_plan"
-_ids = itertools.count(1)
 
 
-def _plan_named(number):  # pragma: no cover - plans are pickled for their digest only
-    raise RuntimeError(f"{NAME}: plan {number} exists only in the process that made it")
+@state  # concurrency="lock": a DUCC plan must not run twice at once
+def _ducc_plan(*, nufft_type, coord, target, grid, epsilon, nthreads, modeord):
+    """DUCC's plan for the points `coord` (M, d) (and type 3's `target`), in the
+    precision of their dtype; None where there is nothing to sum (no points, an empty
+    grid)."""
+    if nufft_type == 3:
+        if coord.shape[0] == 0 or target.shape[0] == 0:
+            return None
+        return ducc0.nufft.experimental.plan3(
+            coord_in=coord, coord_out=target, epsilon=epsilon, nthreads=nthreads
+        )
+    if coord.shape[0] == 0 or 0 in grid:
+        return None
+    return ducc0.nufft.plan(
+        nu2u=nufft_type == 1,
+        coord=coord,
+        grid_shape=grid,
+        epsilon=epsilon,
+        nthreads=nthreads,
+        fft_order=bool(modeord),
+    )
 
 
 def _run(out, args, kwargs_dump, transposed):
-    plan = load_kwargs(kwargs_dump)["plan"]
+    kw = load_kwargs(kwargs_dump)
     (values,) = args
-    with plan._lock:  # a DUCC plan must not run twice at once
-        plan._execute(values, out[0], transposed)
+    _execute(load_state(kwargs_dump), kw, values, out[0], transposed)
 
 
 def _apply(out, args, kwargs_dump):
@@ -59,18 +77,57 @@ def _apply_T(out, args, kwargs_dump):
     _run(out, args, kwargs_dump, True)
 
 
-def _abstract(values, *, plan, transposed=False, **_):
-    p = plan
-    core_in, core_out = (p.out_core, p.in_core) if transposed else (p.in_core, p.out_core)
+def _execute(plan, kw, values, out, transposed):
+    """DUCC on NumPy views: values (T, ...) into out (T, ...)."""
+    if values.dtype != kw["dtype"]:  # e.g. traced where jax_enable_x64 was off
+        raise TypeError(
+            f"{NAME}: this plan was made for {kw['dtype']} values, got "
+            f"{values.dtype} (was the program traced with jax_enable_x64 off?)"
+        )
+    if out.size == 0:
+        return
+    if plan is None:  # no points, or an empty grid: every sum is empty
+        out[...] = 0
+        return
+    result = out
+    planned = np.dtype(np.complex128 if kw["coord"].dtype == np.float64 else np.complex64)
+    if planned != out.dtype:  # planned in double precision: convert, round back
+        values, result = values.astype(planned), np.empty(out.shape, planned)
+    forward = kw["sign"] < 0
+    kind = kw["nufft_type"]
+    if kind == 3:
+        if transposed:  # exec_adjoint conjugates the sign; JAX's transposes do not
+            plan.exec_adjoint(forward=not forward, points_in=values, points_out=result)
+        else:
+            plan.exec(forward=forward, points_in=values, points_out=result)
+    elif (kind == 1) != transposed:
+        plan.nu2u(forward=forward, points=values, out=result)
+    else:
+        plan.u2nu(forward=forward, grid=values, out=result)
+    if result is not out:
+        out[...] = result
+
+
+def _cores(kw) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The shapes of the values and of the results, without leading dimensions."""
+    m = kw["coord"].shape[0]
+    if kw["nufft_type"] == 3:
+        return (m,), (kw["target"].shape[0],)
+    grid = tuple(kw["grid"])
+    return ((m,), grid) if kw["nufft_type"] == 1 else (grid, (m,))
+
+
+def _abstract(values, *, transposed=False, **kw):
+    core_in, core_out = _cores(kw)
+    if transposed:
+        core_in, core_out = core_out, core_in
     if len(values.shape) != 1 + len(core_in) or tuple(values.shape[1:]) != core_in:
         raise ValueError(
-            f"{NAME}: this type-{p.nufft_type} plan takes values of shape "
+            f"{NAME}: this type-{kw['nufft_type']} plan takes values of shape "
             f"(ntrans, *{core_in}), got {tuple(values.shape)}"
         )
-    if np.dtype(values.dtype) != p.complex_dtype:
-        raise TypeError(
-            f"{NAME}: this plan was made for {p.complex_dtype} values, got {values.dtype}"
-        )
+    if np.dtype(values.dtype) != kw["dtype"]:
+        raise TypeError(f"{NAME}: this plan was made for {kw['dtype']} values, got {values.dtype}")
     return (((values.shape[0], *core_out), values.dtype),)
 
 
@@ -78,7 +135,9 @@ def _abstract_T(values, **kw):
     return _abstract(values, transposed=True, **kw)
 
 
-_op = get_linear_call(_apply, _apply_T, _abstract, _abstract_T, name=NAME, platform_mode=_MODE)
+_op = get_linear_call(
+    _apply, _apply_T, _abstract, _abstract_T, name=NAME, platform_mode=_MODE, state=_ducc_plan
+)
 
 
 class NufftPlan:
@@ -98,8 +157,9 @@ class NufftPlan:
 
     Calling the plan on values ``(..., M)`` (types 1 and 3) or ``(..., *n_modes)``
     (type 2) gives ``(..., *n_modes)``, ``(..., M)`` or ``(..., K)``. Non-finite
-    points are refused here, when the plan is made; no points (or an empty grid)
-    give zeros.
+    points are refused here; no points (or an empty grid) give zeros. DUCC plans
+    when a program that calls it is compiled or loaded (an eager call compiles one),
+    once per program, for the function and its transpose together.
     """
 
     in_core: tuple[int, ...]  # the shape of the values, without batch axes
@@ -151,7 +211,7 @@ class NufftPlan:
             )
         self.complex_dtype = np.dtype(np.complex64 if real == np.float32 else np.complex128)
         modeord, nthreads = _settings("NufftPlan", opts)
-        self.nufft_type, self.ndim = nufft_type, d
+        self.nufft_type, self.ndim = int(nufft_type), d
         self.sign = _sign(1 if nufft_type == 1 else -1) if iflag is None else _sign(iflag)
         for c in coords:
             if not np.isfinite(c).all():
@@ -165,21 +225,11 @@ class NufftPlan:
             real == np.float32,
             check_positive("NufftPlan", "eps", eps),
         )
-        self._dtype = np.dtype(np.complex128) if in_double else self.complex_dtype
         real = np.dtype(np.float64) if in_double else real
         src = np.ascontiguousarray(np.stack(coords[:d], axis=1), dtype=real)  # (M, d)
-        m = src.shape[0]
+        target, grid = None, None
         if nufft_type == 3:
-            dst = np.ascontiguousarray(np.stack(coords[d:], axis=1), dtype=real)
-            self.in_core, self.out_core = (m,), (dst.shape[0],)
-            empty = m == 0 or dst.shape[0] == 0
-            self._plan = (
-                None
-                if empty
-                else ducc0.nufft.experimental.plan3(
-                    coord_in=src, coord_out=dst, epsilon=eps, nthreads=nthreads
-                )
-            )
+            target = np.ascontiguousarray(np.stack(coords[d:], axis=1), dtype=real)
         else:
             if n_modes is None:
                 raise TypeError(f"{NAME}: types 1 and 2 need n_modes, the grid's shape")
@@ -188,58 +238,22 @@ class NufftPlan:
             )
             if len(grid) != d:
                 raise ValueError(f"{NAME}: n_modes {grid} for {d}-D points")
-            self.in_core, self.out_core = ((m,), grid) if nufft_type == 1 else (grid, (m,))
-            empty = m == 0 or 0 in grid
-            self._plan = (
-                None
-                if empty
-                else ducc0.nufft.plan(
-                    nu2u=nufft_type == 1,
-                    coord=src,
-                    grid_shape=grid,
-                    epsilon=eps,
-                    nthreads=nthreads,
-                    fft_order=bool(modeord),
-                )
-            )
-        self._lock = threading.Lock()
-        self.id = next(_ids)
-
-    def __reduce__(self):  # jaxbind digests keyword arguments that are not data by pickling
-        return _plan_named, (self.id,)
-
-    def _execute(self, values, out, transposed):
-        """DUCC on NumPy views: values (T, ...) into out (T, ...)."""
-        if values.dtype != self.complex_dtype:  # e.g. traced where jax_enable_x64 was off
-            raise TypeError(
-                f"{NAME}: this plan was made for {self.complex_dtype} values, got "
-                f"{values.dtype} (was the program traced with jax_enable_x64 off?)"
-            )
-        if out.size == 0:
-            return
-        if self._plan is None:  # no points, or an empty grid: every sum is empty
-            out[...] = 0
-            return
-        result = out
-        if self._dtype != out.dtype:  # planned in double precision: convert, round back
-            values, result = values.astype(self._dtype), np.empty(out.shape, self._dtype)
-        self._run_plan(values, result, transposed)
-        if result is not out:
-            out[...] = result
-
-    def _run_plan(self, values, out, transposed):
-        forward = self.sign < 0
-        p, kind = self._plan, self.nufft_type
-        assert p is not None  # see _execute
-        if kind == 3:
-            if transposed:  # exec_adjoint conjugates the sign; JAX's transposes do not
-                p.exec_adjoint(forward=not forward, points_in=values, points_out=out)
-            else:
-                p.exec(forward=forward, points_in=values, points_out=out)
-        elif (kind == 1) != transposed:
-            p.nu2u(forward=forward, points=values, out=out)
-        else:
-            p.u2nu(forward=forward, grid=values, out=out)
+        # the op's keyword arguments: data, which programs (and exports) carry
+        self._kw = dict(
+            nufft_type=self.nufft_type,
+            sign=self.sign,
+            coord=src,
+            target=target,
+            grid=grid,
+            epsilon=eps,
+            nthreads=nthreads,
+            modeord=modeord,
+            dtype=self.complex_dtype.name,
+        )
+        self.in_core, self.out_core = _cores(self._kw)
+        # jitted once: an eager call then encodes the points no more (a digest of them)
+        kw = self._kw
+        self._call = jax.jit(lambda flat: _op(flat, **kw)[0])
 
     def __call__(self, values):
         values = jnp.asarray(values)
@@ -251,8 +265,7 @@ class NufftPlan:
                 f"(..., *{self.in_core}), got {tuple(values.shape)}"
             )
         flat = values.reshape((math.prod(lead),) + self.in_core)
-        (out,) = _op(flat, plan=self)
-        return out.reshape(lead + self.out_core)
+        return self._call(flat).reshape(lead + self.out_core)
 
     def __repr__(self):
         return (

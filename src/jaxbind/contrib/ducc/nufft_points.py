@@ -31,6 +31,10 @@ Shapes (``T`` transforms share the points; ``d`` in 1..3 dimensions):
 - ``qs`` (type 3 only): ``(d, K)`` target coordinates.
 
 ``vmap`` over any argument runs DUCC once per batch element (jaxbind's loop).
+Types 1 and 2 run through a DUCC plan of the points, the op's state keyed on ``xs``
+(see docs/state.md): made at the first call with those points and used again while
+they stay the same (traced, loop-invariant points in a solver plan once; a plan serves
+both types, so a type-2 op and its adjoint share it).
 `.finufft` builds jax-finufft's calling convention on top of this op.
 """
 
@@ -39,7 +43,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from ... import get_nonlinear_call, jax_function, load_kwargs
+from ... import get_nonlinear_call, jax_function, load_kwargs, load_state, state
 from ._accuracy import finest_epsilon, working_precision
 from ._common import (
     _MODE,
@@ -85,8 +89,51 @@ def _finite_columns(coords):
     return np.isfinite(coords).all(axis=0)
 
 
-def _transform(out, values, xs, qs, kw):
-    """One call: values (T, ...) and points sharing them, into out (T, ...).
+class _Plan:
+    """DUCC's plan of types 1 and 2 for one set of points (the op's state, see `_plan`),
+    with what it was made for: the grid, and the coordinates' working precision."""
+
+    __slots__ = ("ducc", "grid", "real")
+
+    def __init__(self, ducc, grid: tuple[int, ...], real: np.dtype):
+        self.ducc, self.grid, self.real = ducc, grid, real
+
+    def fits(self, grid: tuple[int, ...], real: np.dtype) -> bool:
+        return self.grid == grid and self.real == real
+
+
+@state(key=("xs",))  # concurrency="lock": a DUCC plan must not run twice at once
+def _plan(*, xs, grid=None, eps, nthreads, modeord, ducc_options=None):
+    """The plan of a type-1 or type-2 call with points `xs` (d, M) on `grid` (one plan
+    serves both types: a type-2 op and its VJP's type-1 calls share it); None where
+    nothing is planned (type 3, no grid given, no points, an empty grid). Non-finite
+    points are planned at 0, as `_transform` computes them, which marks their outputs."""
+    if grid is None or xs.shape[-1] == 0 or 0 in grid:
+        return None
+    extra = dict(ducc_options or {})
+    sigma = (extra["sigma_min"], extra["sigma_max"]) if "sigma_min" in extra else None
+    single = xs.dtype == np.float32
+    eps, in_double = working_precision("nufft", xs.shape[0], single, eps, sigma)
+    ok = _finite_columns(xs)
+    if ok is not None:
+        xs = np.where(ok, xs, 0)
+    real = np.dtype(np.float64 if in_double else xs.dtype)
+    extra.pop("verbosity", None)  # a setting of each call
+    ducc = ducc0.nufft.plan(
+        nu2u=False,
+        coord=np.ascontiguousarray(xs.T, dtype=real),
+        grid_shape=tuple(grid),
+        epsilon=eps,
+        nthreads=nthreads,
+        fft_order=bool(modeord),
+        **extra,
+    )
+    return _Plan(ducc, tuple(grid), real)
+
+
+def _transform(out, values, xs, qs, kw, plan=None):
+    """One call: values (T, ...) and points sharing them, into out (T, ...), through
+    `plan` (a `_Plan` of these points) where it fits the call.
 
     Non-finite coordinates give NaN wherever they enter the sum: type 1 (and type 3
     with a non-finite source) every output, type 2 (and type 3 with a non-finite
@@ -120,6 +167,16 @@ def _transform(out, values, xs, qs, kw):
         values, xs = values.astype(np.complex128), xs.astype(np.float64)
         qs = None if qs is None else qs.astype(np.float64)
         target = np.empty(out.shape, np.complex128)
+    if kind != 3 and plan is not None:
+        grid = tuple(values.shape[1:]) if kind == 2 else tuple(out.shape[1:])
+        if plan.fits(grid, xs.dtype):
+            verbosity = {k: v for k, v in extra.items() if k == "verbosity"}
+            if kind == 1:
+                plan.ducc.nu2u(forward=forward, points=values, out=target, **verbosity)
+            else:
+                plan.ducc.u2nu(forward=forward, grid=values, out=target, **verbosity)
+            _finish(out, target, dst_ok)
+            return
     common = dict(forward=forward, epsilon=eps, nthreads=kw["nthreads"], **extra)
     coord = xs.T  # (M, d), a strided view of the (d, M) buffer: no copy
     if kind == 1:
@@ -134,7 +191,13 @@ def _transform(out, values, xs, qs, kw):
         ducc0.nufft.experimental.nu2nu(
             points_in=values, coord_in=coord, coord_out=qs.T, points_out=target, **common
         )
-    if in_double:
+    _finish(out, target, dst_ok)
+
+
+def _finish(out, target, dst_ok):
+    """The result in `out` (rounded back from double precision), NaN at the outputs of
+    non-finite points."""
+    if target is not out:
         out[...] = target
     if dst_ok is not None:
         out[:, ~dst_ok] = _NAN
@@ -143,7 +206,7 @@ def _transform(out, values, xs, qs, kw):
 def _call(out, args, kwargs_dump):
     kw = load_kwargs(kwargs_dump)
     values, xs, *rest = args
-    _transform(out[0], values, xs, rest[0] if rest else None, kw)
+    _transform(out[0], values, xs, rest[0] if rest else None, kw, load_state(kwargs_dump))
 
 
 # --- shapes ----------------------------------------------------------------------
@@ -167,6 +230,11 @@ def _abstract(values, xs, *rest, nufft_type, grid=None, **_):
             raise ValueError(
                 f"{what}: values must be (ntrans, *grid) with a {d}-D grid, got "
                 f"{tuple(values.shape)}"
+            )
+        if grid is not None and tuple(grid) != tuple(values.shape[1:]):
+            raise ValueError(
+                f"{what}: grid {tuple(grid)} is not the values' grid {tuple(values.shape[1:])}; "
+                "for type 2 pass the values' grid shape (what DUCC plans for) or None"
             )
         return (((values.shape[0], m), values.dtype),)
     if len(values.shape) != 2 or values.shape[1] != m:
@@ -193,7 +261,10 @@ def _apply(values, xs, qs, kw, kind=None, grid=None):
     """The op itself, as called from its derivatives (possibly another type)."""
     kind = kw["nufft_type"] if kind is None else kind
     kw = dict(kw, nufft_type=kind)
-    kw["grid"] = None if kind != 1 else tuple(grid if grid is not None else kw["grid"])
+    if kind == 1:
+        kw["grid"] = tuple(grid if grid is not None else kw["grid"])
+    else:
+        kw["grid"] = tuple(values.shape[1:]) if kind == 2 else None
     args = (values, xs) if kind != 3 else (values, xs, qs)
     return nufft_points(*args, **kw)[0]
 
@@ -276,7 +347,14 @@ def _vjp(values, xs, *rest, **kw):
 
 
 _op = get_nonlinear_call(
-    _call, (_jvp, _vjp), _abstract, None, name=NAME, platform_mode=_MODE, linear_in=(0,)
+    _call,
+    (_jvp, _vjp),
+    _abstract,
+    None,
+    name=NAME,
+    platform_mode=_MODE,
+    linear_in=(0,),
+    state=_plan,  # keyed on the points: planned once while they stay the same
 )
 
 
@@ -304,13 +382,19 @@ def nufft_points(
         computed in double precision and rounded back (see `._accuracy`).
       modeord: 0: grids run from the most negative mode; 1: FFT order.
       nthreads: DUCC threads (0: all).
-      grid: type 1 only: the output grid's shape.
+      grid: type 1 only: the output grid's shape (type 2 plans for the values' grid).
 
     Returns:
       ``[result]``: type 1 ``(T, *grid)``, type 2 ``(T, M)``, type 3 ``(T, K)``.
 
     ``nufft_points.op`` is the jaxbind op beneath, called with the same arguments
-    (``grid`` a tuple, or None for types 2 and 3); ``jaxbind.testing.check`` takes it.
+    (``grid`` a tuple: the values' grid for type 2, or None to compute it unplanned;
+    None for type 3); ``jaxbind.testing.check`` takes it.
+
+    Types 1 and 2 run through a DUCC plan of the points, the op's state (keyed on
+    ``xs``: see docs/state.md): set up at the first call with these points, and used
+    again while they stay the same, e.g. traced but loop-invariant points in a solver.
+    Type 3 is computed unplanned.
     """
     if nufft_type not in (1, 2, 3):
         raise ValueError(f"{NAME}: nufft_type must be 1, 2 or 3, got {nufft_type!r}")
@@ -327,6 +411,8 @@ def nufft_points(
         if grid is None:
             raise TypeError(f"{NAME}: type 1 needs the grid shape")
         grid = tuple(check_int(OP, "each grid length", n) for n in np.atleast_1d(grid))
+    elif nufft_type == 2:  # the values' grid, which DUCC's plan is made for
+        grid = tuple(int(n) for n in np.shape(values)[1:])
     else:
         grid = None
     return _op(
