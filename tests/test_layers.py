@@ -41,6 +41,7 @@ TRACE_TIME = {
     # jaxbind.testing.check: the entry point, its report and case, one module per row family
     "testing",
     "testing.report",
+    "testing.collectives",
     "testing.case",
     "testing.kernels",
     "testing.written",

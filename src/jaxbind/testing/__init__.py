@@ -25,9 +25,10 @@ from .._native import NativeOp
 from .._state import watching
 from . import agreement, batching, first_order, inputs, linearity, second_order, state, written
 from .case import Case, Family
+from .collectives import Collectives, collectives
 from .report import CheckReport, CheckResult
 
-__all__ = ["FAMILIES", "CheckReport", "CheckResult", "check"]
+__all__ = ["FAMILIES", "CheckReport", "CheckResult", "Collectives", "check", "collectives"]
 
 # In order: the first calls the function directly (and stops the others if it fails).
 FAMILIES: tuple[Family, ...] = (
