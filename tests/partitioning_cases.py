@@ -150,6 +150,45 @@ def define_ops():
         name="partitioning.sine",
         sharding="m k -> m k",
     )
+
+    def _matvec(out, args, kwargs_dump):  # nonlinear in (A, x) jointly: A @ x
+        a, x = args
+        out[0][...] = a @ x
+
+    def _matvec_jvp(out, args, kwargs_dump):
+        a, x, da, dx = args
+        out[0][...] = da @ x + a @ dx
+
+    def _matvec_vjp(out, args, kwargs_dump):
+        a, x, ct = args
+        out[0][...] = np.outer(ct, x)
+        out[1][...] = a.T @ ct
+
+    ops["matvec"] = jaxbind.get_nonlinear_call(
+        _matvec,
+        (_matvec_jvp, _matvec_vjp),
+        lambda a, x: (((a.shape[0],), x.dtype),),
+        lambda a, x, ct: ((a.shape, a.dtype), (x.shape, x.dtype)),
+        name="partitioning.matvec",
+        sharding="n k, k -> n",
+        reduction=("k",),
+    )
+
+    def _product(out, args, kwargs_dump):  # multilinear: elementwise a * b
+        a, b = args
+        out[0][...] = a * b
+
+    def _product_T(out, args, kwargs_dump):  # either transpose: the other times ct
+        other, ct = args
+        out[0][...] = other * ct
+
+    ops["product"] = jaxbind.get_linear_call(
+        _product,
+        (_product_T, _product_T),
+        lambda a, b: ((a.shape, a.dtype),),
+        name="partitioning.product",
+        sharding="n, n -> n",
+    )
     ops["plain"] = jaxbind.get_linear_call(  # the deposit without a rule
         _deposit,
         _interp,
@@ -369,6 +408,34 @@ def case_nonlinear_jvp_and_vjp_follow_the_rule():
         f"grad (vjp): {_summary(found_vjp, error_vjp)}; elementwise grad: "
         f"{_summary(found_sine, error_sine)}"
     )
+
+
+def case_vjp_sums_only_the_cotangents_that_lack_the_split_factor():
+    rng = np.random.default_rng(8)
+    a, x = rng.normal(size=(64, 8)), rng.normal(size=8)
+    matvec = OPS["matvec"]
+    loss = jax.jit(jax.grad(lambda a, x: jnp.sum(jnp.sin(matvec(a, x)[0])), argnums=(0, 1)))
+    out = []
+    for spec_a, spec_x in ((P("p"), P()), (P(None, "p"), P("p"))):
+        az, xz = _put(a, spec_a), _put(x, spec_x)
+        compiled = loss.lower(az, xz).compile()
+        found = _expect(compiled, all_gather=0)
+        got = compiled(az, xz)
+        error = max(_close(g, e) for g, e in zip(got, loss(a, x)))
+        out.append(f"A {spec_a}, x {spec_x}: {_summary(found, error)}")
+    return "; ".join(out)
+
+
+def case_multilinear_transposes_follow_the_rule():
+    rng = np.random.default_rng(9)
+    a, b = rng.normal(size=M), rng.normal(size=M)
+    product = OPS["product"]
+    grad = jax.jit(jax.grad(lambda a, b: jnp.sum(product(a, b)[0] ** 2), argnums=(0, 1)))
+    az, bz = _put(a, P("p")), _put(b, P("p"))
+    compiled = grad.lower(az, bz).compile()
+    found = _expect(compiled, total=0)
+    error = max(_close(g, e) for g, e in zip(compiled(az, bz), grad(a, b)))
+    return _summary(found, error)
 
 
 def case_uneven_split_is_not_summed_with_padding():

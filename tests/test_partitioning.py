@@ -49,6 +49,15 @@ def test_transpose_of_a_matrix_product_sums_over_the_rows():
     assert t.text == "n k, n -> k" and t.reduction == ("n",) and t.pass_through == ("k",)
 
 
+def test_a_factor_some_results_lack_stays_whole_in_f_and_is_summed_in_its_vjp():
+    rule = Partitioning.parse("n k, k -> n, n")
+    assert rule.pass_through == ("n",)
+    assert Partitioning.parse("m, m -> m, g").splittable == ()  # g's sum over m: undeclared
+    vjp = Partitioning.parse("n k, k -> n", ("k",)).for_role("vjp", fixed=0)
+    assert vjp.text == "n k, k, n -> n k, k"
+    assert vjp.summed(0, ("n", "k")) == () and vjp.summed(1, ("n", "k")) == ("n",)
+
+
 def test_multilinear_and_nonlinear_roles_follow_from_f():
     rule = Partitioning.parse("a, a -> a")
     assert rule.for_role("T1", fixed=0).text == "a, a -> a"
@@ -224,6 +233,8 @@ CASES = [
     "case_vmap_composes_with_the_rule",
     "case_two_outputs_are_both_summed",
     "case_nonlinear_jvp_and_vjp_follow_the_rule",
+    "case_vjp_sums_only_the_cotangents_that_lack_the_split_factor",
+    "case_multilinear_transposes_follow_the_rule",
     "case_uneven_split_is_not_summed_with_padding",
     "case_handler_runs_the_call_where_nothing_partitions_it",
     "case_export_loads_in_a_fresh_process",

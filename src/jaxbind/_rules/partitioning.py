@@ -121,6 +121,13 @@ class Partitioning:
         inside = self._in(self.operands)
         return tuple(f for f in self.splittable if f in inside and f not in out)
 
+    def summed(self, result: int, split: Sequence[str]) -> tuple[str, ...]:
+        """Of the factors that are `split`, those over which result `result` is a sum of
+        the devices' partial results: the ones it lacks (a reduction factor; in a
+        transpose or VJP, also a pass-through factor of f that this cotangent lacks, as
+        when A's and x's cotangents of ``"n k, k -> n"`` are split over n)."""
+        return tuple(f for f in split if f not in self.results[result])
+
     @property
     def need_replication(self) -> tuple[str, ...]:
         """Factors that stay whole on every device (results only, or not splittable)."""
@@ -260,7 +267,10 @@ def _parse(text: str, reduction: tuple[str, ...]) -> Partitioning:
                 "in arguments and results is split as the arguments are), or give the "
                 "result's axis another name"
             )
-    splittable = (inside & out) | set(reduction)
+    # A factor some results have and others lack stays whole: the declaration does not
+    # say that those others are sums over it (in f; its transposes do sum over it).
+    every = set.intersection(*(set(m) for m in results))
+    splittable = (inside & every) | set(reduction)
     return Partitioning(operands, results, tuple(sorted(splittable)))
 
 

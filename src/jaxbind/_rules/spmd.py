@@ -11,10 +11,11 @@ mesh: the device grid comes from the operands' shardings as XLA passes them
 (`_grid`), and so do the devices whose partial results are summed.
 
 - `_partition`: the local program of each device, the ordinary jaxbind custom call on
-  the local shapes (the same attributes: the same site, the same body), then one
-  all-reduce (sum) per result over the devices that split a reduction factor, with
-  replica groups of global device ids; and the shardings of the operands it needs
-  (XLA reshards to them: a factor that must stay whole is gathered) and of the results.
+  the local shapes (the same attributes: the same site, the same body), then an
+  all-reduce (sum) of each result over the devices that split a factor the result lacks
+  (a reduction factor), with replica groups of global device ids; and the shardings of
+  the operands it needs (XLA reshards to them: a factor that must stay whole is
+  gathered) and of the results.
 - `_infer` (GSPMD): the results' sharding from the operands'.
 - `_propagate_user` (GSPMD): leaves users' shardings to XLA.
 
@@ -143,13 +144,18 @@ def _sharding_for(factors, names: list[str], grid: np.ndarray):
     return hlo_sharding(text)
 
 
-def _groups(rule: Partitioning, names: list[str], grid: np.ndarray) -> list[list[int]]:
-    """Devices whose partial results are summed: those that differ only in reduction axes."""
-    red = [k for k, f in enumerate(names) if f in rule.reduction]
-    if not red:
-        return []
-    moved = np.moveaxis(grid, red, list(range(grid.ndim - len(red), grid.ndim)))
-    return moved.reshape(-1, math.prod(grid.shape[k] for k in red)).tolist()
+def _groups(rule: Partitioning, names: list[str], grid: np.ndarray) -> list[list[list[int]]]:
+    """For each result, the devices whose partial results are summed (none: []): those
+    that differ only along the split factors the result lacks (Partitioning.summed)."""
+    found: list[list[list[int]]] = []
+    for r in range(len(rule.results)):
+        red = [names.index(f) for f in rule.summed(r, names)]
+        if not red:
+            found.append([])
+            continue
+        moved = np.moveaxis(grid, red, list(range(grid.ndim - len(red), grid.ndim)))
+        found.append(moved.reshape(-1, math.prod(grid.shape[k] for k in red)).tolist())
+    return found
 
 
 def _plan(rule: Partitioning, arg_shapes, arg_shardings):
@@ -184,13 +190,11 @@ def _partition(arg_shapes, arg_shardings, result_shape, result_sharding, backend
         for sh, s in zip(results, _shapes(result_shape))
     ]
     attributes = call.ffi_attributes()
-    frozen = tuple(map(tuple, groups))
+    frozen = [tuple(map(tuple, g)) for g in groups]
 
     def local(*xs):
         outs = jax.ffi.ffi_call(_TARGETS[platform], local_out)(*xs, **attributes)
-        if frozen:
-            outs = [partial_sum_p.bind(o, groups=frozen) for o in outs]
-        return outs
+        return [o if not g else partial_sum_p.bind(o, groups=g) for o, g in zip(outs, frozen)]
 
     closed = jax.make_jaxpr(local)(*local_in)
     return local_module_bytecode(closed, platform), args, _pack(result_shape, results)
