@@ -189,6 +189,32 @@ def define_ops():
         name="partitioning.product",
         sharding="n, n -> n",
     )
+
+    def _deposit_batches(out, args, kwargs_dump):  # batches natively: w's batch axis anywhere
+        x, w = args
+        axes = jaxbind.load_kwargs(kwargs_dump).get("batch_axes")
+        if not (axes and axes[1]):
+            return _deposit(out, args, kwargs_dump)
+        w = np.moveaxis(w, axes[1][0], 0)
+        out[0][...] = 0
+        for row, weights in zip(out[0], w):
+            np.add.at(row, _cells(x), weights)
+
+    def _batches_abstract(x, w, batch_axes=None):
+        if batch_axes and batch_axes[1]:
+            return (((w.shape[batch_axes[1][0]], G), w.dtype, 0),)
+        return (((G,), w.dtype, None),)
+
+    ops["vectorized"] = jaxbind.get_linear_call(
+        _deposit_batches,
+        None,
+        _batches_abstract,
+        first_n_args_fixed=1,
+        func_can_batch=True,
+        name="partitioning.vectorized",
+        sharding="m d, m -> g",
+        reduction=("m",),
+    )
     ops["plain"] = jaxbind.get_linear_call(  # the deposit without a rule
         _deposit,
         _interp,
@@ -359,6 +385,24 @@ def case_vmap_composes_with_the_rule():
     found_g = _expect(compiled_g, all_gather=0, all_reduce=1)
     error_g = _close(compiled_g(xs, wss), g(x, ws))
     return f"vmap: {_summary(found, error)}; vmap(grad): {_summary(found_g, error_g)}"
+
+
+def case_vmap_of_natively_batching_op_and_nested_vmap():
+    x, _ = _points()
+    ws = np.random.default_rng(3).normal(size=(M, 4))  # the batch axis last
+    f = jax.jit(jax.vmap(lambda x, w: OPS["vectorized"](x, w)[0], in_axes=(None, 1)))
+    xs, wss = _put(x, P("b"), mesh2), _put(ws, P("b", "a"), mesh2)
+    compiled = f.lower(xs, wss).compile()
+    found = _expect(compiled, all_gather=0, all_reduce=1)
+    error = _close(compiled(xs, wss), f(x, ws))
+    dep = OPS["deposit"]
+    w3 = np.random.default_rng(4).normal(size=(2, 2, M))
+    g = jax.jit(jax.vmap(jax.vmap(lambda x, w: dep(x, w)[0], in_axes=(None, 0)), in_axes=(None, 0)))
+    w3s = _put(w3, P("a", None, "b"), mesh2)
+    compiled_g = g.lower(xs, w3s).compile()
+    found_g = _expect(compiled_g, all_gather=0, all_reduce=1)
+    error_g = _close(compiled_g(xs, w3s), g(x, w3))
+    return f"native batching: {_summary(found, error)}; vmap(vmap): {_summary(found_g, error_g)}"
 
 
 def case_two_outputs_are_both_summed():

@@ -231,6 +231,7 @@ CASES = [
     "case_ops_without_a_rule_are_unchanged",
     "case_mesh_2x2_reduces_over_the_split_axis_only",
     "case_vmap_composes_with_the_rule",
+    "case_vmap_of_natively_batching_op_and_nested_vmap",
     "case_two_outputs_are_both_summed",
     "case_nonlinear_jvp_and_vjp_follow_the_rule",
     "case_vjp_sums_only_the_cotangents_that_lack_the_split_factor",
