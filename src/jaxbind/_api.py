@@ -304,8 +304,8 @@ def get_linear_call(
         (for any of them): the cotangents are shaped as the inputs they belong to,
         which jaxbind knows from the primals.
       **options: ``first_n_args_fixed``, ``func_can_batch``, ``name``, ``replace``,
-        ``platform_mode``, ``input_output_aliases``, ``has_side_effect``, ``ordered``:
-        see "Options" below.
+        ``platform_mode``, ``input_output_aliases``, ``has_side_effect``, ``ordered``,
+        ``state``, ``sharding``, ``reduction``: see "Options" below.
 
     Returns:
       An [`Op`][jaxbind.Op]. It supports ``jit``, ``jvp``, ``grad``/``vjp``,
