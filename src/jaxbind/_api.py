@@ -251,7 +251,7 @@ def make_op(
             "afterwards if the sum should include it)"
         )
     check_state_key(name, options, roles)
-    check_declaration(name, kind, options, roles)
+    check_declaration(name, options, roles)
     binding = Binding(name=name, kind=kind, roles=roles, options=options)
     binding, _ = register(binding, explicit_name=explicit, replace=replace)
     return Op(binding)

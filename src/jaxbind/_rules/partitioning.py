@@ -40,7 +40,7 @@ from typing import Any, NamedTuple
 from .._compat import auto_partitioned_devices, config_use_shardy, ir, sdy_sharding_rule
 from .._errors import about, words
 from .._options import Options
-from .._roles import Body, Kind, Role, RoleDef, describe_role
+from .._roles import Body, Role, RoleDef, describe_role
 from .._spec import BatchAxes, CallSpec
 
 __all__ = [
@@ -310,7 +310,7 @@ def declared(options: Options) -> Partitioning | None:
     return _parse(options.sharding, options.reduction)
 
 
-def check_declaration(name: str, kind: Kind, options: Options, roles: dict[str, RoleDef]) -> None:
+def check_declaration(name: str, options: Options, roles: dict[str, RoleDef]) -> None:
     """Refuse, at the op's creation, a rule that cannot be (its syntax, its reduction
     factors), one that the op's other options make unsound, and a role that can get no
     rule; every message names the op, says what is wrong and what to write."""
@@ -352,7 +352,6 @@ def check_declaration(name: str, kind: Kind, options: Options, roles: dict[str, 
             raise ValueError(
                 f"{about(name, entry.role.text)}: {given}: no rule follows for it: {exc}"
             ) from None
-    del kind
 
 
 def rule_of(spec: CallSpec) -> Partitioning | None:
