@@ -341,6 +341,23 @@ def case_one_device_and_shard_map_lower_as_today():
     return f"one device and shard_map: jaxbind_cpu as before (shard_map + psum error {error:.2g})"
 
 
+def case_shardy_rule_declares_reduction_where_jax_can():
+    """jax 0.10 and newer take reduction and need-replication factors; jax 0.7 gets the
+    factors alone (the partitioner decides the same splits: the other cases pass)."""
+    if not jax.config.jax_use_shardy_partitioner:
+        return "GSPMD: no Shardy rule (the partitioner's infer callback gives the shardings)"
+    x, w = _points()
+    dep = OPS["deposit"]
+    text = jax.jit(lambda x, w: dep(x, w)[0]).lower(_put(x, P("p")), _put(w, P("p"))).as_text()
+    line = next(s for s in text.splitlines() if "@jaxbind_partitioned" in s)
+    rule = line[line.index("#sdy.op_sharding_rule") :].split(", custom>")[0]
+    assert rule.startswith("#sdy.op_sharding_rule<([i, j], [i])->([k])"), rule
+    newer = tuple(int(p) for p in jax.__version__.split(".")[:2]) >= (0, 10)
+    assert ("reduction={i}" in rule) == newer, rule
+    assert ("need_replication={j, k}" in rule) == newer, rule
+    return rule
+
+
 def case_ops_without_a_rule_are_unchanged():
     x, w = _points()
     xs, ws = _put(x, P("p")), _put(w, P("p"))

@@ -228,6 +228,7 @@ CASES = [
     "case_transpose_runs_split_without_collectives",
     "case_grad_matches_one_device",
     "case_one_device_and_shard_map_lower_as_today",
+    "case_shardy_rule_declares_reduction_where_jax_can",
     "case_ops_without_a_rule_are_unchanged",
     "case_mesh_2x2_reduces_over_the_split_axis_only",
     "case_vmap_composes_with_the_rule",
