@@ -499,6 +499,25 @@ def case_multilinear_transposes_follow_the_rule():
     return _summary(found, error)
 
 
+def case_explicit_mode_is_correct_with_replicated_result_types():
+    """AxisType.Explicit: the rule partitions as in auto mode, but jaxbind's abstract
+    evaluation types the results replicated (not yet the rule's sharding)."""
+    from jax.sharding import AxisType
+
+    x, w = _points()
+    dep = OPS["deposit"]
+    explicit = jax.make_mesh((4,), ("p",), axis_types=(AxisType.Explicit,))
+    set_mesh = getattr(jax, "set_mesh", None) or jax.sharding.use_mesh  # 0.7: use_mesh
+    with set_mesh(explicit):
+        xs = jax.device_put(x, NamedSharding(explicit, P("p", None)))
+        ws = jax.device_put(w, NamedSharding(explicit, P("p")))
+        f = jax.jit(lambda x, w: dep(x, w)[0])
+        compiled = f.lower(xs, ws).compile()
+        found = _expect(compiled, all_gather=0, all_reduce=1)
+        error = _close(compiled(xs, ws), jax.jit(lambda x, w: dep(x, w)[0])(x, w))
+    return f"explicit mode: {_summary(found, error)}"
+
+
 def case_uneven_split_is_not_summed_with_padding():
     x, w = _points(m=10)
     dep = OPS["deposit"]
