@@ -81,7 +81,8 @@ class Partitioning:
       operands: the factors of each argument's axes, in order (fixed arguments included).
       results: the factors of each result's axes.
       splittable: the factors the op allows to be split (sorted): those of f that are in
-        arguments and results, and its reduction factors. The same set for every role.
+        its arguments and in every result, and its reduction factors. The same set for
+        every role.
     """
 
     operands: tuple[Mapping, ...]
