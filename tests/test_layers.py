@@ -43,6 +43,7 @@ TRACE_TIME = {
     "testing",
     "testing.report",
     "testing.collectives",
+    "testing.mesh",
     "testing.case",
     "testing.kernels",
     "testing.written",

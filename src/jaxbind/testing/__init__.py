@@ -23,7 +23,17 @@ import numpy as np
 from .._api import Op
 from .._native import NativeOp
 from .._state import watching
-from . import agreement, batching, first_order, inputs, linearity, second_order, state, written
+from . import (
+    agreement,
+    batching,
+    first_order,
+    inputs,
+    linearity,
+    mesh,
+    second_order,
+    state,
+    written,
+)
 from .case import Case, Family
 from .collectives import Collectives, collectives
 from .report import CheckReport, CheckResult
@@ -39,6 +49,7 @@ FAMILIES: tuple[Family, ...] = (
     first_order.FAMILY,
     second_order.FAMILY,
     batching.FAMILY,
+    mesh.FAMILY,  # says that it is not checked here
     state.FAMILY,  # last: it clears JAX's caches
 )
 
