@@ -215,6 +215,15 @@ def define_ops():
         sharding="m d, m -> g",
         reduction=("m",),
     )
+    ops["interp"] = jaxbind.get_linear_call(  # the interpolation as an op of its own
+        _interp,
+        _deposit,
+        lambda x, grid: (((x.shape[0],), grid.dtype),),
+        lambda x, w: (((G,), w.dtype),),
+        first_n_args_fixed=1,
+        name="partitioning.interp",
+        sharding="m d, g -> m",
+    )
     ops["plain"] = jaxbind.get_linear_call(  # the deposit without a rule
         _deposit,
         _interp,
@@ -499,23 +508,46 @@ def case_multilinear_transposes_follow_the_rule():
     return _summary(found, error)
 
 
-def case_explicit_mode_is_correct_with_replicated_result_types():
-    """AxisType.Explicit: the rule partitions as in auto mode, but jaxbind's abstract
-    evaluation types the results replicated (not yet the rule's sharding)."""
+def case_explicit_mode_types_results_by_the_rule():
+    """AxisType.Explicit: the rule partitions as in auto mode, and types a forward call's
+    results at trace time (the interpolation's split on m like the points), so that the
+    next op keeps them split; grads work on any layout (a transpose's results stay
+    untyped: JAX checks cotangent types against the primals')."""
     from jax.sharding import AxisType
 
     x, w = _points()
-    dep = OPS["deposit"]
+    grid = np.random.default_rng(1).normal(size=G)
+    dep, interp = OPS["deposit"], OPS["interp"]
     explicit = jax.make_mesh((4,), ("p",), axis_types=(AxisType.Explicit,))
     set_mesh = getattr(jax, "set_mesh", None) or jax.sharding.use_mesh  # 0.7: use_mesh
+    types = {}
+
+    def both(x, w, grid):
+        g, y = dep(x, w)[0], interp(x, grid)[0]
+        types["deposit"], types["interp"] = str(jax.typeof(g)), str(jax.typeof(y))
+        return g, y + 1.0
+
+    def loss(x, w):
+        return jnp.sum(dep(x, w)[0] ** 2)
+
+    grads = []
     with set_mesh(explicit):
         xs = jax.device_put(x, NamedSharding(explicit, P("p", None)))
         ws = jax.device_put(w, NamedSharding(explicit, P("p")))
-        f = jax.jit(lambda x, w: dep(x, w)[0])
-        compiled = f.lower(xs, ws).compile()
+        gs = jax.device_put(grid, NamedSharding(explicit, P()))
+        f = jax.jit(both)
+        compiled = f.lower(xs, ws, gs).compile()
         found = _expect(compiled, all_gather=0, all_reduce=1)
-        error = _close(compiled(xs, ws), jax.jit(lambda x, w: dep(x, w)[0])(x, w))
-    return f"explicit mode: {_summary(found, error)}"
+        g, y = compiled(xs, ws, gs)
+        for xa, wa in ((xs, ws), (jax.device_put(x, NamedSharding(explicit, P())), ws)):
+            grads.append(jax.jit(jax.grad(loss, argnums=1))(xa, wa))
+    assert types == {"deposit": "float64[64]", "interp": "float64[4096@p]"}, types
+    error = max(_close(g, dep(x, w)[0]), _close(y, interp(x, grid)[0] + 1.0))
+    error_grad = max(_close(gr, jax.grad(loss, argnums=1)(x, w)) for gr in grads)
+    return (
+        f"explicit mode: types {types}; {_summary(found, error)}; grad on two layouts: "
+        f"error {error_grad:.2g}"
+    )
 
 
 def case_uneven_split_is_not_summed_with_padding():

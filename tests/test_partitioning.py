@@ -237,7 +237,7 @@ CASES = [
     "case_nonlinear_jvp_and_vjp_follow_the_rule",
     "case_vjp_sums_only_the_cotangents_that_lack_the_split_factor",
     "case_multilinear_transposes_follow_the_rule",
-    "case_explicit_mode_is_correct_with_replicated_result_types",
+    "case_explicit_mode_types_results_by_the_rule",
     "case_uneven_split_is_not_summed_with_padding",
     "case_handler_runs_the_call_where_nothing_partitions_it",
     "case_export_loads_in_a_fresh_process",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import warnings
+from typing import Any
 
 import jax
 import jax.ffi as ffi  # public since jax 0.4.38
@@ -39,6 +40,9 @@ __all__ = [
     "config_use_shardy",
     "define_primitive",
     "explain_checkpoint_effects",
+    "explicit_mesh",
+    "explicit_spec",
+    "explicitly_sharded",
     "ffi",
     "for_export",
     "hlo",
@@ -404,6 +408,48 @@ def parse_attribute_dict(text: str) -> dict:
             elif isinstance(attr, ir.DenseIntElementsAttr):
                 values[named.name] = np.array(attr).tobytes()
     return values
+
+
+def explicit_mesh(avals) -> Any:
+    """The abstract mesh of JAX's explicit sharding mode, if an aval is sharded on it
+    (its axes typed AxisType.Explicit), else None (auto mode, no mesh, or inside
+    shard_map, whose values vary over manual axes). aval.sharding (NamedSharding over an
+    AbstractMesh with axis_types), jax.sharding.AxisType: jax 0.7 - 0.12."""
+    from jax.sharding import AxisType
+
+    found = None
+    for aval in avals:
+        if getattr(aval, "vma", None) or getattr(getattr(aval, "mat", None), "varying", None):
+            return None
+        mesh = getattr(getattr(aval, "sharding", None), "mesh", None)
+        if found is None and any(t == AxisType.Explicit for t in getattr(mesh, "axis_types", ())):
+            found = mesh
+    return found
+
+
+def explicit_spec(aval, mesh) -> tuple:
+    """Per axis of `aval`, the explicit mesh axes it is sharded over (a name, a tuple of
+    names, or None): aval.sharding.spec, jax 0.7 - 0.12."""
+    from jax.sharding import AxisType
+
+    explicit = {n for n, t in zip(mesh.axis_names, mesh.axis_types) if t == AxisType.Explicit}
+    spec = tuple(getattr(aval.sharding, "spec", ()) or ())
+    entries = []
+    for entry in spec + (None,) * (aval.ndim - len(spec)):
+        names = (entry,) if isinstance(entry, str) else tuple(entry or ())
+        entries.append(entry if names and set(names) <= explicit else None)
+    return tuple(entries[: aval.ndim])
+
+
+def explicitly_sharded(aval, mesh, entries) -> ShapedArray:
+    """`aval` typed as sharded over `mesh` by `entries` (one per axis), as explicit mode
+    types values (ShapedArray(..., sharding=NamedSharding(abstract mesh, spec)): jax 0.7 -
+    0.12)."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    return ShapedArray(
+        aval.shape, aval.dtype, sharding=NamedSharding(mesh, PartitionSpec(*entries))
+    )
 
 
 def set_sharding(ctx, op, sharding) -> None:

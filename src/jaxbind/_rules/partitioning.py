@@ -37,7 +37,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
-from .._compat import auto_partitioned_devices, config_use_shardy, ir, sdy_sharding_rule
+from .._compat import (
+    auto_partitioned_devices,
+    config_use_shardy,
+    explicit_mesh,
+    explicit_spec,
+    explicitly_sharded,
+    ir,
+    sdy_sharding_rule,
+)
 from .._errors import about, words
 from .._options import Options
 from .._roles import Body, Role, RoleDef, describe_role
@@ -53,6 +61,7 @@ __all__ = [
     "mark_batch_partitionable",
     "marking",
     "num_batch_dims",
+    "typed_results",
 ]
 
 # The custom call of a call partitioned by its declared rule (see .spmd, .lowering).
@@ -410,6 +419,43 @@ def check_call(spec: CallSpec, avals: Sequence[Any], outs: Sequence[Any]) -> Non
                         f"{what} {k}; one factor has one size. Give the axes different names "
                         "if they are not the same axis"
                     )
+
+
+def typed_results(spec: CallSpec, avals: Sequence[Any], outs: Sequence[Any]) -> tuple[Any, ...]:
+    """The results of a forward call (f, a JVP) in JAX's explicit sharding mode, typed by
+    its rule: a pass-through factor takes the mesh axes of the first argument axis that
+    is sharded along it (a mesh axis that one result would use twice is left out the
+    second time). A result left whole keeps its untyped aval, as do the results of
+    transposes and VJPs (JAX checks a cotangent's type against its primal's, which the
+    call cannot see), and every result in auto mode, in shard_map, or without a rule."""
+    rule = rule_of(spec)
+    if rule is None or Role.parse(spec.role).base not in ("f", "jvp"):
+        return tuple(outs)
+    mesh = explicit_mesh(avals)
+    if mesh is None:
+        return tuple(outs)
+    if spec.batch_axes is not None and spec.out_batch_axes is not None:
+        rule = rule.with_batch(spec.batch_axes, spec.out_batch_axes)
+    where: dict[str, Any] = {}
+    for mapping, aval in zip(rule.operands, avals):
+        for f, entry in zip(mapping, explicit_spec(aval, mesh)):
+            if f in rule.pass_through and entry is not None:
+                where.setdefault(f, entry)
+    typed = []
+    for mapping, out in zip(rule.results, outs):
+        entries: list[Any] = []
+        used: set[str] = set()
+        for f in mapping:
+            entry = where.get(f)
+            names = {entry} if isinstance(entry, str) else set(entry or ())
+            if entry is None or names & used:
+                entries.append(None)
+            else:
+                entries.append(entry)
+                used |= names
+        split = any(e is not None for e in entries)
+        typed.append(explicitly_sharded(out, mesh, entries) if split else out)
+    return tuple(typed)
 
 
 class Marking(NamedTuple):
