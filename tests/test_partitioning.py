@@ -199,6 +199,23 @@ def test_an_op_with_a_rule_runs_on_one_device_as_without():
     np.testing.assert_array_equal(op(x, w)[0], np.full(8, 2.0))
 
 
+def test_collectives_reads_every_form_of_replica_groups():
+    from jaxbind.testing import collectives
+
+    text = """
+  %a = f64[64]{0} all-reduce(%x), channel_id=1, replica_groups={{0,1},{2,3}}, to_apply=%add
+  %b = (f64[64]{0}, f64[8]{0}) all-reduce(%y, %z), replica_groups=[2,2]<=[4]T(1,0), to_apply=%add
+  %c = f64[4096]{0} all-gather(%p), replica_groups=mesh['axis_0'=4] {'axis_0'}, dimensions={0}
+  %d = f64[8]{0} all-gather-start(%q), replica_groups={}, dimensions={0}
+  ROOT %e = f64[64]{0} custom-call(%a), custom_call_target="jaxbind_cpu"
+"""
+    found = collectives(text)
+    assert found["all-reduce"] == 2 and found["all-gather"] == 2 and found.total == 4
+    assert found.groups["all-reduce"] == ("{{0,1},{2,3}}", "[2,2]<=[4]T(1,0)")
+    assert found.groups["all-gather"] == ("mesh['axis_0'=4] {'axis_0'}", "{}")
+    assert found.custom_calls == ("jaxbind_cpu",)
+
+
 def test_export_allows_the_partitioned_target():
     targets = {str(c) for c in jaxbind.export_safety_checks()}
     assert any("jaxbind_partitioned" in t for t in targets), targets

@@ -27,7 +27,11 @@ _INSTRUCTION = re.compile(  # "%x = f64[64]{0} all-reduce(...)", a tuple type "(
     r"=\s*(?:\([^=]*?\)|\S+)\s+(" + "|".join(COLLECTIVES) + r")(?:-start)?\((.*)$",
     re.MULTILINE,
 )
-_GROUPS = re.compile(r"replica_groups=(\{[^ ]*\}|\[[^ ]*\]<=\[[^ ]*\](?:T\([^)]*\))?)")
+# replica groups as XLA prints them: {{0,1},{2,3}}, an iota [2,2]<=[4]T(1,0), or (newer
+# XLA) a mesh and its axes: mesh['axis_0'=4] {'axis_0'}
+_GROUPS = re.compile(
+    r"replica_groups=(\{[^ ]*\}|\[[^ ]*\]<=\[[^ ]*\](?:T\([^)]*\))?|mesh\[[^\]]*\]\s*\{[^}]*\})"
+)
 _TARGET = re.compile(r'custom_call_target="([^"]+)"')
 
 
