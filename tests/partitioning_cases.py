@@ -628,6 +628,52 @@ def case_export_loads_in_a_fresh_process():
     return "fresh process: " + "; ".join(f"{e['name']}: {e['detail']}" for e in loads[()])
 
 
+def _centered(out, args, kwargs_dump):  # w - mean(w): every value depends on every point
+    (w,) = args
+    out[0][...] = w - w.mean()
+
+
+def case_check_on_a_mesh_compares_each_split_with_one_device():
+    x, w = _points(m=256)
+    report = jaxbind.testing.check(OPS["deposit"], x, w, mesh=mesh, verbose=False)
+    rows = {(r.check, r.target): r for r in report}
+    for target in ("m over 'p': output 0", "m over 'p': argument 1"):
+        kind = "mesh vs one device" if "output" in target else "mesh gradient vs one device"
+        assert rows[kind, target].ok, rows[kind, target]
+    split = rows["collectives on a mesh", "m over 'p'"]
+    assert (
+        split.ok
+        and "f: 1 all-reduce" in split.detail
+        and "gather" not in split.detail.split("(")[0]
+    ), split
+    whole = rows["collectives on a mesh", "d over 'p'"]
+    assert not whole.checked and "does not split evenly" in whole.detail, whole
+    report2 = jaxbind.testing.check(OPS["deposit"], x, w, mesh=mesh2, verbose=False)
+    on2 = {r.target for r in report2 if r.check == "collectives on a mesh" and r.ok}
+    assert on2 == {"m over 'a'", "m over 'b'"}, on2
+    return split.detail
+
+
+def case_check_on_a_mesh_fails_a_wrong_rule():
+    wrong = jaxbind.get_linear_call(
+        _centered,
+        _centered,
+        lambda w: (((w.shape[0],), w.dtype),),
+        lambda w: (((w.shape[0],), w.dtype),),
+        name="partitioning.centered_wrong_rule",
+        sharding="m -> m",  # wrong: each value sums over every m
+    )
+    _, w = _points(m=256)
+    try:
+        jaxbind.testing.check(wrong, w, mesh=mesh, verbose=False)
+    except AssertionError as exc:
+        text = str(exc)
+    else:
+        raise AssertionError("check passed an op whose rule is wrong")
+    assert "mesh vs one device [m over 'p': output 0" in text, text
+    return text.splitlines()[1]
+
+
 def load(directory: pathlib.Path) -> None:
     """The fresh process: every artifact compiled on the same shardings, its collectives
     and its results against one device's (saved by the exporting process)."""

@@ -216,6 +216,34 @@ def test_collectives_reads_every_form_of_replica_groups():
     assert found.custom_calls == ("jaxbind_cpu",)
 
 
+def test_check_says_what_it_did_not_check_on_a_mesh():
+    x, w = np.arange(16.0).reshape(16, 1), np.ones(16)
+    ruled = _linear(sharding="m d, m -> g", reduction=("m",), first_n_args_fixed=1)
+    row = [r for r in jaxbind.testing.check(ruled, x, w, verbose=False) if not r.checked]
+    assert any("pass mesh=" in r.detail for r in row), row
+    plain = _linear(first_n_args_fixed=1, name="tests.partitioning_no_rule")
+    mesh = jax.make_mesh((1,), ("p",))
+    report = jaxbind.testing.check(plain, x, w, mesh=mesh, verbose=False)
+    (row,) = [r for r in report if r.check == "sharding rule on a mesh"]
+    assert row.status == "not checked" and "declares no sharding" in row.detail
+    with pytest.raises(TypeError, match="mesh must be a jax.sharding.Mesh.*got tuple"):
+        jaxbind.testing.check(plain, x, w, mesh=(4,), verbose=False)
+
+
+def test_check_fails_an_all_gather_where_the_rule_splits_the_factor():
+    from jaxbind.testing import Collectives
+    from jaxbind.testing.mesh import _collectives_row
+
+    rule = Partitioning.parse("m d, m -> g", ("m",))
+    gathered = {"f": Collectives({"all-gather": 1, "all-reduce": 1})}
+
+    split = _collectives_row(rule, "m", "m over 'p'", True, gathered)
+    assert split.status == "FAIL" and "1 all-gather, 1 all-reduce" in split.detail, split
+    assert "gather 1 time(s)" in split.detail
+    whole = _collectives_row(rule, "d", "d over 'p'", False, gathered)
+    assert whole.ok and "keeps 'd' whole" in whole.detail, whole
+
+
 def test_export_allows_the_partitioned_target():
     targets = {str(c) for c in jaxbind.export_safety_checks()}
     assert any("jaxbind_partitioned" in t for t in targets), targets
@@ -258,6 +286,8 @@ CASES = [
     "case_uneven_split_is_not_summed_with_padding",
     "case_handler_runs_the_call_where_nothing_partitions_it",
     "case_export_loads_in_a_fresh_process",
+    "case_check_on_a_mesh_compares_each_split_with_one_device",
+    "case_check_on_a_mesh_fails_a_wrong_rule",
 ]
 
 
