@@ -192,9 +192,12 @@ class Partitioning:
 
     def to_sdy(self, operand_types: Sequence[ir.Type], result_types: Sequence[ir.Type]) -> Any:
         """The ``sdy.sharding_rule`` attribute of the call (reduction and need-replication
-        factors declared where JAX's rule builder takes them: jax 0.10 and newer)."""
+        factors declared where JAX's rule builder takes them: jax 0.10 and newer), each
+        list in the order of the factors' first appearance, as Shardy numbers them (its
+        verifier refuses unsorted indices: "indices of special factors must be sorted")."""
+        reduction = tuple(f for f in self.factors if f in self.reduction)
         return sdy_sharding_rule(
-            self.text, self.need_replication, operand_types, result_types, self.reduction
+            self.text, self.need_replication, operand_types, result_types, reduction
         )
 
     def to_config(self) -> dict[str, Any]:
