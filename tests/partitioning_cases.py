@@ -674,6 +674,47 @@ def case_check_on_a_mesh_fails_a_wrong_rule():
     return text.splitlines()[1]
 
 
+def _wgridder_problem(rows=64, chans=4, npix=32):
+    from jaxbind.contrib.jaxducc0 import get_wgridder
+
+    rng = np.random.default_rng(1)
+    uvw = rng.uniform(-100, 100, (rows, 3)) * np.array([1, 1, 0.1])
+    freq = np.linspace(1e8, 1.2e8, chans)
+    image = rng.normal(size=(npix, npix))
+    vis = rng.normal(size=(rows, chans)) + 1j * rng.normal(size=(rows, chans))
+    op = get_wgridder(
+        pixsize_x=1e-4,
+        pixsize_y=1e-4,
+        npix_x=npix,
+        npix_y=npix,
+        epsilon=1e-12,
+        do_wgridding=True,
+    )
+    return op, uvw, freq, image, vis
+
+
+def case_wgridder_splits_visibilities_and_sums_the_image():
+    op, uvw, freq, image, vis = _wgridder_problem()
+    report = jaxbind.testing.check(op, uvw, freq, image, mesh=mesh, verbose=False)
+    rows = {(r.check, r.target): r for r in report}
+    for check in ("mesh vs one device", "mesh gradient vs one device", "collectives on a mesh"):
+        assert all(r.ok for (c, t), r in rows.items() if c == check and t.startswith("r ")), rows
+    # the image from visibilities (ms2dirty): rows split, one all-reduce of the image
+    dirty = jax.jit(
+        lambda uvw, freq, vis: jax.linear_transpose(
+            lambda im: op(uvw, freq, im)[0], jnp.zeros(image.shape)
+        )(vis)[0]
+    )
+    compiled = dirty.lower(_put(uvw, P("p")), freq, _put(vis, P("p"))).compile()
+    found = _expect(compiled, all_gather=0, all_reduce=1)
+    error = _close(
+        compiled(_put(uvw, P("p")), freq, _put(vis, P("p"))),
+        dirty(uvw, freq, vis),
+        1e-10 * np.abs(dirty(uvw, freq, vis)).max(),
+    )
+    return _summary(found, error) + "; check: " + rows["collectives on a mesh", "r over 'p'"].detail
+
+
 def load(directory: pathlib.Path) -> None:
     """The fresh process: every artifact compiled on the same shardings, its collectives
     and its results against one device's (saved by the exporting process)."""
