@@ -166,6 +166,48 @@ def test_call_that_does_not_fit_the_rule_is_refused_at_trace_time(sharding, matc
     assert "'tests.partitioning_refused'" in str(info.value)
 
 
+def _rule_of_kind(*, kind, **_):
+    if kind == "raise":
+        raise KeyError("grid")
+    return {"ok": ("m d, m -> g", ("m",)), "bad": 3, "rank": "m, m -> g", "none": None}[kind]
+
+
+@pytest.mark.parametrize(
+    "kind, error, match",
+    [
+        ("ok", None, None),
+        ("none", None, None),
+        ("raise", TypeError, "_rule_of_kind raised KeyError: 'grid'; the function gets"),
+        ("bad", TypeError, "_rule_of_kind returned 3; return the rule"),
+        ("rank", TypeError, "giving 'm, m -> g' for this call.*argument 0 has shape"),
+    ],
+)
+def test_a_rule_per_call_from_a_function_of_the_keyword_arguments(kind, error, match):
+    op = jaxbind.get_linear_call(
+        _deposit,
+        _deposit,
+        lambda x, w, **_: (((8,), w.dtype),),
+        lambda x, g, **_: (((x.shape[0],), g.dtype),),
+        first_n_args_fixed=1,
+        name="tests.partitioning_fn",
+        replace=True,
+        sharding=_rule_of_kind,
+    )
+    x, w = jnp.zeros((16, 1)), jnp.zeros(16)
+    lower = lambda: jax.jit(lambda x, w: op(x, w, kind=kind)[0]).lower(x, w)
+    if error is None:
+        lower()
+        return
+    with pytest.raises(error, match=match) as info:
+        lower()
+    assert "'tests.partitioning_fn'" in str(info.value)
+
+
+def test_a_rule_function_takes_no_reduction_option():
+    with pytest.raises(TypeError, match="return the reduction factors from the function"):
+        _linear(sharding=_rule_of_kind, reduction=("m",))
+
+
 def test_transposes_rule_is_checked_against_its_call():
     # f's rule fits f's call, and T's derived rule fits T's: both trace
     op = _linear(sharding="m d, m -> g", reduction=("m",), first_n_args_fixed=1)
@@ -289,10 +331,14 @@ CASES = [
     "case_check_on_a_mesh_compares_each_split_with_one_device",
     "case_check_on_a_mesh_fails_a_wrong_rule",
     "case_wgridder_splits_visibilities_and_sums_the_image",
+    "case_nufft_types_1_and_2_split_the_points",
 ]
 
 
-NEEDS_DUCC = {"case_wgridder_splits_visibilities_and_sums_the_image"}
+NEEDS_DUCC = {
+    "case_wgridder_splits_visibilities_and_sums_the_image",
+    "case_nufft_types_1_and_2_split_the_points",
+}
 
 
 @pytest.mark.slow

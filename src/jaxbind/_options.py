@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -52,8 +52,10 @@ class Options:
       state_key: the positions of the state's ``key`` inputs among f's arguments (each
         role finds them in its own layout: _roles.RoleDef.positions).
       sharding: how the op's axes relate across its arguments and results, in einsum-like
-        notation (``"m d, m -> g"``), or None: the op partitions by this declaration (see
-        _rules.partitioning, which parses and checks it against the op at creation).
+        notation (``"m d, m -> g"``), or a function of the call's keyword arguments that
+        returns it (or it and its reduction factors), or None: the op partitions by this
+        declaration (see _rules.partitioning, which parses and checks it against the op at
+        creation, a function's rules at every call).
       reduction: the factors of `sharding` the function sums over.
     """
 
@@ -66,7 +68,7 @@ class Options:
     native: bool = False
     state: Any = None  # a _state.StateDef (not imported: this module imports none of jaxbind's)
     state_key: tuple[int, ...] = ()
-    sharding: str | None = None
+    sharding: str | Callable[..., Any] | None = None
     reduction: tuple[str, ...] = ()
 
 
@@ -82,7 +84,7 @@ class _SharedOptions(TypedDict, total=False):
     ordered: bool
     linear_in: Sequence[int]
     state: Any  # made with @jaxbind.state
-    sharding: str | None
+    sharding: str | Callable[..., Any] | None
     reduction: Sequence[str]
 
 
@@ -167,6 +169,9 @@ OPTION_DOCS = """
       results of the devices are summed by one all-reduce; every other factor stays
       whole on each device (give an axis that must not be split different names on the
       two sides: ``"n -> k"``). Derivatives and transposes get the rule that follows.
+      Where the rule depends on the call (a NUFFT's type, its grid's rank), give a
+      function of the call's keyword arguments that returns the rule, or the tuple
+      ``(rule, reduction)``: it is called at every call, for every role.
       Without it (or on one device, or inside ``shard_map``) calls lower as before.
       See docs/sharding.md.
     - ``reduction``: the factors of ``sharding`` that ``f`` sums over: ``f`` of all the
@@ -317,16 +322,17 @@ def _op(what: str, name: str | None) -> str:
     return f"jaxbind.{what}" + (f" ('{name}')" if name else "")
 
 
-def _sharding(what: str, name: str | None, value: Any) -> str | None:
+def _sharding(what: str, name: str | None, value: Any) -> str | Callable[..., Any] | None:
     """The declared rule's text (its syntax and its fit to the op are checked with the
-    op's functions, by _rules.partitioning.check_declaration)."""
-    if value is None:
-        return None
+    op's functions, by _rules.partitioning.check_declaration), or the function that gives
+    it per call (checked at every call)."""
+    if value is None or callable(value):
+        return value
     if not isinstance(value, str) or "->" not in value:
         raise TypeError(
             f"{_op(what, name)}: sharding must be a string in einsum-like notation, one group "
             'of factor names per argument, "->", one per result (e.g. sharding="m d, m -> g"), '
-            f"got {value!r}"
+            f"or a function of the call's keyword arguments that returns one; got {value!r}"
         )
     return " ".join(value.split())
 
@@ -342,6 +348,11 @@ def _reduction(what: str, name: str | None, sharding: Any, value: Any) -> tuple[
         raise TypeError(
             f"{_op(what, name)}: reduction must be a sequence of factor names of sharding= "
             f'(e.g. reduction=("m",)), got {value!r}'
+        )
+    if factors and callable(sharding):
+        raise TypeError(
+            f"{_op(what, name)}: reduction={factors!r} with a sharding= function: return the "
+            "reduction factors from the function with the rule, as (rule, reduction)"
         )
     if factors and sharding is None:
         raise TypeError(

@@ -316,11 +316,55 @@ def _for_role(rule: Partitioning, role: str, fixed: int) -> Partitioning:
     return replace(rule, operands=new[0], results=new[1])
 
 
-def declared(options: Options) -> Partitioning | None:
-    """f's rule of an op (None: none declared); checked at the op's creation."""
+def declared(
+    options: Options, kwargs: dict[str, Any] | None = None, name: str = ""
+) -> Partitioning | None:
+    """f's rule of an op's call with keyword arguments `kwargs` (None: none declared).
+    A rule given as text is checked at the op's creation; one given as a function is
+    called with the call's keyword arguments (`kwargs`; None: none) and checked here,
+    each error naming the op (`name`); it may return None: this call has no rule."""
     if options.sharding is None:
         return None
-    return _parse(options.sharding, options.reduction)
+    if not callable(options.sharding):
+        return _parse(options.sharding, options.reduction)
+    return _from_function(name, options.sharding, dict(kwargs or {}))
+
+
+def _from_function(name: str, fn: Any, kwargs: dict[str, Any]) -> Partitioning | None:
+    shown = f"sharding={getattr(fn, '__qualname__', fn)!s}"
+    try:
+        value = fn(**kwargs)
+    except Exception as exc:
+        raise TypeError(
+            f"{about(name)}: {shown} raised {type(exc).__name__}: {exc}; the function gets "
+            f"the call's keyword arguments ({', '.join(kwargs) or 'none'}) and returns the "
+            "rule, or (rule, reduction)"
+        ) from exc
+    if value is None:  # this call has no rule: it runs whole, as without one
+        return None
+    text: Any = value
+    reduction: Any = ()
+    if isinstance(value, tuple) and len(value) == 2:
+        text, reduction = value
+        reduction = (reduction,) if isinstance(reduction, str) else reduction
+    if not isinstance(text, str) or "->" not in text:
+        raise TypeError(
+            f"{about(name)}: {shown} returned {value!r}; return the rule in einsum-like "
+            'notation (e.g. "m d, m -> g"), or (rule, reduction) (e.g. ("m d, m -> g", '
+            '("m",))), or None for a call that has none'
+        )
+    try:
+        return _parse(" ".join(text.split()), tuple(reduction))
+    except (RuleError, TypeError) as exc:
+        raise ValueError(f"{about(name)}: {shown} returned {value!r}: {exc}") from None
+
+
+def _given(options: Options, rule: Partitioning) -> str:
+    """The declaration as the user wrote it, for messages (a function's rule shown)."""
+    if callable(options.sharding):
+        fn = getattr(options.sharding, "__qualname__", options.sharding)
+        return f"sharding={fn!s} (giving {rule.text!r} for this call)"
+    return f"sharding={options.sharding!r}"
 
 
 def check_declaration(name: str, options: Options, roles: dict[str, RoleDef]) -> None:
@@ -329,13 +373,18 @@ def check_declaration(name: str, options: Options, roles: dict[str, RoleDef]) ->
     rule; every message names the op, says what is wrong and what to write."""
     if options.sharding is None:
         return
-    given = f"sharding={options.sharding!r}" + (
-        f", reduction={options.reduction!r}" if options.reduction else ""
-    )
-    try:
-        rule = _parse(options.sharding, options.reduction)
-    except RuleError as exc:
-        raise ValueError(f"{about(name)}: {given}: {exc}") from None
+    per_call = callable(options.sharding)
+    given = (
+        f"sharding={getattr(options.sharding, '__qualname__', options.sharding)!s}"
+        if per_call
+        else f"sharding={options.sharding!r}"
+    ) + (f", reduction={options.reduction!r}" if options.reduction else "")
+    rule = None
+    if not per_call:
+        try:
+            rule = _parse(options.sharding, options.reduction)
+        except RuleError as exc:
+            raise ValueError(f"{about(name)}: {given}: {exc}") from None
     if options.effect is not None:
         flag = "ordered=True" if options.effect == "ordered" else "has_side_effect=True"
         raise TypeError(
@@ -349,6 +398,8 @@ def check_declaration(name: str, options: Options, roles: dict[str, RoleDef]) ->
             "aliased input cannot hold a result that devices sum or that is whole on each. "
             "Drop input_output_aliases (or sharding=)"
         )
+    if rule is None:  # a function: its rules are checked at every call
+        return
     fixed = options.fixed
     if len(rule.operands) <= fixed:
         raise ValueError(
@@ -370,8 +421,10 @@ def check_declaration(name: str, options: Options, roles: dict[str, RoleDef]) ->
 def rule_of(spec: CallSpec) -> Partitioning | None:
     """The rule of this call's role, unbatched (None: the op declares none, or the role
     is a JAX function, whose code JAX partitions itself)."""
-    rule = declared(spec.binding.options)
-    if rule is None or spec.entry.kind is Body.JAX:
+    if spec.binding.options.sharding is None or spec.entry.kind is Body.JAX:
+        return None
+    rule = declared(spec.binding.options, spec.kwargs.to_dict(), spec.name)
+    if rule is None:
         return None
     return rule.for_role(spec.role, spec.binding.options.fixed)
 
@@ -384,7 +437,8 @@ def check_call(spec: CallSpec, avals: Sequence[Any], outs: Sequence[Any]) -> Non
     if rule is None:
         return
     options = spec.binding.options
-    where = f"{about(spec.name, spec.role)}: sharding={options.sharding!r}"
+    f_rule = declared(options, spec.kwargs.to_dict(), spec.name)
+    where = f"{about(spec.name, spec.role)}: {_given(options, f_rule or rule)}"
     if spec.role != "f":
         where += f" gives it the rule {rule.text!r}"
     batch = spec.batch_axes or BatchAxes.none(len(avals))
