@@ -715,6 +715,32 @@ def case_wgridder_splits_visibilities_and_sums_the_image():
     return _summary(found, error) + "; check: " + rows["collectives on a mesh", "r over 'p'"].detail
 
 
+def case_nufft_types_1_and_2_split_the_points():
+    from jaxbind.contrib.jaxducc0 import get_nufft
+
+    rng = np.random.default_rng(2)
+    coord = rng.uniform(0, 2 * np.pi, (256, 2))
+    details = []
+    for kind, n_reduce in ((1, 1), (2, 0)):
+        op = get_nufft(coord, (16, 12), nufft_type=kind, epsilon=1e-12)
+        shape = (256,) if kind == 1 else (16, 12)
+        values = rng.normal(size=shape) + 1j * rng.normal(size=shape)
+        report = jaxbind.testing.check(op, values, mesh=mesh, verbose=False)
+        rows = {(r.check, r.target): r for r in report}
+        for check in ("mesh vs one device", "mesh gradient vs one device"):
+            assert rows[check, f"m over 'p': {'output 0' if check[5] == 'v' else 'argument 1'}"].ok
+        split = rows["collectives on a mesh", "m over 'p'"]
+        assert split.ok, split
+        # the points split: no all-gather of them; type 1 sums its grid by one all-reduce
+        f = jax.jit(lambda c, v: get_nufft(c, (16, 12), nufft_type=kind, epsilon=1e-12)(v)[0])
+        placed = (_put(coord, P("p")), _put(values, P("p")) if kind == 1 else values)
+        compiled = f.lower(*placed).compile()
+        found = _expect(compiled, all_gather=0, all_reduce=n_reduce)
+        error = _close(compiled(*placed), f(coord, values), 1e-10 * np.abs(f(coord, values)).max())
+        details.append(f"type {kind}: {_summary(found, error)}")
+    return "; ".join(details)
+
+
 def load(directory: pathlib.Path) -> None:
     """The fresh process: every artifact compiled on the same shardings, its collectives
     and its results against one device's (saved by the exporting process)."""
