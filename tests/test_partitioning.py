@@ -166,7 +166,8 @@ def test_call_that_does_not_fit_the_rule_is_refused_at_trace_time(sharding, matc
     assert "'tests.partitioning_refused'" in str(info.value)
 
 
-def _rule_of_kind(*, kind, **_):
+def _rule_of_kind(x, w, *, kind, **_):
+    assert x == (16, 1) and w == (16,), (x, w)  # f's argument shapes, at f and at T
     if kind == "raise":
         raise KeyError("grid")
     return {"ok": ("m d, m -> g", ("m",)), "bad": 3, "rank": "m, m -> g", "none": None}[kind]
@@ -194,7 +195,7 @@ def test_a_rule_per_call_from_a_function_of_the_keyword_arguments(kind, error, m
         sharding=_rule_of_kind,
     )
     x, w = jnp.zeros((16, 1)), jnp.zeros(16)
-    lower = lambda: jax.jit(lambda x, w: op(x, w, kind=kind)[0]).lower(x, w)
+    lower = lambda: jax.jit(jax.grad(lambda x, w: op(x, w, kind=kind)[0].sum(), 1)).lower(x, w)
     if error is None:
         lower()
         return
@@ -332,12 +333,14 @@ CASES = [
     "case_check_on_a_mesh_fails_a_wrong_rule",
     "case_wgridder_splits_visibilities_and_sums_the_image",
     "case_nufft_types_1_and_2_split_the_points",
+    "case_finufft_nufft1_and_nufft2_split_the_points",
 ]
 
 
 NEEDS_DUCC = {
     "case_wgridder_splits_visibilities_and_sums_the_image",
     "case_nufft_types_1_and_2_split_the_points",
+    "case_finufft_nufft1_and_nufft2_split_the_points",
 }
 
 

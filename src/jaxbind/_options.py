@@ -52,10 +52,10 @@ class Options:
       state_key: the positions of the state's ``key`` inputs among f's arguments (each
         role finds them in its own layout: _roles.RoleDef.positions).
       sharding: how the op's axes relate across its arguments and results, in einsum-like
-        notation (``"m d, m -> g"``), or a function of the call's keyword arguments that
-        returns it (or it and its reduction factors), or None: the op partitions by this
-        declaration (see _rules.partitioning, which parses and checks it against the op at
-        creation, a function's rules at every call).
+        notation (``"m d, m -> g"``), or a function of f's argument shapes and the call's
+        keyword arguments that returns it (or it and its reduction factors), or None: the
+        op partitions by this declaration (see _rules.partitioning, which parses and
+        checks it against the op at creation, a function's rules at every call).
       reduction: the factors of `sharding` the function sums over.
     """
 
@@ -170,7 +170,8 @@ OPTION_DOCS = """
       whole on each device (give an axis that must not be split different names on the
       two sides: ``"n -> k"``). Derivatives and transposes get the rule that follows.
       Where the rule depends on the call (a NUFFT's type, its grid's rank), give a
-      function of the call's keyword arguments that returns the rule, or the tuple
+      function of the shapes of f's arguments (one positional argument each) and the call's
+      keyword arguments that returns the rule, or the tuple
       ``(rule, reduction)``: it is called at every call, for every role.
       Without it (or on one device, or inside ``shard_map``) calls lower as before.
       See docs/sharding.md.
@@ -332,7 +333,8 @@ def _sharding(what: str, name: str | None, value: Any) -> str | Callable[..., An
         raise TypeError(
             f"{_op(what, name)}: sharding must be a string in einsum-like notation, one group "
             'of factor names per argument, "->", one per result (e.g. sharding="m d, m -> g"), '
-            f"or a function of the call's keyword arguments that returns one; got {value!r}"
+            "or a function of the shapes of f's arguments and the call's keyword arguments "
+            f"that returns one; got {value!r}"
         )
     return " ".join(value.split())
 

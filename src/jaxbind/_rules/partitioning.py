@@ -317,28 +317,61 @@ def _for_role(rule: Partitioning, role: str, fixed: int) -> Partitioning:
 
 
 def declared(
-    options: Options, kwargs: dict[str, Any] | None = None, name: str = ""
+    options: Options,
+    kwargs: dict[str, Any] | None = None,
+    name: str = "",
+    shapes: Sequence[tuple[Any, ...]] = (),
 ) -> Partitioning | None:
     """f's rule of an op's call with keyword arguments `kwargs` (None: none declared).
     A rule given as text is checked at the op's creation; one given as a function is
-    called with the call's keyword arguments (`kwargs`; None: none) and checked here,
-    each error naming the op (`name`); it may return None: this call has no rule."""
+    called with the shapes of f's arguments (`shapes`, unbatched) and the call's keyword
+    arguments, and checked here, each error naming the op (`name`); it may return None:
+    this call has no rule."""
     if options.sharding is None:
         return None
     if not callable(options.sharding):
         return _parse(options.sharding, options.reduction)
-    return _from_function(name, options.sharding, dict(kwargs or {}))
+    return _from_function(name, options.sharding, tuple(shapes), dict(kwargs or {}))
 
 
-def _from_function(name: str, fn: Any, kwargs: dict[str, Any]) -> Partitioning | None:
+def f_shapes(
+    spec: CallSpec, avals: Sequence[Any], outs: Sequence[Any]
+) -> tuple[tuple[Any, ...], ...]:
+    """The shapes of f's arguments (without batch axes) at a call of any role, from the
+    role's arguments `avals` and results `outs` (see _roles.Args)."""
+    batch = spec.batch_axes or BatchAxes.none(len(avals))
+    out_batch = spec.out_batch_axes or BatchAxes.none(len(outs))
+    ins = [
+        batch.core_shape(a.shape, k) if len(batch) > k else tuple(a.shape)
+        for k, a in enumerate(avals)
+    ]
+    res = [
+        out_batch.core_shape(o.shape, k) if len(out_batch) > k else tuple(o.shape)
+        for k, o in enumerate(outs)
+    ]
+    role = Role.parse(spec.role)
+    if role.base == "f":
+        return tuple(ins)
+    if role.base in ("jvp", "vjp"):  # all primals first
+        return tuple(ins[: spec.n_fixed])
+    if role.index is None:  # "T": the fixed arguments, then cotangents; results: the inputs'
+        return tuple(ins[: spec.binding.options.fixed] + res)
+    lead = ins[: spec.n_lead]  # "T<i>": f's arguments but the i-th
+    return tuple(lead[: role.index] + res[:1] + lead[role.index :])
+
+
+def _from_function(
+    name: str, fn: Any, shapes: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Partitioning | None:
     shown = f"sharding={getattr(fn, '__qualname__', fn)!s}"
     try:
-        value = fn(**kwargs)
+        value = fn(*shapes, **kwargs)
     except Exception as exc:
         raise TypeError(
             f"{about(name)}: {shown} raised {type(exc).__name__}: {exc}; the function gets "
-            f"the call's keyword arguments ({', '.join(kwargs) or 'none'}) and returns the "
-            "rule, or (rule, reduction)"
+            f"the shapes of f's arguments, one positional argument each, and the call's "
+            f"keyword arguments ({', '.join(kwargs) or 'none'}), and returns the rule, or "
+            "(rule, reduction)"
         ) from exc
     if value is None:  # this call has no rule: it runs whole, as without one
         return None
@@ -418,12 +451,15 @@ def check_declaration(name: str, options: Options, roles: dict[str, RoleDef]) ->
             ) from None
 
 
-def rule_of(spec: CallSpec) -> Partitioning | None:
+def rule_of(spec: CallSpec, avals: Sequence[Any], outs: Sequence[Any]) -> Partitioning | None:
     """The rule of this call's role, unbatched (None: the op declares none, or the role
-    is a JAX function, whose code JAX partitions itself)."""
-    if spec.binding.options.sharding is None or spec.entry.kind is Body.JAX:
+    is a JAX function, whose code JAX partitions itself); `avals` and `outs`: the call's
+    arguments and results (a rule function gets f's argument shapes from them)."""
+    options = spec.binding.options
+    if options.sharding is None or spec.entry.kind is Body.JAX:
         return None
-    rule = declared(spec.binding.options, spec.kwargs.to_dict(), spec.name)
+    shapes = f_shapes(spec, avals, outs) if callable(options.sharding) else ()
+    rule = declared(options, spec.kwargs.to_dict(), spec.name, shapes)
     if rule is None:
         return None
     return rule.for_role(spec.role, spec.binding.options.fixed)
@@ -433,11 +469,12 @@ def check_call(spec: CallSpec, avals: Sequence[Any], outs: Sequence[Any]) -> Non
     """A call's arguments and results against its role's rule (at trace time): as many
     as the rule has groups, each with as many axes (batch axes aside) as its group has
     factors, and each factor one size wherever it appears."""
-    rule = rule_of(spec)
+    rule = rule_of(spec, avals, outs)
     if rule is None:
         return
     options = spec.binding.options
-    f_rule = declared(options, spec.kwargs.to_dict(), spec.name)
+    shapes = f_shapes(spec, avals, outs) if callable(options.sharding) else ()
+    f_rule = declared(options, spec.kwargs.to_dict(), spec.name, shapes)
     where = f"{about(spec.name, spec.role)}: {_given(options, f_rule or rule)}"
     if spec.role != "f":
         where += f" gives it the rule {rule.text!r}"
@@ -485,7 +522,7 @@ def typed_results(spec: CallSpec, avals: Sequence[Any], outs: Sequence[Any]) -> 
     second time). A result left whole keeps its untyped aval, as do the results of
     transposes and VJPs (JAX checks a cotangent's type against its primal's, which the
     call cannot see), and every result in auto mode, in shard_map, or without a rule."""
-    rule = rule_of(spec)
+    rule = rule_of(spec, avals, outs)
     if rule is None or Role.parse(spec.role).base not in ("f", "jvp"):
         return tuple(outs)
     mesh = explicit_mesh(avals)
@@ -527,12 +564,12 @@ def marking(ctx: Any, spec: CallSpec, n_outputs: int) -> Marking:
     program partitioned automatically over several devices, with concrete shapes), a
     batch marking, or neither? One device, or inside a fully manual shard_map: as
     without a rule."""
-    rule = rule_of(spec)
     if (
-        rule is not None
+        spec.binding.options.sharding is not None
         and n_outputs > 0
         and auto_partitioned_devices(ctx) > 1
         and all(isinstance(d, int) for a in (*ctx.avals_in, *ctx.avals_out) for d in a.shape)
+        and (rule := rule_of(spec, ctx.avals_in, ctx.avals_out)) is not None
     ):
         if spec.batch_axes is not None and spec.out_batch_axes is not None:
             rule = rule.with_batch(spec.batch_axes, spec.out_batch_axes)

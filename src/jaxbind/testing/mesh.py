@@ -63,7 +63,8 @@ def _sizes(operands, args, factor: str) -> set[int]:
 
 
 def _rows(case: Case) -> Iterator[CheckResult]:
-    rule = declared(case.binding.options, case.kwargs, case.binding.name)
+    shapes = tuple(np.shape(a) for a in case.args)
+    rule = declared(case.binding.options, case.kwargs, case.binding.name, shapes)
     assert case.mesh is not None
     if rule is None:  # a sharding= function that gives this call none
         yield not_checked(FAMILY.name, "-", "the op's sharding= function gives this call no rule")

@@ -89,7 +89,7 @@ def _nufft_abstract_T(coord, ct, **kwargs):
     return ((shape_in, ct.dtype),)
 
 
-def _nufft_rule(*, nufft_type, grid_shape, **_):
+def _nufft_rule(*_shapes, nufft_type, grid_shape, **_):
     """Points m (coord (m, d)) split: type 1 (points to grid) sums each device's grid,
     type 2 (grid to points) computes each device's points from the whole grid."""
     grid = " ".join(f"g{k}" for k in range(len(grid_shape)))
