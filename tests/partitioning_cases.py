@@ -741,6 +741,42 @@ def case_nufft_types_1_and_2_split_the_points():
     return "; ".join(details)
 
 
+def case_finufft_nufft1_and_nufft2_split_the_points():
+    from jaxbind.contrib.ducc.nufft_points import nufft_points
+    from jaxbind.contrib.jaxducc0 import nufft1, nufft2
+
+    rng = np.random.default_rng(3)
+    m, grid = 256, (16, 12)
+    x, y = rng.uniform(-np.pi, np.pi, (2, m))
+    c = rng.normal(size=m) + 1j * rng.normal(size=m)
+    f = rng.normal(size=grid) + 1j * rng.normal(size=grid)
+    details = []
+    for kind, fn, values, n_reduce in (
+        (1, lambda c, x, y: nufft1(grid, c, x, y, eps=1e-12), c, 1),
+        (2, lambda f, x, y: nufft2(f, x, y, eps=1e-12), f, 0),
+    ):
+        kw = dict(nufft_type=kind, sign=1 if kind == 1 else -1, eps=1e-12, modeord=0)
+        kw.update(nthreads=1, grid=grid if kind == 1 else None)
+        report = jaxbind.testing.check(
+            nufft_points.op, values[None], np.stack([x, y]), mesh=mesh, verbose=False, **kw
+        )
+        split = [r for r in report if r.target.startswith("m over")]
+        assert split and all(r.ok for r in split), [str(r) for r in split]
+        put_v = _put(values, P("p")) if kind == 1 else values
+        placed = (put_v, _put(x, P("p")), _put(y, P("p")))
+        compiled = jax.jit(fn).lower(*placed).compile()
+        found = _expect(compiled, all_gather=0, all_reduce=n_reduce)
+        one = fn(values, x, y)
+        error = _close(compiled(*placed), one, 1e-10 * np.abs(one).max())
+        loss = lambda v, x, y: jnp.sum(jnp.abs(fn(v, x, y)) ** 2)
+        grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2))).lower(*placed).compile()
+        _expect(grads, all_gather=0)
+        for a, b in zip(grads(*placed), jax.grad(loss, argnums=(0, 1, 2))(values, x, y)):
+            _close(a, b, 1e-10 * np.abs(b).max())
+        details.append(f"nufft{kind}: {_summary(found, error)}")
+    return "; ".join(details)
+
+
 def load(directory: pathlib.Path) -> None:
     """The fresh process: every artifact compiled on the same shardings, its collectives
     and its results against one device's (saved by the exporting process)."""
