@@ -153,3 +153,23 @@ def test_state_benchmark_quick(tmp_path):
     cycles = r["cycles"]
     assert cycles["setups"] == cycles["teardowns"] and cycles["after"]["states"] == 0
     assert r["shard_map"]["lock"]["most_at_once"] == 1 and r["shard_map"]["lock"]["equal"]
+
+
+def test_sharding_benchmark_quick(tmp_path):
+    import pytest
+
+    pytest.importorskip("ducc0")
+    proc = run_python(
+        ROOT / "benchmarks" / "sharding.py", "--quick", "--out", tmp_path, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    r = json.loads((tmp_path / "sharding-quick.json").read_text())["results"]
+    ruled = r["mesh"]["declared rule"]
+    assert ruled["collectives"] == {"all-reduce": 1}, r["mesh"]  # no all-gather of points
+    assert "all-gather" in r["mesh"]["no rule (today)"]["collectives"]
+    assert ruled["error vs one device"] < 1e-10 and ruled["gradient error vs one device"] < 1e-10
+    assert r["export"]["collectives"] == {"all-reduce": 1}, r["export"]
+    assert r["export"]["error vs one device"] < 1e-10
+    for process in r["two processes"]:
+        assert process["collectives"] == {"all-reduce": 1}, process
+        assert process["error vs one device"] < 1e-10

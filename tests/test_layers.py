@@ -1,5 +1,6 @@
 """The package's layers: trace time and run time import each other only through the
-modules they share.
+modules they share; compile time (what XLA's partitioner calls while it compiles a
+program) sits beside trace time, which only the package's face registers it from.
 
 Trace time builds and lowers programs (the APIs, the primitive's rules). Run time is
 what the trampoline calls while XLA runs a program. A run-time module that imported a
@@ -41,6 +42,8 @@ TRACE_TIME = {
     # jaxbind.testing.check: the entry point, its report and case, one module per row family
     "testing",
     "testing.report",
+    "testing.collectives",
+    "testing.mesh",
     "testing.case",
     "testing.kernels",
     "testing.written",
@@ -62,6 +65,10 @@ TRACE_TIME = {
     "_rules.effects",
     "_rules.jaxlib07",
 }
+# Called by XLA while it compiles a program (the partitioner of calls with a declared
+# sharding rule): it may build programs as trace time does, and use trace time's rules;
+# nothing but the package's face imports it, and it imports no run-time module.
+COMPILE_TIME = {"_rules.spmd"}
 SHARED = {
     "_binding",
     "_roles",
@@ -137,7 +144,7 @@ def _modules() -> frozenset[str]:
 
 def test_every_module_has_a_layer():
     modules = _modules()
-    assert modules == RUN_TIME | TRACE_TIME | SHARED, (
+    assert modules == RUN_TIME | TRACE_TIME | COMPILE_TIME | SHARED, (
         "a module was added or removed: give it a layer here"
     )
 
@@ -150,6 +157,16 @@ def test_run_time_imports_no_trace_time_module(module):
 @pytest.mark.parametrize("module", sorted(TRACE_TIME))
 def test_trace_time_imports_no_run_time_module(module):
     assert not _imports(module) & RUN_TIME
+
+
+@pytest.mark.parametrize("module", sorted(COMPILE_TIME))
+def test_compile_time_imports_no_run_time_module(module):
+    assert not _imports(module) & RUN_TIME
+
+
+@pytest.mark.parametrize("module", sorted(RUN_TIME | TRACE_TIME | SHARED))
+def test_only_the_package_face_imports_compile_time(module):
+    assert not _imports(module) & COMPILE_TIME
 
 
 @pytest.mark.parametrize("module", sorted(SHARED))

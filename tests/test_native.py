@@ -392,7 +392,11 @@ _OPTION_VALUES = {
     "ordered": True,
     "linear_in": (0,),
     "state": jaxbind.state(lambda **kwargs: "set up"),
+    "sharding": "i -> i",
+    "reduction": ("i",),
 }
+# options that need another one with them
+_OPTION_WITH = {"reduction": {"sharding": "i -> j"}}
 
 
 @pytest.mark.parametrize("option", sorted(_OPTION_VALUES))
@@ -400,7 +404,7 @@ def test_both_apis_take_every_option_into_one_options_value(option):
     from jaxbind._options import OPTION_NAMES
 
     assert set(OPTION_NAMES) == set(_OPTION_VALUES)  # a new option needs a value here
-    value = _OPTION_VALUES[option]
+    given = {option: _OPTION_VALUES[option], **_OPTION_WITH.get(option, {})}
 
     def f(out, args, kw):
         out[0][...] = args[0]
@@ -409,8 +413,8 @@ def test_both_apis_take_every_option_into_one_options_value(option):
         return np.asarray(x)
 
     shape = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype)
-    classic = jaxbind.get_nonlinear_call(f, (None, None), same_as_first, None, **{option: value})
-    native = jaxbind.nonlinear_op(shape=shape, **{option: value})(fn)
+    classic = jaxbind.get_nonlinear_call(f, (None, None), same_as_first, None, **given)
+    native = jaxbind.nonlinear_op(shape=shape, **given)(fn)
     # the same value, but for the API that made it (which decides the words of errors)
     assert dataclasses.replace(classic.binding.options, native=True) == native.binding.options
     assert not classic.binding.options.native

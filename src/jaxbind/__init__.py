@@ -83,12 +83,14 @@ from ._kernels import Kernel, kernel, kernel_include_dir  # noqa: E402
 from ._kwargs import load_kwargs  # noqa: E402
 from ._native import NativeOp, linear_op, multilinear_op, nonlinear_op  # noqa: E402
 from ._roles import jax_function  # noqa: E402
+from ._rules import spmd as _spmd  # noqa: E402
 from ._runtime import check_outputs  # noqa: E402
 from ._runtime.gpu import CallContext, CudaArray, current_call  # noqa: E402
 from ._state import StateDef, load_state, state  # noqa: E402
 
 _rules.register_rules()  # trace time: the jaxbind primitive's rules
 _rules.lowering.register_targets()  # XLA: the FFI handlers
+_spmd.register()  # compile time, XLA's SPMD partitioner: calls with a declared sharding rule
 _runtime.install()  # run time: what the handlers call back into
 
 from . import testing  # noqa: E402  (jaxbind.testing.check)

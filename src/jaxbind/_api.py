@@ -18,6 +18,7 @@ from ._kwargs import KwargsDump, encode_kwargs
 from ._options import OPTION_DOCS, CallOptions, Options, declare, state_key_positions
 from ._primitive import IMPL_CALLS, PRIMITIVE, bind, eager, nested
 from ._roles import Body, Kind, OpBase, role_table
+from ._rules.partitioning import check_declaration
 from ._spec import CallSpec
 
 __all__ = ["Op", "get_linear_call", "get_nonlinear_call"]
@@ -252,6 +253,7 @@ def make_op(
             "afterwards if the sum should include it)"
         )
     check_state_key(name, options, roles)
+    check_declaration(name, options, roles)
     binding = Binding(name=name, kind=kind, roles=roles, options=options)
     binding, _ = register(binding, explicit_name=explicit, replace=replace)
     return Op(binding)
@@ -304,8 +306,8 @@ def get_linear_call(
         (for any of them): the cotangents are shaped as the inputs they belong to,
         which jaxbind knows from the primals.
       **options: ``first_n_args_fixed``, ``func_can_batch``, ``name``, ``replace``,
-        ``platform_mode``, ``input_output_aliases``, ``has_side_effect``, ``ordered``:
-        see "Options" below.
+        ``platform_mode``, ``input_output_aliases``, ``has_side_effect``, ``ordered``,
+        ``state``, ``sharding``, ``reduction``: see "Options" below.
 
     Returns:
       An [`Op`][jaxbind.Op]. It supports ``jit``, ``jvp``, ``grad``/``vjp``,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import warnings
+from typing import Any
 
 import jax
 import jax.ffi as ffi  # public since jax 0.4.38
@@ -31,6 +32,7 @@ __all__ = [
     "XLA_CPU_ROOT_CALL_ABORTS",
     "abstract_token",
     "ad",
+    "all_reduce_sum",
     "auto_partitioned_devices",
     "batching",
     "check_jax_version",
@@ -38,22 +40,30 @@ __all__ = [
     "config_use_shardy",
     "define_primitive",
     "explain_checkpoint_effects",
+    "explicit_mesh",
+    "explicit_spec",
+    "explicitly_sharded",
     "ffi",
     "for_export",
     "hlo",
+    "hlo_sharding",
     "instantiate_zeros",
     "ir",
     "is_undefined_primal",
+    "local_module_bytecode",
     "mlir",
     "mlir_internal",
     "no_effects",
     "not_mapped",
     "output_aval",
+    "parse_attribute_dict",
     "register_batch_partitionable",
+    "register_call_partitioner",
     "register_cache",
     "run_once_sharding",
     "sdy_sharding_rule",
     "set_sharding",
+    "tuple_sharding",
     "zero_tangent",
 ]
 
@@ -158,32 +168,40 @@ def config_use_shardy() -> bool:
     return bool(jax.config.jax_use_shardy_partitioner)
 
 
-def sdy_sharding_rule(rule: str, need_replication: tuple[str, ...], operand_types, result_types):
+def sdy_sharding_rule(
+    rule: str,
+    need_replication: tuple[str, ...],
+    operand_types,
+    result_types,
+    reduction: tuple[str, ...] = (),
+):
     """A Shardy sharding rule attribute from einsum-like notation ("b i, b -> b j").
 
-    jax._src.custom_partitioning_sharding_rule: jax 0.7 - 0.12. Factors that must
-    be replicated can be declared in newer JAX (need_replication_factors; 0.12 has it,
-    0.7 does not); without it,
-    all are pass-through, and the batch partitioner replicates the non-batch axes.
+    jax._src.custom_partitioning_sharding_rule: jax 0.7 - 0.12. Factors that must be
+    replicated (need_replication_factors) and factors summed over (reduction_factors)
+    can be declared in jax 0.10 - 0.12, not in 0.7; there every factor is
+    pass-through in the rule, and the partitioner (the batch partitioner, or
+    jaxbind's own for declared rules) decides which are split.
     """
     from jax._src import custom_partitioning_sharding_rule as _rule
 
-    if _rule_takes_need_replication():
-        parsed = _rule.str_to_sdy_sharding_rule(rule, need_replication_factors=need_replication)
-    else:
-        parsed = _rule.str_to_sdy_sharding_rule(rule)
+    takes = _rule_parameters()
+    extra = {}
+    if "need_replication_factors" in takes:
+        extra["need_replication_factors"] = tuple(need_replication)
+    if "reduction_factors" in takes and reduction:
+        extra["reduction_factors"] = tuple(reduction)
+    parsed = _rule.str_to_sdy_sharding_rule(rule, **extra)
     return _rule.sdy_sharding_rule_to_mlir(parsed, list(operand_types), list(result_types))
 
 
 @functools.cache
-def _rule_takes_need_replication() -> bool:
+def _rule_parameters() -> frozenset[str]:
     import inspect
 
     from jax._src import custom_partitioning_sharding_rule as _rule
 
-    return (
-        "need_replication_factors" in inspect.signature(_rule.str_to_sdy_sharding_rule).parameters
-    )
+    return frozenset(inspect.signature(_rule.str_to_sdy_sharding_rule).parameters)
 
 
 def register_batch_partitionable(target: str) -> None:
@@ -277,6 +295,161 @@ def auto_partitioned_devices(ctx) -> int:
     if count is None:
         count = len(context.device_assignment or ())
     return int(count or 1)
+
+
+# --- XLA's SPMD partitioner: custom calls partitioned by jaxbind (_rules.spmd) -------------
+
+
+def register_call_partitioner(name: str, partition, infer, propagate_user) -> None:
+    """Have XLA's SPMD partitioner ask these Python callbacks how to split custom calls of
+    target `name`, on the CPU now and on every PJRT plugin (CUDA) when it loads, as
+    custom_partitioning registers its own: jax._src.lib.xla_client
+    .register_custom_call_partitioner and jax._src.xla_bridge.register_plugin_callbacks,
+    jax 0.7 - 0.12 (callbacks: (arg_shapes, arg_shardings, result_shape, result_sharding,
+    backend_config) -> (module bytecode, arg shardings, result sharding);
+    (arg_shapes, arg_shardings, result_shape, backend_config) -> result sharding;
+    (user_sharding, shape, backend_config) -> sharding)."""
+    from jax._src import xla_bridge
+    from jax._src.lib import xla_client
+
+    callbacks = dict(
+        name=name,
+        prop_user_sharding=propagate_user,
+        partition=partition,
+        infer_sharding_from_operands=infer,
+        can_side_effecting_have_replicated_sharding=True,
+    )
+    xla_client.register_custom_call_partitioner(**callbacks)
+    xla_bridge.register_plugin_callbacks(
+        functools.partial(xla_client.register_custom_call_partitioner, **callbacks)
+    )
+
+
+def hlo_sharding(text: str | None = None):
+    """An XLA HloSharding from its text ("{devices=[4,1]<=[4]}"), or replicated (None).
+    jax._src.lib.xla_client.HloSharding (from_string, replicate, tuple_sharding, tile,
+    tile_assignment_dimensions / _devices, is_replicated, is_tiled): jax 0.7 - 0.12."""
+    from jax._src.lib import xla_client
+
+    if text is None:
+        return xla_client.HloSharding.replicate()
+    return xla_client.HloSharding.from_string(text)
+
+
+def tuple_sharding(shape, shardings):
+    """HloSharding.tuple_sharding(shape, shardings): jax 0.7 - 0.12."""
+    from jax._src.lib import xla_client
+
+    return xla_client.HloSharding.tuple_sharding(shape, list(shardings))
+
+
+def local_module_bytecode(closed_jaxpr, platform: str) -> bytes:
+    """The program of one device's part of a partitioned call, as XLA's partitioner
+    wants it back: the closed jaxpr lowered as a fully manual program (a one-device mesh
+    marks the context; its collectives name their devices themselves), as bytecode.
+    jax._src.interpreters.mlir.build_mlir_module_helper(closed_jaxpr, *, name,
+    platforms, backend, axis_context) and module_to_bytecode,
+    jax._src.sharding_impls.SPMDAxisContext, jax._src.mesh.Mesh: jax 0.7 - 0.12, as
+    custom_partitioning builds its own."""
+    import numpy as np
+    from jax._src import mesh as mesh_lib
+    from jax._src import sharding_impls
+
+    mesh = mesh_lib.Mesh(np.array(jax.devices()[:1]), ("jaxbind_local",))
+    context = sharding_impls.SPMDAxisContext(mesh, frozenset(mesh.axis_names))
+    module = mlir_internal.build_mlir_module_helper(
+        closed_jaxpr,
+        name="jaxbind_local",
+        platforms=[platform],
+        backend=None,
+        axis_context=context,
+    )
+    return mlir_internal.module_to_bytecode(module)
+
+
+def all_reduce_sum(ctx, x, groups) -> list:
+    """stablehlo.all_reduce (sum) of `x` over `groups` of global device ids, with a
+    device-to-device channel (hlo.AllReduceOp, hlo.ChannelHandle,
+    mlir.DEVICE_TO_DEVICE_TYPE, mlir.dtype_to_ir_type: jax 0.7 - 0.12)."""
+    import numpy as np
+
+    (aval,) = ctx.avals_in
+    op = hlo.AllReduceOp(
+        [x.type],
+        [x],
+        replica_groups=ir.DenseIntElementsAttr.get(np.asarray(groups, dtype=np.int64)),
+        channel_handle=hlo.ChannelHandle.get(1, mlir_internal.DEVICE_TO_DEVICE_TYPE),
+        use_global_device_ids=ir.BoolAttr.get(True),
+    )
+    scalar = ir.RankedTensorType.get([], mlir_internal.dtype_to_ir_type(aval.dtype))
+    block = op.regions[0].blocks.append(scalar, scalar)
+    with ir.InsertionPoint(block):
+        hlo.return_([hlo.add(*block.arguments)])
+    return list(op.results)
+
+
+def parse_attribute_dict(text: str) -> dict:
+    """An MLIR dictionary attribute's text ("{binding = \"x\", site = 5 : i64}", as
+    XLA hands a typed-FFI custom call's attributes to a partitioner callback) as Python
+    values: str, int, or bytes for integer arrays (ir.Attribute.parse, DictAttr,
+    StringAttr, IntegerAttr, DenseIntElementsAttr: jax 0.7 - 0.12)."""
+    import numpy as np
+
+    values: dict = {}
+    with mlir_internal.make_ir_context():
+        found = ir.DictAttr(ir.Attribute.parse(text))
+        for k in range(len(found)):
+            named = found[k]
+            attr = named.attr  # downcast to its own type (jax 0.7 - 0.12)
+            if isinstance(attr, ir.StringAttr):
+                values[named.name] = attr.value
+            elif isinstance(attr, ir.IntegerAttr):
+                values[named.name] = attr.value
+            elif isinstance(attr, ir.DenseIntElementsAttr):
+                values[named.name] = np.array(attr).tobytes()
+    return values
+
+
+def explicit_mesh(avals) -> Any:
+    """The abstract mesh of JAX's explicit sharding mode, if an aval is sharded on it
+    (its axes typed AxisType.Explicit), else None (auto mode, no mesh, or inside
+    shard_map, whose values vary over manual axes). aval.sharding (NamedSharding over an
+    AbstractMesh with axis_types), jax.sharding.AxisType: jax 0.7 - 0.12."""
+    from jax.sharding import AxisType
+
+    found = None
+    for aval in avals:
+        if getattr(aval, "vma", None) or getattr(getattr(aval, "mat", None), "varying", None):
+            return None
+        mesh = getattr(getattr(aval, "sharding", None), "mesh", None)
+        if found is None and any(t == AxisType.Explicit for t in getattr(mesh, "axis_types", ())):
+            found = mesh
+    return found
+
+
+def explicit_spec(aval, mesh) -> tuple:
+    """Per axis of `aval`, the explicit mesh axes it is sharded over (a name, a tuple of
+    names, or None): aval.sharding.spec, jax 0.7 - 0.12."""
+    from jax.sharding import AxisType
+
+    explicit = {n for n, t in zip(mesh.axis_names, mesh.axis_types) if t == AxisType.Explicit}
+    spec = tuple(getattr(aval.sharding, "spec", ()) or ())
+    entries = []
+    for entry in spec + (None,) * (aval.ndim - len(spec)):
+        names = (entry,) if isinstance(entry, str) else tuple(entry or ())
+        entries.append(entry if names and set(names) <= explicit else None)
+    return tuple(entries[: aval.ndim])
+
+
+def explicitly_sharded(aval, mesh, entries) -> ShapedArray:
+    """`aval` typed as sharded over `mesh` by `entries` (one per axis), as explicit mode
+    types values (ShapedArray(..., sharding=NamedSharding(abstract mesh, spec)): jax 0.7 -
+    0.12)."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    return ShapedArray(
+        aval.shape, aval.dtype, sharding=NamedSharding(mesh, PartitionSpec(*entries))
+    )
 
 
 def set_sharding(ctx, op, sharding) -> None:

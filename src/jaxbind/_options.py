@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -51,6 +51,12 @@ class Options:
       state: what the op sets up once per call site (``@jaxbind.state``), or None.
       state_key: the positions of the state's ``key`` inputs among f's arguments (each
         role finds them in its own layout: _roles.RoleDef.positions).
+      sharding: how the op's axes relate across its arguments and results, in einsum-like
+        notation (``"m d, m -> g"``), or a function of f's argument shapes and the call's
+        keyword arguments that returns it (or it and its reduction factors), or None: the
+        op partitions by this declaration (see _rules.partitioning, which parses and
+        checks it against the op at creation, a function's rules at every call).
+      reduction: the factors of `sharding` the function sums over.
     """
 
     fixed: int = 0
@@ -62,6 +68,8 @@ class Options:
     native: bool = False
     state: Any = None  # a _state.StateDef (not imported: this module imports none of jaxbind's)
     state_key: tuple[int, ...] = ()
+    sharding: str | Callable[..., Any] | None = None
+    reduction: tuple[str, ...] = ()
 
 
 class _SharedOptions(TypedDict, total=False):
@@ -76,6 +84,8 @@ class _SharedOptions(TypedDict, total=False):
     ordered: bool
     linear_in: Sequence[int]
     state: Any  # made with @jaxbind.state
+    sharding: str | Callable[..., Any] | None
+    reduction: Sequence[str]
 
 
 class CallOptions(_SharedOptions, total=False):
@@ -101,6 +111,8 @@ OPTION_NAMES = (
     "ordered",
     "linear_in",
     "state",
+    "sharding",
+    "reduction",
 )
 
 # Appended to the docstrings of get_linear_call and get_nonlinear_call; the decorators
@@ -147,6 +159,24 @@ OPTION_DOCS = """
       when XLA instantiates it (a plan, a handle), made with ``@jaxbind.state``. Callables
       of ``get_*_call`` reach it with ``jaxbind.load_state(kwargs_dump)``; the bodies of
       the decorators get it as their ``state`` argument. See docs/state.md.
+    - ``sharding``: how XLA may split a call across devices when the program is
+      partitioned automatically (``jax.jit`` over sharded arrays), in the einsum-like
+      notation of Shardy and ``custom_partitioning``: one group of factor names per
+      argument (fixed ones included; pytree leaves in order in the decorators), then
+      ``->`` and one per result, e.g. ``"m d, m -> g"``. A factor in arguments and
+      results is split as the arguments are (each device computes its own part); a
+      factor named in ``reduction`` (arguments only) may be split too, and the partial
+      results of the devices are summed by one all-reduce; every other factor stays
+      whole on each device (give an axis that must not be split different names on the
+      two sides: ``"n -> k"``). Derivatives and transposes get the rule that follows.
+      Where the rule depends on the call (a NUFFT's type, its grid's rank), give a
+      function of the shapes of f's arguments (one positional argument each) and the call's
+      keyword arguments that returns the rule, or the tuple
+      ``(rule, reduction)``: it is called at every call, for every role.
+      Without it (or on one device, or inside ``shard_map``) calls lower as before.
+      See docs/sharding.md.
+    - ``reduction``: the factors of ``sharding`` that ``f`` sums over: ``f`` of all the
+      arguments is the sum of ``f`` of their parts along these factors.
 """
 
 
@@ -194,6 +224,8 @@ def declare(
         linear_in=_linear_in(linear_in, fixed, fixed_name),
         native=native,
         state=_state(what, options.get("state"), native),
+        sharding=_sharding(what, name, options.get("sharding")),
+        reduction=_reduction(what, name, options.get("sharding"), options.get("reduction", ())),
     )
     return checked, name, replace
 
@@ -285,6 +317,51 @@ def _state(what: str, value: Any, native: bool) -> Any:
             f"return the object), got {value!r}"
         )
     return value
+
+
+def _op(what: str, name: str | None) -> str:
+    return f"jaxbind.{what}" + (f" ('{name}')" if name else "")
+
+
+def _sharding(what: str, name: str | None, value: Any) -> str | Callable[..., Any] | None:
+    """The declared rule's text (its syntax and its fit to the op are checked with the
+    op's functions, by _rules.partitioning.check_declaration), or the function that gives
+    it per call (checked at every call)."""
+    if value is None or callable(value):
+        return value
+    if not isinstance(value, str) or "->" not in value:
+        raise TypeError(
+            f"{_op(what, name)}: sharding must be a string in einsum-like notation, one group "
+            'of factor names per argument, "->", one per result (e.g. sharding="m d, m -> g"), '
+            "or a function of the shapes of f's arguments and the call's keyword arguments "
+            f"that returns one; got {value!r}"
+        )
+    return " ".join(value.split())
+
+
+def _reduction(what: str, name: str | None, sharding: Any, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = (value,)
+    try:
+        factors = tuple(value)
+    except TypeError:
+        factors = None
+    if factors is None or not all(isinstance(f, str) for f in factors):
+        raise TypeError(
+            f"{_op(what, name)}: reduction must be a sequence of factor names of sharding= "
+            f'(e.g. reduction=("m",)), got {value!r}'
+        )
+    if factors and callable(sharding):
+        raise TypeError(
+            f"{_op(what, name)}: reduction={factors!r} with a sharding= function: return the "
+            "reduction factors from the function with the rule, as (rule, reduction)"
+        )
+    if factors and sharding is None:
+        raise TypeError(
+            f"{_op(what, name)}: reduction={factors!r} names factors of a sharding rule, but "
+            'the op declares none; add sharding= (e.g. sharding="m d, m -> g")'
+        )
+    return tuple(dict.fromkeys(factors))
 
 
 def state_key_positions(options: Options, fn: Any, op: str, source: str) -> Options:

@@ -28,6 +28,7 @@ from .._spec import CallSpec
 from . import abstract, batching, jaxfn, lowering
 from .ad import jvp_rule, transpose_rule
 from .effects import effects_of, explain_checkpoint
+from .partitioning import check_call, typed_results
 
 __all__ = ["BODY_RULES", "BodyRules", "register_rules"]
 
@@ -77,6 +78,9 @@ def abstract_eval(*avals, spec: CallSpec):
     outs = _rules(spec).output_avals(spec, avals)
     if spec.binding.options.aliases and spec.role == "f":
         abstract.check_aliases(spec, avals, outs)
+    if spec.binding.options.sharding is not None:
+        check_call(spec, avals, outs)
+        outs = typed_results(spec, avals, outs)  # explicit sharding mode
     return outs, effects_of(spec)
 
 

@@ -14,6 +14,7 @@ On jaxlib 0.7, CPU calls may need another form: see .jaxlib07.
 from __future__ import annotations
 
 import dataclasses
+import json
 import warnings
 
 import jax
@@ -39,7 +40,7 @@ from .._primitive import eager
 from .._spec import CallSpec
 from .effects import ORDERED
 from .jaxlib07 import cpu_root_call_form
-from .partitioning import mark_batch_partitionable
+from .partitioning import PARTITIONED_TARGET, Partitioning, mark_batch_partitionable, marking
 
 __all__ = ["CPU_TARGET", "CUDA_TARGET", "lower", "register_targets"]
 
@@ -52,7 +53,9 @@ EFFECT_TARGETS = {CPU_TARGET: "jaxbind_cpu_effect", CUDA_TARGET: "jaxbind_cuda_e
 # that stay in this process: the program names them by digest (exports carry them).
 _EMBED_LIMIT = 16 * 1024
 
-_lower_ffi = {CPU_TARGET: ffi.ffi_lowering(CPU_TARGET), CUDA_TARGET: ffi.ffi_lowering(CUDA_TARGET)}
+_lower_ffi = {
+    target: ffi.ffi_lowering(target) for target in (CPU_TARGET, CUDA_TARGET, PARTITIONED_TARGET)
+}
 
 
 def _suffix_warning(name: str) -> str:
@@ -113,6 +116,11 @@ def lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
         trees,
     )
     cpu = target == CPU_TARGET
+    mark = marking(ctx, spec, len(ctx.avals_out)) if effect is None else None
+    if mark is not None and mark.rule is not None:  # effects and aliases refuse a rule
+        if not exporting:
+            ctx.module_context.add_keepalive(binding.holder(call.digest))
+        return _partitioned(ctx, args, call, mark.rule, platform="cpu" if cpu else "cuda")
     if effect is not None:
         target = EFFECT_TARGETS[target]
     args, lower = cpu_root_call_form(
@@ -150,9 +158,30 @@ def lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
     if token is not None:
         token_out, *results = results
         outer.set_tokens_out(outer.tokens_in.update_tokens(mlir.TokenSet({ORDERED: token_out})))
-    elif results and not nested and effect is None:  # a tuple-typed call has no rule
+    elif results and not nested and mark is not None:  # a tuple-typed call has no rule
         mark_batch_partitionable(
-            results[0].owner, spec, [a.ndim for a in ctx.avals_in], [a.ndim for a in ctx.avals_out]
+            results[0].owner,
+            mark.batch_dims,
+            [a.ndim for a in ctx.avals_in],
+            [a.ndim for a in ctx.avals_out],
+        )
+    return results
+
+
+def _partitioned(ctx, args, call: CallAttributes, rule: Partitioning, platform: str):
+    """A call that XLA partitions by its declared rule: the custom call of
+    PARTITIONED_TARGET, with the call's own attributes (so that jaxbind's handlers,
+    registered under that name too, run it whole where no partitioner splits it: a
+    program compiled for one device) and ``partitioning``, the rule and the platform as
+    JSON, which the partitioner (.spmd) reads with the attributes; under Shardy the call
+    also carries the rule for propagation."""
+    config = {"rule": rule.to_config(), "platform": platform}
+    attributes = call.ffi_attributes()
+    attributes["partitioning"] = json.dumps(config, sort_keys=True)
+    results = _lower_ffi[PARTITIONED_TARGET](ctx, *args, **attributes)
+    if config_use_shardy():
+        results[0].owner.attributes["sdy.sharding_rule"] = rule.to_sdy(
+            [a.type for a in args], [r.type for r in results]
         )
     return results
 
@@ -235,3 +264,8 @@ def register_targets() -> None:
     register_batch_partitionable(CUDA_TARGET)
     ffi.register_ffi_target(EFFECT_TARGETS[CPU_TARGET], _ext.cpu_handlers(), platform="cpu")
     ffi.register_ffi_target(EFFECT_TARGETS[CUDA_TARGET], _ext.cuda_handlers(), platform="CUDA")
+    # Calls partitioned by a declared rule, where no partitioner splits them (a program
+    # compiled for one device): the same handlers run them whole (their attributes are
+    # the call format's, plus the rule, which the handlers do not read)
+    ffi.register_ffi_target(PARTITIONED_TARGET, _ext.cpu_handlers(), platform="cpu")
+    ffi.register_ffi_target(PARTITIONED_TARGET, _ext.cuda_handlers(), platform="CUDA")

@@ -23,11 +23,22 @@ import numpy as np
 from .._api import Op
 from .._native import NativeOp
 from .._state import watching
-from . import agreement, batching, first_order, inputs, linearity, second_order, state, written
+from . import (
+    agreement,
+    batching,
+    first_order,
+    inputs,
+    linearity,
+    mesh,
+    second_order,
+    state,
+    written,
+)
 from .case import Case, Family
+from .collectives import Collectives, collectives
 from .report import CheckReport, CheckResult
 
-__all__ = ["FAMILIES", "CheckReport", "CheckResult", "check"]
+__all__ = ["FAMILIES", "CheckReport", "CheckResult", "Collectives", "check", "collectives"]
 
 # In order: the first calls the function directly (and stops the others if it fails).
 FAMILIES: tuple[Family, ...] = (
@@ -38,6 +49,7 @@ FAMILIES: tuple[Family, ...] = (
     first_order.FAMILY,
     second_order.FAMILY,
     batching.FAMILY,
+    mesh.FAMILY,
     state.FAMILY,  # last: it clears JAX's caches
 )
 
@@ -58,7 +70,15 @@ def _unwrap(op, args, kwargs):
 
 
 def check(
-    op, *args, rtol=None, fd_step=None, batch_size=3, seed=0, verbose=True, **kwargs
+    op,
+    *args,
+    rtol=None,
+    fd_step=None,
+    batch_size=3,
+    seed=0,
+    verbose=True,
+    mesh=None,
+    **kwargs,
 ) -> CheckReport:
     """Check a jaxbind op on example inputs; raise AssertionError on any failure.
 
@@ -87,6 +107,12 @@ def check(
     - **vmap**: **vmap vs loop** for every role (f, transposes, JVP, VJP) with inputs
       batched at axis 0 and at their last axis (``out_axes`` 0 and -1), **vmap(grad) vs
       loop** and **grad(vmap) vs loop**;
+    - **sharding rule on a mesh**, for ops with ``sharding=`` given a ``mesh``: each
+      factor in the arguments split over each mesh axis in turn, under ``jax.jit``,
+      against one device: **mesh vs one device** (each output), **mesh gradient vs one
+      device** (reverse mode), **collectives on a mesh** (the compiled programs'
+      collectives in the detail; an all-gather fails it where the rule says the factor
+      splits); a split the axis does not divide evenly is "not checked";
     - **state**, for ops with ``state=`` (last: it clears JAX's caches): **set up once
       per site** (a program with two sites, run three times), **fresh vs reused
       object**, **two threads** (against one thread; and no object used by two calls at
@@ -108,6 +134,8 @@ def check(
       batch_size: batch size of the vmap checks.
       seed: seed for random directions and batches.
       verbose: print the report table.
+      mesh: a ``jax.sharding.Mesh`` of several devices, to check the op's sharding rule
+        on (see above); without one, an op with a rule gets a "not checked" row.
       **kwargs: keyword arguments of the op call.
 
     Returns:
@@ -122,6 +150,11 @@ def check(
             f"jaxbind.testing.check: batch_size must be a positive int (the size "
             f"of the vmap checks' batch), got {batch_size!r}"
         )
+    if mesh is not None and not isinstance(mesh, jax.sharding.Mesh):
+        raise TypeError(
+            f"jaxbind.testing.check: mesh must be a jax.sharding.Mesh (for example "
+            f"jax.make_mesh((4,), ('p',))), got {type(mesh).__name__}"
+        )
     op, args, kwargs, trees = _unwrap(op, args, kwargs)
     case = Case(
         op=op,
@@ -132,6 +165,7 @@ def check(
         rtol=rtol,
         eps=fd_step,
         batch_size=batch_size,
+        mesh=mesh,
     )
     case.out_avals = list(jax.eval_shape(case.call, *case.args))
     report = CheckReport()

@@ -108,6 +108,7 @@ class Case:
     direct: tuple | None = None
     failed: str | None = None
     watch: Any = None  # the run time's Watch of the op's state (see .state), or None
+    mesh: Any = None  # a jax.sharding.Mesh to check a sharding rule on (see .mesh), or None
 
     # --- the op ----------------------------------------------------------------------
     @property

@@ -89,6 +89,15 @@ def _nufft_abstract_T(coord, ct, **kwargs):
     return ((shape_in, ct.dtype),)
 
 
+def _nufft_rule(*_shapes, nufft_type, grid_shape, **_):
+    """Points m (coord (m, d)) split: type 1 (points to grid) sums each device's grid,
+    type 2 (grid to points) computes each device's points from the whole grid."""
+    grid = " ".join(f"g{k}" for k in range(len(grid_shape)))
+    if nufft_type == 1:
+        return f"m d, m -> {grid}", ("m",)
+    return f"m d, {grid} -> m"
+
+
 _nufft_op = get_linear_call(
     _nufft,
     _nufft_T,
@@ -97,6 +106,7 @@ _nufft_op = get_linear_call(
     first_n_args_fixed=1,
     name="jaxducc0.nufft",
     platform_mode=_MODE,
+    sharding=_nufft_rule,
 )
 
 

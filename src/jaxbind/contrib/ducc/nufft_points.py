@@ -346,6 +346,17 @@ def _vjp(values, xs, *rest, **kw):
     ]
 
 
+def _rule(values, xs, *qs, nufft_type, **_):
+    """Points m split: type 1 (and 3) sums each device's grid (targets) over its points,
+    type 2 computes each device's points from the whole grid; transforms t split too."""
+    if nufft_type == 3:
+        return "t m, d m, d k -> t k", ("m",)
+    grid = " ".join(f"g{a}" for a in range(xs[0]))
+    if nufft_type == 1:
+        return f"t m, d m -> t {grid}", ("m",)
+    return f"t {grid}, d m -> t m"
+
+
 _op = get_nonlinear_call(
     _call,
     (_jvp, _vjp),
@@ -355,6 +366,7 @@ _op = get_nonlinear_call(
     platform_mode=_MODE,
     linear_in=(0,),
     state=_plan,  # keyed on the points: planned once while they stay the same
+    sharding=_rule,
 )
 
 

@@ -195,6 +195,10 @@ _wgridder = get_linear_call(
     first_n_args_fixed=2,
     name="jaxducc0.wgridder",
     platform_mode=_MODE,
+    # uvw (rows, 3), freq (chans,), image (x, y) -> vis (rows, chans): each device predicts
+    # its own rows and channels from the whole image; the transpose (vis2dirty) is then
+    # "r u, c, r c -> x y", each device's image a partial sum over its visibilities
+    sharding="r u, c, x y -> r c",
 )
 
 
