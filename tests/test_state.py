@@ -368,3 +368,32 @@ def test_concurrency_policies_under_shard_map_on_four_devices(tmp_path, policy):
         assert most <= 2 and made <= 2
     else:
         assert made == 1 and most >= 2  # one object, used by several devices at once
+
+
+def test_a_setup_that_returns_none_is_set_up_once_and_torn_down():
+    """None is an object like any other (a plan for an empty problem)."""
+    counts = Counts()
+
+    @jaxbind.state(teardown=counts.teardown)
+    def nothing(*, scale):
+        counts.setups.append(scale)
+        return None
+
+    @jaxbind.linear_op(shape=lambda x, **kw: x, state=nothing, name="state.none", replace=True)
+    def op(x, *, state, scale):
+        assert state is None
+        return x * scale
+
+    @op.def_transpose
+    def _(ct, *, state, scale):
+        return ct * scale
+
+    x = jnp.arange(3.0)
+    f = jax.jit(lambda x: op(x, scale=2.0) + op(x, scale=2.0))
+    g = jax.jit(jax.grad(lambda x: op(x, scale=2.0).sum()))
+    for _ in range(3):
+        f(x), g(x)
+    assert counts.setups == [2.0]
+    del f, g
+    _freed()
+    assert counts.teardowns == 1

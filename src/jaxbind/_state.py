@@ -287,7 +287,9 @@ class Watch:
         self.setups: list[int] = []  # id() of each object set up
         self.teardowns: list[int] = []
         self.uses: list[tuple[int, int, float, float]] = []  # (id(obj), thread, start, end)
-        self.kept: dict[int, object] = {}  # the objects set up, alive until torn down
+        # The objects set up and not torn down yet, by id(), with how many times each is
+        # (a setup may return one object several times: None, a shared handle).
+        self.kept: dict[int, list] = {}
 
     def noted(self, shared, event: str, obj) -> None:
         if shared.sdef is not self.sdef:
@@ -295,10 +297,19 @@ class Watch:
         with self.lock:
             if event == "setup":
                 self.setups.append(id(obj))
-                self.kept[id(obj)] = obj
+                self.kept.setdefault(id(obj), [obj, 0])[1] += 1
             else:
                 self.teardowns.append(id(obj))
-                self.kept.pop(id(obj), None)
+                held = self.kept.get(id(obj))
+                if held is not None:
+                    held[1] -= 1
+                    if held[1] == 0:
+                        del self.kept[id(obj)]
+
+    def left(self) -> int:
+        """How many of the objects set up while watched are not torn down yet."""
+        with self.lock:
+            return sum(count for _, count in self.kept.values())
 
     def used(self, shared, obj, start: float, end: float) -> None:
         if shared.sdef is not self.sdef:

@@ -44,6 +44,7 @@ class SetupError(RuntimeError):
 
 
 _POLICY = {"lock": 0, "pool": 1, "shared": 2}  # StateCell's (cpp/state.h)
+UNMADE = object()  # a slot whose object is not set up yet (a setup may return None)
 
 
 class Shared:
@@ -51,19 +52,19 @@ class Shared:
 
     Which object a call uses, and when, is up to its `cell` (``_ext.StateCell``, see
     cpp/state.h): kernels take objects there without the GIL, Python bodies through
-    `use` and `give_back`, so both keep to one policy. ``slots[k]`` is object k (None
+    `use` and `give_back`, so both keep to one policy. ``slots[k]`` is object k (UNMADE
     until made)."""
 
     def __init__(self, key: tuple, sdef: StateDef, arguments: dict, label: str):
         self.key, self.sdef, self.arguments, self.label = key, sdef, arguments, label
         self.count = 0
-        self.slots: list = [None] * sdef.pool_size
+        self.slots: list = [UNMADE] * sdef.pool_size
         self.cell = _ext.StateCell(_POLICY[sdef.concurrency], sdef.pool_size, self, label)
 
     @property
     def objects(self) -> list:
         """Every object made."""
-        return [obj for obj in self.slots if obj is not None]
+        return [obj for obj in self.slots if obj is not UNMADE]
 
     def make(self):
         try:
@@ -102,7 +103,7 @@ class Shared:
 
     def first(self) -> None:
         """The first object, set up now if none is yet (a lease's eager setup)."""
-        if self.slots[0] is None:
+        if self.slots[0] is UNMADE:
             if self.sdef.concurrency == "pool":
                 self.give_back(self.use())
             else:

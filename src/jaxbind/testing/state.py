@@ -80,7 +80,7 @@ def _rows(case: Case) -> Iterator[CheckResult]:
 
     del program, outputs
     _free()
-    left = len(watch.kept)
+    left = watch.left()
     yield case.row(
         "state: teardowns equal setups",
         "f",
