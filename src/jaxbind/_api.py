@@ -11,7 +11,7 @@ from typing import Unpack
 import jax
 import jax.numpy as jnp
 
-from ._binding import Binding, register
+from ._binding import Binding, forget_orphans, register
 from ._compat import register_cache
 from ._errors import about, words
 from ._kwargs import KwargsDump, encode_kwargs
@@ -143,12 +143,14 @@ def _as_array(name: str, index: int, value):
 
 
 class _EagerCaches:
-    """Every op's eager programs, cleared by ``jax.clear_caches()`` like JAX's own."""
+    """Every op's eager programs, cleared by ``jax.clear_caches()`` like JAX's own (and
+    with them the sites no program is known to hold: `forget_orphans`)."""
 
     def __init__(self):
         self.ops: weakref.WeakSet = weakref.WeakSet()
 
     def cache_clear(self) -> None:
+        forget_orphans()
         IMPL_CALLS.clear()
         for op in list(self.ops):
             op._eager_calls.clear()

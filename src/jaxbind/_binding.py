@@ -331,6 +331,17 @@ def _fingerprint(value):
     return t
 
 
+def forget_orphans() -> None:
+    """Drop every binding's orphan sites (``jax.clear_caches()``): the programs that
+    called them may be gone, and one that is not resolves its site by name again at its
+    next call. Where XLA keeps no per-site state (jaxlib 0.7), a stateful op's sites can
+    be orphans, and their states go with them."""
+    with _lock:
+        bindings = list(_registry.values())
+        for binding in bindings:
+            binding.orphans.clear()
+
+
 def lookup(name: str) -> Binding | None:
     return _registry.get(name)
 
