@@ -297,7 +297,7 @@ class Watch:
         with self.lock:
             if event == "setup":
                 self.setups.append(id(obj))
-                self.kept.setdefault(id(obj), [obj, 0])[1] += 1
+                self.kept.setdefault(id(obj), [obj, 0, shared])[1] += 1
             else:
                 self.teardowns.append(id(obj))
                 held = self.kept.get(id(obj))
@@ -306,10 +306,12 @@ class Watch:
                     if held[1] == 0:
                         del self.kept[id(obj)]
 
-    def left(self) -> int:
-        """How many of the objects set up while watched are not torn down yet."""
+    def left(self) -> tuple[int, int]:
+        """Of the objects set up while watched and not torn down yet: how many no call
+        site holds any more (leaked), and how many a site still holds (a program alive)."""
         with self.lock:
-            return sum(count for _, count in self.kept.values())
+            held = sum(n for _, n, shared in self.kept.values() if shared.count > 0)
+            return sum(n for _, n, _ in self.kept.values()) - held, held
 
     def used(self, shared, obj, start: float, end: float) -> None:
         if shared.sdef is not self.sdef:

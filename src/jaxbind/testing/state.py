@@ -83,18 +83,22 @@ def _rows(case: Case) -> Iterator[CheckResult]:
     del program, outputs
     for _ in range(_FREE_TRIES):  # (a thread that ran a program may let go a moment later)
         _free()
-        left = watch.left()
-        if not left:
+        left, held = watch.left()
+        if not left and not held:
             break
         time.sleep(0.05)
+    detail = f"{len(watch.setups)} set up, {len(watch.teardowns)} torn down during the check"
+    if left:
+        detail += f"; {left} still alive after jax.clear_caches(), held by no call site"
+    if held:  # (not jaxbind's to free: a program outside JAX's caches still holds them)
+        detail += f"; {held} held by a program that outlived jax.clear_caches()"
     yield case.row(
         "state: teardowns equal setups",
         "f",
         "-",
         left / max(len(watch.setups), 1),
         0.0,
-        f"{len(watch.setups)} set up, {len(watch.teardowns)} torn down during the check"
-        + (f"; {left} still alive after jax.clear_caches()" if left else ""),
+        detail,
     )
 
 
