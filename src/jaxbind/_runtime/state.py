@@ -59,6 +59,7 @@ class Shared:
         self.key, self.sdef, self.arguments, self.label = key, sdef, arguments, label
         self.count = 0
         self.slots: list = [UNMADE] * sdef.pool_size
+        self.first_lock = threading.Lock()
         self.cell = _ext.StateCell(_POLICY[sdef.concurrency], sdef.pool_size, self, label)
 
     @property
@@ -102,12 +103,14 @@ class Shared:
         return state_address(self.slots[slot], self.label, self.sdef.name)
 
     def first(self) -> None:
-        """The first object, set up now if none is yet (a lease's eager setup)."""
-        if self.slots[0] is UNMADE:
-            if self.sdef.concurrency == "pool":
-                self.give_back(self.use())
-            else:
-                self.slots[0] = self.make()
+        """The first object, set up now if none is yet (a lease's eager setup). Two
+        threads may ask at once (sites resolved at calls): one sets it up."""
+        with self.first_lock:
+            if self.slots[0] is UNMADE:
+                if self.sdef.concurrency == "pool":
+                    self.give_back(self.use())
+                else:
+                    self.slots[0] = self.make()
 
     def close(self) -> None:
         self.cell.close()  # (no call uses an object after this)
