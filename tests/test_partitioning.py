@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from support.processes import run_python
+from support.processes import run_cases
 
 import jaxbind
 from jaxbind._rules.partitioning import Partitioning
@@ -297,17 +297,7 @@ def test_export_allows_the_partitioned_target():
 
 @pytest.fixture(scope="module", params=["shardy", "gspmd"])
 def results(request):
-    proc = run_python(HERE / "partitioning_cases.py", request.param, timeout=600, cwd=HERE)
-    found = {}
-    for line in proc.stdout.splitlines():
-        if line.startswith("{"):
-            entry = json.loads(line)
-            found[entry["case"]] = entry
-    if not found:
-        pytest.fail(
-            f"partitioning_cases.py ran no case (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
-        )
-    return found
+    return run_cases("partitioning_cases.py", request.param)
 
 
 CASES = [

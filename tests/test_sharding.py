@@ -5,30 +5,16 @@ The checks live in sharding_cases.py and run in one subprocess, which sets
 leaks into the other tests.
 """
 
-import json
-import pathlib
 
 import pytest
-from support.processes import run_python
-
-HERE = pathlib.Path(__file__).parent
+from support.processes import run_cases
 
 pytestmark = pytest.mark.slow  # the subprocess that runs every case takes about 10 s
 
 
 @pytest.fixture(scope="module")
 def results():
-    proc = run_python(HERE / "sharding_cases.py", timeout=600, cwd=HERE)
-    found = {}
-    for line in proc.stdout.splitlines():
-        if line.startswith("{"):
-            entry = json.loads(line)
-            found[entry["case"]] = entry
-    if not found:
-        pytest.fail(
-            f"sharding_cases.py ran no case (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
-        )
-    return found
+    return run_cases("sharding_cases.py")
 
 
 def _check(results, name):

@@ -34,3 +34,21 @@ def run_isolated(directory, code, *args, timeout=300, name="load.py"):
     tests/ (reference_ops, ...), with nothing else of this process's environment."""
     env = {"PYTHONPATH": str(TESTS), "JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"}
     return run_script(directory, code, *args, name=name, timeout=timeout, cwd=TESTS, env=env)
+
+
+def run_cases(script, *args):
+    """A tests/ script that prints one JSON line per case (with its "case" name) run in a
+    fresh process: the cases by name; the test fails if the script ran none."""
+    import json
+
+    import pytest
+
+    proc = run_python(TESTS / script, *args, timeout=600, cwd=TESTS)
+    found = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("{"):
+            entry = json.loads(line)
+            found[entry["case"]] = entry
+    if not found:
+        pytest.fail(f"{script} ran no case (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+    return found
