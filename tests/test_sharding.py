@@ -5,7 +5,6 @@ The checks live in sharding_cases.py and run in one subprocess, which sets
 leaks into the other tests.
 """
 
-
 import pytest
 from support.processes import run_cases
 
