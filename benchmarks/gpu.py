@@ -113,7 +113,7 @@ def _buffer_callback(kind):
         return None
     import cupy as cp
 
-    from jaxbind._gpu import cupy_stream
+    from jaxbind._runtime.gpu import cupy_stream
 
     def cb(ctx, out, x):
         with cupy_stream(ctx.stream, 0):
@@ -194,7 +194,10 @@ def decompose(reps=500):
     """Where one call's time goes, in seconds per call, and the thread the handler ran on."""
     import cupy as cp
 
-    from jaxbind import _ext, _gpu
+    import types
+
+    from jaxbind import _ext
+    from jaxbind._runtime import gpu as _gpu
 
     parts = {}
     x, y = cp.ones(N, cp.float32), cp.empty(N, cp.float32)
@@ -214,16 +217,22 @@ def decompose(reps=500):
     )
     acc = dict(dispatch=0.0, callable=0.0, n=0, threads=set())
 
-    def timed_dispatch(callable_, *rest):
+    def timed_dispatch(resolved, *rest):
         t0 = time.perf_counter()
         acc["threads"].add(threading.get_ident())
+        callable_ = resolved.callable
 
         def timed_callable(out, args, kwargs_dump):
             t1 = time.perf_counter()
             callable_(out, args, kwargs_dump)
             acc["callable"] += time.perf_counter() - t1
 
-        _gpu.dispatch(timed_callable, *rest)
+        site = types.SimpleNamespace(
+            callable=timed_callable,
+            platform_mode=resolved.platform_mode,
+            kwargs_dump=resolved.kwargs_dump,
+        )
+        _gpu.dispatch(site, *rest)
         acc["dispatch"] += time.perf_counter() - t0
         acc["n"] += 1
 

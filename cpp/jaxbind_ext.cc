@@ -373,11 +373,16 @@ ffi::Error Instantiate(ExecutionContext context, const ffi::Dictionary &attrs,
   }
 }
 
-ffi::Error InstantiateCpu(ExecutionContext context, ffi::Dictionary attrs) {
+// The buffers are not used here. XLA's CPU runtime gives none at this stage; its GPU
+// runtime (jaxlib 0.11) gives the call's, and a binding without them refuses every call
+// ("Wrong number of arguments: expected 0").
+ffi::Error InstantiateCpu(ExecutionContext context, ffi::RemainingArgs, ffi::RemainingRets,
+                         ffi::Dictionary attrs) {
   return Instantiate(context, attrs, "cpu");
 }
 
-ffi::Error InstantiateCuda(ExecutionContext context, ffi::Dictionary attrs) {
+ffi::Error InstantiateCuda(ExecutionContext context, ffi::RemainingArgs, ffi::RemainingRets,
+                          ffi::Dictionary attrs) {
   return Instantiate(context, attrs, "cuda");
 }
 
@@ -409,11 +414,15 @@ using namespace jaxbind;
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cpu_instantiate, InstantiateCpu,
                               ffi::Ffi::BindInstantiate()
                                   .Ctx<ExecutionContext>()     // where XLA keeps the site
+                                  .RemainingArgs()             // given on GPU, not used
+                                  .RemainingRets()             // given on GPU, not used
                                   .Attrs<ffi::Dictionary>());  // the call's attributes
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cuda_instantiate, InstantiateCuda,
                               ffi::Ffi::BindInstantiate()
                                   .Ctx<ExecutionContext>()     // where XLA keeps the site
+                                  .RemainingArgs()             // given on GPU, not used
+                                  .RemainingRets()             // given on GPU, not used
                                   .Attrs<ffi::Dictionary>());  // the call's attributes
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(

@@ -166,7 +166,7 @@ def _np_cumsum_any(out, args, kwargs_dump):
 def test_dlpack_consumer_on_another_stream_waits_for_xla_without_a_host_sync(monkeypatch):
     """``__dlpack__(stream=other)``: the other stream waits for XLA's on the GPU (an event)."""
     cp = _cupy()
-    from jaxbind import _gpu as jaxbind_gpu
+    from jaxbind._runtime import gpu as jaxbind_gpu
 
     other = cp.cuda.Stream(non_blocking=True)
     syncs = []
@@ -230,11 +230,12 @@ def test_host_mode_ducc_fft_on_gpu_data():
     from jaxbind.contrib import jaxducc0
 
     assert jaxducc0.c2c.binding.options.platform_mode == "host"
+    roles = jaxducc0.c2c.binding.roles
     host_c2c = jaxbind.get_linear_call(
-        jaxducc0.c2c.binding.f,
-        jaxducc0.c2c.binding.transposes,
-        jaxducc0.c2c.binding.abstract,
-        jaxducc0.c2c.binding.abstract_T,
+        roles["f"].body,
+        roles["T"].body,
+        roles["f"].abstract,
+        roles["T"].abstract,
         func_can_batch=True,
         platform_mode="host",
         name="gpu.host_c2c",
