@@ -113,28 +113,32 @@ inline FastCache &fast_cache() {
   return cache;
 }
 
+// The core of a compiled body's site without the GIL: the one XLA keeps (`held`), else
+// found by digest (this thread's last, or the table's). nullptr: the call needs the GIL
+// path (see `guarded`).
+SiteCore *fast_core(const RawAttrs &attrs, Instantiated *held) {
+  if (held != nullptr) return held->core.get();
+  FastCache &cache = fast_cache();
+  int64_t digest = 0;
+  if (!attrs.site(digest)) return nullptr;
+  if (!cache.core || cache.digest != digest || !cache.core->alive.load(std::memory_order_acquire)) {
+    std::lock_guard lock(fast_mu);
+    auto it = fast_sites.find(digest);
+    if (it == fast_sites.end()) return nullptr;  // (its format was checked when resolved)
+    cache.digest = digest;
+    cache.core = it->second;
+  }
+  return cache.core.get();
+}
+
 // A kernel call whose site and signature are known: no GIL, no Python object. Returns
-// false when the call needs the GIL path (see `guarded`). The site is the one XLA keeps
-// (`held`), else found by digest.
+// false when the call needs the GIL path (see `guarded`).
 bool run_kernel_fast(const RawAttrs &attrs, Instantiated *held, const ffi::RemainingArgs &args,
                      const ffi::RemainingRets &rets, ExecutionContext context, Frame &frame,
                      ffi::Error &result) {
   FastCache &cache = fast_cache();
-  SiteCore *found = held != nullptr ? held->core.get() : nullptr;
-  if (found == nullptr) {
-    int64_t digest = 0;
-    if (!attrs.site(digest)) return false;
-    if (!cache.core || cache.digest != digest ||
-        !cache.core->alive.load(std::memory_order_acquire)) {
-      std::lock_guard lock(fast_mu);
-      auto it = fast_sites.find(digest);
-      if (it == fast_sites.end()) return false;  // (its format was checked when resolved)
-      cache.digest = digest;
-      cache.core = it->second;
-    }
-    found = cache.core.get();
-  }
-  if (!found->is_kernel) return false;
+  SiteCore *found = fast_core(attrs, held);
+  if (found == nullptr || !found->is_kernel) return false;
   SiteCore &core = *found;
   try {
     frame.call.decode(args, rets);
@@ -303,10 +307,30 @@ ffi::Error CpuCall(ExecutionContext context, ffi::RemainingArgs args, ffi::Remai
   });
 }
 
-// A GPU call: the GPU dispatcher (jaxbind/_runtime/gpu.py) once per batch element, with
-// the element's device pointers and XLA's stream. Also reached from Python, on host
-// memory, by the plumbing tests (`gpu_call_for_tests`).
+// A CUDA kernel site's call: one launch per batch element, on XLA's stream. No GIL.
+void launch_cuda(const SiteCore &core, const Launch &launch, Frame &frame, void *stream,
+                 int32_t device) {
+  try {
+    core.loop.run(frame.call, false, frame.element, [&](const Call &call) {
+      core.cuda->launch(launch, call, stream, device, core.label);
+    });
+  } catch (std::invalid_argument &) {
+    throw;  // (the loop's bounds check: a bad program)
+  } catch (std::runtime_error &e) {
+    throw LabelledError(e.what());  // (its message names the binding and the role)
+  }
+}
+
+// A GPU call: a CUDA kernel launched, or the GPU dispatcher (jaxbind/_runtime/gpu.py)
+// once per batch element, with the element's device pointers and XLA's stream. Also
+// reached from Python, on host memory, by the plumbing tests (`gpu_call_for_tests`).
 void run_gpu(Site &site, Frame &frame, uintptr_t stream, int32_t device) {
+  if (site.core->cuda) {
+    const Launch *launch = site.core->cuda->find(frame.call);
+    if (launch == nullptr) throw std::runtime_error("no launch for the call's signature");
+    nb::gil_scoped_release release;
+    return launch_cuda(*site.core.get(), *launch, frame, reinterpret_cast<void *>(stream), device);
+  }
   if (!process->gpu_dispatch.is_valid()) throw std::runtime_error("no GPU dispatcher is set");
   if (site.core->is_kernel)
     throw std::invalid_argument(
@@ -329,6 +353,40 @@ ffi::Error CudaCall(ExecutionContext context, void *stream, int32_t device, ffi:
                  [&](Site &site, jaxbind_kernel_fn) {
                    run_gpu(site, *frame, reinterpret_cast<uintptr_t>(stream), device);
                  });
+}
+
+// CUDA, a call of a CUDA kernel (jaxbind.cuda_kernel; the lowering gives such calls this
+// handler's target): launched from C++ on XLA's stream, without the GIL or Python once
+// the site and signature are known. It keeps no state in XLA and does nothing a CUDA
+// graph cannot replay, so it is declared compatible with XLA's command buffers.
+ffi::Error CudaKernelCall(void *stream, int32_t device, ffi::RemainingArgs args,
+                          ffi::RemainingRets rets, RawAttrs raw) {
+  ScopedFrame frame;
+  SiteCore *core = fast_core(raw, nullptr);
+  const Launch *launch = nullptr;
+  if (core != nullptr && core->cuda) {
+    try {
+      frame->call.decode(args, rets);
+      launch = core->cuda->find(frame->call);
+    } catch (std::exception &) {
+      launch = nullptr;  // the GIL path reports it, with the binding's name
+    }
+  }
+  if (launch != nullptr) {
+    try {
+      launch_cuda(*core, *launch, *frame, stream, device);
+      return ffi::Error::Success();
+    } catch (LabelledError &e) {
+      return error(ffi::ErrorCode::kInternal, e.what());
+    } catch (std::invalid_argument &e) {
+      return error(ffi::ErrorCode::kInvalidArgument, core->label + ": " + e.what());
+    } catch (std::exception &e) {
+      return error(ffi::ErrorCode::kInternal, core->label + ": " + e.what());
+    }
+  }
+  return guarded(raw.dict(), nullptr, args, rets, *frame, [&](Site &site, jaxbind_kernel_fn) {
+    run_gpu(site, *frame, reinterpret_cast<uintptr_t>(stream), device);
+  });
 }
 
 // XLA's instantiate stage of a call site (every platform): the site made from the call's
@@ -377,12 +435,12 @@ ffi::Error Instantiate(ExecutionContext context, const ffi::Dictionary &attrs,
 // runtime (jaxlib 0.11) gives the call's, and a binding without them refuses every call
 // ("Wrong number of arguments: expected 0").
 ffi::Error InstantiateCpu(ExecutionContext context, ffi::RemainingArgs, ffi::RemainingRets,
-                         ffi::Dictionary attrs) {
+                          ffi::Dictionary attrs) {
   return Instantiate(context, attrs, "cpu");
 }
 
 ffi::Error InstantiateCuda(ExecutionContext context, ffi::RemainingArgs, ffi::RemainingRets,
-                          ffi::Dictionary attrs) {
+                           ffi::Dictionary attrs) {
   return Instantiate(context, attrs, "cuda");
 }
 
@@ -442,6 +500,15 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cuda_handler, CudaCall,
                                   .RemainingRets()  // outputs, device memory, written in place
                                   .Attrs<ffi::Dictionary>());  // as on the CPU
 
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cuda_kernel_handler, CudaKernelCall,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<void *>>()  // XLA's CUDA stream
+                                  .Ctx<ffi::DeviceOrdinal>()           // the device's ordinal
+                                  .RemainingArgs()                     // inputs, device memory
+                                  .RemainingRets()     // outputs, device memory, written in place
+                                  .Attrs<RawAttrs>(),  // as on the CPU
+                              {ffi::Traits::kCmdBufferCompatible});
+
 NB_MODULE(_ext, m) {
   if (_import_array() < 0) throw nb::python_error();
   // Sites of bindings that live until exit (module-level ops) are still alive when
@@ -473,6 +540,15 @@ NB_MODULE(_ext, m) {
                       reinterpret_cast<void *>(jaxbind_cuda_handler));
       },
       "The CUDA FFI handlers, {stage: PyCapsule} (built without the CUDA toolkit).");
+  m.def(
+      "cuda_kernel_handlers",
+      []() {
+        nb::dict handlers;
+        handlers["execute"] = nb::capsule(reinterpret_cast<void *>(jaxbind_cuda_kernel_handler));
+        return handlers;
+      },
+      "The FFI handler of calls of CUDA kernels, {stage: PyCapsule}: execute only (no "
+      "state kept in XLA), compatible with command buffers.");
   m.def(
       "dlpack_view",
       [](uintptr_t pointer, std::vector<size_t> shape, uint8_t code, uint8_t bits,

@@ -32,6 +32,7 @@
 #include <unordered_map>
 
 #include "call.h"
+#include "cuda_kernels.h"
 #include "kernels.h"
 #include "process.h"
 #include "xla_state.h"
@@ -43,8 +44,9 @@ struct SiteCore {
   std::string label;         // "'<binding>' (<role>)", for errors
   Loop loop;
   bool is_kernel = false;
-  bool whole_batch = false;  // the kernel takes the whole batch (batches=True)
-  KernelSite kernel;         // a kernel's ABI version, threads and keyword arguments
+  bool whole_batch = false;              // the kernel takes the whole batch (batches=True)
+  KernelSite kernel;                     // a kernel's ABI version, threads and keyword arguments
+  std::unique_ptr<CudaKernelSite> cuda;  // a CUDA kernel's module and launches, or none
   Accepted accepted;
   // Cleared when its Site goes: a thread's cached pointer to it is then stale.
   std::atomic<bool> alive{true};
@@ -124,6 +126,12 @@ struct Site {
       core->kernel.origin = nb::cast<std::string>(kernel.attr("origin"));
       read_state(kernel.attr("state"));
     }
+    nb::object cuda = description.attr("cuda_kernel");
+    if (!cuda.is_none()) {
+      nb::bytes image = nb::cast<nb::bytes>(cuda.attr("image"));
+      core->cuda = std::make_unique<CudaKernelSite>(std::string(image.c_str(), image.size()),
+                                                    nb::cast<std::string>(cuda.attr("entry")));
+    }
   }
 
   // A kernel's state (jaxbind/_kernels' KernelCall.state): None, or (cell, key inputs,
@@ -160,11 +168,16 @@ inline nb::tuple describe(const std::vector<Buffer> &buffers) {
   return nb::tuple(items);
 }
 
-// What the site's check said of a signature: (problem or None, kernel address or 0).
-// Remembers an accepted one.
+// What the site's check said of a signature: (problem or None, kernel address or 0; for
+// a CUDA kernel, its launch). Remembers an accepted one.
 inline jaxbind_kernel_fn accepted(Site &site, const Call &call, nb::handle answer) {
   nb::tuple pair = nb::cast<nb::tuple>(answer);
   if (!pair[0].is_none()) throw std::invalid_argument(nb::cast<std::string>(pair[0]));
+  if (site.core->cuda) {
+    site.core->cuda->add(call, read_launch(pair[1]));
+    site.core->accepted.add(Signature::of(call), nullptr);
+    return nullptr;
+  }
   auto address = nb::cast<uintptr_t>(pair[1]);
   if (site.core->is_kernel && address == 0) throw std::runtime_error("the kernel's address is 0");
   auto fn = reinterpret_cast<jaxbind_kernel_fn>(address);
@@ -199,7 +212,7 @@ inline nb::object keep(int64_t digest, nb::object found) {
     if (fast != fast_sites.end() && fast->second == core) fast_sites.erase(fast);
   });
   sites.emplace(digest, Entry{found.ptr(), nb::weakref(found, forget)});
-  if (core->is_kernel) {
+  if (core->is_kernel || core->cuda) {
     std::lock_guard lock(fast_mu);
     fast_sites.insert_or_assign(digest, core);
   }

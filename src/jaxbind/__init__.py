@@ -41,8 +41,9 @@ Compiled kernels, any role's body in either API, run without the GIL on XLA's th
 Export, programs that call jaxbind ops run in another process:
     export, export_safety_checks, ExportedDefaultNameWarning
 
-GPU (CUDA buffers handed to callables):
+GPU (CUDA buffers handed to callables; CUDA kernels launched by jaxbind on XLA's stream):
     current_call, CallContext, CudaArray
+    cuda_kernel, CudaKernel
 
 Testing:
     jaxbind.testing.check(op, *example_args, **kwargs)
@@ -80,6 +81,7 @@ from ._api import Op, get_linear_call, get_nonlinear_call  # noqa: E402
 from ._errors import ExportedDefaultNameWarning  # noqa: E402
 from ._export import export, export_safety_checks  # noqa: E402
 from ._kernels import Kernel, kernel, kernel_include_dir  # noqa: E402
+from ._kernels.cuda import CudaKernel, cuda_kernel  # noqa: E402
 from ._kwargs import load_kwargs  # noqa: E402
 from ._native import NativeOp, linear_op, multilinear_op, nonlinear_op  # noqa: E402
 from ._roles import jax_function  # noqa: E402
@@ -100,12 +102,14 @@ __version__ = "2.0.0.dev0"
 __all__ = [
     "CallContext",
     "CudaArray",
+    "CudaKernel",
     "ExportedDefaultNameWarning",
     "Kernel",
     "NativeOp",
     "Op",
     "StateDef",
     "check_outputs",
+    "cuda_kernel",
     "current_call",
     "export",
     "export_safety_checks",

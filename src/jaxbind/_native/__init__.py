@@ -43,10 +43,9 @@ import jax.numpy as jnp
 
 from .._api import Op, check_state_key, make_op
 from .._errors import about, add_context, refused_arguments
-from .._kernels import Kernel
 from .._kwargs import KwargsDump
 from .._options import OpOptions, Options, declare, state_key_positions
-from .._roles import Args, JaxFunction, Kind, is_jax_function, jax_function, role_table
+from .._roles import Args, Body, JaxFunction, Kind, is_jax_function, jax_function, role_table
 from .bodies import JaxDerivative, Shapes, body, check_declared
 from .trees import _tree_numbered, call_trees, structures  # noqa: F401 (pickles name it here)
 
@@ -276,7 +275,7 @@ def _decorator(kind: str, shape: ShapeFn, options: OpOptions) -> Decorator:
         where = str(name or getattr(fn, "__qualname__", "op"))
         # (a kernel's function takes its outputs first: the shape function names the
         # op's arguments)
-        if isinstance(fn, Kernel):
+        if Body.of(fn) is Body.KERNEL:
             keyed = state_key_positions(checked, shape, where, "the op's shape function")
         else:
             keyed = state_key_positions(checked, fn, where, "the op's function")

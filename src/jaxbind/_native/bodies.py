@@ -15,9 +15,8 @@ import numpy as np
 from .._api import check_body_runs
 from .._avals import shown
 from .._errors import about, refused_arguments
-from .._kernels import Kernel
 from .._kwargs import KwargsDump, load_kwargs
-from .._roles import Args
+from .._roles import Args, Body
 from .._spec import BatchAxes
 from .._state import current_state
 from .trees import layout, split, structures
@@ -58,7 +57,7 @@ def check_declared(name: str, declared, effectful: bool) -> None:
 
 def check_takes_state(name: str, what: str, fn) -> None:
     """An op given ``state=``: each body takes it (a ``state`` parameter, or ``**kwargs``)."""
-    if isinstance(fn, Kernel):
+    if Body.of(fn) is Body.KERNEL:
         fn.check_state(f"{about(name)} ({what})")
         return
     try:
@@ -191,7 +190,7 @@ def body(native, fn, args: Args, what: str, index=None):
     )
     if native.options.state is not None:
         check_takes_state(name, what, fn)
-    if isinstance(fn, Kernel):
+    if Body.of(fn) is Body.KERNEL:
         return fn
     check_body_runs(what, fn, name, native.options)
     return _Callable(native, fn, args, what, index=index)

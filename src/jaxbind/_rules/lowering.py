@@ -35,6 +35,7 @@ from .._compat import (
     set_sharding,
 )
 from .._errors import ExportedDefaultNameWarning, about
+from .._kernels.cuda import CudaKernel
 from .._kwargs import data_blob, is_local, localized, not_data_reason
 from .._primitive import eager
 from .._spec import CallSpec
@@ -42,10 +43,13 @@ from .effects import ORDERED
 from .jaxlib07 import cpu_root_call_form
 from .partitioning import PARTITIONED_TARGET, Partitioning, mark_batch_partitionable, marking
 
-__all__ = ["CPU_TARGET", "CUDA_TARGET", "lower", "register_targets"]
+__all__ = ["CPU_TARGET", "CUDA_KERNEL_TARGET", "CUDA_TARGET", "lower", "register_targets"]
 
 CPU_TARGET = "jaxbind_cpu"
 CUDA_TARGET = "jaxbind_cuda"
+# Calls of CUDA kernels (jaxbind.cuda_kernel): a handler that launches them from C++ and
+# that XLA may capture into command buffers (CUDA graphs)
+CUDA_KERNEL_TARGET = "jaxbind_cuda_kernel"
 # Calls with side effects use the same handlers under names that are not batch
 # partitionable: XLA runs them once, on one device (see _lower), never per shard.
 EFFECT_TARGETS = {CPU_TARGET: "jaxbind_cpu_effect", CUDA_TARGET: "jaxbind_cuda_effect"}
@@ -54,7 +58,8 @@ EFFECT_TARGETS = {CPU_TARGET: "jaxbind_cpu_effect", CUDA_TARGET: "jaxbind_cuda_e
 _EMBED_LIMIT = 16 * 1024
 
 _lower_ffi = {
-    target: ffi.ffi_lowering(target) for target in (CPU_TARGET, CUDA_TARGET, PARTITIONED_TARGET)
+    target: ffi.ffi_lowering(target)
+    for target in (CPU_TARGET, CUDA_TARGET, CUDA_KERNEL_TARGET, PARTITIONED_TARGET)
 }
 
 
@@ -123,6 +128,8 @@ def lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
         return _partitioned(ctx, args, call, mark.rule, platform="cpu" if cpu else "cuda")
     if effect is not None:
         target = EFFECT_TARGETS[target]
+    elif target == CUDA_TARGET and isinstance(binding.body(spec.role), CudaKernel):
+        target = CUDA_KERNEL_TARGET
     args, lower = cpu_root_call_form(
         target,
         cpu,
@@ -264,6 +271,8 @@ def register_targets() -> None:
     register_batch_partitionable(CUDA_TARGET)
     ffi.register_ffi_target(EFFECT_TARGETS[CPU_TARGET], _ext.cpu_handlers(), platform="cpu")
     ffi.register_ffi_target(EFFECT_TARGETS[CUDA_TARGET], _ext.cuda_handlers(), platform="CUDA")
+    ffi.register_ffi_target(CUDA_KERNEL_TARGET, _ext.cuda_kernel_handlers(), platform="CUDA")
+    register_batch_partitionable(CUDA_KERNEL_TARGET)
     # Calls partitioned by a declared rule, where no partitioner splits them (a program
     # compiled for one device): the same handlers run them whole (their attributes are
     # the call format's, plus the rule, which the handlers do not read)

@@ -27,6 +27,7 @@ from .._binding import lookup
 from .._callformat import CallAttributes
 from .._errors import about
 from .._kernels import Kernel, KernelCall
+from .._kernels.cuda import CudaKernel, CudaKernelCall
 from .._kwargs import decode_kwargs
 from .._roles import Body, Role, for_call
 from .fits import DefinitionCheck, elements
@@ -93,11 +94,13 @@ def resolved(found: dict, eager: bool = False) -> Resolved:
     problem = check.attributes()
     if problem is not None:
         raise ValueError(f"{about(name, role.text)}: {problem}")
-    kernel = None
+    kernel = cuda = None
     stateful = binding.options.state is not None
     if isinstance(body, Kernel):  # compiled: called without the GIL (see cpp/site.h)
         where = f"jaxbind: {label}" + (", batched" if loop.levels else "")
         kernel = body.call_for(dump.to_dict(), where, stateful)
+    elif isinstance(body, CudaKernel):  # launched by the trampoline (cpp/cuda_kernels.h)
+        cuda = body.call_for(dump.to_dict(), f"jaxbind: {label}")
     elif loop.levels:
         label += ", batched"
     lease = lease_for(binding, role, dump, label, eager)
@@ -113,6 +116,7 @@ def resolved(found: dict, eager: bool = False) -> Resolved:
         platform_mode=binding.options.platform_mode,
         check=check,
         kernel=kernel,
+        cuda_kernel=cuda,
     )
 
 
@@ -130,6 +134,8 @@ class Resolved:
       check: the call against the binding (`DefinitionCheck`, step 2: the buffers).
       kernel: what the trampoline reads of a kernel (its keyword arguments, whether it
         takes the whole batch, its address per signature), or None.
+      cuda_kernel: what it reads of a CUDA kernel (its module, its launch per
+        signature), or None.
     """
 
     binding: str
@@ -141,17 +147,23 @@ class Resolved:
     platform_mode: str
     check: DefinitionCheck
     kernel: KernelCall | None
+    cuda_kernel: CudaKernelCall | None = None
 
-    def accept(self, ins: tuple, outs: tuple) -> tuple[str | None, int]:
+    def accept(self, ins: tuple, outs: tuple) -> tuple[str | None, Any]:
         """``(problem, address)`` for buffers of a signature the site has not seen: what
         the check finds wrong (None if nothing), and a kernel's address for the buffers
-        it gets (with jaxbind's loop, one batch element's), or 0."""
+        it gets (with jaxbind's loop, one batch element's), or 0; a CUDA kernel's
+        launch instead of the address."""
         problem = self.check(ins, outs)
-        if problem is not None or self.kernel is None:
+        compiled = self.kernel or self.cuda_kernel
+        if problem is not None or compiled is None:
             return problem, 0
-        if self.levels and not self.kernel.batches:
+        if self.levels and not (self.kernel is not None and self.kernel.batches):
             ins = elements(ins, self.levels, self.batched)
             outs = elements(outs, self.levels, None)
+        if self.cuda_kernel is not None:
+            return None, self.cuda_kernel.launch(ins, outs)
+        assert self.kernel is not None
         return None, self.kernel.address(ins, outs)
 
 
