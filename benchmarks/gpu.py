@@ -235,11 +235,23 @@ def decompose(reps=500):
     parts["jaxbind: empty callable, 1 element"] = time_it(
         jax.jit(lambda x: empty(x)[0]), one, 4 * reps
     )
-    acc = dict(dispatch=0.0, callable=0.0, n=0, threads=set())
+    acc = dict(plan=0.0, callable=0.0, n=0, plans=0, threads=set())
 
-    def timed_dispatch(resolved, *rest):
-        t0 = time.perf_counter()
-        acc["threads"].add(threading.get_ident())
+    class TimedPlan:
+        """A site's GPU plan, its calls timed (the trampoline points `views`, the same
+        tuple, at each call's buffers)."""
+
+        def __init__(self, plan):
+            self.views, self.plan = plan.views, plan
+
+        def __call__(self):
+            t0 = time.perf_counter()
+            acc["threads"].add(threading.get_ident())
+            self.plan()
+            acc["plan"] += time.perf_counter() - t0
+            acc["n"] += 1
+
+    def timed_plan(resolved, *rest):
         callable_ = resolved.callable
 
         def timed_callable(out, args, kwargs_dump):
@@ -252,26 +264,27 @@ def decompose(reps=500):
             platform_mode=resolved.platform_mode,
             kwargs_dump=resolved.kwargs_dump,
         )
-        _gpu.dispatch(site, *rest)
-        acc["dispatch"] += time.perf_counter() - t0
-        acc["n"] += 1
+        acc["plans"] += 1
+        return TimedPlan(_gpu.plan(site, *rest))
 
     fn, xj = build("jaxbind", "throughput")
     jax.block_until_ready(fn(xj))
-    _ext.set_gpu_dispatch(timed_dispatch)
+    _ext.set_gpu_plan(timed_plan)
     try:
         parts["jaxbind double 16M: whole call, timers inside"] = time_it(fn, xj, reps)
     finally:
-        _ext.set_gpu_dispatch(_gpu.dispatch)
+        _ext.set_gpu_plan(_gpu.plan)
     n = max(acc["n"], 1)
-    parts["jaxbind double 16M: in jaxbind's Python dispatcher"] = acc["dispatch"] / n
+    parts["jaxbind double 16M: in jaxbind's plan, around the callable"] = (
+        acc["plan"] - acc["callable"]
+    ) / n
     parts["jaxbind double 16M: in the callable (2 from_dlpack, 1 multiply)"] = acc["callable"] / n
     where = (
         "the thread that calls the jitted function"
         if acc["threads"] == {threading.get_ident()}
         else f"{len(acc['threads'])} other thread(s)"
     )
-    return parts, where
+    return parts, f"{where}; {acc['plans']} plan(s) made for {acc['n']} calls"
 
 
 def sweep(sizes=(16_000_000, 64_000_000, 256_000_000), rounds=5):

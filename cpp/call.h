@@ -1,5 +1,5 @@
 // jaxbind's trampoline: one described call. Whatever runs it (a Python callable, a
-// compiled kernel, the GPU dispatcher), a call is its buffers, decoded once from XLA's
+// compiled kernel, a GPU plan), a call is its buffers, decoded once from XLA's
 // arguments and results, its signature, and jaxbind's batch loop over it. Nothing here
 // touches Python.
 #pragma once

@@ -12,6 +12,7 @@
 //                 the dtype table
 //   site.h        call sites by digest, and what a first call asks of Python
 //   views.h       NumPy views of host buffers, for Python callables
+//   gpu.h         a site's GPU plan: made in Python once, pointed at each call's buffers
 //   this file     the CPU and CUDA handlers, and the module
 //
 // A program does not name its body by address. A call's attributes (call format 3, see
@@ -26,13 +27,15 @@
 //     array and every output as a writable one (zero-copy), and
 //         callable(out: tuple, args: tuple, kwargs_dump)
 //     called;
-//   - on CUDA: the element's device pointers and XLA's stream handed to the Python GPU
-//     dispatcher (jaxbind/_runtime/gpu.py); no CUDA header or library is needed here.
+//   - on CUDA: the site's GPU plan (jaxbind/_runtime/gpu.py), made in Python once per
+//     stream, device and signature, its CudaArray views pointed at the element's device
+//     buffers and the plan called (gpu.h); no CUDA header or library is needed here.
 // Unknown names, bad programs and Python exceptions become ffi::Error values, never
 // crashes.
 
 #include "call.h"
 #include "floats.h"
+#include "gpu.h"
 #include "kernels.h"
 #include "outputs.h"
 #include "process.h"
@@ -321,9 +324,9 @@ void launch_cuda(const SiteCore &core, const Launch &launch, Frame &frame, void 
   }
 }
 
-// A GPU call: a CUDA kernel launched, or the GPU dispatcher (jaxbind/_runtime/gpu.py)
-// once per batch element, with the element's device pointers and XLA's stream. Also
-// reached from Python, on host memory, by the plumbing tests (`gpu_call_for_tests`).
+// A GPU call: a CUDA kernel launched, or the site's GPU plan (gpu.h) run once per batch
+// element, on the element's device pointers. Also reached from Python, on host memory,
+// by the plumbing tests (`gpu_call_for_tests`).
 void run_gpu(Site &site, Frame &frame, uintptr_t stream, int32_t device) {
   if (site.core->cuda) {
     const Launch *launch = site.core->cuda->find(frame.call);
@@ -331,20 +334,18 @@ void run_gpu(Site &site, Frame &frame, uintptr_t stream, int32_t device) {
     nb::gil_scoped_release release;
     return launch_cuda(*site.core.get(), *launch, frame, reinterpret_cast<void *>(stream), device);
   }
-  if (!process->gpu_dispatch.is_valid()) throw std::runtime_error("no GPU dispatcher is set");
+  if (!process->gpu_plan.is_valid()) throw std::runtime_error("no GPU plan maker is set");
   if (site.core->is_kernel)
     throw std::invalid_argument(
-        "its body is a CPU kernel, which cannot run in a GPU program (jaxbind's GPU kernels "
-        "are not built yet); run the program on the CPU");
-  site.core->loop.run(frame.call, false, frame.element, [&](const Call &call) {
-    process->gpu_dispatch(site.resolved, stream, device, describe(call.ins), describe(call.outs));
-  });
+        "its body is a CPU kernel, which cannot run in a GPU program; run the program on "
+        "the CPU, or give the role a CUDA kernel (jaxbind.cuda_kernel) or a Python callable");
+  site.core->loop.run(frame.call, false, frame.element,
+                      [&](const Call &call) { run_plan(site, stream, device, call); });
 }
 
-// CUDA: the device buffers and XLA's stream go to the Python dispatcher, which wraps them
-// as zero-copy CUDA arrays, or copies them to the host for a binding in host mode, and
-// calls the callable. No CUDA header or library is needed here: the stream is an opaque
-// pointer.
+// CUDA: the device buffers and XLA's stream go to the site's GPU plan, which hands them
+// to the callable as zero-copy CUDA arrays, or copies them to the host for a binding in
+// host mode. No CUDA header or library is needed here: the stream is an opaque pointer.
 ffi::Error CudaCall(ExecutionContext context, void *stream, int32_t device, ffi::RemainingArgs args,
                     ffi::RemainingRets rets, ffi::Dictionary attrs) {
   IeeeFloats ieee;  // a host-mode callable's floats (see floats.h)
@@ -452,7 +453,8 @@ int site_traverse(PyObject *self, visitproc visit, void *arg) {
 #endif
   if (!nb::inst_ready(self)) return 0;
   Site &s = site_of(self);
-  for (const nb::object *held : {&s.resolved, &s.callable, &s.kwargs_dump, &s.label, &s.accept})
+  for (const nb::object *held :
+       {&s.resolved, &s.callable, &s.kwargs_dump, &s.label, &s.accept, &s.gpu.plan, &s.gpu.views})
     Py_VISIT(held->ptr());
   return 0;
 }
@@ -462,6 +464,7 @@ int site_clear(PyObject *self) {
   for (nb::object *held : {&s.resolved, &s.callable, &s.kwargs_dump, &s.accept}) held->reset();
   s.out_views.reset();
   s.in_views.reset();
+  s.gpu = GpuPlan();
   return 0;
 }
 
@@ -616,7 +619,7 @@ NB_MODULE(_ext, m) {
   m.def(
       "gpu_call_for_tests",
       [](Site &site, uintptr_t stream, int32_t device, nb::handle ins, nb::handle outs) {
-        // the buffers as the dispatcher gets them: (address, shape, XLA element type)
+        // the buffers as the GPU plan maker gets them: (address, shape, XLA element type)
         std::vector<std::vector<int64_t>> dims;  // (moving an inner vector keeps its data)
         auto read = [&](nb::handle items, std::vector<Buffer> &out) {
           for (nb::handle item : items) {
@@ -638,23 +641,24 @@ NB_MODULE(_ext, m) {
       },
       nb::arg("site"), nb::arg("stream"), nb::arg("device"), nb::arg("inputs"), nb::arg("outputs"),
       "Run the CUDA handler's body for `site` on buffers given as (address, shape, XLA "
-      "element type): its batch loop and the GPU dispatcher, without a GPU (host memory "
+      "element type): its batch loop and the site's GPU plan, without a GPU (host memory "
       "stands in for device memory), for tests.");
 
   m.def(
-      "set_gpu_dispatch",
-      [](nb::object dispatch) {
+      "set_gpu_plan",
+      [](nb::object make) {
         if (process == nullptr) process = new Process();
-        process->gpu_dispatch = dispatch;
+        process->gpu_plan = make;
       },
-      nb::arg("dispatch"),
-      "Set the Python function that runs one GPU call (one batch element): (resolved, "
-      "stream, device, inputs, outputs), each buffer as (address, shape, element type).");
+      nb::arg("make"),
+      "Set the Python function that makes a site's GPU plan: (resolved, stream, device, "
+      "inputs, outputs), each buffer as (address, shape, element type) -> a plan with "
+      "`views` (each with a settable `ptr`) that runs the call when called.");
 
   m.def(
       "init",
       [](nb::dict dtypes, nb::object resolver, nb::object instantiate, nb::object formatter,
-         nb::object gpu_dispatch) {
+         nb::object gpu_plan) {
         if (process == nullptr) process = new Process();
         for (auto [key, value] : dtypes) {
           auto code = nb::cast<size_t>(key);
@@ -667,12 +671,12 @@ NB_MODULE(_ext, m) {
         process->resolver = resolver;
         process->instantiate = instantiate;
         process->formatter = formatter;
-        process->gpu_dispatch = gpu_dispatch;
+        process->gpu_plan = gpu_plan;
       },
       nb::arg("dtypes"), nb::arg("resolver"), nb::arg("instantiate"), nb::arg("formatter"),
-      nb::arg("gpu_dispatch"),
+      nb::arg("gpu_plan"),
       "Set the dtype table {XLA element type: numpy dtype}, the site resolver, the "
-      "instantiate stage's site maker, the error formatter and the GPU dispatcher (see "
+      "instantiate stage's site maker, the error formatter and the GPU plan maker (see "
       "jaxbind/_runtime/__init__.py).");
 
   m.def(

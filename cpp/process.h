@@ -49,7 +49,7 @@ struct Process {
   nb::object resolver;         // (attributes, inputs, outputs) -> (Site, problem, address)
   nb::object instantiate;      // (attributes) -> Site, at XLA's instantiate stage
   nb::object formatter;        // (label, type, value, traceback) -> str
-  nb::object gpu_dispatch;     // (resolved, stream, device, inputs, outputs): one GPU call
+  nb::object gpu_plan;         // (resolved, stream, device, inputs, outputs) -> a GPU plan
   nb::object collect_garbage;  // drops JAX's lingering references to host arrays
   nb::object escaped;          // views that outlived their call; see _runtime.escaped_views
 };

@@ -82,14 +82,28 @@ class CoreRef {
   SiteCore *core_ = nullptr;
 };
 
+// A site's GPU plan (jaxbind/_runtime/gpu.py, Plan; run by gpu.h), made for one stream,
+// device and batch element's signature.
+struct GpuPlan {
+  nb::object plan, views;  // the plan, and its views (the inputs', then the outputs')
+  uintptr_t stream = 0;
+  int32_t device = -1;
+  Signature signature;
+  // The reference counts of `views` and of each view between calls: higher after a
+  // call, the callable kept it.
+  std::vector<Py_ssize_t> refs;
+  bool busy = false;  // a call is inside it
+};
+
 struct Site {
   CoreRef core;
-  // From the resolver's description (kept whole for the GPU dispatcher).
+  // From the resolver's description (kept whole for the GPU plan maker).
   nb::object resolved, callable, kwargs_dump, label, accept;
   std::string binding;  // for error messages
   // The views of the site's last call, when the callable kept no reference to them:
   // the next call points them at its buffers instead of building new ones (views.h).
   nb::object out_views, in_views;
+  GpuPlan gpu;  // the plan of the site's last GPU call (gpu.h)
   // Sites alive in the process, whoever owns them (programs, executables, the digest
   // table's entries): _ext.site_count. Counted by a member, so that a constructor that
   // throws counts nothing.

@@ -2,7 +2,10 @@
 CUDA, the CudaArray interfaces, and the dispatcher's batching over device
 pointers (exercised on host memory). The GPU itself is tested in tests/gpu/."""
 
+import contextlib
 import ctypes
+import sys
+import types
 
 import jax
 import jax.numpy as jnp
@@ -293,3 +296,278 @@ def test_a_gpu_state_keyed_on_an_input_copies_it_to_the_host_and_keeps_it(monkey
     np.testing.assert_array_equal(y, 2 * x + 1 + 16)
     assert len(made) == 2
     del site
+
+
+# --- GPU plans: made once per site, stream, device and signature -------------------
+
+F32 = 11  # XLA element type of float32
+
+
+@pytest.fixture
+def plans_made():
+    """The GPU plans the trampoline asks for, in order (each as made by _gpu.plan)."""
+    made = []
+
+    def counting(*args):
+        made.append(_gpu.plan(*args))
+        return made[-1]
+
+    _ext.set_gpu_plan(counting)
+    yield made
+    _ext.set_gpu_plan(_gpu.plan)
+
+
+def _buffers(*arrays):
+    return tuple((a.ctypes.data, a.shape, F32) for a in arrays)
+
+
+def test_a_plan_is_made_once_and_its_views_repointed_at_each_call(plans_made):
+    seen = []  # (ids and addresses only: a callable that keeps a view gets new ones)
+    site = _site(
+        lambda out, args, kw: seen.append((id(out[0]), id(args[0]), out[0].ptr, args[0].ptr))
+    )
+    calls = [(np.zeros(4, np.float32), np.zeros(4, np.float32)) for _ in range(3)]
+    for x, y in calls:
+        _ext.gpu_call_for_tests(site, 5, 0, _buffers(x), _buffers(y))
+    (plan,) = plans_made
+    assert all(s[:2] == (id(plan.views[1]), id(plan.views[0])) for s in seen)
+    assert [s[2:] for s in seen] == [(y.ctypes.data, x.ctypes.data) for x, y in calls]
+    assert jaxbind.current_call().platform == "cpu"
+
+
+def test_batch_elements_share_the_plan_with_their_own_pointers(plans_made):
+    x, y = np.zeros((3, 4), np.float32), np.zeros((3, 4), np.float32)
+    seen = []
+    site = _site(
+        lambda out, args, kw: seen.append((id(out[0]), out[0].ptr, args[0].ptr)), 1, (True,)
+    )
+    _ext.gpu_call_for_tests(site, 0, 0, _buffers(x), _buffers(y))
+    assert len(plans_made) == 1 and len({s[0] for s in seen}) == 1
+    assert [s[1:] for s in seen] == [
+        (y.ctypes.data + 16 * k, x.ctypes.data + 16 * k) for k in range(3)
+    ]
+
+
+def test_a_new_signature_stream_or_device_makes_a_new_plan(plans_made):
+    site = _site(lambda out, args, kw: None)
+    a4, a5, b4 = np.zeros(4, np.float32), np.zeros(5, np.float32), np.zeros(4, np.float32)
+    for stream, device, x in (
+        (1, 0, a4),
+        (1, 0, b4),
+        (1, 0, a5),
+        (2, 0, a5),
+        (2, 1, a5),
+        (2, 1, a5),
+    ):
+        _ext.gpu_call_for_tests(site, stream, device, _buffers(x), _buffers(x))
+    assert len(plans_made) == 4
+    assert [p.views[0].shape for p in plans_made] == [(4,), (5,), (5,), (5,)]
+    assert [(p.context.stream, p.context.device) for p in plans_made] == [
+        (1, 0),
+        (1, 0),
+        (2, 0),
+        (2, 1),
+    ]
+
+
+@pytest.mark.parametrize("keep", ["view", "tuple", "weakly"])
+def test_a_kept_view_keeps_its_address_and_the_next_call_gets_new_views(plans_made, keep):
+    import weakref
+
+    kept, seen = [], []
+
+    def callable_(out, args, kwargs_dump):
+        seen.append(id(out[0]))
+        if not kept:
+            kept.append({"view": out[0], "tuple": out, "weakly": weakref.ref(out[0])}[keep])
+
+    site = _site(callable_)
+    x, y1, y2 = (np.zeros(2, np.float32) for _ in range(3))
+    for y in (y1, y2, y2):
+        _ext.gpu_call_for_tests(site, 0, 0, _buffers(x), _buffers(y))
+    first, second = plans_made  # the second call's plan is reused by the third
+    assert seen == [id(first.views[1]), id(second.views[1]), id(second.views[1])]
+    view = {"view": lambda k: k, "tuple": lambda k: k[0], "weakly": lambda k: k()}[keep](kept[0])
+    assert view is first.views[1] and view.ptr == y1.ctypes.data  # never repointed
+
+
+def test_a_view_used_and_dropped_inside_the_callable_does_not_count_as_kept(plans_made):
+    holders = []
+
+    def callable_(out, args, kwargs_dump):
+        holders.append(len(holders))
+        wrapped = {"owner": out[0], "also": args}  # as cp.asarray(view) holds its owner
+        del wrapped
+
+    site = _site(callable_)
+    x = np.zeros(2, np.float32)
+    for _ in range(3):
+        _ext.gpu_call_for_tests(site, 0, 0, _buffers(x), _buffers(x))
+    assert len(plans_made) == 1
+
+
+def test_a_failing_callable_restores_the_context_and_its_plan_is_not_reused(plans_made):
+    def callable_(out, args, kwargs_dump):
+        raise ValueError("boom")
+
+    site = _site(callable_)
+    x = np.zeros(2, np.float32)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="boom"):
+            _ext.gpu_call_for_tests(site, 0, 0, _buffers(x), _buffers(x))
+        assert jaxbind.current_call().platform == "cpu"
+    assert len(plans_made) == 2  # the traceback held the views
+
+
+def test_a_call_that_finds_the_plan_in_use_gets_its_own(plans_made):
+    """Two threads in one site's body at once (the body released the GIL), and a nested
+    call: each call sees its own addresses, and the waiting call's are not moved."""
+    import threading
+
+    inside, go_on = threading.Event(), threading.Event()
+    seen = {}
+
+    def callable_(out, args, kwargs_dump):
+        name = threading.current_thread().name
+        if name == "first":
+            inside.set()
+            assert go_on.wait(10)  # without the GIL: the second thread runs its call
+        seen[name] = (out[0], out[0].ptr)
+
+    site = _site(callable_)
+    x, y1, y2 = (np.zeros(2, np.float32) for _ in range(3))
+    first = threading.Thread(
+        target=_ext.gpu_call_for_tests, args=(site, 0, 0, _buffers(x), _buffers(y1)), name="first"
+    )
+    first.start()
+    assert inside.wait(10)
+    second = threading.Thread(
+        target=_ext.gpu_call_for_tests, args=(site, 0, 0, _buffers(x), _buffers(y2)), name="second"
+    )
+    second.start()
+    second.join(10)
+    go_on.set()
+    first.join(10)
+    assert seen["first"][1] == y1.ctypes.data and seen["second"][1] == y2.ctypes.data
+    assert seen["first"][0] is not seen["second"][0] and len(plans_made) == 2
+
+    nested = []
+
+    def outer(out, args, kwargs_dump):
+        if not nested:
+            nested.append(None)
+            _ext.gpu_call_for_tests(site2, 0, 0, _buffers(x), _buffers(y2))
+        nested.append(out[0].ptr)
+
+    site2 = _site(outer)
+    _ext.gpu_call_for_tests(site2, 0, 0, _buffers(x), _buffers(y1))
+    assert nested == [None, y2.ctypes.data, y1.ctypes.data]
+    _ext.gpu_call_for_tests(site2, 0, 0, _buffers(x), _buffers(y2))  # the cached plan again
+    assert len(plans_made) == 4
+
+
+def test_host_mode_plans_are_reused_and_read_the_views_addresses(monkeypatch, plans_made):
+    monkeypatch.setattr(_gpu, "_driver", _HostMemoryDriver)
+
+    def add_one(out, args, kwargs_dump):
+        out[0][...] = args[0] + 1
+
+    site = _site(add_one, 1, (True,), mode="host")
+    for k in range(3):
+        x = np.full((2, 3), float(k), np.float32)
+        y = np.zeros((2, 3), np.float32)
+        _ext.gpu_call_for_tests(site, 0, 0, _buffers(x), _buffers(y))
+        np.testing.assert_array_equal(y, x + 1)
+    assert len(plans_made) == 1 and isinstance(plans_made[0], _gpu.HostPlan)
+
+
+class _FakeCuda:
+    """The CUDA state of one thread as CuPy and PyTorch show it (current device, each
+    device's current stream), behind the few calls of theirs that GPU plans make."""
+
+    def __init__(self):
+        self.device, self.streams = 0, {}
+
+    def now(self):
+        return self.device, self.streams.get(self.device)
+
+    def cupy(self):
+        cuda = self
+
+        class Stream:
+            def __init__(self, handle, device):
+                self.handle, self.device = handle, device
+
+            @classmethod
+            def from_external(cls, ref):
+                return cls(ref.__cuda_stream__()[1], cuda.device)
+
+            def use(self):
+                cuda.streams[self.device] = self.handle
+
+        @contextlib.contextmanager
+        def device(d):
+            was, cuda.device = cuda.device, d
+            yield
+            cuda.device = was
+
+        runtime = types.SimpleNamespace(
+            getDevice=lambda: cuda.device, setDevice=lambda d: setattr(cuda, "device", d)
+        )
+        current = lambda: Stream(cuda.streams.get(cuda.device), cuda.device)
+        return types.SimpleNamespace(
+            cuda=types.SimpleNamespace(
+                runtime=runtime, Stream=Stream, Device=device, get_current_stream=current
+            )
+        )
+
+    def torch(self):
+        cuda = self
+
+        class Stream:
+            def __init__(self, handle, device):
+                self.handle, self.device = handle, device
+
+        def set_stream(s):
+            cuda.device = s.device  # as torch.cuda.set_stream does
+            cuda.streams[s.device] = s.handle
+
+        return types.SimpleNamespace(
+            device=lambda kind, d: d,
+            cuda=types.SimpleNamespace(
+                is_available=lambda: True,
+                ExternalStream=lambda handle, device: Stream(handle, device),
+                current_device=lambda: cuda.device,
+                current_stream=lambda d: Stream(cuda.streams.get(d), d),
+                set_stream=set_stream,
+                set_device=lambda d: setattr(cuda, "device", d),
+            ),
+        )
+
+
+@pytest.mark.parametrize("framework", ["cupy", "torch"])
+def test_xla_stream_and_device_are_current_in_a_framework_imported_later(
+    monkeypatch, plans_made, framework
+):
+    """Device mode: where CuPy or PyTorch is imported (also after the plan was made), the
+    plan's device and XLA's stream are current while the callable runs, and restored
+    after, also when it raises."""
+    fake = _FakeCuda()
+    monkeypatch.delitem(sys.modules, framework, raising=False)
+    seen = []
+
+    def callable_(out, args, kwargs_dump):
+        seen.append(fake.now())
+        if len(seen) == 3:
+            raise ValueError("boom")
+
+    site = _site(callable_)
+    x = np.zeros(2, np.float32)
+    _ext.gpu_call_for_tests(site, 77, 1, _buffers(x), _buffers(x))
+    monkeypatch.setitem(sys.modules, framework, getattr(fake, framework)())
+    _ext.gpu_call_for_tests(site, 77, 1, _buffers(x), _buffers(x))
+    assert fake.now() == (0, None) and len(plans_made) == 1
+    with pytest.raises(ValueError, match="boom"):
+        _ext.gpu_call_for_tests(site, 77, 1, _buffers(x), _buffers(x))
+    assert fake.now() == (0, None) and fake.streams[1] is None
+    assert seen == [(0, None), (1, 77), (1, 77)]

@@ -49,13 +49,13 @@ def gpu_call_for_tests(
     inputs: Sequence[tuple[int, Sequence[int], int]],
     outputs: Sequence[tuple[int, Sequence[int], int]],
 ) -> None: ...
-def set_gpu_dispatch(dispatch: Callable[..., object]) -> None: ...
+def set_gpu_plan(make: Callable[..., object]) -> None: ...
 def init(
     dtypes: dict[int, Any],
     resolver: Callable[..., object],
     instantiate: Callable[..., object],
     formatter: Callable[..., object],
-    gpu_dispatch: Callable[..., object],
+    gpu_plan: Callable[..., object],
 ) -> None: ...
 def set_view_hooks(
     collect_garbage: Callable[[], object], escaped: Callable[..., object]

@@ -12,7 +12,8 @@ trace-time code (the registry, the rules, the lowering) never reaches into it.
 - `fits`: does the call still fit the op it names? The one ordered definition check,
   run on the attributes when a site is resolved and on each new buffer signature.
 - `report`: what a failing callable becomes, and views that outlived their call.
-- `gpu`: the GPU dispatcher (one call of one batch element), CUDA arrays, host mode.
+- `gpu`: a site's GPU plan (made once; the trampoline runs it per batch element),
+  CUDA arrays, host mode.
 
 `install` hands these to the trampoline, once, at import; `check_outputs` switches the
 trampoline's check of unwritten outputs (JAXBIND_CHECK_OUTPUTS=1 at import).
@@ -39,9 +40,7 @@ __all__ = ["check_outputs", "install"]
 def install() -> None:
     """Hand the trampoline its tables and callbacks (once, at import)."""
     assert _ext.call_format == FORMAT, "the extension and the Python package disagree"
-    _ext.init(
-        XLA_ELEMENT_TYPES, resolve_site, instantiate_site, format_callback_error, gpu.dispatch
-    )
+    _ext.init(XLA_ELEMENT_TYPES, resolve_site, instantiate_site, format_callback_error, gpu.plan)
     _ext.set_view_hooks(collect_jax_garbage, escaped_views)
     _ext.set_check_outputs(os.environ.get("JAXBIND_CHECK_OUTPUTS", "0") not in ("", "0"))
     atexit.register(_shutdown)

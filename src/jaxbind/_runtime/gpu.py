@@ -1,14 +1,21 @@
 """GPU calls: CUDA device buffers handed to Python callables, zero-copy, on XLA's stream.
 
-The CUDA FFI handler (cpp/jaxbind_ext.cc) runs jaxbind's batch loop and passes each
-call's (or batch element's) device pointers, shapes, element types, XLA's stream and the
-device ordinal to `dispatch`. For a
-binding in the default ``platform_mode="device"``, the callable receives
-`CudaArray` views: they support ``__cuda_array_interface__`` (version 3, with
-the stream) and ``__dlpack__``/``__dlpack_device__``, so ``cupy.asarray``,
-``torch.from_dlpack`` and ``numba.cuda.as_cuda_array`` take them without a copy.
-While the callable runs, XLA's stream is CuPy's and PyTorch's current stream (if
-they are imported), so their kernels are ordered with the rest of the program.
+The CUDA FFI handler (cpp/jaxbind_ext.cc) runs jaxbind's batch loop. Per call site, the
+first call (and one with another stream, device or buffer signature) asks `plan` for a
+`Plan`: the checks of the element types, the body (a state's, for an op with state), the
+`CallContext` and one `CudaArray` view per buffer, worked out once. The trampoline keeps
+the plan on the site (cpp/gpu.h); per call (per batch element), it sets each view's
+``ptr`` to the element's device address and calls the plan, which sets
+`current_call()`, makes the device and XLA's stream current in CuPy and PyTorch (where
+they are imported) and calls the callable. A callable that keeps a view gets new ones
+at its next call; the kept one keeps its address.
+
+For a binding in the default ``platform_mode="device"``, the callable receives the
+`CudaArray` views: they support ``__cuda_array_interface__`` (version 3, with the
+stream) and ``__dlpack__``/``__dlpack_device__``, so ``cupy.asarray``,
+``torch.from_dlpack`` and ``numba.cuda.as_cuda_array`` take them without a copy. While
+the callable runs, XLA's stream is CuPy's and PyTorch's current stream, so their kernels
+are ordered with the rest of the program.
 
 With ``platform_mode="host"``, the inputs are copied to host NumPy arrays, the
 CPU callable runs as on the CPU, and the outputs are copied back: this runs
@@ -21,7 +28,6 @@ jaxbind neither builds nor imports against the CUDA toolkit.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 import sys
@@ -34,7 +40,7 @@ from .. import _ext
 from .._avals import XLA_ELEMENT_TYPES
 from .state import StatefulBody
 
-__all__ = ["CallContext", "CudaArray", "current_call", "dispatch"]
+__all__ = ["CallContext", "CudaArray", "Plan", "current_call", "plan"]
 
 _KDL_CUDA = 2  # DLPack device type of CUDA memory
 
@@ -252,7 +258,7 @@ def _driver() -> _Driver:
     return _driver_instance
 
 
-# --- dispatch --------------------------------------------------------------------
+# --- plans: a site's GPU call, worked out once, run per call ------------------------
 
 
 class _StreamRef:
@@ -280,95 +286,153 @@ def cupy_stream(stream: int, device: int):
     return cupy.cuda.ExternalStream(stream, device)
 
 
-_NO_CONTEXT = contextlib.nullcontext()
-_framework_streams: dict = {}
+class _CupyOn:
+    """What makes a plan's device and XLA's stream CuPy's current ones: the CuPy calls,
+    and a CuPy stream object for XLA's stream (made once; it owns nothing)."""
+
+    __slots__ = ("runtime", "current", "stream")
+
+    def __init__(self, cupy, stream: int, device: int):
+        self.runtime, self.current = cupy.cuda.runtime, cupy.cuda.get_current_stream
+        with cupy.cuda.Device(device):
+            self.stream = cupy_stream(stream, device)
 
 
-def _streams_for(stream: int, device: int) -> tuple:
-    """Context managers that make XLA's stream current in CuPy and in PyTorch (where imported).
+class _TorchOn:
+    """The same for PyTorch: its CUDA module, and a stream object for XLA's stream."""
 
-    Built once per stream and set of imported frameworks: XLA keeps its streams for the
-    life of the client, and the wrappers own nothing (they never destroy the stream).
-    """
-    cupy, torch = sys.modules.get("cupy"), sys.modules.get("torch")
-    key = (stream, device, cupy is not None, torch is not None)
-    found = _framework_streams.get(key)
-    if found is None:
-        cupy_on = torch_on = None
-        if cupy is not None:
-            with cupy.cuda.Device(device):
-                cupy_on = cupy_stream(stream, device)
-        if torch is not None and torch.cuda.is_available():
-            torch_on = torch.cuda.ExternalStream(stream, device=torch.device("cuda", device))
-        found = _framework_streams[key] = (cupy_on, torch_on)
-    cupy_on, torch_on = found
-    # A fresh Device and torch context each call (they hold the state they restore).
-    return (
-        (_NO_CONTEXT, _NO_CONTEXT)
-        if cupy is None or cupy_on is None
-        else (cupy.cuda.Device(device), cupy_on)
-    ) + ((_NO_CONTEXT,) if torch is None or torch_on is None else (torch.cuda.stream(torch_on),))
+    __slots__ = ("cuda", "stream")
+
+    def __init__(self, torch, stream: int, device: int):
+        self.cuda = torch.cuda
+        self.stream = torch.cuda.ExternalStream(stream, device=torch.device("cuda", device))
 
 
 _contexts: dict = {}  # CallContext by (stream, device, mode): one object per stream
 
 
-def dispatch(resolved, stream: int, device: int, ins: tuple, outs: tuple) -> None:
-    """Run one GPU call of a site's callable, or one batch element of it (called by the
-    trampoline, which runs jaxbind's batch loop, with the GIL held). `resolved` is the
-    site (see resolve.Resolved); each buffer is ``(device address, shape, XLA element
-    type)``."""
-    for _ptr, _shape, code in (*ins, *outs):
-        if code not in XLA_ELEMENT_TYPES:
-            raise TypeError(f"a buffer has XLA element type {code}, which jaxbind cannot wrap")
-    mode = resolved.platform_mode
-    body = resolved.callable
-    if isinstance(body, StatefulBody):  # the state of this device (see .state)
-        body = functools.partial(body.on_gpu, device, _on_host)
-    previous = getattr(_local, "context", None)
-    context = _contexts.get((stream, device, mode))
-    if context is None:
-        context = _contexts[stream, device, mode] = CallContext("cuda", stream, device, mode)
-    _local.context = context
-    try:
-        if mode == "host":
-            _run_on_host(body, resolved.kwargs_dump, stream, ins, outs, _driver())
-        else:
-            _run_on_device(body, resolved.kwargs_dump, stream, device, ins, outs)
-    finally:
-        _local.context = previous
+def plan(resolved, stream: int, device: int, ins: tuple, outs: tuple) -> Plan:
+    """A site's GPU call for one stream, device and buffer signature (of one batch
+    element), worked out once (called by the trampoline, with the GIL held, which keeps
+    the plan on the site). `resolved` is the site (see resolve.Resolved); each buffer is
+    ``(device address, shape, XLA element type)``."""
+    kind = HostPlan if resolved.platform_mode == "host" else DevicePlan
+    return kind(resolved, stream, device, ins, outs)
 
 
-def _run_on_device(callable_, kwargs_dump, stream, device, ins, outs) -> None:
-    """Device mode: the callable gets CudaArray views, with XLA's stream current in CuPy
-    and PyTorch."""
-    args = tuple(
-        CudaArray(p, shape, XLA_ELEMENT_TYPES[c], True, stream, device) for p, shape, c in ins
-    )
-    out = tuple(
-        CudaArray(p, shape, XLA_ELEMENT_TYPES[c], False, stream, device) for p, shape, c in outs
-    )
-    cupy_device, cupy_on, torch_on = _streams_for(stream, device)
-    with cupy_device, cupy_on, torch_on:
-        callable_(out, args, kwargs_dump)
+class Plan:
+    """One site's GPU call, worked out once: its body (for an op with state, the state of
+    the device), its `CallContext`, and `views`, one `CudaArray` per buffer (the inputs',
+    then the outputs'). Per call, the trampoline sets each view's ``ptr`` to the call's
+    buffer (cpp/gpu.h) and calls the plan, which runs the body on them with
+    `current_call()` set."""
+
+    __slots__ = ("views", "n_in", "body", "kwargs_dump", "context", "stream", "device")
+
+    def __init__(self, resolved, stream: int, device: int, ins: tuple, outs: tuple):
+        for _ptr, _shape, code in (*ins, *outs):
+            if code not in XLA_ELEMENT_TYPES:
+                raise TypeError(f"a buffer has XLA element type {code}, which jaxbind cannot wrap")
+        body = resolved.callable
+        if isinstance(body, StatefulBody):  # the state of this device (see .state)
+            body = functools.partial(body.on_gpu, device, _on_host)
+        self.body, self.kwargs_dump = body, resolved.kwargs_dump
+        key = (stream, device, resolved.platform_mode)
+        context = _contexts.get(key)
+        if context is None:
+            context = _contexts[key] = CallContext("cuda", *key)
+        self.context, self.stream, self.device, self.n_in = context, stream, device, len(ins)
+        self.views = tuple(
+            CudaArray(ptr, shape, XLA_ELEMENT_TYPES[code], i < len(ins), stream, device)
+            for i, (ptr, shape, code) in enumerate((*ins, *outs))
+        )
+
+    def __call__(self) -> None:
+        previous = getattr(_local, "context", None)
+        _local.context = self.context
+        try:
+            self._run()
+        finally:
+            _local.context = previous
+
+    def _run(self) -> None:
+        raise NotImplementedError
 
 
-def _run_on_host(callable_, kwargs_dump, stream, ins, outs, driver) -> None:
-    """Host mode: the buffers copied to the host, the callable called on NumPy arrays
-    (the inputs read-only), the outputs copied back. `driver` copies (see _Driver)."""
-    host_in = []
-    for ptr, shape, code in ins:
-        a = np.empty(shape, XLA_ELEMENT_TYPES[code])
-        driver.to_host(a, ptr, stream)
-        host_in.append(a)
-    host_out = [np.empty(shape, XLA_ELEMENT_TYPES[code]) for _, shape, code in outs]
-    driver.synchronize(stream)  # the inputs have arrived
-    by_address = {ptr: a for (ptr, _, _), a in zip(ins, host_in)}
-    for (ptr, _, _), o in zip(outs, host_out):  # input_output_aliases: same device memory
-        if ptr in by_address and by_address[ptr].shape == o.shape:
-            o[...] = by_address[ptr]  # the output starts as the input, as on the device
-    for a in host_in:
-        a.flags.writeable = False
-    callable_(tuple(host_out), tuple(host_in), kwargs_dump)
-    for (ptr, _, _), o in zip(outs, host_out):
-        driver.to_device(ptr, o, stream)  # host_out arrays are C-contiguous
+class DevicePlan(Plan):
+    """Device mode: the body gets the views, with the plan's device and XLA's stream
+    current in CuPy and PyTorch where they are imported (looked for again at each call
+    until they are), restored afterwards."""
+
+    __slots__ = ("cupy", "torch")
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.cupy: _CupyOn | None = None
+        self.torch: _TorchOn | bool | None = None  # False: imported, without CUDA
+
+    def _run(self) -> None:
+        stream, device = self.stream, self.device
+        if self.cupy is None and "cupy" in sys.modules:
+            self.cupy = _CupyOn(sys.modules["cupy"], stream, device)
+        if self.torch is None and "torch" in sys.modules:
+            torch = sys.modules["torch"]
+            self.torch = torch.cuda.is_available() and _TorchOn(torch, stream, device)
+        cupy = self.cupy
+        if cupy is None:
+            return self._run_torch()
+        was = cupy.runtime.getDevice()
+        if was != device:
+            cupy.runtime.setDevice(device)
+        try:
+            previous = cupy.current()
+            cupy.stream.use()
+            try:
+                self._run_torch()
+            finally:
+                previous.use()
+        finally:
+            if was != device:
+                cupy.runtime.setDevice(was)
+
+    def _run_torch(self) -> None:
+        views, n, torch = self.views, self.n_in, self.torch
+        if not isinstance(torch, _TorchOn):
+            return self.body(views[n:], views[:n], self.kwargs_dump)
+        cuda, device = torch.cuda, self.device
+        was = cuda.current_device()
+        previous = cuda.current_stream(device)
+        cuda.set_stream(torch.stream)  # (makes its device current)
+        try:
+            self.body(views[n:], views[:n], self.kwargs_dump)
+        finally:
+            cuda.set_stream(previous)
+            if was != device:
+                cuda.set_device(was)
+
+
+class HostPlan(Plan):
+    """Host mode: the buffers the views point at copied to the host, the body called on
+    NumPy arrays (the inputs read-only), the outputs copied back, through `_driver()`."""
+
+    __slots__ = ()
+
+    def _run(self) -> None:
+        driver, stream = _driver(), self.stream
+        ins, outs = self.views[: self.n_in], self.views[self.n_in :]
+        host_in = []
+        for v in ins:
+            a = np.empty(v.shape, v.dtype)
+            driver.to_host(a, v.ptr, stream)
+            host_in.append(a)
+        host_out = [np.empty(v.shape, v.dtype) for v in outs]
+        driver.synchronize(stream)  # the inputs have arrived
+        by_address = {v.ptr: a for v, a in zip(ins, host_in)}
+        for v, o in zip(outs, host_out):  # input_output_aliases: same device memory
+            if v.ptr in by_address and by_address[v.ptr].shape == o.shape:
+                o[...] = by_address[v.ptr]  # the output starts as the input, as on the device
+        for a in host_in:
+            a.flags.writeable = False
+        self.body(tuple(host_out), tuple(host_in), self.kwargs_dump)
+        for v, o in zip(outs, host_out):
+            driver.to_device(v.ptr, o, stream)  # host_out arrays are C-contiguous
