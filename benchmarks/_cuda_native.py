@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 KERNELS = r"""
-extern "C" __global__ void double4(float4* y, const float4* x, long long n4) {
+extern "C" __global__ void twice4(float4* y, const float4* x, long long n4) {
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n4;
        i += (long long)gridDim.x * blockDim.x) {
     float4 v = x[i];
@@ -50,7 +50,7 @@ static long long blocks(long long n) {
 
 static ffi::Error Double(cudaStream_t s, ffi::Buffer<ffi::F32> x, ffi::ResultBuffer<ffi::F32> y) {
   long long n4 = x.element_count() / 4;
-  double4<<<blocks(n4), 256, 0, s>>>(reinterpret_cast<float4*>(y->typed_data()),
+  twice4<<<blocks(n4), 256, 0, s>>>(reinterpret_cast<float4*>(y->typed_data()),
                                      reinterpret_cast<const float4*>(x.typed_data()), n4);
   return ffi::Error::Success();
 }
@@ -147,9 +147,9 @@ def ops() -> dict | None:
     ptx = made["ptx"]
     same = lambda x: ((x.shape, x.dtype),)
     kernels = dict(
-        double4=jaxbind.cuda_kernel(
+        twice4=jaxbind.cuda_kernel(
             ptx,
-            "double4",
+            "twice4",
             grid=lambda y, x: _blocks(x.size // 4),
             scalars=lambda y, x: (np.int64(x.size // 4),),
         ),
@@ -165,7 +165,7 @@ def ops() -> dict | None:
     if made["library"] is None or not os.path.exists(made["library"]):
         return out
     lib = ctypes.cdll.LoadLibrary(made["library"])
-    for name, symbol in (("double4", "BenchDouble"), ("copy", "BenchCopy"), ("step", "BenchStep")):
+    for name, symbol in (("twice4", "BenchDouble"), ("copy", "BenchCopy"), ("step", "BenchStep")):
         target = f"bench_{name}"
         jax.ffi.register_ffi_target(
             target, jax.ffi.pycapsule(getattr(lib, symbol)), platform="CUDA"

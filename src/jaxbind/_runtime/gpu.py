@@ -105,11 +105,12 @@ class CudaArray:
       device: the CUDA device ordinal.
     """
 
-    __slots__ = ("ptr", "shape", "dtype", "readonly", "stream", "device", "__weakref__")
+    __slots__ = ("ptr", "shape", "dtype", "readonly", "stream", "device", "_dl", "__weakref__")
 
     def __init__(self, ptr, shape, dtype, readonly, stream, device):
         self.ptr, self.shape, self.dtype = int(ptr), tuple(shape), np.dtype(dtype)
         self.readonly, self.stream, self.device = readonly, stream, device
+        self._dl: tuple[int, int] | None = None  # DLPack's (type code, bits), when first asked
 
     @property
     def ndim(self) -> int:
@@ -162,10 +163,10 @@ class CudaArray:
         if stream is not None and stream != -1 and stream != self.stream:
             # The consumer works on another stream: that stream waits for XLA's.
             _driver().order(self.stream, stream, self.device)
-        code, bits = _dlpack_dtype(self.dtype)
-        return _ext.dlpack_view(
-            self.ptr, list(self.shape), code, bits, _KDL_CUDA, self.device, self
-        )
+        dl = self._dl
+        if dl is None:
+            dl = self._dl = _dlpack_dtype(self.dtype)
+        return _ext.dlpack_view(self.ptr, self.shape, dl[0], dl[1], _KDL_CUDA, self.device, self)
 
 
 # --- the CUDA driver, for host mode and stream synchronisation ------------------
