@@ -12,6 +12,7 @@
 #include <dlfcn.h>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -83,6 +84,10 @@ class CudaDriver {
   std::string error_;
 };
 
+// Launches of CUDA kernels by jaxbind's handlers in this process (what XLA replays from
+// a captured CUDA graph does not call them): for tests and benchmarks.
+inline std::atomic<int64_t> cuda_launches{0};
+
 // One signature's launch: grid and block (x, y, z), dynamic shared memory in bytes, and
 // each scalar parameter's bytes (8-byte words, so that every type is aligned).
 struct Launch {
@@ -142,6 +147,7 @@ class CudaKernelSite {
                                       launch.block[0], launch.block[1], launch.block[2],
                                       launch.shared, stream, params, nullptr),
                  "CUDA kernel of " + label + ": cuLaunchKernel");
+    cuda_launches.fetch_add(1, std::memory_order_relaxed);
   }
 
  private:

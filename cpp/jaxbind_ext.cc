@@ -544,6 +544,10 @@ NB_MODULE(_ext, m) {
       },
       "The CUDA FFI handlers, {stage: PyCapsule} (built without the CUDA toolkit).");
   m.def(
+      "cuda_kernel_launches", []() { return cuda_launches.load(); },
+      "How many CUDA kernel launches jaxbind's handlers made in this process (a program "
+      "XLA replays from a CUDA graph makes none).");
+  m.def(
       "cuda_kernel_handlers",
       []() {
         nb::dict handlers;

@@ -23,6 +23,14 @@ double = jaxbind.get_linear_call(
 )
 
 
+@pytest.fixture(autouse=True)
+def _no_gpu_frameworks(monkeypatch):
+    """These calls run on host memory with made-up streams and devices: where a GPU
+    machine has imported the real CuPy or PyTorch, the plans must not hand them those."""
+    for name in ("cupy", "torch"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+
+
 def _cuda_text(fn, *args):
     return jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
 
