@@ -4,6 +4,8 @@ Needs JAX with CUDA; CuPy and PyTorch tests also need those packages. Skipped
 without a GPU (see conftest.py).
 """
 
+import gc
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -370,13 +372,14 @@ def test_exception_on_gpu_is_a_clear_error_and_the_process_survives():
 
 def test_a_cupy_fft_plan_in_state_is_made_at_the_first_call_on_its_device():
     """On a GPU the state is set up at the site's first call on each device, inside the
-    call (XLA's stream and the device current in CuPy), and reused by later calls."""
+    call (XLA's stream and the device current in CuPy), reused by later calls, and torn
+    down when the executable goes."""
     cp = _cupy()
     import cupyx.scipy.fft as cufft
 
-    made = []
+    made, freed = [], []
 
-    @jaxbind.state
+    @jaxbind.state(teardown=lambda plan: freed.append(type(plan).__name__))
     def fft_plan(*, n):
         ctx = jaxbind.current_call()
         made.append((ctx.platform, ctx.device, cp.cuda.Device().id))
@@ -395,3 +398,8 @@ def test_a_cupy_fft_plan_in_state_is_made_at_the_first_call_on_its_device():
     for _ in range(3):
         np.testing.assert_allclose(np.asarray(f(x)), np.fft.fft(np.arange(64)), rtol=1e-4)
     assert made == [("cuda", 0, 0)]  # once, at the first call, on device 0
+    assert freed == []
+    del f
+    jax.clear_caches()
+    gc.collect()
+    assert len(freed) == 1, freed  # with the executable
