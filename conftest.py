@@ -7,7 +7,8 @@ docs/). Three kinds are skipped, each with its reason:
   runs the demo itself;
 - a block marked ``{.python .gpu}``: it needs a CUDA GPU, and runs where JAX has one;
 - a block marked ``{.python .needs-<module>}``: it needs an optional package that the test
-  extra installs only on some platforms (``needs-finufft``), and runs where it is importable.
+  extra installs only on some platforms (``needs-finufft``), and runs where it is importable;
+  ``needs-nvcc`` runs where CUDA's compiler is on the PATH.
 
 Every op a block defines must pass ``jaxbind.testing.check``, called by the block itself
 (its last lines, for the reader to see): a block that defines an op and does not check it
@@ -24,6 +25,7 @@ import functools
 import importlib.util
 import pathlib
 import re
+import shutil
 
 import pytest
 
@@ -84,11 +86,18 @@ def pytest_collection_modifyitems(config, items):
             needs = [
                 c[len("needs-") :] for c in _fence_classes(definition) if c.startswith("needs-")
             ]
-            missing = [m for m in needs if importlib.util.find_spec(m) is None]
+            missing = [m for m in needs if not _available(m)]
             if missing:
                 item.add_marker(
                     pytest.mark.skip(reason=f"needs {', '.join(missing)} (not installed)")
                 )
+
+
+def _available(need: str) -> bool:
+    """Whether a block's ``needs-<need>`` is met: a program (nvcc) or a module."""
+    if need == "nvcc":
+        return shutil.which("nvcc") is not None
+    return importlib.util.find_spec(need) is not None
 
 
 # Ops of the docs that no block checks, by page and name (a default name, for an op defined
@@ -96,6 +105,7 @@ def pytest_collection_modifyitems(config, items):
 UNCHECKED = {
     ("docs/kernels.md", "docs.rebinds"): "a wrong body on purpose (it rebinds out), shown failing",
     ("docs/gpu.md", "docs.gpu_double"): "CuPy on CUDA arrays; check calls bodies on NumPy's",
+    ("docs/gpu.md", "docs.gpu_scale"): "a CUDA kernel; check calls bodies on NumPy arrays",
 }
 
 

@@ -7,6 +7,7 @@
 //   call.h        one described call: its buffers (decoded once), signature, batch loop
 //   state.h       an op's state as kernels take it: its policy and objects' addresses
 //   kernels.h     compiled kernels' keyword arguments, and the ABI call of a kernel
+//   cuda_kernels.h  CUDA kernels: the driver loaded at run time, launches on XLA's stream
 //   outputs.h     the opt-in check that a body wrote every element of its outputs
 //   process.h     what the handlers share in the process: the Python functions called,
 //                 the dtype table
@@ -29,7 +30,9 @@
 //     called;
 //   - on CUDA: the site's GPU plan (jaxbind/_runtime/gpu.py), made in Python once per
 //     stream, device and signature, its CudaArray views pointed at the element's device
-//     buffers and the plan called (gpu.h); no CUDA header or library is needed here.
+//     buffers and the plan called (gpu.h); no CUDA header or library is needed here;
+//   - a CUDA kernel: launched on XLA's stream from C++ (cuda_kernels.h), through its own
+//     target, which XLA may capture into command buffers.
 // Unknown names, bad programs and Python exceptions become ffi::Error values, never
 // crashes.
 

@@ -21,6 +21,8 @@ from typing import NamedTuple
 
 from .._compat import define_primitive, explain_checkpoint_effects
 from .._errors import about
+from .._kernels import Kernel
+from .._kernels.cuda import CudaKernel
 from .._primitive import PRIMITIVE, eager_impl
 from .._roles import Body
 from .._spec import CallSpec
@@ -47,7 +49,7 @@ def _kernel_output_avals(spec: CallSpec, avals):
     binding = spec.binding
     shape_fns = [r.abstract for r in binding.roles.values() if r.abstract is not None]
     kernel = binding.body(spec.role)
-    assert Body.of(kernel) is Body.KERNEL
+    assert isinstance(kernel, (Kernel, CudaKernel))
     kernel.check_call(
         spec.kwargs.names(),
         len(avals),
