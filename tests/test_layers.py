@@ -74,6 +74,7 @@ SHARED = {
     "_roles",
     "_kernels",
     "_kernels.abi",
+    "_kernels.cuda",
     "_kernels.numba_codegen",
     "_kernels.numba_support",
     "_kernels.source",

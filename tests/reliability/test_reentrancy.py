@@ -18,6 +18,10 @@ _INTERRUPTED = textwrap.dedent("""
     import jax, jax.numpy as jnp
     import jaxbind
 
+    # Ctrl-C as in a terminal, whatever this process inherited (a shell's background job
+    # starts with SIGINT ignored, and then Python raises no KeyboardInterrupt)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
     def slow(out, args, kw):
         {body}
         out[0][...] = args[0]
