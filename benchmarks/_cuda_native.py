@@ -16,7 +16,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 
@@ -208,21 +207,18 @@ def graph_child(mode: str, reps: int = 200) -> dict:
         for _ in range(100):
             want = np.float32(1.001) * want + np.float32(1e-3)
         ok = bool(np.allclose(np.asarray(y), want, rtol=1e-5))
+        from gpu import time_it  # (gpu.py imports this module: imported here, not above)
+
         from jaxbind import _ext
 
         launched = _ext.cuda_kernel_launches()
-        samples = []
-        for _ in range(5):
-            start = time.perf_counter()
-            for _ in range(reps):
-                y = f(x)
-            jax.block_until_ready(y)
-            samples.append((time.perf_counter() - start) / reps)
+        samples = [time_it(f, x, reps) for _ in range(5)]  # each after one untimed run
         out[impl] = dict(
             per_program_s=sorted(samples)[2],
-            # jaxbind's handler launches nothing where XLA replays a captured graph
+            # jaxbind's handler launches nothing where XLA replays a captured graph (the
+            # count covers the untimed runs too)
             launches_per_program=(
-                (_ext.cuda_kernel_launches() - launched) / (5 * reps)
+                (_ext.cuda_kernel_launches() - launched) / (5 * (reps + 1))
                 if impl.startswith("jaxbind")
                 else None
             ),

@@ -6,12 +6,25 @@ Each script writes `<stem>.json` (the metadata and the raw results) and
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
 import pathlib
 import platform
 import sys
+
+
+def arguments(doc: str | None, results: pathlib.Path) -> argparse.Namespace:
+    """The options of a benchmark that has a quick mode: ``--quick``, ``--rounds`` (None:
+    the script's default) and ``--out`` (default `results`), with `doc` as its help."""
+    parser = argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--out", default=str(results))
+    return parser.parse_args()
 
 
 def run_meta(**extra) -> dict:

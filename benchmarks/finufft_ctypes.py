@@ -33,7 +33,6 @@ target is at most 1.2 times the floor.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
 import importlib.metadata as md
@@ -54,7 +53,7 @@ import numpy as np  # noqa: E402
 HERE = pathlib.Path(__file__).parent
 sys.path.insert(0, str(HERE))
 
-from _report import run_line, run_meta, save  # noqa: E402
+from _report import arguments, run_line, run_meta, save  # noqa: E402
 
 import jaxbind  # noqa: E402
 
@@ -214,13 +213,7 @@ def finufft_threads(demo: dict) -> int | None:
 
 
 def main():
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--rounds", type=int, default=None)
-    parser.add_argument("--out", default=str(HERE / "results"))
-    args = parser.parse_args()
+    args = arguments(__doc__, HERE / "results")
     for package in ("numba", "finufft", "ducc0"):
         try:
             __import__(package)

@@ -17,7 +17,6 @@ in alternating rounds on the same data, whole solve jit-compiled:
 
 from __future__ import annotations
 
-import argparse
 import pathlib
 import statistics
 import time
@@ -27,7 +26,7 @@ import jax
 jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from _report import run_line, run_meta, save  # noqa: E402
+from _report import arguments, run_line, run_meta, save  # noqa: E402
 from jax.scipy.sparse.linalg import cg  # noqa: E402
 
 from jaxbind.contrib import jaxducc0  # noqa: E402
@@ -56,13 +55,7 @@ def _solver(forward, grid):
 
 
 def main():
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--rounds", type=int, default=None)
-    parser.add_argument("--out", default=str(HERE / "results"))
-    args = parser.parse_args()
+    args = arguments(__doc__, HERE / "results")
     rows = []
     sizes = SIZES[:1] if args.quick else SIZES
     rounds = args.rounds or (2 if args.quick else 5)

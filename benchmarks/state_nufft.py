@@ -30,7 +30,6 @@ counted (DUCC plans made): one is the target.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import pathlib
 import statistics
@@ -41,7 +40,7 @@ import jax
 jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from _report import run_line, run_meta, save  # noqa: E402
+from _report import arguments, run_line, run_meta, save  # noqa: E402
 from jax.scipy.sparse.linalg import cg  # noqa: E402
 
 from jaxbind.contrib import jaxducc0  # noqa: E402
@@ -207,13 +206,7 @@ def case_b(x, y, c, grid, rounds: int, plans: PlanCount) -> list[dict]:
 
 
 def main():
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--rounds", type=int, default=None)
-    parser.add_argument("--out", default=str(HERE / "results"))
-    args = parser.parse_args()
+    args = arguments(__doc__, HERE / "results")
     n_points, n = (10**3, 32) if args.quick else (10**5, 256)
     rounds = args.rounds or (1 if args.quick else 7)
     grid = (n, n)
