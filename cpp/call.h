@@ -100,18 +100,18 @@ struct Signature {
   }
 };
 
-// The signatures a site has accepted (its Python check passed), each with the kernel's
-// address for it (nullptr for a Python callable); the least recently used goes first
-// when there are more than kKnownSignatures. Safe on several threads.
-class Accepted {
+// Signatures, each with a value; the least recently used goes first when there are more
+// than kKnownSignatures. Safe on several threads.
+template <typename Value>
+class KnownSignatures {
  public:
   static constexpr size_t kKnownSignatures = 32;
 
-  bool find(const Call &call, jaxbind_kernel_fn &fn) {
+  bool find(const Call &call, Value &value) {
     std::lock_guard lock(mu_);
     for (auto it = known_.rbegin(); it != known_.rend(); ++it)
       if (it->first.matches(call)) {
-        fn = it->second;
+        value = it->second;
         if (it != known_.rbegin()) {  // most recently used goes last
           auto hit = std::prev(it.base());
           std::rotate(hit, hit + 1, known_.end());
@@ -121,10 +121,10 @@ class Accepted {
     return false;
   }
 
-  void add(Signature sig, jaxbind_kernel_fn fn) {
+  void add(Signature sig, Value value) {
     std::lock_guard lock(mu_);
     if (known_.size() >= kKnownSignatures) known_.erase(known_.begin());
-    known_.emplace_back(std::move(sig), fn);
+    known_.emplace_back(std::move(sig), value);
   }
 
   size_t size() {
@@ -134,8 +134,12 @@ class Accepted {
 
  private:
   std::mutex mu_;
-  std::vector<std::pair<Signature, jaxbind_kernel_fn>> known_;
+  std::vector<std::pair<Signature, Value>> known_;
 };
+
+// The signatures a site has accepted (its Python check passed), each with the kernel's
+// address for it (nullptr for a Python callable or a CUDA kernel).
+using Accepted = KnownSignatures<jaxbind_kernel_fn>;
 
 // jaxbind's own batch loop (see jaxbind/_callformat.py, Loop): the leading `levels` axes
 // of every output, and of each input whose flag in `batched` is set, form a batch; the

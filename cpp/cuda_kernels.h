@@ -15,7 +15,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
-#include <memory>
+#include <deque>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -104,18 +104,22 @@ class CudaKernelSite {
       : image_(std::move(image)), entry_(std::move(entry)) {}
 
   // The launch accepted for the call's signature, or nullptr (the site's check has not
-  // seen it: ask Python). The pointer stays valid for the site's life.
-  const Launch *find(const Call &call) const {
-    std::lock_guard lock(mu_);
-    for (const auto &[sig, launch] : launches_)
-      if (sig.matches(call)) return launch.get();
-    return nullptr;
+  // seen it, or not among the last few: ask Python). The pointer stays valid for the
+  // site's life.
+  const Launch *find(const Call &call) {
+    const Launch *found = nullptr;
+    return launches_.find(call, found) ? found : nullptr;
   }
 
-  const Launch *add(const Call &call, Launch launch) {
-    std::lock_guard lock(mu_);
-    launches_.emplace_back(Signature::of(call), std::make_unique<Launch>(std::move(launch)));
-    return launches_.back().second.get();
+  size_t known() { return launches_.size(); }
+
+  void add(const Call &call, Launch launch) {
+    const Launch *kept;
+    {
+      std::lock_guard lock(mu_);
+      kept = &made_.emplace_back(std::move(launch));
+    }
+    launches_.add(Signature::of(call), kept);
   }
 
   // Launch the kernel on one (batch element of a) call, on `stream` of `device`. Throws
@@ -175,8 +179,9 @@ class CudaKernelSite {
   }
 
   std::string image_, entry_;
-  mutable std::mutex mu_;
-  std::vector<std::pair<Signature, std::unique_ptr<Launch>>> launches_;
+  mutable std::mutex mu_;    // guards made_ and functions_
+  std::deque<Launch> made_;  // every launch made (stable addresses)
+  KnownSignatures<const Launch *> launches_;
   mutable std::unordered_map<int32_t, void *> functions_;
 };
 

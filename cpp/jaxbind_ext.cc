@@ -583,7 +583,10 @@ NB_MODULE(_ext, m) {
           "From the resolver's description of the site (jaxbind._runtime.resolve.Resolved).")
       .def_prop_ro("binding", [](const Site &s) { return s.binding; })
       .def_prop_ro("levels", [](const Site &s) { return s.core->loop.levels; })
-      .def_prop_ro("known_signatures", [](const Site &s) { return s.core->accepted.size(); })
+      .def_prop_ro("known_signatures",
+                   [](const Site &s) {
+                     return s.core->cuda ? s.core->cuda->known() : s.core->accepted.size();
+                   })
       .def_prop_ro("is_kernel", [](const Site &s) { return s.core->is_kernel; })
       .def(
           "retire", [](Site &s) { s.core->alive.store(false, std::memory_order_release); },

@@ -183,13 +183,13 @@ inline nb::tuple describe(const std::vector<Buffer> &buffers) {
 }
 
 // What the site's check said of a signature: (problem or None, kernel address or 0; for
-// a CUDA kernel, its launch). Remembers an accepted one.
+// a CUDA kernel, its launch). Remembers an accepted one (a CUDA kernel's, with its
+// launch: its site knows its signatures there alone).
 inline jaxbind_kernel_fn accepted(Site &site, const Call &call, nb::handle answer) {
   nb::tuple pair = nb::cast<nb::tuple>(answer);
   if (!pair[0].is_none()) throw std::invalid_argument(nb::cast<std::string>(pair[0]));
   if (site.core->cuda) {
     site.core->cuda->add(call, read_launch(pair[1]));
-    site.core->accepted.add(Signature::of(call), nullptr);
     return nullptr;
   }
   auto address = nb::cast<uintptr_t>(pair[1]);
@@ -203,7 +203,8 @@ inline jaxbind_kernel_fn accepted(Site &site, const Call &call, nb::handle answe
 // site's check accepted it, in Python if it is new. Needs the GIL.
 inline jaxbind_kernel_fn accept(Site &site, const Call &call) {
   jaxbind_kernel_fn fn = nullptr;
-  if (site.core->accepted.find(call, fn)) return fn;
+  SiteCore &core = *site.core.get();
+  if (core.cuda ? core.cuda->find(call) != nullptr : core.accepted.find(call, fn)) return fn;
   return accepted(site, call, site.accept(describe(call.ins), describe(call.outs)));
 }
 
