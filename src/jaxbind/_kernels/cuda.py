@@ -75,7 +75,8 @@ def cuda_kernel(
     Returns:
       A body to give wherever a callable goes (``f``, ``f_T``, ``def_transpose``, ...).
       It runs in GPU programs only; a CPU program that calls it fails with an error that
-      names the binding.
+      names the binding (and so does ``jaxbind.testing.check``, which calls bodies on
+      host arrays).
     """
     what = f"jaxbind.cuda_kernel: {name or entry!r}"
     if not isinstance(entry, str) or not entry:
@@ -190,7 +191,8 @@ class CudaKernel:
         raise TypeError(
             f"jaxbind: {self!r} runs in GPU programs only: it was called on the CPU (a CPU "
             "program, or jaxbind.testing on host arrays). Run the program on a CUDA device "
-            "(jax.device_put its inputs there), or give the op a CPU body as well"
+            "(jax.device_put its inputs there); for CPU programs, define another op whose "
+            "body is a Python callable or a jaxbind.kernel"
         )
 
 
