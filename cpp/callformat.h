@@ -24,7 +24,9 @@ namespace ffi = xla::ffi;
 //      and n_fixed (int32); kwargs hold only what the callables receive.
 //   3: format 2 plus trees (uint8 array): a JAX-native op's pytree structure, empty
 //      for other calls (format 2 kept it among the kwargs).
-constexpr int32_t kCallFormat = 3;
+//   4: format 3 plus definition (string): the op's definition the program was made for
+//      (jaxbind/_definition.py), compared with the op's before any body runs.
+constexpr int32_t kCallFormat = 4;
 
 // The call's attributes as XLA passes them (its C API struct), for the CPU handler's
 // kernel fast path, which reads only the site digest; everything else reads them
@@ -33,14 +35,14 @@ struct RawAttrs {
   const XLA_FFI_Attrs *raw;
   ffi::Dictionary dict() const { return ffi::Dictionary(raw); }
 
-  // The `site` attribute (a signed 64-bit scalar). A format-3 call has it as the 8th of
-  // its sorted names; any other position is searched.
+  // The `site` attribute (a signed 64-bit scalar). A format-4 call has it as the 9th of
+  // its sorted names (a format-3 call as the 8th); any other position is searched.
   bool site(int64_t &out) const {
     auto is_site = [&](int64_t i) {
       const XLA_FFI_ByteSpan *name = raw->names[i];
       return name->len == 4 && std::memcmp(name->ptr, "site", 4) == 0;
     };
-    int64_t at = raw->size > 7 && is_site(7) ? 7 : -1;
+    int64_t at = raw->size > 8 && is_site(8) ? 8 : -1;
     for (int64_t i = 0; at < 0 && i < raw->size; ++i)
       if (is_site(i)) at = i;
     if (at < 0 || raw->types[at] != XLA_FFI_AttrType_SCALAR) return false;

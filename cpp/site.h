@@ -286,6 +286,7 @@ inline nb::dict attributes(const Header &header, const ffi::Dictionary &attrs) {
   bytes("loop_batched");
   int32("n_fixed");
   bytes("trees");
+  text("definition");
   return found;
 }
 

@@ -67,7 +67,7 @@ def test_artifact_names_bindings_and_carries_kwargs_as_data():
     fn, args = CASES["kwargs"]
     text = jaxbind.export(fn)(*args).mlir_module()
     assert 'binding = "reference_ops._axpy"' in text
-    assert "jaxbind_format = 3 : i32" in text and "loop_levels = 0 : i32" in text
+    assert "jaxbind_format = 4 : i32" in text and "loop_levels = 0 : i32" in text
     assert re.search(r"trees = (array<i8>|dense<> )", text)  # no pytree structure: 1.3 API
     # the kwargs attribute is data-only JSON, tag "J" (ASCII 74)
     assert "kwargs = array<i8: 74," in text or "dense<[74," in text

@@ -1,6 +1,8 @@
 """The FFI handler itself: unknown names, format versions, kwargs decoding, and the check
 of every buffer against the binding's abstract function."""
 
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,7 +10,7 @@ import pytest
 from support import ops
 
 import jaxbind
-from jaxbind import _callformat, _ext, _kwargs
+from jaxbind import _callformat, _definition, _ext, _kwargs
 from jaxbind._rules.lowering import CPU_TARGET
 
 
@@ -28,6 +30,7 @@ def _attrs(
     flags=b"\0",
     n_fixed=0,
     trees=b"",
+    definition="",
 ):
     """Call attributes as a program of call format `fmt` carries them (valid digest)."""
     blob = blob if blob is not None else _kwargs.encode_kwargs({}).blob
@@ -41,7 +44,7 @@ def _attrs(
         auto = _callformat.CallAttributes(binding, role, blob, format=1).digest
     else:
         auto = _callformat.CallAttributes(
-            binding, role, blob, levels, flags, n_fixed, trees, format=fmt
+            binding, role, blob, levels, flags, n_fixed, trees, definition, format=fmt
         ).digest
         attrs.update(
             loop_levels=np.int32(levels),
@@ -50,11 +53,13 @@ def _attrs(
         )
     if fmt >= 3:
         attrs["trees"] = np.frombuffer(trees, np.uint8)
+    if fmt >= 4:
+        attrs["definition"] = definition
     attrs["site"] = np.int64(digest if digest is not None else auto)
     return attrs
 
 
-@pytest.mark.parametrize("fmt", [1, 2, 3])
+@pytest.mark.parametrize("fmt", [1, 2, 3, 4])
 def test_unknown_binding_is_a_clean_error(fmt):
     with pytest.raises(Exception, match="no binding named 'tests.nope' is registered"):
         _raw_call(jnp.ones(3), **_attrs(fmt=fmt))
@@ -64,7 +69,7 @@ def test_unknown_binding_is_a_clean_error(fmt):
 
 def test_newer_call_format_names_both_versions():
     with pytest.raises(
-        Exception, match="call format 99, but this jaxbind reads formats 1 to 3; upgrade jaxbind"
+        Exception, match="call format 99, but this jaxbind reads formats 1 to 4; upgrade jaxbind"
     ):
         _raw_call(jnp.ones(3), **_attrs(fmt=99))
 
@@ -109,11 +114,27 @@ def test_unknown_role_is_a_clean_error(role):
         _raw_call(jnp.ones(3), **_attrs("tests.double", role=role))
 
 
-@pytest.mark.parametrize("fmt", [1, 2, 3])
+@pytest.mark.parametrize("fmt", [1, 2, 3, 4])
 def test_hand_made_calls_of_both_formats_run(fmt):
     np.testing.assert_allclose(
         _raw_call(jnp.arange(3.0), **_attrs("tests.double", fmt=fmt)), [0, 2, 4]
     )
+
+
+def test_a_call_whose_recorded_definition_differs_is_refused():
+    """Format 4 records the op's definition; one that the op no longer has (here a side
+    effect it never had) stops the call before its body runs."""
+    binding = jaxbind._binding.lookup("tests.double")
+    recorded = json.loads(_definition.record(binding.options, False))
+    recorded["effect"] = "ordered"
+    text = json.dumps(recorded, sort_keys=True)
+    with pytest.raises(Exception, match="traced with ordered=True, but the op now has no side"):
+        _raw_call(jnp.arange(3.0), **_attrs("tests.double", fmt=4, definition=text))
+    with pytest.raises(Exception, match="lacks the attribute 'definition'"):
+        fresh = _kwargs.encode_kwargs({"never_seen": 1}).blob  # a site not yet cached
+        attrs = _attrs("tests.double", fmt=4, blob=fresh)
+        del attrs["definition"]
+        _raw_call(jnp.arange(3.0), **attrs)
 
 
 def test_outputs_that_differ_from_the_abstract_function_are_refused():
@@ -203,7 +224,7 @@ def test_load_kwargs_accepts_jaxbind13_dumps():
 
 
 def test_extension_reports_its_build():
-    assert _ext.call_format == _callformat.FORMAT == 3
+    assert _ext.call_format == _callformat.FORMAT == 4
     assert isinstance(_ext.jaxlib_version, str) and _ext.jaxlib_version[0].isdigit()
     assert len(_ext.ffi_api_version) == 2
 

@@ -3,9 +3,9 @@ read by the runtime (and by the trampoline in cpp/, whose ``CallAttributes`` str
 mirrors `CallAttributes`).
 
 A compiled or exported program names its jaxbind calls by these FFI attributes
-(call format 3; the trampoline checks ``jaxbind_format`` first):
+(call format 4; the trampoline checks ``jaxbind_format`` first):
 
-- ``jaxbind_format`` (int32): the format version, 3. Format 1 and 2 programs still run.
+- ``jaxbind_format`` (int32): the format version, 4. Format 1 to 3 programs still run.
 - ``binding`` (str): the binding's name; the process must have created it.
 - ``role`` (str): which of the binding's callables, see `jaxbind._roles.Role`.
 - ``kwargs`` (uint8 array): the keyword arguments the callables receive, encoded
@@ -18,6 +18,9 @@ A compiled or exported program names its jaxbind calls by these FFI attributes
   (its arguments' and its results'), encoded as the keyword arguments are; empty for
   calls without one. (Format 2 carried it among the keyword arguments, as
   ``jaxbind_in`` and ``jaxbind_out``.)
+- ``definition`` (str, format 4): the op's definition the program was made for, as
+  JSON (see _definition): compared with the op the program finds before any body runs.
+  Programs of formats 1 to 3 carry none; they are checked by their other attributes.
 - ``site`` (int64): a digest of all of the above. It names the call site in the
   trampoline's cache; it detects accidents, not tampering, so the runtime checks
   every attribute and the buffers themselves when it first sees a site.
@@ -35,7 +38,7 @@ from ._kwargs import decode_kwargs, encode_kwargs
 
 __all__ = ["FORMAT", "CallAttributes", "Loop", "NO_LOOP"]
 
-FORMAT = 3
+FORMAT = 4
 MAX_LEVELS = 64  # batch levels of jaxbind's own loop
 MAX_FIXED = 4096
 
@@ -65,7 +68,8 @@ class CallAttributes:
     """The attributes of one jaxbind call, in the format it was written in.
 
     ``levels``, ``flags`` and ``n_fixed`` are None in format 1, whose loop is inside
-    the keyword arguments; ``trees`` is empty before format 3.
+    the keyword arguments; ``trees`` is empty before format 3, ``definition`` before
+    format 4.
     """
 
     binding: str
@@ -75,6 +79,7 @@ class CallAttributes:
     flags: bytes = b""
     n_fixed: int | None = 0
     trees: bytes = b""
+    definition: str = ""
     format: int = FORMAT
 
     @classmethod
@@ -87,9 +92,12 @@ class CallAttributes:
         n_inputs: int,
         n_fixed: int,
         trees: bytes = b"",
+        definition: str = "",
     ) -> CallAttributes:
         """The attributes the lowering writes for one call (this format)."""
-        return cls(binding, role, kwargs, loop.levels, loop.flags(n_inputs), n_fixed, trees)
+        return cls(
+            binding, role, kwargs, loop.levels, loop.flags(n_inputs), n_fixed, trees, definition
+        )
 
     @classmethod
     def read(cls, found: dict[str, Any]) -> CallAttributes:
@@ -126,8 +134,23 @@ class CallAttributes:
                 raise ValueError(f"the call's n_fixed ({n_fixed}) is out of range")
             if fmt < 3 and trees:
                 raise ValueError(f"call format {fmt} has no pytree structure attribute")
+            definition = found.get("definition", "")
+            if fmt >= 4 and "definition" not in found:
+                raise ValueError(
+                    "custom call lacks the attribute 'definition' that call format 4 requires"
+                )
+            if fmt < 4 and definition:
+                raise ValueError(f"call format {fmt} has no definition attribute")
             attributes = cls(
-                binding, role, kwargs, levels, bytes(flags), n_fixed, bytes(trees), format=fmt
+                binding,
+                role,
+                kwargs,
+                levels,
+                bytes(flags),
+                n_fixed,
+                bytes(trees),
+                definition,
+                format=fmt,
             )
         if attributes.digest != found["site"]:
             raise ValueError(
@@ -184,6 +207,8 @@ class CallAttributes:
             ]
         if self.format >= 3:
             parts.append(self.trees)
+        if self.format >= 4:
+            parts.append(self.definition.encode())
         for part in parts:
             h.update(len(part).to_bytes(8, "little"))
             h.update(part)
@@ -202,6 +227,7 @@ class CallAttributes:
             loop_batched=np.frombuffer(self.flags, dtype=np.uint8),
             n_fixed=np.int32(self.n_fixed),
             trees=np.frombuffer(self.trees, dtype=np.uint8),
+            definition=self.definition,
         )
 
 

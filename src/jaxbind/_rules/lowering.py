@@ -34,6 +34,7 @@ from .._compat import (
     run_once_sharding,
     set_sharding,
 )
+from .._definition import call_rule, record
 from .._errors import ExportedDefaultNameWarning, about
 from .._kernels.cuda import CudaKernel
 from .._kwargs import data_blob, is_local, localized, not_data_reason
@@ -41,7 +42,13 @@ from .._primitive import eager
 from .._spec import CallSpec
 from .effects import ORDERED
 from .jaxlib07 import cpu_root_call_form
-from .partitioning import PARTITIONED_TARGET, Partitioning, mark_batch_partitionable, marking
+from .partitioning import (
+    PARTITIONED_TARGET,
+    Partitioning,
+    f_shapes,
+    mark_batch_partitionable,
+    marking,
+)
 
 __all__ = ["CPU_TARGET", "CUDA_KERNEL_TARGET", "CUDA_TARGET", "lower", "register_targets"]
 
@@ -111,6 +118,7 @@ def lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
         )
         args = (token, *args)
         aliases = {i + 1: k + 1 for i, k in aliases.items()}
+    mark = marking(ctx, spec, len(ctx.avals_out)) if effect is None else None
     call = CallAttributes.of_call(
         binding.name,
         spec.role,
@@ -119,9 +127,9 @@ def lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
         len(args) - (token is not None),
         spec.n_fixed,
         trees,
+        _definition(spec, ctx, partitioned=mark is not None and mark.rule is not None),
     )
     cpu = target == CPU_TARGET
-    mark = marking(ctx, spec, len(ctx.avals_out)) if effect is None else None
     if mark is not None and mark.rule is not None:  # effects and aliases refuse a rule
         if not exporting:
             ctx.module_context.add_keepalive(binding.holder(call.digest))
@@ -173,6 +181,19 @@ def lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
             [a.ndim for a in ctx.avals_out],
         )
     return results
+
+
+def _definition(spec: CallSpec, ctx, partitioned: bool) -> str:
+    """The call's ``definition`` attribute (see jaxbind._definition): the op's options
+    the program bakes in, and the rule of a call partitioned by it (with the shapes of
+    f's arguments it was worked out for)."""
+    options = spec.binding.options
+    rule = shapes = None
+    if partitioned:
+        shapes = f_shapes(spec, ctx.avals_in, ctx.avals_out)
+        rule = call_rule(options, spec.kwargs.to_dict(), shapes)
+    cuda_kernel = isinstance(spec.binding.body(spec.role), CudaKernel)
+    return record(options, cuda_kernel, rule, shapes or ())
 
 
 def _partitioned(ctx, args, call: CallAttributes, rule: Partitioning, platform: str):

@@ -65,7 +65,7 @@ def _read(backend_config, *, binding: bool = True) -> tuple[CallAttributes, Part
             f"({text[:200]}); the program was not made by this jaxbind, or was modified"
         )
     call = CallAttributes.read(found)
-    if call.format != 3:
+    if call.format < 3:
         raise ValueError(f"jaxbind: a {PARTITIONED_TARGET} call in call format {call.format}")
     rule = Partitioning.from_config(setting.get("rule"))
     if binding and lookup(call.binding) is None:

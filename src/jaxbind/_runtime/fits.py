@@ -8,8 +8,12 @@ checked against the binding it resolves to, in this order; the first step that f
 is the error, and no body runs:
 
 1. `attributes` (the call's attributes alone, once per site): the role is one the
-   binding has, with a callable body (see resolve); the fixed arguments the program was
-   traced with, and whether the op batched natively, are the binding's.
+   binding has, with a callable body (see resolve); the definition the program was
+   made for is the binding's: every option the lowering baked in (aliases, effects,
+   the fixed count, native batching, the state, the API, a CUDA kernel's target, and
+   the rule a partitioned call was split by; see jaxbind._definition). Programs of call
+   formats 1 to 3 carry no such record: for them, the fixed arguments and native
+   batching are compared.
 2. `buffers` (once per new buffer signature): the number of inputs and outputs is what
    the role takes; their shapes and dtypes are what the binding declares. Roles with an
    abstract function of their own (f, the JVP, and transposes or VJPs given
@@ -29,7 +33,9 @@ import numpy as np
 from .._avals import XLA_ELEMENT_TYPES, check_result
 from .._callformat import CallAttributes
 from .._compat import ShapedArray
+from .._definition import differences
 from .._errors import about, words
+from .._kernels.cuda import CudaKernel
 from .._roles import Args, Role, RoleDef
 
 __all__ = ["DefinitionCheck", "describe_buffers", "elements"]
@@ -92,6 +98,17 @@ class DefinitionCheck:
     # --- step 1 ------------------------------------------------------------------------
     def attributes(self) -> str | None:
         """What differs between the call's attributes and the binding, or None."""
+        if self.call.definition:
+            kwargs = self.dump.to_dict()
+            if self.binding.options.vectorized:
+                kwargs.pop("batch_axes", None)
+            found = differences(
+                self.call.definition,
+                self.binding.options,
+                isinstance(self.binding.body(self.role), CudaKernel),
+                kwargs,
+            )
+            return f"{'; '.join(found)}. {_AGAIN}" if found else None
         fixed, n = self.binding.options.fixed, self.call.n_fixed
         traced_fixed = n if self.role.base in ("f", "T") else None
         if traced_fixed is not None and traced_fixed != fixed:
