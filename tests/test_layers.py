@@ -84,6 +84,7 @@ SHARED = {
     "_state",
     "_avals",
     "_callformat",
+    "_definition",
     "_compat",
     "_errors",
     "_versions",
