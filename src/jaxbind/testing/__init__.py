@@ -34,7 +34,7 @@ from . import (
     state,
     written,
 )
-from .case import Case, Family
+from .case import Case, Family, as_computed
 from .collectives import Collectives, collectives
 from .report import CheckReport, CheckResult
 
@@ -83,6 +83,10 @@ def check(
     """Check a jaxbind op on example inputs; raise AssertionError on any failure.
 
     Rows, each reported per role, argument or output with its dtype, by family:
+
+    Every row computes in the dtypes a program computes in: with ``jax_enable_x64`` off
+    (JAX's default), float64 inputs are checked as float32 (tolerances, finite-difference
+    steps and direct calls alike), as ``op(*args)`` computes them.
 
     - **abstract vs callable**: the function, run on output buffers pre-filled with
       sentinels, writes every element of every output that the abstract function
@@ -158,7 +162,7 @@ def check(
     op, args, kwargs, trees = _unwrap(op, args, kwargs)
     case = Case(
         op=op,
-        args=tuple(np.asarray(a) for a in args),
+        args=tuple(as_computed(a) for a in args),
         kwargs=kwargs,
         trees=trees,
         rng=np.random.default_rng(seed),
