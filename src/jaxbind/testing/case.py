@@ -135,6 +135,12 @@ class Case:
     def call(self, *a) -> list:
         return self.op.apply(a, self.kwargs, self.trees)
 
+    def teardown_failed(self, message: str) -> None:
+        """A state's teardown raised after a direct call: reported by the state rows (the
+        call itself did not fail)."""
+        if self.watch is not None:
+            self.watch.teardown_failed(message)
+
     @functools.cached_property
     def dump(self) -> KwargsDump:
         """The keyword arguments as the callables receive them."""
