@@ -113,8 +113,8 @@ def check(
       loop** and **grad(vmap) vs loop**;
     - **sharding rule on a mesh**, for ops with ``sharding=`` given a ``mesh``: each
       factor in the arguments split over each mesh axis in turn, under ``jax.jit``,
-      against one device: **mesh vs one device** (each output), **mesh gradient vs one
-      device** (reverse mode), **collectives on a mesh** (the compiled programs'
+      against one device: **mesh vs one device** (each output), **mesh jvp vs one
+      device** (forward mode), **mesh gradient vs one device** (reverse mode), **collectives on a mesh** (the compiled programs'
       collectives in the detail; an all-gather fails it where the rule says the factor
       splits); a split the axis does not divide evenly is "not checked";
     - **state**, for ops with ``state=`` (last: it clears JAX's caches): **set up once
