@@ -114,14 +114,17 @@ def check(
     - **sharding rule on a mesh**, for ops with ``sharding=`` given a ``mesh``: each
       factor in the arguments split over each mesh axis in turn, under ``jax.jit``,
       against one device: **mesh vs one device** (each output), **mesh jvp vs one
-      device** (forward mode), **mesh gradient vs one device** (reverse mode), **collectives on a mesh** (the compiled programs'
-      collectives in the detail; an all-gather fails it where the rule says the factor
-      splits); a split the axis does not divide evenly is "not checked";
+      device** (forward mode), **mesh gradient vs one device** (reverse mode),
+      **collectives on a mesh** (the compiled programs' collectives in the detail; an
+      all-gather fails it where the rule says the factor splits); a split the axis does
+      not divide evenly is "not checked";
     - **state**, for ops with ``state=`` (last: it clears JAX's caches): **set up once
       per site** (a program with two sites, run three times), **fresh vs reused
-      object**, **two threads** (against one thread; and no object used by two calls at
-      once unless it is ``"shared"``), **teardowns equal setups** after
-      ``jax.clear_caches()``.
+      object**, **two threads** (each on inputs of its own, against those inputs run
+      alone; and no object used by two calls at once unless it is ``"shared"``),
+      **teardowns equal setups** after ``jax.clear_caches()`` ("not checked", naming
+      the sites, where a program outside JAX's caches still holds the state), and
+      **teardown runs** (a teardown that raises fails this row only).
 
     A check that applies but cannot run (the op has no transpose, no VJP, ...) is a row
     with the status "not checked" and the reason; it does not fail the check.

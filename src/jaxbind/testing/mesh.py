@@ -19,8 +19,9 @@ arguments is compared with the op on one device:
   (or the rule is wrong). A factor the rule keeps whole is gathered by design: reported,
   never failed.
 
-A split that the mesh axis does not divide evenly, a missing forward or reverse role, an op without a
-rule (when a mesh is given) or a rule without a mesh are "not checked" rows that say why.
+A split that the mesh axis does not divide evenly, a missing forward or reverse role, an op
+without a rule (when a mesh is given) or a rule without a mesh are "not checked" rows that
+say why.
 """
 
 from __future__ import annotations
