@@ -257,3 +257,30 @@ def test_a_teardown_that_runs_passes_its_row():
     report = jaxbind.testing.check(op, np.arange(4.0), scale=3.0, verbose=False)
     (row,) = _rows(report, "state: teardown runs")
     assert row.ok and torn
+
+
+def test_one_user_per_object_counts_each_key_values_state_apart():
+    # The threads' inputs differ, so a keyed state gives each its own lock; both setups
+    # return None (nothing to plan), which is one Python object but not one shared plan.
+    @jaxbind.state(key=("x",))
+    def plan(*, x):
+        return None
+
+    @jaxbind.nonlinear_op(
+        shape=lambda x: x, state=plan, name="check_state.keyed_none", replace=True
+    )
+    def op(x, *, state):
+        time.sleep(0.003)  # long enough for the two threads' calls to overlap
+        return x**2
+
+    @op.def_jvp
+    def _(primals, tangents, *, state):
+        return 2 * primals[0] * tangents[0]
+
+    @op.def_vjp
+    def _(primals, cotangents, *, state):
+        return (2 * primals[0] * cotangents,)
+
+    report = jaxbind.testing.check(op, np.arange(1.0, 5.0), verbose=False)
+    (user,) = _rows(report, "state: two threads, one user per object")
+    assert user.ok, user

@@ -309,7 +309,9 @@ class Watch:
         self.lock = threading.Lock()
         self.setups: list[int] = []  # id() of each object set up
         self.teardowns: list[int] = []
-        self.uses: list[tuple[int, int, float, float]] = []  # (id(obj), thread, start, end)
+        # Each use: (id(obj), thread, start, end, id of the run time's state that lent it;
+        # setups of two key values may return one object, None say, each under its own lock)
+        self.uses: list[tuple[int, int, float, float, int]] = []
         # The objects set up and not torn down yet, by id(), with how many times each is
         # (a setup may return one object several times: None, a shared handle).
         self.kept: dict[int, list] = {}
@@ -349,7 +351,7 @@ class Watch:
             return
         with self.lock:
             self.states[id(shared)] = shared
-            self.uses.append((id(obj), threading.get_ident(), start, end))
+            self.uses.append((id(obj), threading.get_ident(), start, end, id(shared)))
 
     def teardown_failed(self, message: str, shared=None) -> None:
         """A teardown raised: in a program (`shared`, the run time's state), or in a
@@ -367,11 +369,11 @@ class Watch:
         return [(s.label, s.count) for s in states if s.count > 0 and s.objects]
 
     def most_at_once(self) -> int:
-        """The most uses of any one object that overlapped in time."""
+        """The most uses of any one object, lent by one state, that overlapped in time."""
         most = 0
-        by_object: dict[int, list] = {}
-        for obj, _, start, end in self.uses:
-            by_object.setdefault(obj, []).append((start, end))
+        by_object: dict[tuple[int, int], list] = {}
+        for obj, _, start, end, lender in self.uses:
+            by_object.setdefault((lender, obj), []).append((start, end))
         for spans in by_object.values():
             events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
             now = 0
