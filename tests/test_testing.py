@@ -7,10 +7,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from reference_ops import axpy, bilinear, flip2, flipsum, matvec, nonlinear, power
+from reference_ops import (
+    axpy,
+    bilinear,
+    flip2,
+    flipsum,
+    matvec,
+    native_pair,
+    nonlinear,
+    power,
+)
 from support.arrays import random
 from support.clib import c_kernel, compile_c_library
-from support.dtypes import FLOAT_DTYPES
+from support.dtypes import FLOAT_DTYPES, global_x64
 from support.ops import copy_last, same_as_first
 
 import jaxbind
@@ -67,6 +76,23 @@ def test_fixed_arguments_are_not_differentiated(enable_x64):
     assert not any("argument 0" in r.target for r in report if "jvp" in r.check)
 
 
+def test_rows_compute_in_the_dtypes_the_program_computes_in(x64):
+    # float64 NumPy inputs: a program computes them in float32 while jax_enable_x64 is off
+    # (JAX's default), so tolerances and finite-difference steps are float32's, in both APIs.
+    computed = "float64" if x64 else "float32"
+    x, y = random((5,), np.float64, 7), random((5,), np.float64, 8)
+    calls = [
+        (matvec, (random((4, 3), np.float64, 1), random((3,), np.float64, 2))),
+        (nonlinear, (x, y)),
+        (power, (np.float64(3.0), np.abs(x) + 1)),
+        (native_pair, ({"a": x, "b": y},)),
+    ]
+    for op, args in calls:
+        report = check(op, *args, verbose=False)
+        derivative = [r for r in report if r.check == "jvp vs finite differences"]
+        assert derivative and {r.dtype for r in derivative} == {computed}, op
+
+
 # --- deliberately wrong bindings -----------------------------------------------------
 
 
@@ -104,6 +130,15 @@ def test_catches_a_wrong_transpose(enable_x64, capsys):
     assert "- transpose adjointness [argument 1, float64]" in text
     assert "- vjp vs jvp (dot product) [argument 1, float64]" in text
     assert "jvp vs finite differences" not in text.split("\n\n")[0]  # the forward is right
+
+
+def test_a_wrong_transpose_fails_on_float64_inputs_while_x64_is_off():
+    op = jaxbind.get_linear_call(
+        _mv, _mv_T_wrong, _mv_abstract, _mv_abstract_T, first_n_args_fixed=1, name="tests.wt32"
+    )
+    with global_x64(False):
+        with pytest.raises(AssertionError, match=r"transpose adjointness \[argument 1, float32\]"):
+            check(op, random((3, 3), seed=1), random((3,), seed=2), verbose=False)
 
 
 def _mv_T_conj(out, args, kd):

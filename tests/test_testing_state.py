@@ -5,6 +5,7 @@ fails on an op built to break it."""
 import threading
 import time
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -164,3 +165,122 @@ def test_ops_without_state_have_no_state_rows():
     )
     report = jaxbind.testing.check(op, jnp.arange(3.0), verbose=False)
     assert not [r for r in report if r.check.startswith("state")]
+
+
+class Staging(Scale):
+    """Stages each input in a buffer of its own before scaling it: not thread-safe, since a
+    second call at once overwrites the first one's input."""
+
+    def __call__(self, x):
+        self.staged = np.array(x)
+        time.sleep(0.003)  # the GIL is free: another thread's call can stage its input now
+        return self.staged * self.scale
+
+
+def test_threads_row_gives_each_thread_its_own_inputs():
+    # On equal inputs both threads stage the same values, and the race is invisible.
+    op, _ = scaled("check_state.staging_shared", setup_kwargs=Staging, concurrency="shared")
+    with pytest.raises(AssertionError) as failed:
+        jaxbind.testing.check(op, np.arange(1.0, 5.0), scale=3.0, verbose=False)
+    assert "state: two threads [2 threads, 'shared', output 0" in str(failed.value)
+
+
+@pytest.mark.parametrize("concurrency", ["lock", "pool"])
+def test_threads_row_passes_a_staging_object_under_one_user_policies(concurrency):
+    op, _ = scaled(f"check_state.staging_{concurrency}", Staging, concurrency)
+    report = jaxbind.testing.check(op, np.arange(1.0, 5.0), scale=3.0, verbose=False)
+    threads = _rows(report, "state: two threads")
+    assert threads and all(r.ok for r in threads)
+    assert "each thread on its inputs" in threads[0].detail
+
+
+def test_teardown_row_names_the_program_that_still_holds_the_state():
+    op, _ = scaled("check_state.kept_program")
+    x = np.arange(4.0)
+    kept = jax.jit(lambda x: op(x, scale=3.0)).lower(x).compile()  # outside JAX's caches
+    kept(x)
+    report = jaxbind.testing.check(op, x, scale=3.0, verbose=False)
+    (freed,) = _rows(report, "state: teardowns equal setups")
+    assert freed.status == "not checked", freed
+    assert "still held by 'check_state.kept_program' (the function): 1 call site(s)" in (
+        freed.detail
+    )
+    del kept
+
+
+def test_teardown_row_counts_objects_of_programs_made_before_the_check_apart():
+    op, _ = scaled("check_state.earlier_program")
+    x = np.arange(4.0)
+    earlier = jax.jit(lambda x: op(x, scale=3.0))
+    earlier(x)  # its program is in JAX's caches: the check frees it
+    report = jaxbind.testing.check(op, x, scale=3.0, verbose=False)
+    (freed,) = _rows(report, "state: teardowns equal setups")
+    assert freed.ok, freed
+    assert "1 set up, 1 of them torn down" in freed.detail
+    assert "1 set up before it, by programs it freed" in freed.detail
+
+
+def _tearing_down(name, teardown):
+    @jaxbind.state(teardown=teardown)
+    def plan(*, scale):
+        return Scale(scale)
+
+    @jaxbind.linear_op(shape=lambda x, **kw: x, state=plan, name=name, replace=True)
+    def op(x, *, state, scale):
+        return state(x)
+
+    @op.def_transpose
+    def _(ct, *, state, scale):
+        return state(ct)
+
+    return op
+
+
+def test_a_teardown_that_raises_fails_its_own_row_and_the_other_rows_run():
+    def teardown(obj):
+        raise RuntimeError("the plan was already freed")
+
+    op = _tearing_down("check_state.raising_teardown", teardown)
+    with pytest.warns(RuntimeWarning, match="the teardown of its state"):
+        with pytest.raises(AssertionError) as failed:
+            jaxbind.testing.check(op, np.arange(4.0), scale=3.0, verbose=False)
+    text = str(failed.value)
+    assert "failed 1 check(s)" in text
+    assert "state: teardown runs [teardown" in text
+    assert "plan' failed: RuntimeError: the plan was already freed" in text
+    assert "failed when called directly" not in text and "not checked" not in text
+
+
+def test_a_teardown_that_runs_passes_its_row():
+    torn = []
+    op = _tearing_down("check_state.sound_teardown", torn.append)
+    report = jaxbind.testing.check(op, np.arange(4.0), scale=3.0, verbose=False)
+    (row,) = _rows(report, "state: teardown runs")
+    assert row.ok and torn
+
+
+def test_one_user_per_object_counts_each_key_values_state_apart():
+    # The threads' inputs differ, so a keyed state gives each its own lock; both setups
+    # return None (nothing to plan), which is one Python object but not one shared plan.
+    @jaxbind.state(key=("x",))
+    def plan(*, x):
+        return None
+
+    @jaxbind.nonlinear_op(
+        shape=lambda x: x, state=plan, name="check_state.keyed_none", replace=True
+    )
+    def op(x, *, state):
+        time.sleep(0.003)  # long enough for the two threads' calls to overlap
+        return x**2
+
+    @op.def_jvp
+    def _(primals, tangents, *, state):
+        return 2 * primals[0] * tangents[0]
+
+    @op.def_vjp
+    def _(primals, cotangents, *, state):
+        return (2 * primals[0] * cotangents,)
+
+    report = jaxbind.testing.check(op, np.arange(1.0, 5.0), verbose=False)
+    (user,) = _rows(report, "state: two threads, one user per object")
+    assert user.ok, user

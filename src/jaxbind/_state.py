@@ -25,6 +25,7 @@ __all__ = [
     "load_state",
     "outside_programs",
     "state",
+    "teardown_message",
     "thread_stack",
     "using",
     "watching",
@@ -246,11 +247,28 @@ def load_state(kwargs_dump=None):
     return current_state()
 
 
+def teardown_message(label: str, sdef: StateDef, exc: BaseException) -> str:
+    """What a failed teardown is reported as (a warning in programs, a row in checks)."""
+    return (
+        f"jaxbind: {label}: the teardown of its state {sdef.name!r} failed: "
+        f"{type(exc).__name__}: {exc}"
+    )
+
+
 @contextlib.contextmanager
-def outside_programs(binding, kwargs: dict, args, label: str, role: str = "f") -> Iterator[None]:
+def outside_programs(
+    binding,
+    kwargs: dict,
+    args,
+    label: str,
+    role: str = "f",
+    teardown_failed: Callable[[str], None] | None = None,
+) -> Iterator[None]:
     """A state of its own for a body of `binding`'s `role` called outside any program
     (jaxbind.testing calls callables directly): set up from the call's keyword arguments
-    (and key inputs in `args`), current while the block runs, torn down after."""
+    (and key inputs in `args`), current while the block runs, torn down after. A
+    teardown that raises is handed to `teardown_failed` (its message) if given, else
+    raised: the body's call did not fail."""
     options = binding.options
     sdef = options.state
     if sdef is None:
@@ -267,7 +285,12 @@ def outside_programs(binding, kwargs: dict, args, label: str, role: str = "f") -
             yield
     finally:
         if sdef.teardown is not None:
-            sdef.teardown(obj)
+            try:
+                sdef.teardown(obj)
+            except Exception as exc:
+                if teardown_failed is None:
+                    raise
+                teardown_failed(teardown_message(label, sdef, exc))
 
 
 # --- watching the run time (jaxbind.testing.check's state rows) -------------------
@@ -286,22 +309,32 @@ class Watch:
         self.lock = threading.Lock()
         self.setups: list[int] = []  # id() of each object set up
         self.teardowns: list[int] = []
-        self.uses: list[tuple[int, int, float, float]] = []  # (id(obj), thread, start, end)
+        # Each use: (id(obj), thread, start, end, id of the run time's state that lent it;
+        # setups of two key values may return one object, None say, each under its own lock)
+        self.uses: list[tuple[int, int, float, float, int]] = []
         # The objects set up and not torn down yet, by id(), with how many times each is
         # (a setup may return one object several times: None, a shared handle).
         self.kept: dict[int, list] = {}
+        self.earlier = 0  # teardowns of objects set up before the watch began
+        self.teardown_errors: list[str] = []  # each failed teardown's message
+        # The run time's states seen (set up or used while watched), by id(): what holds
+        # an object is the call sites counted by its state (see holders).
+        self.states: dict[int, Any] = {}
 
     def noted(self, shared, event: str, obj) -> None:
         if shared.sdef is not self.sdef:
             return
         with self.lock:
+            self.states[id(shared)] = shared
             if event == "setup":
                 self.setups.append(id(obj))
                 self.kept.setdefault(id(obj), [obj, 0, shared])[1] += 1
             else:
                 self.teardowns.append(id(obj))
                 held = self.kept.get(id(obj))
-                if held is not None:
+                if held is None:
+                    self.earlier += 1
+                else:
                     held[1] -= 1
                     if held[1] == 0:
                         del self.kept[id(obj)]
@@ -317,14 +350,30 @@ class Watch:
         if shared.sdef is not self.sdef:
             return
         with self.lock:
-            self.uses.append((id(obj), threading.get_ident(), start, end))
+            self.states[id(shared)] = shared
+            self.uses.append((id(obj), threading.get_ident(), start, end, id(shared)))
+
+    def teardown_failed(self, message: str, shared=None) -> None:
+        """A teardown raised: in a program (`shared`, the run time's state), or in a
+        direct call (None); `message` names the op and the teardown."""
+        if shared is not None and shared.sdef is not self.sdef:
+            return
+        with self.lock:
+            self.teardown_errors.append(message)
+
+    def holders(self) -> list[tuple[str, int]]:
+        """The states seen that call sites still hold, with objects set up: each one's
+        label (the op and role of the site that set it up) and how many sites hold it."""
+        with self.lock:
+            states = list(self.states.values())
+        return [(s.label, s.count) for s in states if s.count > 0 and s.objects]
 
     def most_at_once(self) -> int:
-        """The most uses of any one object that overlapped in time."""
+        """The most uses of any one object, lent by one state, that overlapped in time."""
         most = 0
-        by_object: dict[int, list] = {}
-        for obj, _, start, end in self.uses:
-            by_object.setdefault(obj, []).append((start, end))
+        by_object: dict[tuple[int, int], list] = {}
+        for obj, _, start, end, lender in self.uses:
+            by_object.setdefault((lender, obj), []).append((start, end))
         for spans in by_object.values():
             events = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
             now = 0

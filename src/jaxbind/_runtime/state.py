@@ -28,7 +28,7 @@ from .. import _ext
 from .._avals import XLA_ELEMENT_TYPES
 from .._kernels import state_address
 from .._kwargs import encode_kwargs
-from .._state import StateDef, _watches
+from .._state import StateDef, _watches, teardown_message
 from .._state import thread_stack as _stack
 
 __all__ = ["Lease", "StatefulBody", "lease_for", "live_states"]
@@ -125,12 +125,10 @@ class Shared:
             try:
                 teardown(obj)
             except Exception as exc:
-                warnings.warn(
-                    f"jaxbind: {self.label}: the teardown of its state {self.sdef.name!r} "
-                    f"failed: {type(exc).__name__}: {exc}",
-                    RuntimeWarning,
-                    stacklevel=1,
-                )
+                message = teardown_message(self.label, self.sdef, exc)
+                for w in _watches:
+                    w.teardown_failed(message, self)
+                warnings.warn(message, RuntimeWarning, stacklevel=1)
 
 
 def _acquire(key: tuple, sdef: StateDef, arguments: dict, label: str, eager: bool) -> Shared:

@@ -34,7 +34,7 @@ from . import (
     state,
     written,
 )
-from .case import Case, Family
+from .case import Case, Family, as_computed
 from .collectives import Collectives, collectives
 from .report import CheckReport, CheckResult
 
@@ -84,6 +84,10 @@ def check(
 
     Rows, each reported per role, argument or output with its dtype, by family:
 
+    Every row computes in the dtypes a program computes in: with ``jax_enable_x64`` off
+    (JAX's default), float64 inputs are checked as float32 (tolerances, finite-difference
+    steps and direct calls alike), as ``op(*args)`` computes them.
+
     - **abstract vs callable**: the function, run on output buffers pre-filled with
       sentinels, writes every element of every output that the abstract function
       declares (an output left unwritten, or written to a copy, fails), and raises
@@ -109,15 +113,18 @@ def check(
       loop** and **grad(vmap) vs loop**;
     - **sharding rule on a mesh**, for ops with ``sharding=`` given a ``mesh``: each
       factor in the arguments split over each mesh axis in turn, under ``jax.jit``,
-      against one device: **mesh vs one device** (each output), **mesh gradient vs one
-      device** (reverse mode), **collectives on a mesh** (the compiled programs'
-      collectives in the detail; an all-gather fails it where the rule says the factor
-      splits); a split the axis does not divide evenly is "not checked";
+      against one device: **mesh vs one device** (each output), **mesh jvp vs one
+      device** (forward mode), **mesh gradient vs one device** (reverse mode),
+      **collectives on a mesh** (the compiled programs' collectives in the detail; an
+      all-gather fails it where the rule says the factor splits); a split the axis does
+      not divide evenly is "not checked";
     - **state**, for ops with ``state=`` (last: it clears JAX's caches): **set up once
       per site** (a program with two sites, run three times), **fresh vs reused
-      object**, **two threads** (against one thread; and no object used by two calls at
-      once unless it is ``"shared"``), **teardowns equal setups** after
-      ``jax.clear_caches()``.
+      object**, **two threads** (each on inputs of its own, against those inputs run
+      alone; and no object used by two calls at once unless it is ``"shared"``),
+      **teardowns equal setups** after ``jax.clear_caches()`` ("not checked", naming
+      the sites, where a program outside JAX's caches still holds the state), and
+      **teardown runs** (a teardown that raises fails this row only).
 
     A check that applies but cannot run (the op has no transpose, no VJP, ...) is a row
     with the status "not checked" and the reason; it does not fail the check.
@@ -158,7 +165,7 @@ def check(
     op, args, kwargs, trees = _unwrap(op, args, kwargs)
     case = Case(
         op=op,
-        args=tuple(np.asarray(a) for a in args),
+        args=tuple(as_computed(a) for a in args),
         kwargs=kwargs,
         trees=trees,
         rng=np.random.default_rng(seed),

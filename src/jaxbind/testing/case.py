@@ -13,13 +13,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import jax
 import numpy as np
 
 from .._kwargs import KwargsDump, encode_kwargs
 from .._roles import Body, Kind, Role
 from .report import CheckResult, not_checked
 
-__all__ = ["Case", "Family", "pair", "random_like", "rel"]
+__all__ = ["Case", "Family", "as_computed", "pair", "random_like", "rel"]
 
 # Relative tolerances per precision: exact paths, dot products, finite differences.
 _TOL = {
@@ -29,6 +30,14 @@ _TOL = {
 # Finite-difference steps per precision (times the input's scale, at least 1); `eps`
 # replaces them, and only them.
 _STEP = {"single": 1e-3, "double": 1e-6}
+
+
+def as_computed(x) -> np.ndarray:
+    """`x` as a NumPy array of the dtype a program computes it in: JAX's canonical dtype
+    (float64 becomes float32, int64 int32, ... while ``jax_enable_x64`` is off), so that
+    tolerances, steps and direct calls follow what the op's program does with `x`."""
+    x = np.asarray(x)
+    return x.astype(jax.dtypes.canonicalize_dtype(x.dtype), copy=False)
 
 
 def precision(dtype) -> str:
@@ -125,6 +134,12 @@ class Case:
 
     def call(self, *a) -> list:
         return self.op.apply(a, self.kwargs, self.trees)
+
+    def teardown_failed(self, message: str) -> None:
+        """A state's teardown raised after a direct call: reported by the state rows (the
+        call itself did not fail)."""
+        if self.watch is not None:
+            self.watch.teardown_failed(message)
 
     @functools.cached_property
     def dump(self) -> KwargsDump:

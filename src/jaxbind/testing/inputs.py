@@ -94,7 +94,7 @@ def _run(case: Case, role: str, inputs, outputs) -> tuple[list, dict]:
         return [np.asarray(a) for a in arrays], {}
     dump = case.fresh_dump()  # its own arrays: a write shows in this call only
     label = f"'{case.binding.name}' ({entry.role.describe()})"
-    with outside_programs(case.binding, dump.to_dict(), copies, label, role):
+    with outside_programs(case.binding, dump.to_dict(), copies, label, role, case.teardown_failed):
         if isinstance(body, Kernel):
             return copies, call_watched(body, outputs(copies), copies, dump)
         for_call(body, case.trees)(outputs(copies), tuple(copies), dump)

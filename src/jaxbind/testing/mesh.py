@@ -6,17 +6,22 @@ factor sharded along it, the others replicated), and the op under ``jax.jit`` on
 arguments is compared with the op on one device:
 
 - **mesh vs one device**: each output;
+- **mesh jvp vs one device**: forward mode (``jax.jvp``, through the op's JVP; f itself
+  for linear and multilinear ops) for each differentiable argument, along one random
+  tangent split as the argument is: a JVP that is right only on the whole array fails;
 - **mesh gradient vs one device**: reverse mode (``jax.vjp``, through the op's transpose or
   VJP) for each differentiable argument, with one random cotangent;
 - **collectives on a mesh**: the collectives of the compiled forward and gradient programs
-  (`jaxbind.testing.collectives`), listed in the row's detail. A factor the rule lets XLA
+  and its forward and reverse derivatives (`jaxbind.testing.collectives`), listed in the
+  row's detail. A factor the rule lets XLA
   split (a pass-through or reduction factor) needs no all-gather: one fails the row (its
   error is the number of all-gathers), since it means the split argument was gathered
   (or the rule is wrong). A factor the rule keeps whole is gathered by design: reported,
   never failed.
 
-A split that the mesh axis does not divide evenly, a missing reverse role, an op without a
-rule (when a mesh is given) or a rule without a mesh are "not checked" rows that say why.
+A split that the mesh axis does not divide evenly, a missing forward or reverse role, an op
+without a rule (when a mesh is given) or a rule without a mesh are "not checked" rows that
+say why.
 """
 
 from __future__ import annotations
@@ -34,8 +39,9 @@ from .report import CheckResult, not_checked
 
 __all__ = ["FAMILY"]
 
-_VALUES, _GRADS, _COLLECTIVES = (
+_VALUES, _JVPS, _GRADS, _COLLECTIVES = (
     "mesh vs one device",
+    "mesh jvp vs one device",
     "mesh gradient vs one device",
     "collectives on a mesh",
 )
@@ -73,9 +79,26 @@ def _rows(case: Case) -> Iterator[CheckResult]:
     mesh, args = case.mesh, case.args
     splittable = set(rule.pass_through) | set(rule.reduction)
     diff = case.differentiable
+    no_fwd = {i: case.missing(case.forward_role(i)) for i in diff}
+    fwd = [i for i in diff if no_fwd[i] is None]
     no_rev = {i: case.missing(case.reverse_role(i)) for i in diff}
     rev = [i for i in diff if no_rev[i] is None]
+    v = [random_like(args[i], case.rng) for i in fwd]
     u = [random_like(np.zeros(av.shape, av.dtype), case.rng) for av in case.out_avals]
+
+    def jvps(*a_and_v):
+        """Per argument in `fwd`: the op's outputs' tangents along its tangent alone."""
+        a, tangents = a_and_v[: len(args)], a_and_v[len(args) :]
+        found = []
+        for i, t in zip(fwd, tangents):
+
+            def fn(x, i=i):
+                full = list(a)
+                full[i] = x
+                return case.call(*full)
+
+            found.append(jax.jvp(fn, (a[i],), (t,))[1])
+        return found
 
     def grads(*a):
         def fn(*xs):
@@ -90,6 +113,7 @@ def _rows(case: Case) -> Iterator[CheckResult]:
     with jax.default_device(jax.devices()[0]):
         one = [np.asarray(y) for y in case.call(*args)]
         one_grads = [np.asarray(g) for g in grads(*args)] if rev else []
+        one_jvps = [[np.asarray(t) for t in ts] for ts in jvps(*args, *v)] if fwd else []
 
     factors = [f for f in rule.factors if any(f in group for group in rule.operands)]
     for factor in factors:
@@ -102,7 +126,7 @@ def _rows(case: Case) -> Iterator[CheckResult]:
                     f"the factor {factor!r} has size {uneven[0]}, which the mesh axis {axis!r} "
                     f"({n_dev} devices) does not split evenly"
                 )
-                for check in (_VALUES, _GRADS, _COLLECTIVES):
+                for check in (_VALUES, _JVPS, _GRADS, _COLLECTIVES):
                     yield not_checked(check, target, why)
                 continue
             specs = [
@@ -118,6 +142,25 @@ def _rows(case: Case) -> Iterator[CheckResult]:
                 yield case.row(
                     _VALUES, f"{target}: {name}", av.dtype, rel(a, b), case.tol("dot", av.dtype)
                 )
+            for i, missing in no_fwd.items():
+                if missing is not None:
+                    yield not_checked(_JVPS, f"{target}: argument {i}", missing)
+            if fwd:
+                placed_v = [
+                    jax.device_put(t, jax.sharding.NamedSharding(mesh, specs[i]))
+                    for i, t in zip(fwd, v)
+                ]
+                compiled_jvps = jax.jit(jvps).lower(*placed, *placed_v).compile()
+                found["jvp"] = collectives(compiled_jvps)
+                for i, ts, one_ts in zip(fwd, compiled_jvps(*placed, *placed_v), one_jvps):
+                    for name, av, a, b in zip(case.out_names, case.out_avals, ts, one_ts):
+                        yield case.row(
+                            _JVPS,
+                            f"{target}: argument {i} -> {name}",
+                            av.dtype,
+                            rel(a, b),
+                            case.tol("dot", av.dtype),
+                        )
             for i, missing in no_rev.items():
                 if missing is not None:
                     yield not_checked(_GRADS, f"{target}: argument {i}", missing)
@@ -157,7 +200,7 @@ def _collectives_row(rule, factor, target, split, found) -> CheckResult:
 
 FAMILY = Family(
     name="sharding rule on a mesh",
-    checks=(_VALUES, _GRADS, _COLLECTIVES),
+    checks=(_VALUES, _JVPS, _GRADS, _COLLECTIVES),
     roles=frozenset(),
     options=frozenset({"sharding", "reduction"}),
     applies=_applies,

@@ -57,7 +57,11 @@ def _rows(case: Case) -> Iterator[CheckResult]:
         )
         try:
             with outside_programs(
-                case.binding, case.dump.to_dict(), inputs, f"'{case.binding.name}'"
+                case.binding,
+                case.dump.to_dict(),
+                inputs,
+                f"'{case.binding.name}'",
+                teardown_failed=case.teardown_failed,
             ):
                 for_call(case.binding.f, case.trees)(outs, tuple(inputs), case.dump)
         except Exception as exc:
