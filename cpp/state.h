@@ -257,7 +257,7 @@ class StateCell {
  private:
   enum Status : int { kEmpty, kMaking, kIdle, kBusy };
   struct Slot {
-    int status = kEmpty;      // under mu_ ("pool")
+    int status = kEmpty;     // under mu_ ("pool")
     std::thread::id holder;  // the thread that took it (busy or making), under mu_
     void *address = nullptr;
     std::atomic<bool> known{false};
@@ -287,8 +287,10 @@ class StateCell {
           " (concurrency=\"lock\": one call at a time), so it would wait for itself forever. "
           "Use concurrency=\"pool\" (a nested call gets an object of its own) or "
           "\"shared\" (one thread-safe object), or do not call the op inside its own body");
-    return ReentrantUse(label_ + ": called again on a thread whose call of the op holds an "
-                        "object of " + state + ", and all " + std::to_string(slots_.size()) +
+    return ReentrantUse(label_ +
+                        ": called again on a thread whose call of the op holds an "
+                        "object of " +
+                        state + ", and all " + std::to_string(slots_.size()) +
                         " objects of its pool are in use, so it would wait for one that may "
                         "never be given back. Raise pool_size to the depth of the nested "
                         "calls (plus the threads that call the op at once), or use "
@@ -348,7 +350,7 @@ class StateCell {
   const int policy_;
   std::vector<Slot> slots_;
   std::string label_;
-  std::string state_;  // the state's setup's name
+  std::string state_;                  // the state's setup's name
   std::unique_ptr<HeldObject> owner_;  // a weak reference
   std::mutex mu_;
   std::atomic<std::thread::id> holder_{};  // "lock": the thread holding mu_ (none: id())

@@ -85,18 +85,19 @@ def _refused(name, nested, words, **state_options):
     return bool(np.allclose(got, 3 * np.arange(3.0))), "after the refusal"
 
 
+LOCK_WORDS = ['plan\' (concurrency="lock"', 'concurrency="pool"']  # the state, the fix
+
+
 def case_lock_eager():
-    return _refused("reentrant.lock_eager", eager, ['concurrency="pool"', "plan' (concurrency=\"lock\""])
+    return _refused("reentrant.lock_eager", eager, LOCK_WORDS)
 
 
 def case_lock_jitted():
-    return _refused("reentrant.lock_jit", jitted, ['concurrency="pool"', "plan' (concurrency=\"lock\""])
+    return _refused("reentrant.lock_jit", jitted, LOCK_WORDS)
 
 
 def case_pool_of_one():
-    return _refused(
-        "reentrant.pool_one", eager, ["pool_size"], concurrency="pool", pool_size=1
-    )
+    return _refused("reentrant.pool_one", eager, ["pool_size"], concurrency="pool", pool_size=1)
 
 
 def _nested_result(name, **state_options):
@@ -107,17 +108,17 @@ def _nested_result(name, **state_options):
 
 
 def case_pool_gives_the_nested_call_its_own_object():
-    ok, detail = _nested_result("reentrant.pool_two", concurrency="pool", pool_size=2)
-    return ok, detail
+    return _nested_result("reentrant.pool_two", concurrency="pool", pool_size=2)
 
 
 def case_shared():
     return _nested_result("reentrant.shared", concurrency="shared")
 
 
-def case_kernel_under_a_python_body_lock(lib):
+def case_kernel_under_a_python_body_lock():
     """The op's transpose is a C kernel: the function, holding the object, runs the
     transpose; the kernel's C++ side refuses as Python's does."""
+    lib = ctypes.CDLL(sys.argv[1])
 
     @jaxbind.state
     def plan(*, scale):
@@ -148,19 +149,17 @@ def case_kernel_under_a_python_body_lock(lib):
     return bool(np.allclose(got, 2 * np.arange(3.0))), "after the refusal"
 
 
-def main(lib_path):
-    lib = ctypes.CDLL(lib_path)
+def main():
     cases = [
         case_lock_eager,
         case_lock_jitted,
         case_pool_of_one,
         case_pool_gives_the_nested_call_its_own_object,
         case_shared,
-        lambda: case_kernel_under_a_python_body_lock(lib),
+        case_kernel_under_a_python_body_lock,
     ]
-    names = [c.__name__ for c in cases[:-1]] + ["case_kernel_under_a_python_body_lock"]
     hung = False
-    for name, case in zip(names, cases):
+    for case in cases:
         result = {}
 
         def run(case=case, result=result):
@@ -175,7 +174,7 @@ def main(lib_path):
         if thread.is_alive():
             hung = True
             result = {"ok": False, "detail": "hung"}
-        print(json.dumps({"case": name[len("case_") :], **result}), flush=True)
+        print(json.dumps({"case": case.__name__[len("case_") :], **result}), flush=True)
         if hung:
             break  # (a later case may wait on the hung one's object)
     if hung:
@@ -183,4 +182,4 @@ def main(lib_path):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main()
