@@ -11,10 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from support.arrays import random_complex
+from test_nufft import dense1, dense2, dense3
 
 from jaxbind.contrib import jaxducc0
-
-from test_nufft import dense1, dense2, dense3
 
 pytestmark = pytest.mark.usefixtures("enable_x64")  # from tests/conftest.py
 
@@ -60,7 +59,8 @@ def test_nufft1_sum_over_split_points_equals_one_call(eps):
     x, y = _points(rng, 2, 400)
     full = jaxducc0.nufft1((32, 32), c, x, y, eps=eps)
     parts = sum(
-        jaxducc0.nufft1((32, 32), c[s], x[s], y[s], eps=eps) for s in (slice(0, 50), slice(50, None))
+        jaxducc0.nufft1((32, 32), c[s], x[s], y[s], eps=eps)
+        for s in (slice(0, 50), slice(50, None))
     )
     assert _rel(parts, full) < 1e-12
 
@@ -75,14 +75,12 @@ def test_nufft3_point_value_depends_on_other_points_only_through_their_extent(ep
     # targets: a subset spanning the same box gets the same values
     keep = _with_extremes((s, t), 50)
     assert _rel(jaxducc0.nufft3(c, x, y, s[keep], t[keep], eps=eps), full[keep]) < 1e-12
-    # sources: two parts, each spanning the same box (the extremes with zero weight)
-    ext = _with_extremes((x, y), 0)
-    total = 0
-    for part in (np.arange(0, 200), np.arange(200, 400)):
-        idx = np.union1d(part, ext)
-        w = jnp.where(jnp.isin(idx, part), c[idx], 0)
-        total = total + jaxducc0.nufft3(w, x[idx], y[idx], s, t, eps=eps)
-    assert _rel(total, full) < 1e-12
+    # sources: a part spanning the same box gives what the same values give among all
+    # the points (the others with weight 0)
+    idx = np.union1d(np.arange(200), _with_extremes((x, y), 0))
+    alone = jaxducc0.nufft3(c[idx], x[idx], y[idx], s, t, eps=eps)
+    among = jaxducc0.nufft3(jnp.zeros_like(c).at[idx].set(c[idx]), x, y, s, t, eps=eps)
+    assert _rel(alone, among) < 1e-12
 
 
 @pytest.mark.parametrize("eps", (1e-4, 1e-8))
@@ -129,7 +127,10 @@ def test_upsampfac_is_the_oversampling_factor_ducc_uses(upsampfac, grid, eps, si
     f = random_complex(rng, (grid, grid))
     x, y = _points(rng, 2, 60)
     got = jaxducc0.nufft2(f, x, y, eps=eps, opts=jaxducc0.Opts(upsampfac=upsampfac))
-    assert _rel(got, _ducc_u2nu(f, x, y, eps, sigma)) < 1e-14
+    assert _rel(got, _ducc_u2nu(f, x, y, eps, sigma)) < 1e-12  # DUCC's plan rounds apart
+    other = 2.0 if sigma != 2.0 else 1.25
+    if eps >= 1e-8:  # where DUCC has kernels for both factors
+        assert _rel(got, _ducc_u2nu(f, x, y, eps, other)) > 1e-3 * eps  # the factor matters
 
 
 def test_nufft3_default_upsampfac_is_finuffts():
@@ -143,14 +144,17 @@ def test_nufft3_default_upsampfac_is_finuffts():
 
 @pytest.mark.parametrize("upsampfac", (1.25, 2.0, 0.0))
 @pytest.mark.parametrize("kind", (1, 2, 3))
-@pytest.mark.parametrize("eps", (1e-4, 1e-9))
+@pytest.mark.parametrize("eps", (1e-4, 1e-8))
 def test_every_upsampfac_stays_within_eps_of_the_direct_sum(kind, upsampfac, eps):
     rng = np.random.default_rng(7 + kind)
     opts = jaxducc0.Opts(upsampfac=upsampfac)
     x, y = _points(rng, 2, 200)
     if kind == 1:
         c = random_complex(rng, (200,))
-        got, want = jaxducc0.nufft1((20, 18), c, x, y, eps=eps, opts=opts), dense1((20, 18), c, x, y)
+        got, want = (
+            jaxducc0.nufft1((20, 18), c, x, y, eps=eps, opts=opts),
+            dense1((20, 18), c, x, y),
+        )
     elif kind == 2:
         f = random_complex(rng, (20, 18))
         got, want = jaxducc0.nufft2(f, x, y, eps=eps, opts=opts), dense2(f, x, y)
@@ -242,5 +246,7 @@ def test_jax_finufft_opts_checked_the_same_way():
 def test_eps_finer_than_the_given_upsampfac_reaches_is_refused():
     f = jnp.ones((8, 8), complex)
     with pytest.raises(ValueError, match="upsampfac=1.25") as info:
-        jaxducc0.nufft2(f, jnp.zeros(3), jnp.zeros(3), eps=1e-13, opts=jaxducc0.Opts(upsampfac=1.25))
+        jaxducc0.nufft2(
+            f, jnp.zeros(3), jnp.zeros(3), eps=1e-13, opts=jaxducc0.Opts(upsampfac=1.25)
+        )
     assert "jaxducc0.nufft2" in str(info.value) and "upsampfac=2.0" in str(info.value)
