@@ -18,9 +18,13 @@ Every leading dimension in which the points have size 1 is shared the same way.
 Single precision is complex64 with float32 points, double precision complex128
 with float64 points.
 
-``opts`` is any object with jax-finufft's option names; ``modeord`` (0: the
-grid runs from the most negative mode, 1: FFT order) and ``nthreads`` (0: all)
-are honoured, the FINUFFT tuning options are ignored. An ``eps`` finer than
+``opts`` is any object with jax-finufft's option names: ``modeord`` (0: the
+grid runs from the most negative mode, 1: FFT order), ``nthreads`` (0: all) and
+``upsampfac`` (DUCC's oversampling factor, pinned; 0: FINUFFT's choice from the type,
+the grid and eps) are honoured; every other option is refused unless at jax-finufft's
+default. Since the oversampling factor, and with it DUCC's kernel, never depends on the
+points, a point's value does not depend on the other points of the call (type 3: only
+through their extent). An ``eps`` finer than
 DUCC can reach is clamped to the finest it can; in single precision, one finer than
 single precision's kernels reach is computed in double precision and rounded back.
 Non-finite coordinates give NaN where they enter the sum (every output of a type-1
