@@ -110,3 +110,36 @@ def working_precision(
     if single and eps < finest_epsilon(transform, ndim, True, sigma):
         return max(eps, finest_epsilon(transform, ndim, False, sigma)), True
     return max(eps, finest_epsilon(transform, ndim, single, sigma)), False
+
+
+# --- the oversampling factor of the jax-finufft drop-in ------------------------------
+
+# FINUFFT's grids above which its classic rule takes sigma = 1.25 for types 1 and 2, by
+# dimension (counted in modes); its type 3 always does. Below 1e-9, sigma = 2.0.
+_LARGE_GRID = {1: 10_000_000, 2: 300_000, 3: 3_000_000}
+_DUCC_FACTORS = tuple(i / 100 for i in range(101, 301))  # where DUCC's kernels are sought
+
+
+def has_kernels(transform: str, ndim: int, sigma: float) -> bool:
+    """Whether DUCC has kernels for the oversampling factor `sigma` exactly."""
+    with _lock:
+        return _runs(transform, ndim, False, 1e-1, (sigma, sigma))
+
+
+def default_upsampfac(nufft_type: int, ndim: int, single: bool, eps: float, modes: int) -> float:
+    """The oversampling factor of a NUFFT whose caller leaves it to FINUFFT (upsampfac 0):
+    FINUFFT's rule on the transform, the grid's `modes` and `eps` (never the points): 2.0,
+    or 1.25 for type 3 and for large grids where ``eps >= 1e-9``. A factor whose kernels
+    fall short of `eps` in the data's precision gives way: 1.25 to 2.0, and 2.0 to the
+    smallest larger factor that reaches it (if any does)."""
+    transform = "nufft3" if nufft_type == 3 else "nufft"
+    if (nufft_type == 3 or modes > _LARGE_GRID[ndim]) and eps >= 1e-9:
+        if eps >= finest_epsilon(transform, ndim, single, (1.25, 1.25)):
+            return 1.25
+    if eps >= finest_epsilon(transform, ndim, single, (2.0, 2.0)):
+        return 2.0
+    for sigma in _DUCC_FACTORS:
+        if sigma > 2.0 and has_kernels(transform, ndim, sigma):
+            if eps >= finest_epsilon(transform, ndim, single, (sigma, sigma)):
+                return sigma
+    return 2.0

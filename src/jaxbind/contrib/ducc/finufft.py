@@ -18,9 +18,13 @@ Every leading dimension in which the points have size 1 is shared the same way.
 Single precision is complex64 with float32 points, double precision complex128
 with float64 points.
 
-``opts`` is any object with jax-finufft's option names; ``modeord`` (0: the
-grid runs from the most negative mode, 1: FFT order) and ``nthreads`` (0: all)
-are honoured, the FINUFFT tuning options are ignored. An ``eps`` finer than
+``opts`` is any object with jax-finufft's option names: ``modeord`` (0: the
+grid runs from the most negative mode, 1: FFT order), ``nthreads`` (0: all) and
+``upsampfac`` (DUCC's oversampling factor, pinned; 0: FINUFFT's choice from the type,
+the grid and eps) are honoured; every other option is refused unless at jax-finufft's
+default. Since the oversampling factor, and with it DUCC's kernel, never depends on the
+points, a point's value does not depend on the other points of the call (type 3: only
+through their extent). An ``eps`` finer than
 DUCC can reach is clamped to the finest it can; in single precision, one finer than
 single precision's kernels reach is computed in double precision and rounded back.
 Non-finite coordinates give NaN where they enter the sum (every output of a type-1
@@ -39,37 +43,160 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._common import _REAL, check_int, check_positive
+from ._accuracy import finest_epsilon, has_kernels
+from ._common import _REAL, check_int, check_positive, check_real
 from .nufft_points import nufft_points
 
-__all__ = ["Opts", "nufft1", "nufft2", "nufft3"]
+__all__ = ["FINUFFT_DEFAULTS", "Opts", "nufft1", "nufft2", "nufft3"]
+
+
+# jax-finufft's options (its ``Opts`` fields) at their defaults there: the drop-in accepts
+# each at this value; `_HONOURED` ones at any value, the others nowhere else (`_REFUSED`)
+FINUFFT_DEFAULTS: dict[str, Any] = dict(
+    modeord=False,
+    nthreads=0,
+    upsampfac=0.0,
+    debug=0,
+    spread_debug=0,
+    showwarn=False,
+    fftw=64,  # FFTW_ESTIMATE
+    spread_sort=2,
+    spread_kerevalmeth=True,
+    spread_kerpad=True,
+    spread_thread=0,
+    maxbatchsize=0,
+    spread_nthr_atomic=-1,
+    spread_max_sp_size=0,
+    gpu_upsampfac=2.0,
+    gpu_method=0,
+    gpu_sort=True,
+    gpu_binsizex=0,
+    gpu_binsizey=0,
+    gpu_binsizez=0,
+    gpu_obinsizex=0,
+    gpu_obinsizey=0,
+    gpu_obinsizez=0,
+    gpu_maxsubprobsize=1024,
+    gpu_kerevalmeth=True,
+    gpu_spreadinterponly=False,
+    gpu_maxbatchsize=0,
+    gpu_debug=0,
+)
+_HONOURED = ("modeord", "nthreads", "upsampfac")
+_TUNING = "it tunes FINUFFT's own spreader or FFTW, which DUCC replaces with its own; remove it"
+_DIAGNOSTICS = (
+    "FINUFFT's diagnostics are not DUCC's; remove it (jaxducc0.get_nufft(..., verbosity=1) "
+    "prints DUCC's)"
+)
+_GPU = (
+    "it tunes cuFINUFFT, which the drop-in does not use (DUCC runs on the host, in GPU "
+    "programs too); remove it"
+)
+_REFUSED = {
+    "debug": _DIAGNOSTICS,
+    "spread_debug": _DIAGNOSTICS,
+    "showwarn": "FINUFFT's warnings are not DUCC's; remove it (an eps finer than DUCC "
+    "reaches is clamped, see docs/nufft.md)",
+    "spread_kerevalmeth": "DUCC always evaluates its kernels as polynomials (FINUFFT's "
+    "Horner method, the default True); remove it",
+    "gpu_upsampfac": "the drop-in runs DUCC on the host, in GPU programs too; give the "
+    "oversampling factor as upsampfac",
+    **{
+        k: _TUNING
+        for k in FINUFFT_DEFAULTS
+        if k.startswith(("spread_", "fftw", "maxbatch"))
+        and k not in ("spread_debug", "spread_kerevalmeth")
+    },
+    **{k: _GPU for k in FINUFFT_DEFAULTS if k.startswith("gpu_") and k != "gpu_upsampfac"},
+}
 
 
 class Opts:
-    """Options with jax-finufft's names: ``modeord`` and ``nthreads`` are honoured.
+    """Options with jax-finufft's names (its ``Opts`` fields, at its defaults).
 
-    Any other FINUFFT option may be given (so existing ``Opts(...)`` calls run);
-    it is kept as an attribute and ignored, since DUCC has no such setting.
+    ``modeord``, ``nthreads`` and ``upsampfac`` are honoured; every other option may be
+    given at jax-finufft's default only (so existing ``Opts(...)`` calls that spell a
+    default out run): another value is refused when a transform is called, naming the
+    option and what to do instead. An unknown name is a TypeError here.
     """
 
-    def __init__(self, modeord: bool | int = False, nthreads: int = 0, **finufft_only: Any):
-        self.modeord = modeord
-        self.nthreads = nthreads
-        for k, v in finufft_only.items():
+    def __init__(self, **options: Any):
+        unknown = sorted(set(options) - set(FINUFFT_DEFAULTS))
+        if unknown:
+            raise TypeError(
+                f"jaxducc0.Opts: unknown option(s) {unknown}; jax-finufft's options are "
+                f"{sorted(FINUFFT_DEFAULTS)}"
+            )
+        for k, v in {**FINUFFT_DEFAULTS, **options}.items():
             setattr(self, k, v)
 
     def __repr__(self):
-        return f"Opts({', '.join(f'{k}={v!r}' for k, v in vars(self).items())})"
+        changed = {k: v for k, v in vars(self).items() if v != FINUFFT_DEFAULTS.get(k)}
+        return f"Opts({', '.join(f'{k}={v!r}' for k, v in changed.items())})"
 
 
-def _settings(fn: str, opts) -> tuple[int, int]:
+def _same(value, default) -> bool:
+    """Whether an option's value is jax-finufft's default (an enum, a bool or a number)."""
+    try:
+        return bool(value == default) or float(value) == float(default)
+    except (TypeError, ValueError):
+        return False
+
+
+def _settings(fn: str, opts) -> tuple[int, int, float]:
+    """``(modeord, nthreads, upsampfac)`` of `opts` (None: FINUFFT's defaults); every
+    other jax-finufft option must be at its default."""
+    if opts is not None and any(hasattr(opts, k) for k in ("forward", "backward", "type1")):
+        raise ValueError(
+            f"jaxducc0.{fn}: opts is a jax-finufft NestedOpts (options per type and direction); "
+            "the drop-in applies one set of options to a transform and its derivatives: "
+            "pass one Opts"
+        )
+    for name, why in _REFUSED.items():
+        value = getattr(opts, name, FINUFFT_DEFAULTS[name])
+        if not _same(value, FINUFFT_DEFAULTS[name]):
+            raise ValueError(
+                f"jaxducc0.{fn}: opts.{name}={value!r} is not supported: {why} "
+                f"(or leave it at jax-finufft's default {FINUFFT_DEFAULTS[name]!r})"
+            )
     modeord = int(getattr(opts, "modeord", 0) or 0)
     if modeord not in (0, 1):
         raise ValueError(f"jaxducc0.{fn}: opts.modeord must be 0 or 1, got {modeord}")
     nthreads = check_int(
         fn, "opts.nthreads (0: all hardware threads)", getattr(opts, "nthreads", 0) or 0
     )
-    return modeord, nthreads
+    upsampfac = check_real(fn, "opts.upsampfac", getattr(opts, "upsampfac", 0.0) or 0.0)
+    if upsampfac != 0 and not (math.isfinite(upsampfac) and upsampfac > 1):
+        raise ValueError(
+            f"jaxducc0.{fn}: opts.upsampfac must be > 1 (2.0 or 1.25 as in FINUFFT), or 0 "
+            f"for FINUFFT's choice; got {upsampfac}"
+        )
+    return modeord, nthreads, upsampfac
+
+
+def _check_upsampfac(fn: str, kind: int, ndim: int, eps: float, upsampfac: float) -> None:
+    """A given oversampling factor must be one DUCC has kernels for, and reach `eps` where
+    FINUFFT's standard 2.0 would."""
+    if upsampfac == 0:
+        return
+    transform = "nufft3" if kind == 3 else "nufft"
+    if not has_kernels(transform, ndim, upsampfac):
+        near = sorted(
+            (s for s in (i / 100 for i in range(101, 301)) if abs(s - upsampfac) < 0.1),
+            key=lambda s: abs(s - upsampfac),
+        )
+        near = sorted(s for s in near[:4] if has_kernels(transform, ndim, s))
+        raise ValueError(
+            f"jaxducc0.{fn}: opts.upsampfac={upsampfac} has no DUCC kernel (DUCC has "
+            f"{near} near it); use 2.0 or 1.25 as in FINUFFT, or 0 for FINUFFT's choice"
+        )
+    reach = finest_epsilon(transform, ndim, False, (upsampfac, upsampfac))
+    if eps < reach and reach > finest_epsilon(transform, ndim, False, (2.0, 2.0)) * 1.001:
+        raise ValueError(
+            f"jaxducc0.{fn}: eps={eps:g} is finer than DUCC's kernels reach with "
+            f"opts.upsampfac={upsampfac} ({reach:.2g}); use upsampfac=2.0 (or 0 for "
+            "FINUFFT's choice), or a larger eps"
+        )
 
 
 def _coords(fn: str, coords, what: str):
@@ -86,8 +213,11 @@ def _coords(fn: str, coords, what: str):
         ) from exc
 
 
-@partial(jax.jit, static_argnames=("fn", "kind", "sign", "eps", "modeord", "nthreads", "grid"))
-def _run(fn, kind, values, points, targets, *, sign, eps, modeord, nthreads, grid):
+@partial(
+    jax.jit,
+    static_argnames=("fn", "kind", "sign", "eps", "modeord", "nthreads", "upsampfac", "grid"),
+)
+def _run(fn, kind, values, points, targets, *, sign, eps, modeord, nthreads, upsampfac, grid):
     """Broadcast as jax-finufft does, group shared points, call the core op, unflatten."""
     values = jnp.asarray(values)
     real = _REAL.get(np.dtype(values.dtype))
@@ -165,7 +295,9 @@ def _run(fn, kind, values, points, targets, *, sign, eps, modeord, nthreads, gri
 
     xs = rows(points, m)
     args = (v, xs) + ((rows(targets, k),) if kind == 3 else ())
-    settings = dict(sign=sign, eps=eps, modeord=modeord, nthreads=nthreads, grid=grid)
+    settings = dict(
+        sign=sign, eps=eps, modeord=modeord, nthreads=nthreads, upsampfac=upsampfac, grid=grid
+    )
     call = partial(nufft_points, nufft_type=kind, **settings)
     if n_own == 1:
         out = call(*(a[0] for a in args))[0][None]
@@ -192,7 +324,9 @@ def _transform(kind, source, points, targets=(), *, iflag, eps, opts, grid=None)
     """The rest of ``nufft<kind>`` once its coordinate arrays are checked: check the
     options and the accuracy, then run the jitted transform."""
     fn = f"nufft{kind}"
-    modeord, nthreads = _settings(fn, opts)
+    modeord, nthreads, upsampfac = _settings(fn, opts)
+    eps = check_positive(fn, "eps", eps)
+    _check_upsampfac(fn, kind, len(points), eps, upsampfac)
     return _run(
         fn,
         kind,
@@ -200,9 +334,10 @@ def _transform(kind, source, points, targets=(), *, iflag, eps, opts, grid=None)
         tuple(points),
         tuple(targets),
         sign=_sign(iflag),
-        eps=check_positive(fn, "eps", eps),
+        eps=eps,
         modeord=modeord,
         nthreads=nthreads,
+        upsampfac=upsampfac,
         grid=grid,
     )
 

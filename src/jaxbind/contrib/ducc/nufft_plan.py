@@ -31,9 +31,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ... import get_linear_call, load_kwargs, load_state, state
-from ._accuracy import working_precision
+from ._accuracy import default_upsampfac, working_precision
 from ._common import _MODE, _REAL, check_int, check_positive, ducc0
-from .finufft import _settings, _sign
+from .finufft import _check_upsampfac, _settings, _sign
 
 __all__ = ["NufftPlan"]
 
@@ -41,15 +41,16 @@ NAME = "jaxducc0.nufft_plan"
 
 
 @state  # concurrency="lock": a DUCC plan must not run twice at once
-def _ducc_plan(*, nufft_type, coord, target, grid, epsilon, nthreads, modeord):
+def _ducc_plan(*, nufft_type, coord, target, grid, epsilon, nthreads, modeord, sigma):
     """DUCC's plan for the points `coord` (M, d) (and type 3's `target`), in the
     precision of their dtype; None where there is nothing to sum (no points, an empty
-    grid)."""
+    grid). `sigma` is the oversampling factor, pinned (sigma_min = sigma_max)."""
+    pinned = dict(sigma_min=sigma, sigma_max=sigma)
     if nufft_type == 3:
         if coord.shape[0] == 0 or target.shape[0] == 0:
             return None
         return ducc0.nufft.experimental.plan3(
-            coord_in=coord, coord_out=target, epsilon=epsilon, nthreads=nthreads
+            coord_in=coord, coord_out=target, epsilon=epsilon, nthreads=nthreads, **pinned
         )
     if coord.shape[0] == 0 or 0 in grid:
         return None
@@ -60,6 +61,7 @@ def _ducc_plan(*, nufft_type, coord, target, grid, epsilon, nthreads, modeord):
         epsilon=epsilon,
         nthreads=nthreads,
         fft_order=bool(modeord),
+        **pinned,
     )
 
 
@@ -152,7 +154,8 @@ class NufftPlan:
       eps: the requested accuracy, > 0: clamped to the finest DUCC reaches; in single
         precision, finer than single precision reaches plans in double precision (the
         values are converted at each call and the results rounded back).
-      opts: an object with ``modeord`` and ``nthreads``, as for `nufft1`.
+      opts: jax-finufft's options (``modeord``, ``nthreads``, ``upsampfac``), as for
+        `nufft1`.
       dtype: complex64 or complex128; by default the complex type of the points.
 
     Calling the plan on values ``(..., M)`` (types 1 and 3) or ``(..., *n_modes)``
@@ -210,7 +213,7 @@ class NufftPlan:
                 f"{NAME}: coordinates must be float32 or float64 (or give dtype), got {real}"
             )
         self.complex_dtype = np.dtype(np.complex64 if real == np.float32 else np.complex128)
-        modeord, nthreads = _settings("NufftPlan", opts)
+        modeord, nthreads, upsampfac = _settings("NufftPlan", opts)
         self.nufft_type, self.ndim = int(nufft_type), d
         self.sign = _sign(1 if nufft_type == 1 else -1) if iflag is None else _sign(iflag)
         for c in coords:
@@ -219,18 +222,8 @@ class NufftPlan:
                     f"{NAME}: the points must be finite; point "
                     f"{int(np.argmin(np.isfinite(c)))} is {c[~np.isfinite(c)][0]}"
                 )
-        eps, in_double = working_precision(
-            "nufft3" if nufft_type == 3 else "nufft",
-            d,
-            real == np.float32,
-            check_positive("NufftPlan", "eps", eps),
-        )
-        real = np.dtype(np.float64) if in_double else real
-        src = np.ascontiguousarray(np.stack(coords[:d], axis=1), dtype=real)  # (M, d)
-        target, grid = None, None
-        if nufft_type == 3:
-            target = np.ascontiguousarray(np.stack(coords[d:], axis=1), dtype=real)
-        else:
+        grid = None
+        if nufft_type != 3:
             if n_modes is None:
                 raise TypeError(f"{NAME}: types 1 and 2 need n_modes, the grid's shape")
             grid = tuple(
@@ -238,6 +231,20 @@ class NufftPlan:
             )
             if len(grid) != d:
                 raise ValueError(f"{NAME}: n_modes {grid} for {d}-D points")
+        eps = check_positive("NufftPlan", "eps", eps)
+        _check_upsampfac("NufftPlan", self.nufft_type, d, eps, upsampfac)
+        single = real == np.float32
+        if not upsampfac:  # FINUFFT's choice, as in nufft1/nufft2/nufft3
+            modes = math.prod(grid) if grid is not None else 0
+            upsampfac = default_upsampfac(self.nufft_type, d, single, eps, modes)
+        transform = "nufft3" if nufft_type == 3 else "nufft"
+        sigma = (upsampfac, upsampfac)
+        eps, in_double = working_precision(transform, d, single, eps, sigma)
+        real = np.dtype(np.float64) if in_double else real
+        src = np.ascontiguousarray(np.stack(coords[:d], axis=1), dtype=real)  # (M, d)
+        target = None
+        if nufft_type == 3:
+            target = np.ascontiguousarray(np.stack(coords[d:], axis=1), dtype=real)
         # the op's keyword arguments: data, which programs (and exports) carry
         self._kw = dict(
             nufft_type=self.nufft_type,
@@ -248,6 +255,7 @@ class NufftPlan:
             epsilon=eps,
             nthreads=nthreads,
             modeord=modeord,
+            sigma=float(upsampfac),
             dtype=self.complex_dtype.name,
         )
         self.in_core, self.out_core = _cores(self._kw)

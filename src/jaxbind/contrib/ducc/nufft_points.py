@@ -40,11 +40,13 @@ both types, so a type-2 op and its adjoint share it).
 
 from __future__ import annotations
 
+import math
+
 import jax.numpy as jnp
 import numpy as np
 
 from ... import get_nonlinear_call, jax_function, load_kwargs, load_state, state
-from ._accuracy import finest_epsilon, working_precision
+from ._accuracy import default_upsampfac, finest_epsilon, working_precision
 from ._common import (
     _MODE,
     _REAL,
@@ -103,14 +105,14 @@ class _Plan:
 
 
 @state(key=("xs",))  # concurrency="lock": a DUCC plan must not run twice at once
-def _plan(*, xs, grid=None, eps, nthreads, modeord, ducc_options=None):
+def _plan(*, xs, grid=None, eps, nthreads, modeord, upsampfac=None, ducc_options=None):
     """The plan of a type-1 or type-2 call with points `xs` (d, M) on `grid` (one plan
     serves both types: a type-2 op and its VJP's type-1 calls share it); None where
     nothing is planned (type 3, no grid given, no points, an empty grid). Non-finite
     points are planned at 0, as `_transform` computes them, which marks their outputs."""
     if grid is None or xs.shape[-1] == 0 or 0 in grid:
         return None
-    extra = dict(ducc_options or {})
+    extra = _ducc_options(ducc_options, upsampfac)
     sigma = (extra["sigma_min"], extra["sigma_max"]) if "sigma_min" in extra else None
     single = xs.dtype == np.float32
     eps, in_double = working_precision("nufft", xs.shape[0], single, eps, sigma)
@@ -129,6 +131,16 @@ def _plan(*, xs, grid=None, eps, nthreads, modeord, ducc_options=None):
         **extra,
     )
     return _Plan(ducc, tuple(grid), real)
+
+
+def _ducc_options(ducc_options, upsampfac) -> dict:
+    """DUCC's keyword arguments beyond the transform's own: get_nufft's options, or the
+    oversampling factor `upsampfac` pinned (sigma_min = sigma_max: DUCC then picks its
+    kernel from eps and sigma alone, whatever the points)."""
+    extra = dict(ducc_options or {})
+    if upsampfac:
+        extra.update(sigma_min=float(upsampfac), sigma_max=float(upsampfac))
+    return extra
 
 
 def _transform(out, values, xs, qs, kw, plan=None):
@@ -157,7 +169,8 @@ def _transform(out, values, xs, qs, kw, plan=None):
         fixed = np.where(dst_ok, xs if kind == 2 else qs, 0)
         xs, qs = (fixed, qs) if kind == 2 else (xs, fixed)
     single = values.dtype == np.complex64
-    extra = kw.get("ducc_options", {})  # get_nufft's: periodicity, sigma_min/max, verbosity
+    # get_nufft's periodicity, sigma_min/max, verbosity; the drop-in's upsampfac
+    extra = _ducc_options(kw.get("ducc_options"), kw.get("upsampfac"))
     sigma = (extra["sigma_min"], extra["sigma_max"]) if "sigma_min" in extra else None
     eps, in_double = working_precision(
         "nufft3" if kind == 3 else "nufft", xs.shape[0], single, kw["eps"], sigma
@@ -380,6 +393,7 @@ def nufft_points(
     modeord: int = 0,
     nthreads: int = 1,
     grid=None,
+    upsampfac: float | None = None,
 ):
     """A NUFFT of type 1, 2 or 3, differentiable in the values and in the points.
 
@@ -395,6 +409,10 @@ def nufft_points(
       modeord: 0: grids run from the most negative mode; 1: FFT order.
       nthreads: DUCC threads (0: all).
       grid: type 1 only: the output grid's shape (type 2 plans for the values' grid).
+      upsampfac: DUCC's oversampling factor, fixed (one it has kernels for, e.g. 2.0 or
+        1.25); None or 0: FINUFFT's choice from the type, the grid and eps
+        (`._accuracy.default_upsampfac`). Never chosen from the points, so a point's value
+        does not depend on the other points (type 3: only through their extent).
 
     Returns:
       ``[result]``: type 1 ``(T, *grid)``, type 2 ``(T, M)``, type 3 ``(T, K)``.
@@ -427,16 +445,22 @@ def nufft_points(
         grid = tuple(int(n) for n in np.shape(values)[1:])
     else:
         grid = None
+    eps = check_positive(OP, "eps", eps)
+    if not upsampfac:  # FINUFFT's choice, made once here: the derivatives reuse it
+        single = np.dtype(getattr(values, "dtype", np.complex128)) == np.complex64
+        modes = math.prod(grid) if grid is not None else 0
+        upsampfac = default_upsampfac(nufft_type, int(np.shape(xs)[0]), single, eps, modes)
     return _op(
         values,
         xs,
         *qs,
         nufft_type=int(nufft_type),
         sign=int(sign),
-        eps=check_positive(OP, "eps", eps),
+        eps=eps,
         modeord=int(modeord),
         nthreads=check_nthreads(OP, nthreads),
         grid=grid,
+        upsampfac=check_positive(OP, "upsampfac", upsampfac),
     )
 
 
