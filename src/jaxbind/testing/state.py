@@ -164,13 +164,17 @@ def _free() -> None:
 def _thread_inputs(case: Case, k: int, keys: dict) -> tuple:
     """Thread k's inputs: each differentiable argument scaled by the thread's factor (the
     fixed and integer ones as given), so that two calls at once differ in their inputs;
-    thread 1's key inputs among those replaced by `keys` (see _other_keys)."""
+    the key inputs among those replaced by `keys` (see _other_keys)."""
     scale = _THREAD_SCALES[k]
     diff = set(case.differentiable)
     args = [np.asarray(a * scale, a.dtype) if i in diff else a for i, a in enumerate(case.args)]
-    for i, value in keys.items() if k == 1 else ():
+    for i, value in keys.items():
         args[i] = value
     return tuple(args)
+
+
+def _finite(outputs) -> bool:
+    return all(np.all(np.isfinite(o)) for o in outputs)
 
 
 def _other_keys(case: Case) -> tuple[dict, str, str]:
@@ -198,35 +202,43 @@ def _other_keys(case: Case) -> tuple[dict, str, str]:
 
 
 def _threads(case: Case, program, watch: Watch, seen: bool) -> Iterator[CheckResult]:
+    """Two threads at once, in one or two phases (each thread's inputs per phase): both on
+    the example key values, then, for a state with key inputs the factors leave as given,
+    thread 1 on key values of its own (one key value's object shared by two calls, then
+    two key values' states in use at once)."""
     sdef = case.binding.options.state
     target = f"2 threads, {sdef.concurrency!r}"
     keys, how, unvaried = _other_keys(case)
-    inputs = [_thread_inputs(case, k, keys) for k in (0, 1)]
-    alone = [program(*inputs[0])]  # each thread's reference, one at a time
-    try:
-        alone.append(program(*inputs[1]))
-        jax.block_until_ready(alone)
-        finite = [all(np.all(np.isfinite(o)) for o in out) for out in alone]
-        failed = "gave values that are not finite" if finite[0] and not finite[1] else ""
-    except Exception as exc:
-        if not keys:
-            raise
-        failed = f"raised {short(exc)}"
-    if keys and failed:  # thread 1's key value is one the op does not take
-        unvaried = f"thread 1's inputs ({how}) {failed} when run alone: the key cannot be varied"
-        keys, inputs = {}, [_thread_inputs(case, k, {}) for k in (0, 1)]
-        alone[1:] = [program(*inputs[1])]
+    phases = [[_thread_inputs(case, k, {}) for k in (0, 1)]]
+    alone = [[program(*i) for i in phases[0]]]  # each thread's reference, one at a time
+    jax.block_until_ready(alone)
+    if keys:
+        own = [phases[0][0], _thread_inputs(case, 1, keys)]
+        try:
+            out = program(*own[1])
+            jax.block_until_ready(out)
+            bad = not _finite(out) and _finite(alone[0][1])
+            failed = "gave values that are not finite" if bad else ""
+        except Exception as exc:
+            failed = f"raised {short(exc)}"
+        if failed:  # a key value the op does not take
+            unvaried = f"thread 1's inputs ({how}) {failed} when run alone: the key cannot vary"
+        else:
+            phases.append(own)
+            alone.append([alone[0][0], out])
     uses = len(watch.uses)
-    results: list = [None, None]
+    results: list = [[None, None] for _ in phases]
     failures: list = []
     start = threading.Barrier(2)
 
     def run(k):
         try:
-            start.wait()
-            results[k] = [program(*inputs[k]) for _ in range(_THREAD_RUNS)]
-            jax.block_until_ready(results[k])
+            for p, inputs in enumerate(phases):
+                start.wait()
+                results[p][k] = [program(*inputs[k]) for _ in range(_THREAD_RUNS)]
+                jax.block_until_ready(results[p][k])
         except Exception as exc:
+            start.abort()
             failures.append(exc)
 
     threads = [threading.Thread(target=run, args=(k,)) for k in (0, 1)]
@@ -234,6 +246,7 @@ def _threads(case: Case, program, watch: Watch, seen: bool) -> Iterator[CheckRes
         t.start()
     for t in threads:
         t.join()
+    failures = [e for e in failures if not isinstance(e, threading.BrokenBarrierError)]
     if failures:
         yield case.row("state: two threads", target, "-", np.inf, 0.0, f"raised {failures[0]!r}")
         return
@@ -243,10 +256,15 @@ def _threads(case: Case, program, watch: Watch, seen: bool) -> Iterator[CheckRes
         if case.differentiable
         else "both threads on the example inputs (none is differentiable, none is scaled)"
     )
-    if keys:
-        detail += f"; {how}"
+    if len(phases) > 1:
+        detail += f"; then again with the {how}"
     for o, (name, av) in enumerate(zip(case.out_names, case.out_avals)):
-        error = max(rel(run[o], alone[k][o], True) for k in (0, 1) for run in results[k])
+        error = max(
+            rel(run[o], alone[p][k][o], True)
+            for p in range(len(phases))
+            for k in (0, 1)
+            for run in results[p][k]
+        )
         tol = case.tol("exact", av.dtype)
         if unvaried and error <= tol:  # (a disagreement still fails)
             why = f"{detail}: they agree, but {unvaried}, and two key values' states were "
