@@ -593,17 +593,23 @@ NB_MODULE(_ext, m) {
           "Stop calls from using this site (its binding was defined again): programs that "
           "hold it find their site by digest instead.");
 
+  nb::exception<ReentrantUse>(m, "ReentrantUse", PyExc_RuntimeError);
+
   nb::class_<CellHandle>(m, "StateCell",
                          "The concurrency of one state's objects, as kernels and Python bodies "
                          "take them (see cpp/state.h; made by jaxbind._runtime.state.Shared).")
       .def(
           "__init__",
-          [](CellHandle *self, int policy, int size, nb::handle owner, std::string label) {
-            new (self) CellHandle{CellRef(new StateCell(policy, size, owner, std::move(label)))};
+          [](CellHandle *self, int policy, int size, nb::handle owner, std::string label,
+             std::string state) {
+            new (self) CellHandle{
+                CellRef(new StateCell(policy, size, owner, std::move(label), std::move(state)))};
           },
           nb::arg("policy"), nb::arg("size"), nb::arg("owner"), nb::arg("label"),
+          nb::arg("state") = "",
           "policy: 0 lock, 1 pool, 2 shared; size: a pool's objects at most; owner: the "
-          "state, whose provide(slot, make) gives a slot's address (held weakly).")
+          "state, whose provide(slot, make) gives a slot's address (held weakly); label and "
+          "state (the setup's name) for messages.")
       .def(
           "acquire",
           [](CellHandle &h) {
@@ -611,7 +617,8 @@ NB_MODULE(_ext, m) {
             return made_here ? -1 - slot : slot;
           },
           "The slot of an object for one call, taken under the policy (waits without the "
-          "GIL); -1 - slot for a slot whose object the caller makes (or abandons).")
+          "GIL, never for an object this thread holds: RuntimeError then); -1 - slot for a "
+          "slot whose object the caller makes (or abandons).")
       .def(
           "release", [](CellHandle &h, int slot) { h.cell->release(slot); }, nb::arg("slot"))
       .def(

@@ -2,11 +2,17 @@
 // (JAXBIND_CHECK_OUTPUTS=1 in the environment, or jaxbind.check_outputs(True)). Off, a
 // call pays one relaxed atomic load. On, every output of a CPU call that shares no
 // input's memory is filled with a pattern before its body runs, once for the whole call
-// (a batch included), and an element that still holds the pattern afterwards fails the
-// call with a message that names the output. The patterns: for floats (and complex
-// numbers, both parts) a NaN whose payload arithmetic does not make; for integers and
-// bools the bytes 0xA5 (a body that writes exactly that value is reported too). Float8
-// and 4-bit types are not checked. Nothing here touches Python.
+// (a batch included), and an element of which any part still holds the pattern afterwards
+// fails the call with a message that names the output. A complex number is two parts, its
+// real and imaginary halves, and either one left unwritten is reported; every other type
+// checked is one part (bf16 and f16 included). The patterns: for floats (and each half of
+// a complex number) a quiet NaN whose payload arithmetic does not make (x86 and Arm make
+// the default NaN, and an operation on NaNs keeps an operand's payload), so a body that
+// computes NaN, in one half or both, passes; only copying the pattern's bits from
+// somewhere (an input that holds them) writes it. For integers the bytes 0xA5: a body that
+// writes exactly that value (-91 in int8) is reported too. For bools 0xA5, which is no
+// bool (a bool is 0 or 1), so a correct body never writes it. Float8 and 4-bit types are
+// not checked. Nothing here touches Python.
 #pragma once
 
 #include <algorithm>
@@ -41,7 +47,7 @@ class Unwritten {
   }
 
   // After the body: a LabelledError, prefixed with `label`, for the first output with
-  // an element that still holds its pattern.
+  // an element of which a part still holds its pattern.
   static void check(const Call &call, const std::string &label) {
     for (size_t k = 0; k < call.outs.size(); ++k) {
       const Buffer &out = call.outs[k];
@@ -130,8 +136,8 @@ class Unwritten {
     }
   }
 
-  // The elements that hold the pattern, and the first of them (a second pass, only when
-  // there is one: the first is a loop the compiler vectorizes).
+  // The elements of which a part holds the pattern, and the first of them (a second
+  // pass, only when there is one: the first is a loop the compiler vectorizes).
   template <typename U, int units>
   JAXBIND_VECTORIZED static int64_t count_as(const Buffer &b, const Kind &kind, int64_t &first) {
     const U *p = static_cast<const U *>(b.data);
@@ -140,8 +146,8 @@ class Unwritten {
     auto same = [&](int64_t e) {
       if constexpr (units == 1)
         return p[e] == unit;
-      else
-        return (p[2 * e] == unit) & (p[2 * e + 1] == unit);
+      else  // either half (real, imaginary) left unwritten
+        return (p[2 * e] == unit) | (p[2 * e + 1] == unit);
     };
     int64_t left = 0;
     for (int64_t e = 0; e < n; ++e) left += same(e);

@@ -11,6 +11,15 @@
 // Python bodies of the op take their objects through the same cell, so a kernel and a
 // Python callable of one op never use one object at once under "lock" or "pool".
 //
+// A call never waits for an object while its own thread holds one of the same cell (a
+// body that calls its own op, eagerly or through a jitted program, runs the nested call
+// on its thread): the object it would wait for may be its own caller's, which is given
+// back only when the nested call returns. Under "lock" such a call fails at once, with
+// an error naming the op and the fix (ReentrantUse); under "pool" it takes an idle or
+// new object if the pool has one, and fails otherwise. Kernels and Python bodies take
+// objects through the same cell, so the rule holds for both; and with no such wait,
+// nothing is left waiting for the interpreter's exit hook to wait on.
+//
 // A kernel site holds its cell counted (CellRef), and Python closes the cell before the
 // objects' teardown: `close` waits for the calls using an object, and a call that comes
 // later fails instead of reaching a torn-down object. A state with key= has a cell per
@@ -84,17 +93,26 @@ struct StateFreed : LabelledError {
   using LabelledError::LabelledError;
 };
 
+// A call that would wait for an object its own thread holds (see the top of this file);
+// Python bodies get it as jaxbind._ext.ReentrantUse (a RuntimeError), whose message is
+// the whole report.
+struct ReentrantUse : LabelledError {
+  using LabelledError::LabelledError;
+};
+
 class StateCell {
  public:
   enum Policy : int { kLock = 0, kPool = 1, kShared = 2 };
   std::atomic<int> refs{0};  // see CellRef
 
   // `owner`: the Python state (held weakly), whose provide(slot, make) makes the object
-  // of a slot (make) and gives its address. Needs the GIL.
-  StateCell(int policy, int size, nb::handle owner, std::string label)
+  // of a slot (make) and gives its address. Needs the GIL. `label` names the op and
+  // role, `state` the state's setup, for messages.
+  StateCell(int policy, int size, nb::handle owner, std::string label, std::string state = "")
       : policy_(policy),
         slots_(static_cast<size_t>(size < 1 ? 1 : size)),
-        label_(std::move(label)) {
+        label_(std::move(label)),
+        state_(std::move(state)) {
     if (policy < kLock || policy > kShared) throw std::invalid_argument("unknown policy");
     owner_ = std::make_unique<HeldObject>(nb::weakref(owner));
     if (policy_ != kPool) slots_[0].status = kIdle;  // made with the state (see Shared)
@@ -118,12 +136,12 @@ class StateCell {
       return 0;
     }
     if (policy_ == kLock) {
-      mu_.lock();
-      if (closed_.load(std::memory_order_relaxed)) {
-        mu_.unlock();
-        throw freed();
+      if (!mu_.try_lock()) {
+        if (holder_.load(std::memory_order_relaxed) == std::this_thread::get_id())
+          throw reentrant();
+        mu_.lock();
       }
-      return 0;
+      return locked();
     }
     bool make = false;
     int slot = take(make);
@@ -142,6 +160,7 @@ class StateCell {
     if (policy_ == kShared) {
       users_.fetch_sub(1, std::memory_order_seq_cst);
     } else if (policy_ == kLock) {
+      holder_.store(std::thread::id(), std::memory_order_relaxed);
       mu_.unlock();
     } else {
       {
@@ -172,24 +191,28 @@ class StateCell {
       }
       return {0, false};
     }
-    if (policy_ == kLock) {
-      if (!mu_.try_lock()) {
+    try {
+      if (policy_ == kLock) {
+        if (!mu_.try_lock()) {
+          if (holder_.load(std::memory_order_relaxed) == std::this_thread::get_id())
+            throw reentrant();
+          nb::gil_scoped_release release;
+          mu_.lock();
+        }
+        return {locked(), false};
+      }
+      bool make = false;
+      int slot;
+      {
         nb::gil_scoped_release release;
-        mu_.lock();
+        slot = take(make);
       }
-      if (closed_.load(std::memory_order_relaxed)) {
-        mu_.unlock();
-        throw std::runtime_error(std::string("jaxbind: ") + freed().what());
-      }
-      return {0, false};
+      return {slot, make};
+    } catch (ReentrantUse &e) {  // (its own Python type: see jaxbind_ext.cc)
+      throw ReentrantUse(std::string("jaxbind: ") + e.what());
+    } catch (LabelledError &e) {
+      throw std::runtime_error(std::string("jaxbind: ") + e.what());
     }
-    bool make = false;
-    int slot;
-    {
-      nb::gil_scoped_release release;
-      slot = take(make);
-    }
-    return {slot, make};
   }
 
   // A slot whose object could not be made: empty again.
@@ -234,7 +257,8 @@ class StateCell {
  private:
   enum Status : int { kEmpty, kMaking, kIdle, kBusy };
   struct Slot {
-    int status = kEmpty;  // under mu_ ("pool")
+    int status = kEmpty;     // under mu_ ("pool")
+    std::thread::id holder;  // the thread that took it (busy or making), under mu_
     void *address = nullptr;
     std::atomic<bool> known{false};
   };
@@ -245,24 +269,60 @@ class StateCell {
                       "freed); call the program again");
   }
 
-  // A pool's slot: an idle one, else an empty one to make (`make`), else wait.
+  // The lock taken (by this thread): slot 0, or freed() if the cell was closed meanwhile.
+  int locked() {
+    if (closed_.load(std::memory_order_relaxed)) {
+      mu_.unlock();
+      throw freed();
+    }
+    holder_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    return 0;
+  }
+
+  ReentrantUse reentrant() const {
+    std::string state = state_.empty() ? "its state" : "its state '" + state_ + "'";
+    if (policy_ == kLock)
+      return ReentrantUse(
+          label_ + ": called again on a thread whose call of the op holds " + state +
+          " (concurrency=\"lock\": one call at a time), so it would wait for itself forever. "
+          "Use concurrency=\"pool\" (a nested call gets an object of its own) or "
+          "\"shared\" (one thread-safe object), or do not call the op inside its own body");
+    return ReentrantUse(label_ +
+                        ": called again on a thread whose call of the op holds an "
+                        "object of " +
+                        state + ", and all " + std::to_string(slots_.size()) +
+                        " objects of its pool are in use, so it would wait for one that may "
+                        "never be given back. Raise pool_size to the depth of the nested "
+                        "calls (plus the threads that call the op at once), or use "
+                        "concurrency=\"shared\"");
+  }
+
+  // A pool's slot: an idle one, else an empty one to make (`make`), else wait; but a
+  // thread that holds one of the slots already never waits (ReentrantUse).
   int take(bool &make) {
+    const std::thread::id me = std::this_thread::get_id();
     std::unique_lock lock(mu_);
     for (;;) {
       if (closed_.load(std::memory_order_relaxed)) throw freed();
       int empty = -1;
+      bool mine = false;
       for (size_t k = 0; k < slots_.size(); ++k) {
-        if (slots_[k].status == kIdle) {
-          slots_[k].status = kBusy;
+        Slot &s = slots_[k];
+        if (s.status == kIdle) {
+          s.status = kBusy;
+          s.holder = me;
           return static_cast<int>(k);
         }
-        if (slots_[k].status == kEmpty && empty < 0) empty = static_cast<int>(k);
+        if (s.status == kEmpty && empty < 0) empty = static_cast<int>(k);
+        if ((s.status == kBusy || s.status == kMaking) && s.holder == me) mine = true;
       }
       if (empty >= 0) {
         slots_[empty].status = kMaking;
+        slots_[empty].holder = me;
         make = true;
         return empty;
       }
+      if (mine) throw reentrant();
       changed_.wait(lock);
     }
   }
@@ -290,8 +350,10 @@ class StateCell {
   const int policy_;
   std::vector<Slot> slots_;
   std::string label_;
+  std::string state_;                  // the state's setup's name
   std::unique_ptr<HeldObject> owner_;  // a weak reference
   std::mutex mu_;
+  std::atomic<std::thread::id> holder_{};  // "lock": the thread holding mu_ (none: id())
   std::condition_variable changed_;
   std::atomic<bool> closed_{false};
   std::atomic<int64_t> users_{0};

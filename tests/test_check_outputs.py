@@ -169,3 +169,77 @@ def test_an_output_that_shares_an_input_is_not_checked(checking):
     )
     x = jnp.arange(4.0, dtype=jnp.float32)
     np.testing.assert_array_equal(jax.jit(lambda x: op(x)[0], donate_argnums=0)(x + 1), x + 1)
+
+
+def _half_13(part):
+    def body(out, args, kwargs_dump):
+        getattr(out[0], part)[...] = getattr(args[0], part)
+
+    return body
+
+
+def _half_kernel(part):
+    if part == "real":
+
+        def body(out, x):
+            out.real[:] = x.real
+
+    else:
+
+        def body(out, x):
+            out.imag[:] = x.imag
+
+    return jaxbind.kernel(body)
+
+
+def _half_native(part, name):
+    @jaxbind.linear_op(shape=lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), name=name)
+    def half(x, *, out):
+        getattr(out, part)[...] = getattr(x, part)
+
+    return lambda x: half(x)
+
+
+def _half_written(what, part, name):
+    if what == "a native out= body":
+        return _half_native(part, name)
+    body = _half_13(part) if what == "a 1.3 callable" else _half_kernel(part)
+    op = jaxbind.get_linear_call(body, None, same_as_last, name=name)
+    return lambda x: op(x)[0]
+
+
+@pytest.mark.parametrize("what", ["a 1.3 callable", "a numba kernel", "a native out= body"])
+@pytest.mark.parametrize("part", ["real", "imag"])
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_a_complex_output_with_one_part_left_unwritten_fails_the_call_naming_the_op(
+    what, part, dtype, checking, enable_x64
+):
+    name = f"tests.half_{part}_{what.split()[-2]}_{np.dtype(dtype).name}"
+    f = _half_written(what, part, name)
+    x = (np.arange(1, 9) + 1j * np.arange(2, 10)).astype(dtype)
+    message = (
+        rf"jaxbind: '{name}' \(the function\): the body left 8 of 8 elements of output 0 "
+        rf"\({np.dtype(dtype).name}\[8\]\) unwritten, the first at flat index 0"
+    )
+    for route in (f, jax.jit(f)):
+        with pytest.raises(Exception, match=message):
+            jax.block_until_ready(route(x))
+
+
+def _computed_nan_in_one_part(out, args, kwargs_dump):
+    with np.errstate(invalid="ignore"):
+        nan = args[0].real * 0.0 / 0.0  # NaN from arithmetic: never the pattern's payload
+    out[0].real[...] = args[0].real
+    out[0].imag[...] = nan
+    out[0][::2] = nan[::2] + 1j * args[0].imag[::2]  # and NaN in the real part of every other
+
+
+def test_a_complex_output_with_nan_computed_in_one_part_passes(checking, enable_x64):
+    op = jaxbind.get_linear_call(
+        _computed_nan_in_one_part, None, same_as_last, name="tests.unwritten_half_nan"
+    )
+    for dtype in (np.complex64, np.complex128):
+        x = (np.arange(1, 7) + 1j).astype(dtype)
+        y = np.asarray(jax.jit(lambda x: op(x)[0])(x))
+        np.testing.assert_array_equal(y.real[1::2], x.real[1::2])
+        assert np.isnan(y.imag[1::2]).all() and np.isnan(y.real[::2]).all()

@@ -71,3 +71,19 @@ def test_help_groups_the_package_by_what_things_are():
 @pytest.mark.parametrize("name", sorted(set(jaxbind.__all__) - {"__version__"}))
 def test_help_names_every_public_name(name):
     assert re.search(rf"\b{name}\b", jaxbind.__doc__), name
+
+
+@pytest.mark.parametrize(
+    "api",
+    ["linear_op", "multilinear_op", "nonlinear_op", "get_linear_call", "get_nonlinear_call"],
+)
+def test_every_option_is_documented_in_each_ops_help(api):
+    """A new option cannot be left out of help(): each way to make an op lists them all."""
+    from jaxbind._options import OPTION_NAMES
+
+    doc = getattr(jaxbind, api).__doc__
+    names = (*OPTION_NAMES, "fixed", "vectorized", "name", "replace")
+    if api.startswith("get_"):
+        names += ("first_n_args_fixed", "func_can_batch")
+    missing = [name for name in names if f"``{name}``" not in doc]
+    assert not missing, f"help(jaxbind.{api}) does not mention {missing}"

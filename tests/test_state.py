@@ -229,6 +229,51 @@ def test_a_failing_setup_fails_compilation_naming_the_op_and_role():
         jax.jit(lambda x: op2(x, scale=1.0))(jnp.ones(2)).block_until_ready()
 
 
+def _raises_zero_division(*, scale, **keys):
+    return scale / 0  # (the line a setup's error must show)
+
+
+def _fails_to_free(obj):
+    raise ValueError("cannot free")  # (the line a teardown's warning must show)
+
+
+def _user_line(fn) -> str:
+    """How a traceback shows the line of `fn`'s body."""
+    return f'File "{__file__}", line {fn.__code__.co_firstlineno + 1}, in {fn.__name__}'
+
+
+@pytest.mark.parametrize("when", ["instantiate", "call (key=)"])
+def test_a_failing_setup_reports_the_op_the_state_and_the_users_file_and_line(when):
+    keyed = when != "instantiate"
+    plan = jaxbind.state(key=("p",) if keyed else ())(_raises_zero_division)
+
+    @jaxbind.linear_op(
+        shape=lambda p, x, **kw: x, fixed=1, state=plan, name="state.setup_line", replace=True
+    )
+    def op(p, x, *, state, scale):
+        return x
+
+    with pytest.raises(Exception) as caught:
+        jax.jit(lambda p, x: op(p, x, scale=1.0))(jnp.ones(2), jnp.ones(2)).block_until_ready()
+    text = str(caught.value)
+    assert "'state.setup_line'" in text and "'_raises_zero_division' failed" in text, text
+    assert "ZeroDivisionError" in text and _user_line(_raises_zero_division) in text, text
+
+
+def test_a_failing_teardown_warns_with_the_users_file_and_line():
+    plan = jaxbind.state(teardown=_fails_to_free)(lambda *, scale: scale)
+
+    @jaxbind.linear_op(shape=lambda x, **kw: x, state=plan, name="state.teardown_line")
+    def op(x, *, state, scale):
+        return x
+
+    jax.jit(lambda x: op(x, scale=1.0))(jnp.ones(2)).block_until_ready()
+    with pytest.warns(RuntimeWarning, match="teardown of its state") as warned:
+        _freed()
+    text = "\n".join(str(w.message) for w in warned)
+    assert "'state.teardown_line'" in text and _user_line(_fails_to_free) in text, text
+
+
 MODULE = """
 import os
 import jax, jax.numpy as jnp, jaxbind

@@ -10,7 +10,8 @@ A callable receives exactly what was passed: the same types (a NumPy float64 sta
 one, an IntEnum is not an int), dtypes, shapes, bits and masks. Data (see `_Encoder`)
 is encoded as data, which exported programs carry; any other value is held in this
 process, named by its identity and a digest of its pickle: plain jit runs it,
-jax.export refuses it. A value that is neither data nor picklable is refused.
+jax.export refuses it. A value that is neither data nor picklable is refused. A list or
+dict that holds itself (a cycle) is held in this process too, its cycle kept in every copy.
 """
 
 from __future__ import annotations
@@ -56,11 +57,12 @@ class KwargsDump:
     same jit cache entry.
     """
 
-    __slots__ = ("blob", "_values", "__weakref__")
+    __slots__ = ("blob", "_values", "_cycles", "__weakref__")
 
-    def __init__(self, blob: bytes, values: Mapping[str, Any]):
+    def __init__(self, blob: bytes, values: Mapping[str, Any], cycles: bool = False):
         self.blob = blob
         self._values = values
+        self._cycles = cycles  # a value holds itself: copied by _copied
 
     def __eq__(self, other):
         return isinstance(other, KwargsDump) and other.blob == self.blob
@@ -79,6 +81,9 @@ class KwargsDump:
         binding. NumPy arrays are shared, read-only; other objects are the objects
         that were passed (never a lookalike: see encode_kwargs).
         """
+        if self._cycles:
+            memo: dict = {}
+            return {k: _copied(v, lambda leaf: leaf, memo) for k, v in self._values.items()}
         return {name: _fresh(value) for name, value in self._values.items()}
 
     def names(self) -> tuple[str, ...]:
@@ -130,6 +135,29 @@ def _fresh(value):
 
 _COPIED = (dict, list, set)
 _SHARED = frozenset((type(None), bool, int, float, complex, str, bytes, np.ndarray))
+
+
+def _copied(value, leaf: Callable, memo: dict):
+    """`value` with its dicts, lists, sets and tuples copied and `leaf` of anything else,
+    each cycle kept (`memo`: id -> copy): for keyword arguments that hold themselves, in
+    which _fresh and _frozen_copy would go round forever."""
+    if id(value) in memo:
+        return memo[id(value)]
+    kind = type(value)
+    if kind is list:
+        items: list = []
+        memo[id(value)] = items
+        items.extend(_copied(v, leaf, memo) for v in value)
+        return items
+    if kind is dict:  # (its keys: hashable, no subnormal float among them: see hashable)
+        pairs: dict = {}
+        memo[id(value)] = pairs
+        pairs.update((k, _copied(v, leaf, memo)) for k, v in value.items())
+        return pairs
+    if kind is tuple or _is_namedtuple(value):  # (a cycle through it goes through a list)
+        copies = [_copied(v, leaf, memo) for v in value]
+        return memo.setdefault(id(value), tuple.__new__(kind, copies))
+    return set(value) if kind is set else leaf(value)
 
 
 def _short(value) -> str:
@@ -248,6 +276,8 @@ class _Encoder:
          handle whose state lives outside its pickle, are still two objects), and the
          pickle tells a changed object from the one traced
       n  a namedtuple: [id of its class, [fields]]
+      r  a list, tuple or dict met again inside itself (a cycle): the path where it was
+         first met
 
     `large`: a list, to name large arrays by digests (and collect them), or None for
     the data in full. `local`: a list, to encode values that are not data as o (and
@@ -258,6 +288,8 @@ class _Encoder:
         self.large = large
         self.local = local
         self.where = where
+        self.open: dict[int, str] = {}  # the containers being encoded: id -> path
+        self.cycles = False
 
     def encode(self, value, path: str):
         encode = _ENCODE.get(type(value))
@@ -295,7 +327,24 @@ class _Encoder:
         return {"o": [id(value), hashlib.blake2b(pickled, digest_size=16).hexdigest()]}
 
     def items(self, values, path: str) -> list:
-        return [self.encode(v, f"{path}[{i}]") for i, v in enumerate(values)]
+        if id(values) in self.open:
+            return self.cycle(values, path)
+        self.open[id(values)] = path
+        try:
+            return [self.encode(v, f"{path}[{i}]") for i, v in enumerate(values)]
+        finally:
+            del self.open[id(values)]
+
+    def cycle(self, value, path: str):
+        first = self.open[id(value)]
+        if self.local is None:
+            raise NotData(
+                f"{path} is {first} itself: {first} holds itself, a cycle, which plain data "
+                "cannot hold (pass it without the reference to itself)"
+            )
+        self.local.append(value)  # (held in this process, with the whole keyword argument)
+        self.cycles = True
+        return {"r": first}
 
     def unordered(self, values, path: str) -> list:
         items = []
@@ -305,11 +354,17 @@ class _Encoder:
         return sorted(items, key=_json)
 
     def dict(self, value: dict, path: str) -> list:
+        if id(value) in self.open:
+            return self.cycle(value, path)
+        self.open[id(value)] = path
         pairs = []
-        for k, v in value.items():
-            where = f"{path}[{k!r}]"
-            self.hashable(k, f"{where} (its key)")
-            pairs.append([self.encode(k, f"{where} (its key)"), self.encode(v, where)])
+        try:
+            for k, v in value.items():
+                where = f"{path}[{k!r}]"
+                self.hashable(k, f"{where} (its key)")
+                pairs.append([self.encode(k, f"{where} (its key)"), self.encode(v, where)])
+        finally:
+            del self.open[id(value)]
         return pairs
 
     def hashable(self, value, path: str) -> None:
@@ -618,8 +673,12 @@ def encode_kwargs(kwargs: Mapping[str, Any], where: str = "jaxbind op") -> Kwarg
     blob = _LOCAL_TAG + hashlib.blake2b(encoded.encode(), digest_size=16).digest()
     dump = _local.get(blob)
     if dump is None:
-        dump = KwargsDump(blob, {name: _frozen_copy(value) for name, value in items})
-        _local[blob] = dump
+        if encoder.cycles:
+            memo: dict = {}
+            values = {name: _copied(value, _frozen_copy, memo) for name, value in items}
+        else:
+            values = {name: _frozen_copy(value) for name, value in items}
+        dump = _local[blob] = KwargsDump(blob, values, encoder.cycles)
     return dump
 
 

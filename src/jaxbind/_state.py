@@ -118,14 +118,18 @@ def state(
       concurrency: how calls running at once (several devices, jaxbind's parallel batch
         loop) use it: ``"lock"`` (default) one call at a time; ``"pool"`` up to
         ``pool_size`` objects (set up as needed), each used by one call at a time;
-        ``"shared"`` all at once (the object is thread-safe).
+        ``"shared"`` all at once (the object is thread-safe). A call never waits for an
+        object its own thread holds (a body that calls its own op): under ``"lock"``,
+        or with every object of a pool in use, such a nested call fails, naming the op.
       pool_size: the most objects of a ``"pool"`` state (default 4).
       key: names of the op's inputs the object depends on (traced, e.g. NUFFT
         points), as the op's function names them (in ``get_*_call``: its abstract
         function): the setup gets them as NumPy arrays under these names, runs at the
         first call, and again only when their values change (the last few are kept).
       teardown: ``teardown(obj)``, called when an object is freed (never after the
-        interpreter has begun to exit).
+        interpreter has begun to exit). A setup's error fails the compilation (or the
+        call) with a message that names the op and the state and ends with the setup's
+        traceback; a teardown's error becomes a RuntimeWarning the same way.
     """
 
     def make(fn: Callable) -> StateDef:

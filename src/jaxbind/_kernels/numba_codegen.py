@@ -12,7 +12,8 @@ task into outputs of its own, each zeroed by its task, and the wrapper adds them
 task order, so a call gives the same bits whatever threads it gets.
 
 The functions' source is built as a value (`sources`, with source.Source), every body
-inside the error guard; what jaxbind adds to numba is in numba_support.py.
+inside the error guard; what jaxbind adds to numba is in numba_support.py. A kernel that
+runs Python (a ``numba.objmode`` block) is refused once compiled (_check_no_objmode).
 """
 
 from __future__ import annotations
@@ -133,6 +134,7 @@ def compile_numba(k, ins, outs, values: dict, where: str, stateful: bool = False
             compiled._jaxbind_task = task  # (the wrapper calls it by its address)
     except Exception as exc:
         raise _compile_error(k, exc, ins, outs, where) from None
+    _check_no_objmode(k, (compiled, getattr(compiled, "_jaxbind_task", None)), where)
     _check_returns_nothing(k, env["user"], len(outs), where)
     if k.ranges is not None:
         _check_count(k, env["ranges"], where)
@@ -390,6 +392,29 @@ def _compile_error(k, exc: Exception, ins, outs, where: str):
         "takes its role's outputs first, then its inputs (if they are out of order, see the "
         f"table of roles in the docs, 'A kernel for every role').\n\nnumba said: {text}"
     )
+
+
+# What numba's lowering of a ``with numba.objmode():`` block names the global that caches
+# the block's dispatcher (numba 0.49 - 0.68), in the compiled code of the kernel or of any
+# function it calls (their code is linked into the kernel's)
+_OBJMODE_MARK = "cached_objmode_dispatcher"
+
+
+def _check_no_objmode(k, cfuncs, where: str) -> None:
+    """A kernel runs without the GIL, on XLA's threads, past jaxbind's guards for Python
+    (interpreter exit, Ctrl-C, the callable's traceback). A ``numba.objmode`` block takes
+    the GIL there and runs Python, and an exception in it is left set in Python's error
+    state, where a later, unrelated call finds it (a SystemError): refused here, when the
+    kernel is compiled, as numba's object mode is (see _from_dispatcher)."""
+    if any(f is not None and _OBJMODE_MARK in f.inspect_llvm() for f in cfuncs):
+        raise TypeError(
+            f"{where}: kernel {k.name} uses numba.objmode (a `with numba.objmode():` block, "
+            "in its function or in one it calls, or in its ranges), which runs Python inside "
+            "compiled code; a kernel runs without the GIL on XLA's threads, where it cannot "
+            "run Python safely or report a Python exception. Keep the kernel in nopython "
+            "code, or make the body a Python function (pass it without jaxbind.kernel), "
+            "which jaxbind calls with the GIL and whose exceptions it reports"
+        )
 
 
 def _check_returns_nothing(k, user, n_outputs: int, where: str) -> None:

@@ -44,7 +44,7 @@ import jax.numpy as jnp
 from .._api import Op, check_state_key, make_op
 from .._errors import about, add_context, refused_arguments
 from .._kwargs import KwargsDump
-from .._options import OpOptions, Options, declare, state_key_positions
+from .._options import OPTION_DOCS, OpOptions, Options, declare, state_key_positions
 from .._roles import Args, Body, JaxFunction, Kind, is_jax_function, jax_function, role_table
 from .bodies import JaxDerivative, Shapes, body, check_declared
 from .trees import _tree_numbered, call_trees, structures  # noqa: F401 (pickles name it here)
@@ -290,14 +290,13 @@ def linear_op(*, shape: ShapeFn, **options: Unpack[OpOptions]) -> Decorator:
     Args:
       shape: ``shape(*args, **kwargs)`` with ``jax.ShapeDtypeStruct``-like arguments,
         returning the output's ``jax.ShapeDtypeStruct`` (or a pytree of them).
-      **options: the options of both APIs (see
+      **options: the options of both APIs (listed under "Options" below, as for
         [`jaxbind.get_linear_call`][jaxbind.get_linear_call]), with two under their own
         names here: ``fixed``, the leading arguments that are parameters (single
         arrays), not linear inputs; ``vectorized``, the callables
         handle batches themselves: batched arrays arrive with their batch axes in
-        front, and results go back the same way. ``name``, ``replace``,
-        ``platform_mode``, ``input_output_aliases`` (indices of array leaves),
-        ``has_side_effect`` and ``ordered`` are as in the other API.
+        front, and results go back the same way. ``input_output_aliases`` counts array
+        leaves; with ``state``, every body gets the object as its ``state`` argument.
 
     The decorated function gets NumPy arrays (pytrees as given) and the keyword
     arguments, and returns its result, or writes into ``out=`` if it takes that
@@ -323,3 +322,8 @@ def nonlinear_op(*, shape: ShapeFn, **options: Unpack[OpOptions]) -> Decorator:
     (single arrays, after the fixed ones) in which the function is jointly linear, so that it
     transposes in them, through its VJP."""
     return _decorator("nonlinear", shape, options)
+
+
+for _fn in (linear_op, multilinear_op, nonlinear_op):
+    if _fn.__doc__ is not None:  # None under python -OO, which strips docstrings
+        _fn.__doc__ += OPTION_DOCS

@@ -55,10 +55,12 @@ def check_outputs(on: bool = True) -> bool:
 
     A debugging aid, off by default: before each call, jaxbind fills the outputs with
     NaN (floats, complex numbers) or the bytes 0xA5 (integers, bools), and an element
-    that still holds that value after the call fails the call with an error that names
-    the op and the output. Outputs that share an input's memory
-    (``input_output_aliases``) are not checked, nor GPU calls. Off, it costs nothing
-    measurable; on, about a pass over the outputs before and after each call.
+    that still holds that value after the call, in any part (the real or the imaginary
+    half of a complex number), fails the call with an error that names the op and the
+    output. The NaN has a payload that arithmetic does not make: a computed NaN passes.
+    Outputs that share an input's memory (``input_output_aliases``) are not checked,
+    nor GPU calls. Off, it costs nothing measurable; on, about a pass over the outputs
+    before and after each call.
     """
     if not isinstance(on, bool):
         raise TypeError(f"jaxbind.check_outputs takes True or False, not {on!r}")

@@ -14,7 +14,7 @@ import numpy as np
 from .. import _ext
 from .._errors import callback_hint
 
-__all__ = ["escaped_views", "format_callback_error"]
+__all__ = ["escaped_views", "format_callback_error", "user_traceback"]
 
 
 def escaped_views(label, moved, outs, ins) -> None:
@@ -153,6 +153,8 @@ def _aliased(label, start, nbytes) -> str | None:
 
 def format_callback_error(label, etype, value, tb) -> str:
     """Text of the error XLA raises when a callable fails."""
+    if isinstance(value, _ext.ReentrantUse) or getattr(value, "reported", False):
+        return str(value)  # a message that says it all (see _runtime.state)
     name = getattr(etype, "__name__", str(etype))
     lines = traceback.format_exception(etype, value, tb)
     text = f"{value}"
@@ -164,6 +166,16 @@ def format_callback_error(label, etype, value, tb) -> str:
         f"jaxbind: {label} raised {name}: {text}\n"
         "Traceback of the callable (most recent call last):\n" + "".join(lines[1:])
     )
+
+
+def user_traceback(exc: BaseException, what: str) -> str:
+    """The traceback of an error that user code (`what`: "the setup") raised, caught by
+    jaxbind in the frame where the traceback starts (left out), as a message's last lines:
+    the user's file and line survive where only the message travels (XLA's errors)."""
+    tb = exc.__traceback__
+    tb = tb.tb_next if tb is not None and tb.tb_next is not None else tb
+    lines = traceback.format_exception(type(exc), exc, tb)
+    return f"Traceback of {what} (most recent call last):\n" + "".join(lines[1:]).rstrip("\n")
 
 
 _REENTERED_JIT = (

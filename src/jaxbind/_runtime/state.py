@@ -30,6 +30,7 @@ from .._kernels import state_address
 from .._kwargs import encode_kwargs
 from .._state import StateDef, _watches, teardown_message
 from .._state import thread_stack as _stack
+from .report import user_traceback
 
 __all__ = ["Lease", "StatefulBody", "lease_for", "live_states"]
 
@@ -40,7 +41,10 @@ _registry: dict[tuple, Shared] = {}
 
 
 class SetupError(RuntimeError):
-    """A state's setup failed (the message names the op, the role and the setup)."""
+    """A state's setup failed (the message names the op, the role and the setup, and ends
+    with the setup's traceback; the setup's error is its cause)."""
+
+    reported = True  # (report.format_callback_error passes the message on as it is)
 
 
 _POLICY = {"lock": 0, "pool": 1, "shared": 2}  # StateCell's (cpp/state.h)
@@ -60,7 +64,8 @@ class Shared:
         self.count = 0
         self.slots: list = [UNMADE] * sdef.pool_size
         self.first_lock = threading.Lock()
-        self.cell = _ext.StateCell(_POLICY[sdef.concurrency], sdef.pool_size, self, label)
+        policy = _POLICY[sdef.concurrency]
+        self.cell = _ext.StateCell(policy, sdef.pool_size, self, label, sdef.name)
 
     @property
     def objects(self) -> list:
@@ -73,7 +78,7 @@ class Shared:
         except Exception as exc:
             raise SetupError(
                 f"jaxbind: {self.label}: the setup of its state {self.sdef.name!r} failed: "
-                f"{type(exc).__name__}: {exc}"
+                f"{type(exc).__name__}: {exc}\n{user_traceback(exc, 'the setup')}"
             ) from exc
         for w in _watches:
             w.noted(self, "setup", obj)
@@ -125,7 +130,10 @@ class Shared:
             try:
                 teardown(obj)
             except Exception as exc:
-                message = teardown_message(self.label, self.sdef, exc)
+                message = (
+                    f"{teardown_message(self.label, self.sdef, exc)}\n"
+                    f"{user_traceback(exc, 'the teardown')}"
+                )
                 for w in _watches:
                     w.teardown_failed(message, self)
                 warnings.warn(message, RuntimeWarning, stacklevel=1)
