@@ -284,3 +284,131 @@ def test_one_user_per_object_counts_each_key_values_state_apart():
     report = jaxbind.testing.check(op, np.arange(1.0, 5.0), verbose=False)
     (user,) = _rows(report, "state: two threads, one user per object")
     assert user.ok, user
+
+
+# --- a program kept from before the check; fixed key inputs; kernels ------------------
+
+
+def test_setup_row_is_not_checked_while_a_program_from_before_the_check_holds_the_state():
+    # The kept program's state is the one the check's program leases: no setup to count.
+    op, _ = scaled("check_state.kept_setup")
+    x = np.arange(4.0)
+    kept = jax.jit(lambda x: op(x, scale=3.0)).lower(x).compile()  # outside JAX's caches
+    kept(x)
+    report = jaxbind.testing.check(op, x, scale=3.0, verbose=False)
+    (once,) = _rows(report, "state: set up once per site")
+    assert once.status == "not checked", once
+    assert "set up before the check, by 'check_state.kept_setup' (the function)" in once.detail
+    del kept
+
+
+class Workspace:
+    """A scratch object that stages the table a call is given: not thread-safe."""
+
+    def __call__(self, table, x):
+        self.table = np.array(table)
+        time.sleep(0.003)  # the GIL is free: another thread's call can stage its table now
+        return x * self.table[0]
+
+
+def keyed_on_fixed(name, setup, concurrency):
+    @jaxbind.state(key=("table",), concurrency=concurrency)
+    def plan(*, table):
+        return setup(table)
+
+    @jaxbind.linear_op(shape=lambda t, x: x, fixed=1, state=plan, name=name, replace=True)
+    def op(table, x, *, state):
+        return state(table, x)
+
+    @op.def_transpose
+    def _(table, ct, *, state):
+        return state(table, ct)
+
+    return op
+
+
+def test_threads_row_gives_each_thread_its_own_value_of_a_fixed_key():
+    # One workspace per table size, whatever the key value: two key values' states lend
+    # it at once. With one key value for both threads, every call stages the same table.
+    spaces: dict = {}
+    op = keyed_on_fixed(
+        "check_state.one_workspace", lambda t: spaces.setdefault(t.shape, Workspace()), "shared"
+    )
+    with pytest.raises(AssertionError) as failed:
+        jaxbind.testing.check(op, np.arange(1.0, 4.0), np.arange(1.0, 5.0), verbose=False)
+    text = str(failed.value)
+    assert "state: two threads [2 threads, 'shared', output 0" in text
+    assert "key input 'table' reversed for thread 1" in text
+
+
+@pytest.mark.parametrize("concurrency", ["lock", "pool"])
+def test_threads_row_passes_a_fixed_key_with_an_object_per_key_value(concurrency):
+    op = keyed_on_fixed(f"check_state.workspace_{concurrency}", lambda t: Workspace(), concurrency)
+    report = jaxbind.testing.check(op, np.arange(1.0, 4.0), np.arange(1.0, 5.0), verbose=False)
+    threads = _rows(report, "state: two threads")
+    assert threads and all(r.ok for r in threads), threads
+    assert "then again with the key input 'table' reversed for thread 1" in threads[0].detail
+
+
+def test_threads_row_is_not_checked_for_a_fixed_key_with_no_second_value():
+    spaces: dict = {}
+    op = keyed_on_fixed(
+        "check_state.one_value", lambda t: spaces.setdefault(t.shape, Workspace()), "shared"
+    )
+    report = jaxbind.testing.check(op, np.full(3, 2), np.arange(1.0, 5.0), verbose=False)
+    (threads,) = _rows(report, "state: two threads")
+    assert threads.status == "not checked", threads
+    assert "key input 'table' (argument 0) has no second value" in threads.detail
+
+
+def test_threads_row_is_not_checked_when_the_op_refuses_the_second_key_value():
+    def sorted_only(table):
+        if np.any(np.diff(table) < 0):
+            raise ValueError("the table must be sorted")
+        return Workspace()
+
+    op = keyed_on_fixed("check_state.sorted_key", sorted_only, "lock")
+    report = jaxbind.testing.check(op, np.arange(1.0, 4.0), np.arange(1.0, 5.0), verbose=False)
+    (threads,) = _rows(report, "state: two threads")
+    assert threads.status == "not checked", threads
+    assert "the key cannot vary" in threads.detail and "sorted" in threads.detail
+
+
+def kernel_op(name):
+    numba = pytest.importorskip("numba")
+
+    def scale_by_state(out, x, state):
+        out[...] = numba.carray(state, (1,), np.float64)[0] * x
+
+    @jaxbind.state
+    def plan(*, factor):
+        return np.array([factor], np.float64)  # the kernel gets its data's address
+
+    k = jaxbind.kernel(scale_by_state)
+    op = jaxbind.linear_op(shape=lambda x, **kw: x, state=plan, name=name, replace=True)(k)
+    op.def_transpose(k)
+    return op
+
+
+def test_kernel_op_rows_name_the_program_from_before_the_check_that_holds_its_state():
+    # A kernel uses its state unseen by Python: the sites' leases name the holder.
+    op = kernel_op("check_state.kernel_kept")
+    x = np.arange(3.0, dtype=np.float32)
+    kept = jax.jit(lambda x: op(x, factor=5.0)).lower(x).compile()
+    kept(x)
+    report = jaxbind.testing.check(op, x, factor=5.0, verbose=False)
+    (once,) = _rows(report, "state: set up once per site")
+    (freed,) = _rows(report, "state: teardowns equal setups")
+    assert once.status == "not checked" and freed.status == "not checked", (once, freed)
+    assert "'check_state.kernel_kept' (the function)" in once.detail
+    assert "still held by 'check_state.kernel_kept' (the function): 1 call site" in freed.detail
+    del kept
+
+
+def test_kernel_op_checked_in_a_fresh_state_passes_the_state_rows():
+    op = kernel_op("check_state.kernel_fresh")
+    report = jaxbind.testing.check(op, np.arange(3.0, dtype=np.float32), factor=5.0, verbose=False)
+    (once,) = _rows(report, "state: set up once per site")
+    (freed,) = _rows(report, "state: teardowns equal setups")
+    assert once.ok and once.detail.startswith("1 setup(s)"), once
+    assert freed.ok, freed

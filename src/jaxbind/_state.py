@@ -321,16 +321,21 @@ class Watch:
         self.kept: dict[int, list] = {}
         self.earlier = 0  # teardowns of objects set up before the watch began
         self.teardown_errors: list[str] = []  # each failed teardown's message
-        # The run time's states seen (set up or used while watched), by id(): what holds
-        # an object is the call sites counted by its state (see holders).
+        # The run time's states seen (leased by a call site, set up or used while
+        # watched), by id(): what holds an object is the call sites counted by its state
+        # (see holders). A site's lease is seen whatever its body, a compiled kernel's too.
         self.states: dict[int, Any] = {}
+        self.made: dict[int, int] = {}  # objects each state set up while watched, by id()
 
     def noted(self, shared, event: str, obj) -> None:
         if shared.sdef is not self.sdef:
             return
         with self.lock:
             self.states[id(shared)] = shared
+            if event == "lease":  # a call site took the state (new or set up already)
+                return
             if event == "setup":
+                self.made[id(shared)] = self.made.get(id(shared), 0) + 1
                 self.setups.append(id(obj))
                 self.kept.setdefault(id(obj), [obj, 0, shared])[1] += 1
             else:
@@ -365,12 +370,17 @@ class Watch:
         with self.lock:
             self.teardown_errors.append(message)
 
-    def holders(self) -> list[tuple[str, int]]:
+    def holders(self, earlier: bool = False) -> list[tuple[str, int]]:
         """The states seen that call sites still hold, with objects set up: each one's
-        label (the op and role of the site that set it up) and how many sites hold it."""
+        label (the op and role of the site that set it up) and how many sites hold it.
+        `earlier`: only those with an object set up before the watch began."""
         with self.lock:
-            states = list(self.states.values())
-        return [(s.label, s.count) for s in states if s.count > 0 and s.objects]
+            states = [(s, self.made.get(i, 0)) for i, s in self.states.items()]
+        return [
+            (s.label, s.count)
+            for s, made in states
+            if s.count > 0 and s.objects and (not earlier or len(s.objects) > made)
+        ]
 
     def most_at_once(self) -> int:
         """The most uses of any one object, lent by one state, that overlapped in time."""

@@ -145,6 +145,8 @@ def _acquire(key: tuple, sdef: StateDef, arguments: dict, label: str, eager: boo
         if shared is None:
             shared = _registry[key] = Shared(key, sdef, arguments, label)
         shared.count += 1
+    for w in _watches:  # (a kernel's uses are unseen: its site's lease is seen here)
+        w.noted(shared, "lease", None)
     if eager and not shared.objects:
         try:
             shared.first()
