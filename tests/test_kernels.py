@@ -428,6 +428,7 @@ def test_a_digest_resolved_twice_keeps_one_site():
     found = {"jaxbind_format": call.format, "binding": call.binding, "role": call.role}
     found.update(kwargs=call.kwargs, site=call.digest, loop_levels=call.levels)
     found.update(loop_batched=call.flags, n_fixed=call.n_fixed, trees=call.trees)
+    found.update(definition=call.definition)
     buffers = ((0, (3,), 11),)  # float32[3]: one input, one output
     first, problem, address = resolve_site(found, buffers, buffers)
     second = resolve_site(found, buffers, buffers)[0]
