@@ -149,15 +149,9 @@ def case_kernel_under_a_python_body_lock():
     return bool(np.allclose(got, 2 * np.arange(3.0))), "after the refusal"
 
 
-def main():
-    cases = [
-        case_lock_eager,
-        case_lock_jitted,
-        case_pool_of_one,
-        case_pool_gives_the_nested_call_its_own_object,
-        case_shared,
-        case_kernel_under_a_python_body_lock,
-    ]
+def run_with_limit(cases):
+    """Run each case (a function returning (ok, detail)) on a thread of its own with the
+    time limit, printing its JSON line; a hung case ends the process (os._exit(3))."""
     hung = False
     for case in cases:
         result = {}
@@ -179,6 +173,19 @@ def main():
             break  # (a later case may wait on the hung one's object)
     if hung:
         os._exit(3)
+
+
+def main():
+    run_with_limit(
+        [
+            case_lock_eager,
+            case_lock_jitted,
+            case_pool_of_one,
+            case_pool_gives_the_nested_call_its_own_object,
+            case_shared,
+            case_kernel_under_a_python_body_lock,
+        ]
+    )
 
 
 if __name__ == "__main__":

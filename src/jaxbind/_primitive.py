@@ -18,6 +18,7 @@ import jax
 from ._compat import Primitive
 from ._errors import about
 from ._spec import CallSpec
+from ._state import refuse_setup_reentry
 
 __all__ = ["IMPL_CALLS", "PRIMITIVE", "bind", "eager", "eager_impl", "nested"]
 
@@ -26,7 +27,9 @@ PRIMITIVE.multiple_results = True
 
 
 def bind(spec, *args):
-    """Bind the jaxbind primitive for `spec` (a CallSpec) to `args`."""
+    """Bind the jaxbind primitive for `spec` (a CallSpec) to `args` (refused inside a
+    setup of the state this call would use: see _state.refuse_setup_reentry)."""
+    refuse_setup_reentry(spec.binding, spec.kwargs, f"'{spec.binding.name}'")
     with jax.named_scope(spec.binding.name):
         return PRIMITIVE.bind(*args, spec=spec)
 

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, overload
 
+from ._kwargs import encode_kwargs
+
 __all__ = [
     "CONCURRENCY",
     "StateDef",
@@ -24,6 +26,9 @@ __all__ = [
     "current_state",
     "load_state",
     "outside_programs",
+    "refuse_setup_reentry",
+    "setting_up",
+    "setup_reentered",
     "state",
     "teardown_message",
     "thread_stack",
@@ -121,6 +126,8 @@ def state(
         ``"shared"`` all at once (the object is thread-safe). A call never waits for an
         object its own thread holds (a body that calls its own op): under ``"lock"``,
         or with every object of a pool in use, such a nested call fails, naming the op.
+        A setup must not call an op that uses the state it is making: such a call
+        fails at once, naming the op.
       pool_size: the most objects of a ``"pool"`` state (default 4).
       key: names of the op's inputs the object depends on (traced, e.g. NUFFT
         points), as the op's function names them (in ``get_*_call``: its abstract
@@ -249,6 +256,63 @@ def load_state(kwargs_dump=None):
     """
     del kwargs_dump  # the object is this thread's running call's
     return current_state()
+
+
+# --- setups in progress ----------------------------------------------------------
+# A setup that calls an op using the state it is making would wait for itself: the
+# nested call's site needs that state, set up once, by the setup still running (on XLA's
+# compile threads, so even a lock that knows its owner cannot tell). Each thread keeps
+# the setups it runs, so that the op's bind (on the calling thread, before anything is
+# compiled) and the run time (for a program compiled without a trace here: an exported
+# one) refuse at once.
+
+
+def _setups() -> list:
+    try:
+        return _local.setups
+    except AttributeError:
+        _local.setups = []
+        return _local.setups
+
+
+@contextlib.contextmanager
+def setting_up(sdef: StateDef, frozen: bytes) -> Iterator[None]:
+    """While a setup of `sdef` runs on this thread, with setup arguments whose encoding
+    (key inputs aside) is `frozen`."""
+    setups = _setups()
+    setups.append((sdef, frozen))
+    try:
+        yield
+    finally:
+        setups.pop()
+
+
+def setup_reentered(label: str, sdef: StateDef) -> str:
+    """The message of a call that would wait for the setup of its own state."""
+    return (
+        f"jaxbind: {label}: called while its state {sdef.name!r} is being set up for it: the "
+        "setup calls the op (directly, or through a program that contains it), whose call "
+        "needs the very object the setup is making, so it would wait for itself forever. "
+        "A setup must not call an op that uses the state it is making: compute what it "
+        "needs with NumPy or plain JAX, or call the op before or after, outside the setup"
+    )
+
+
+def refuse_setup_reentry(binding, kwargs_dump, label: str) -> None:
+    """At the bind of `binding` with keyword arguments `kwargs_dump` (a KwargsDump):
+    ValueError if a setup running on this thread is making the state this call would
+    use (its declaration, with equal setup arguments). For a state with key= the key
+    values are not known at the bind; the run time refuses such a call instead."""
+    setups = getattr(_local, "setups", None)
+    sdef = binding.options.state
+    if not setups or sdef is None or sdef.key:
+        return
+    try:
+        frozen = encode_kwargs(sdef.arguments(kwargs_dump.to_dict(), label), "state setup").blob
+    except TypeError:
+        return  # (the call fails later, naming the missing argument)
+    if any(s is sdef and f == frozen for s, f in setups):
+        raise ValueError(setup_reentered(label, sdef))
 
 
 def teardown_message(label: str, sdef: StateDef, exc: BaseException) -> str:

@@ -28,7 +28,7 @@ from .. import _ext
 from .._avals import XLA_ELEMENT_TYPES
 from .._kernels import state_address
 from .._kwargs import encode_kwargs
-from .._state import StateDef, _watches, teardown_message
+from .._state import StateDef, _watches, setting_up, setup_reentered, teardown_message
 from .._state import thread_stack as _stack
 from .report import user_traceback
 
@@ -49,6 +49,15 @@ class SetupError(RuntimeError):
 
 _POLICY = {"lock": 0, "pool": 1, "shared": 2}  # StateCell's (cpp/state.h)
 UNMADE = object()  # a slot whose object is not set up yet (a setup may return None)
+_held = threading.local()  # .states: the states whose objects this thread's bodies hold
+
+
+def _holding() -> list:
+    try:
+        return _held.states
+    except AttributeError:
+        _held.states = []
+        return _held.states
 
 
 class Shared:
@@ -62,8 +71,11 @@ class Shared:
     def __init__(self, key: tuple, sdef: StateDef, arguments: dict, label: str):
         self.key, self.sdef, self.arguments, self.label = key, sdef, arguments, label
         self.count = 0
+        self.deferred = False  # freed while a body held one of its objects (see close)
         self.slots: list = [UNMADE] * sdef.pool_size
         self.first_lock = threading.Lock()
+        self.maker: int | None = None  # the thread setting up the first object, meanwhile
+        self.frozen = _frozen({k: v for k, v in arguments.items() if k not in sdef.key})
         policy = _POLICY[sdef.concurrency]
         self.cell = _ext.StateCell(policy, sdef.pool_size, self, label, sdef.name)
 
@@ -74,7 +86,8 @@ class Shared:
 
     def make(self):
         try:
-            obj = self.sdef.setup(**self.arguments)
+            with setting_up(self.sdef, self.frozen):
+                obj = self.sdef.setup(**self.arguments)
         except Exception as exc:
             raise SetupError(
                 f"jaxbind: {self.label}: the setup of its state {self.sdef.name!r} failed: "
@@ -102,22 +115,50 @@ class Shared:
 
     def provide(self, slot: int, make: bool) -> int:
         """For a kernel (the trampoline asks, with the GIL): the address of object `slot`,
-        made first if `make`."""
+        made first if `make` (the first object, if its setup was left to the first call)."""
         if make:
             self.slots[slot] = self.make()
+        elif self.slots[slot] is UNMADE:
+            self.first()
         return state_address(self.slots[slot], self.label, self.sdef.name)
 
-    def first(self) -> None:
-        """The first object, set up now if none is yet (a lease's eager setup). Two
-        threads may ask at once (sites resolved at calls): one sets it up."""
-        with self.first_lock:
-            if self.slots[0] is UNMADE:
-                if self.sdef.concurrency == "pool":
-                    self.give_back(self.use())
-                else:
-                    self.slots[0] = self.make()
+    @property
+    def pending(self) -> bool:
+        """No first object yet (its setup failed, or runs on another thread)."""
+        return self.slots[0] is UNMADE if self.slots else False
+
+    def first(self, wait: bool = True) -> None:
+        """The first object, set up now if none is yet. Two threads may ask at once: one
+        sets it up, the other waits for it, unless not `wait` (XLA instantiating a site:
+        the setup running elsewhere may be the one compiling this site, through a program
+        it calls; the site's first call asks again). A call on the thread running the
+        setup is refused: it would wait for itself."""
+        me = threading.get_ident()
+        if self.maker == me:
+            raise SetupError(setup_reentered(self.label, self.sdef))
+        if not self.first_lock.acquire(blocking=wait):
+            return
+        try:
+            if self.pending:
+                self.maker = me
+                try:
+                    if self.sdef.concurrency == "pool":
+                        self.give_back(self.use())
+                    else:
+                        self.slots[0] = self.make()
+                finally:
+                    self.maker = None
+        finally:
+            self.first_lock.release()
 
     def close(self) -> None:
+        """Tear the objects down once no call uses them. Freed on a thread whose body
+        holds one of them (a nested call that drops the caller's key value from its
+        lease's last few), it would wait for itself: the body's thread does it when its
+        use ends (`done`)."""
+        if self in _holding():
+            self.deferred = True
+            return
         self.cell.close()  # (no call uses an object after this)
         objects, self.slots = self.objects, []
         for w in _watches:
@@ -139,7 +180,9 @@ class Shared:
                 warnings.warn(message, RuntimeWarning, stacklevel=1)
 
 
-def _acquire(key: tuple, sdef: StateDef, arguments: dict, label: str, eager: bool) -> Shared:
+def _acquire(
+    key: tuple, sdef: StateDef, arguments: dict, label: str, eager: bool, wait: bool = True
+) -> Shared:
     with _lock:
         shared = _registry.get(key)
         if shared is None:
@@ -149,7 +192,7 @@ def _acquire(key: tuple, sdef: StateDef, arguments: dict, label: str, eager: boo
         w.noted(shared, "lease", None)
     if eager and not shared.objects:
         try:
-            shared.first()
+            shared.first(wait)
         except BaseException:
             _release(shared)
             raise
@@ -188,9 +231,11 @@ class Lease:
         self.shared: Shared | None = None  # the CPU's, once set up (the fast path)
         self.placed: dict[tuple, Shared] = {}  # place -> Shared, without a key
         self.keyed: collections.OrderedDict = collections.OrderedDict()  # key -> (copies, Shared)
-        self.mu = threading.Lock()
+        # (re-entrant: a key value's setup may call the program holding this site)
+        self.mu = threading.RLock()
         if eager and not sdef.key:
-            self.shared = self.placed[()] = _acquire(self.base, sdef, arguments, label, True)
+            # (XLA instantiates the site: see Shared.first for why it does not wait)
+            self.shared = self.placed[()] = _acquire(self.base, sdef, arguments, label, True, False)
 
     def for_kernel(self, kernel) -> tuple:
         """What a kernel site's trampoline holds of the state (KernelCall.state, read by
@@ -203,7 +248,8 @@ class Lease:
         if self.sdef.key:
             return (None, list(self.key_at), serial, self)
         shared = self.state_for(())  # (set up now, if the site was not instantiated)
-        shared.cell.set_address(0, shared.provide(0, False))
+        if not shared.pending:  # (else the cell asks at the first call)
+            shared.cell.set_address(0, shared.provide(0, False))
         return (shared.cell, [], serial, self)
 
     def cell_for(self, keys: tuple) -> object:
@@ -316,6 +362,8 @@ class StatefulBody:
         lease = self.lease
         for attempt in range(4):
             shared = (None if place else lease.shared) or lease.state_for(args, place, on_host)
+            if shared.pending:  # (left to the first call, or set up on another thread now)
+                shared.first()
             try:
                 slot = shared.use()
                 break
@@ -325,13 +373,18 @@ class StatefulBody:
                 if not lease.sdef.key or not shared.cell.closed or attempt == 3:
                     raise
         body = self.body if not _watches else self._noting(shared)
-        stack = _stack()
+        stack, holding = _stack(), _holding()
         stack.append(shared.slots[slot])
+        holding.append(shared)
         try:
             body(out, args, kwargs_dump)
         finally:
             stack.pop()
+            holding.pop()
             shared.give_back(slot)
+            if shared.deferred and shared not in holding:
+                shared.deferred = False
+                shared.close()
 
     def _noting(self, shared: Shared):
         """The body, telling each `Watch` which object it used, from when to when."""
