@@ -26,7 +26,7 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 RESULTS = pathlib.Path(__file__).parent / "results"
@@ -85,6 +85,15 @@ def time_it(
     return Timing(tuple(samples), tuple(cpu), value)
 
 
+def alternation(names: Iterable[str], rounds: int) -> Iterator[str]:
+    """The names, round by round in alternating order (A B C, C B A, A B C, ...): so that
+    what ran just before favours no one. `alternating` times callables in this order; a
+    runner that asks worker processes for its times walks it itself."""
+    names = list(names)
+    for r in range(rounds):
+        yield from names if r % 2 == 0 else reversed(names)
+
+
 def alternating(
     variants: dict[str, Callable[[], Any]],
     *,
@@ -93,16 +102,13 @@ def alternating(
     warmup: int = 0,
     best_of: int = 1,
 ) -> dict[str, Timing]:
-    """Time the variants side by side: round r runs each once (A B C, then C B A, ...), so
-    all see the same machine state. A variant's sample for a round is the best of `best_of`
+    """Time the variants side by side, each once per round in `alternation`'s order, so all
+    see the same machine state. A variant's sample for a round is the best of `best_of`
     `time_it` rounds of `iters` calls (after `warmup` untimed calls); samples stay in round
     order, so two variants' samples pair up (``zip(a.samples, b.samples)``)."""
     samples: dict[str, list[Timing]] = {name: [] for name in variants}
-    for r in range(rounds):
-        for name in list(variants) if r % 2 == 0 else reversed(list(variants)):
-            samples[name].append(
-                time_it(variants[name], iters=iters, warmup=warmup, rounds=best_of)
-            )
+    for name in alternation(variants, rounds):
+        samples[name].append(time_it(variants[name], iters=iters, warmup=warmup, rounds=best_of))
     return {
         name: Timing(
             tuple(t.min for t in ts),
