@@ -85,7 +85,7 @@ def time_it(
     return Timing(tuple(samples), tuple(cpu), value)
 
 
-def alternation(names: Iterable[str], rounds: int) -> Iterator[str]:
+def alternation(names: Iterable[Any], rounds: int) -> Iterator[Any]:
     """The names, round by round in alternating order (A B C, C B A, A B C, ...): so that
     what ran just before favours no one. `alternating` times callables in this order; a
     runner that asks worker processes for its times walks it itself."""
@@ -95,20 +95,22 @@ def alternation(names: Iterable[str], rounds: int) -> Iterator[str]:
 
 
 def alternating(
-    variants: dict[str, Callable[[], Any]],
+    variants: dict[Any, Callable[[], Any]],
     *,
     rounds: int,
-    iters: int = 1,
+    iters: int | dict[Any, int] = 1,
     warmup: int = 0,
     best_of: int = 1,
-) -> dict[str, Timing]:
+) -> dict[Any, Timing]:
     """Time the variants side by side, each once per round in `alternation`'s order, so all
     see the same machine state. A variant's sample for a round is the best of `best_of`
     `time_it` rounds of `iters` calls (after `warmup` untimed calls); samples stay in round
-    order, so two variants' samples pair up (``zip(a.samples, b.samples)``)."""
-    samples: dict[str, list[Timing]] = {name: [] for name in variants}
+    order, so two variants' samples pair up (``zip(a.samples, b.samples)``). `iters` may
+    be a dict: calls per round of each variant."""
+    samples: dict[Any, list[Timing]] = {name: [] for name in variants}
     for name in alternation(variants, rounds):
-        samples[name].append(time_it(variants[name], iters=iters, warmup=warmup, rounds=best_of))
+        n = iters[name] if isinstance(iters, dict) else iters
+        samples[name].append(time_it(variants[name], iters=n, warmup=warmup, rounds=best_of))
     return {
         name: Timing(
             tuple(t.min for t in ts),
@@ -117,6 +119,10 @@ def alternating(
         )
         for name, ts in samples.items()
     }
+
+
+HIDDEN = argparse.SUPPRESS
+"""A flag's help that keeps it out of --help (one a script passes to its own children)."""
 
 
 def flag(*names: str, **options: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
