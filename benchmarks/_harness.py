@@ -64,22 +64,29 @@ def _wait(value: Any) -> Any:
 
 
 def time_it(
-    fn: Callable[[], Any], *, iters: int = 1, warmup: int = 1, rounds: int = 1
+    fn: Callable[[], Any],
+    *,
+    iters: int = 1,
+    warmup: int = 1,
+    rounds: int = 1,
+    sync: Callable[[], Any] | None = None,
 ) -> Timing:
     """Time `fn()`: `warmup` untimed calls, then `rounds` rounds of `iters` calls each.
 
-    A round's sample is its time divided by `iters`; a round ends when the value of its
-    last call is ready (JAX's arrays are waited for, so asynchronous dispatch is counted).
+    A round's sample is its time divided by `iters`; a round ends when its work is done:
+    `sync()` if given (e.g. CuPy's device synchronize), else when the value of its last
+    call is ready (JAX's arrays are waited for, so asynchronous dispatch is counted).
     """
+    done = (lambda value: (sync(), value)[1]) if sync is not None else _wait
     value = None
     for _ in range(warmup):
-        value = _wait(fn())
+        value = done(fn())
     samples, cpu = [], []
     for _ in range(rounds):
         start, start_cpu = clock(), time.process_time()
         for _ in range(iters):
             value = fn()
-        value = _wait(value)
+        value = done(value)
         samples.append((clock() - start) / iters)
         cpu.append((time.process_time() - start_cpu) / iters)
     return Timing(tuple(samples), tuple(cpu), value)

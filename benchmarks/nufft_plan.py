@@ -64,6 +64,7 @@ def main():
         grid = (n_grid, n_grid)
         opts = jaxducc0.Opts(nthreads=1)
         xj, yj = jnp.asarray(x), jnp.asarray(y)
+
         def planned():  # DUCC plans when the program is compiled (its state)
             plan = jaxducc0.NufftPlan(2, grid, x, y, iflag=-1, eps=EPS, opts=opts)
             jax.jit(plan).lower(jnp.zeros(grid, jnp.complex128)).compile()

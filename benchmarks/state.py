@@ -37,7 +37,9 @@ HERE = pathlib.Path(__file__).parent
 
 # An op with a state that counts its setups and teardowns in a file, as each process
 # of this benchmark defines it (timing with the harness, from this directory).
-OP = f"import sys\nsys.path.insert(0, {str(HERE)!r})\n" + """
+OP = (
+    f"import sys\nsys.path.insert(0, {str(HERE)!r})\n"
+    + """
 import os
 from _harness import alternating, time_it
 import jax, jax.numpy as jnp, numpy as np, jaxbind
@@ -76,6 +78,7 @@ def program(x):
     y = scaled(x, scale=2.0) + scaled(3 * x, scale=2.0)
     return y, jax.grad(lambda x: scaled(x, scale=2.0).sum())(x)
 """
+)
 
 
 def _run(code: str, env: dict | None = None, timeout: int = 900) -> str:
