@@ -770,7 +770,7 @@ def report(payload: dict) -> str:
         threads_said = (
             f"{p_step / k_step:.2f}x the time of the same kernels on one thread "
             f"({p_step * 1e3:.2f} ms against {k_step * 1e3:.2f} ms): slower, not faster; "
-            "benchmarks/results/kernels-threads.md measures why"
+            "benchmarks/analyses/kernels-threads.md measures why"
         )
     else:
         threads_said = (
