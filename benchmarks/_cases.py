@@ -14,19 +14,19 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from _harness import clock, time_it  # this directory is sys.path[0]
 
 _inside = [0.0]
 
 
 def _double(out, args, kwargs_dump):
-    t = time.perf_counter()
+    t = clock()
     np.multiply(args[0], 2, out=out[0])
-    _inside[0] += time.perf_counter() - t
+    _inside[0] += clock() - t
 
 
 def _empty(out, args, kwargs_dump):
@@ -52,10 +52,10 @@ def _traffic(out, args, kwargs_dump):
         _private.clear()
         _private[n] = (np.ones(n, np.float32), np.empty(n, np.float32))
     src, dst = _private[n]
-    t = time.perf_counter()
+    t = clock()
     np.multiply(src, 2, out=dst)
     out[0][...] = args[0]
-    _inside[0] += time.perf_counter() - t
+    _inside[0] += clock() - t
 
 
 def jaxbind_load_kwargs(kwargs_dump):
@@ -262,22 +262,18 @@ def build(impl: str, case: str, size: int):
     raise KeyError(case)
 
 
-def time_it(fn, arg, reps: int):
+def timed(fn, arg, reps: int) -> tuple[float, float]:
+    """-> (seconds per call, seconds per call inside the callable) over `reps` calls."""
     jax.block_until_ready(fn(arg))  # untimed: settles allocations after switching cases
     _inside[0] = 0.0
-    start = time.perf_counter()
-    for _ in range(reps):
-        y = fn(arg)
-    jax.block_until_ready(y)
-    total = (time.perf_counter() - start) / reps
-    return total, _inside[0] / reps
+    t = time_it(lambda: fn(arg), iters=reps, warmup=0).median
+    return t, _inside[0] / reps
 
 
 def import_time(impl: str) -> float:
     module = {"jaxbind": "jaxbind", "jnp": "jax"}.get(impl, "jax")
-    start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", f"import {module}"], check=True)
-    return time.perf_counter() - start
+    run = lambda: subprocess.run([sys.executable, "-c", f"import {module}"], check=True)
+    return time_it(run, warmup=0).median
 
 
 def serve():
@@ -293,7 +289,7 @@ def serve():
                     fn, arg = build(*key)
                     jax.block_until_ready(fn(arg))  # compile once
                     cache[key] = (fn, arg)
-                t, inside = time_it(*cache[key], req["reps"])
+                t, inside = timed(*cache[key], req["reps"])
                 reply = {"t": t, "inside": inside if req["impl"] in ("jaxbind", "floor") else None}
         except Exception as exc:  # an implementation that lacks this case
             reply = {"error": f"{type(exc).__name__}: {exc}"}

@@ -207,18 +207,18 @@ def graph_child(mode: str, reps: int = 200) -> dict:
         for _ in range(100):
             want = np.float32(1.001) * want + np.float32(1e-3)
         ok = bool(np.allclose(np.asarray(y), want, rtol=1e-5))
-        from gpu import time_it  # (gpu.py imports this module: imported here, not above)
+        from _harness import time_it
 
         from jaxbind import _ext
 
         launched = _ext.cuda_kernel_launches()
-        samples = [time_it(f, x, reps) for _ in range(5)]  # each after one untimed run
+        timed = time_it(lambda f=f: f(x), iters=reps, warmup=1, rounds=5)
         out[impl] = dict(
-            per_program_s=sorted(samples)[2],
+            per_program_s=timed.median,
             # jaxbind's handler launches nothing where XLA replays a captured graph (the
-            # count covers the untimed runs too)
+            # count covers the untimed run too)
             launches_per_program=(
-                (_ext.cuda_kernel_launches() - launched) / (5 * (reps + 1))
+                (_ext.cuda_kernel_launches() - launched) / (5 * reps + 1)
                 if impl.startswith("jaxbind")
                 else None
             ),

@@ -19,14 +19,12 @@ shared machine is part of the result.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pathlib
 import statistics
 import subprocess
 import sys
-import time
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -152,6 +150,7 @@ def serve():
     import contextlib
 
     import jax
+    from _harness import time_it  # this directory is sys.path[0], in either Python
 
     jax.config.update("jax_enable_x64", True)
     built = {}
@@ -165,18 +164,9 @@ def serve():
                 built[name] = fn, args
             fn, args = built[name]
             with _NoDucc() if req.get("no_ducc") else contextlib.nullcontext():
-                jax.block_until_ready(fn(*args))  # untimed: settles caches after another case
-                times, cpu = [], []
-                for _ in range(req["reps"]):
-                    start, start_cpu = time.perf_counter(), time.process_time()
-                    jax.block_until_ready(fn(*args))
-                    times.append(time.perf_counter() - start)
-                    cpu.append(time.process_time() - start_cpu)
-            reply = {
-                "t": statistics.median(times),
-                "cpu": statistics.median(cpu),
-                "min": min(times),
-            }
+                # one untimed call settles caches after another case
+                t = time_it(lambda: fn(*args), warmup=1, rounds=req["reps"])
+            reply = {"t": t.median, "cpu": t.cpu_median, "min": t.min}
         except Exception as exc:
             reply = {"error": f"{type(exc).__name__}: {exc}"[:500]}
         print(json.dumps(reply), flush=True)
@@ -229,6 +219,8 @@ def _reps(seconds_per_call: float, budget: float) -> int:
 def measure(pythons: dict, names: list, rounds: int, budget: float) -> tuple[list, dict]:
     """One run: fresh workers, every case; per case and side the block medians of each
     round, and the paired per-round ratios."""
+    from _harness import alternation
+
     workers = {side: Worker(py) for side, py in pythons.items()}
     rows = []
     try:
@@ -241,12 +233,10 @@ def measure(pythons: dict, names: list, rounds: int, budget: float) -> tuple[lis
             reps = _reps(max(r["t"] for r in first.values()), budget)
             samples: dict = {side: [] for side in workers}
             cpu: dict = {side: [] for side in workers}
-            for r in range(rounds):
-                order = list(workers) if r % 2 == 0 else list(reversed(list(workers)))
-                for side in order:
-                    reply = workers[side].ask(case=name, reps=reps)
-                    samples[side].append(reply["t"])
-                    cpu[side].append(reply["cpu"])
+            for side in alternation(workers, rounds):
+                reply = workers[side].ask(case=name, reps=reps)
+                samples[side].append(reply["t"])
+                cpu[side].append(reply["cpu"])
             # The rest without DUCC: the fastest of many calls (robust to other processes)
             rest = {
                 side: min(w.ask(case=name, reps=200, no_ducc=True)["min"] for _ in range(3))
@@ -292,24 +282,23 @@ def _line(row: dict) -> str:
 
 
 def main():
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    from _harness import arguments, flag
+
+    args = arguments(  # --quick: four cases, 1 run, 3 rounds; --rounds: per case and run
+        __doc__,
+        flag("--runs", type=int, default=3, help="runs, each with fresh workers"),
+        flag("--budget", type=float, default=0.1, help="seconds per timed block"),
+        flag("--cases", default="", help="comma-separated names (default: all)"),
+        flag("--no-jaxbind13", action="store_true"),
+        flag(
+            "--aa",
+            action="store_true",
+            help="JAXbind 1.3.1 on both sides (an A/A run: the spread between two processes "
+            "running the same code), written as results/drop_in_aa.*",
+        ),
+        flag("--report", default="", help="only print the tables of a saved .json"),
+        rounds=9,
     )
-    parser.add_argument("--quick", action="store_true", help="four cases, 1 run, 3 rounds")
-    parser.add_argument("--runs", type=int, default=3, help="runs, each with fresh workers")
-    parser.add_argument("--rounds", type=int, default=9, help="rounds per case and run")
-    parser.add_argument("--budget", type=float, default=0.1, help="seconds per timed block")
-    parser.add_argument("--cases", default="", help="comma-separated names (default: all)")
-    parser.add_argument("--no-jaxbind13", action="store_true")
-    parser.add_argument(
-        "--aa",
-        action="store_true",
-        help="JAXbind 1.3.1 on both sides (an A/A run: the spread between two processes "
-        "running the same code), written as results/drop_in_aa.*",
-    )
-    parser.add_argument("--out", default=str(HERE / "results"))
-    parser.add_argument("--report", default="", help="only print the tables of a saved .json")
-    args = parser.parse_args()
     if args.report:
         saved = json.loads(pathlib.Path(args.report).read_text())
         names = [r["case"] for r in saved["runs"][0]]
@@ -334,7 +323,7 @@ def main():
         rows, versions = measure(pythons, names, rounds, args.budget)
         all_runs.append(rows)
 
-    from _report import run_meta, save
+    from _harness import run_meta, save
 
     meta = run_meta(
         aa=args.aa,
@@ -352,7 +341,7 @@ def main():
 
 
 def _table(meta, names, all_runs) -> str:
-    from _report import run_line
+    from _harness import run_line
 
     ours = meta["versions"]["jaxbind"]
     against = (
@@ -427,5 +416,4 @@ if __name__ == "__main__":
     elif "--versions" in sys.argv:
         print(json.dumps(versions()))
     else:
-        sys.path.insert(0, str(HERE))
         main()

@@ -11,13 +11,10 @@ the same op jitted with the array closed over (no per-call work on the array).
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import importlib.metadata as md
 import pathlib
-import statistics
 import sys
-import time
 
 HERE = pathlib.Path(__file__).parent
 sys.path.insert(0, str(HERE))
@@ -25,7 +22,7 @@ sys.path.insert(0, str(HERE))
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from _report import run_line, run_meta, save  # noqa: E402
+from _harness import alternating, arguments, run_line, run_meta, save  # noqa: E402
 
 import jaxbind  # noqa: E402
 
@@ -36,14 +33,6 @@ def _scale(out, args, kw):
 
 def _shape(x, **kw):
     return ((x.shape, x.dtype),)
-
-
-def _timed(fn, reps):
-    fn()
-    start = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    return (time.perf_counter() - start) / reps
 
 
 def measure(mbytes, blocks, reps):
@@ -57,26 +46,18 @@ def measure(mbytes, blocks, reps):
         "sha256": lambda: hashlib.sha256(w.view(np.uint8)).digest(),
         "copy": lambda: w.copy(),
     }
-    times = {k: [] for k in cases}
-    for b in range(blocks):
-        for name in cases if b % 2 == 0 else reversed(list(cases)):
-            times[name].append(_timed(cases[name], reps))
+    times = alternating(cases, rounds=blocks, iters=reps, warmup=1)
     return dict(
         mbytes=mbytes,
-        **{f"{k}_s": statistics.median(v) for k, v in times.items()},
+        **{f"{k}_s": t.median for k, t in times.items()},
         blocks=blocks,
         reps=reps,
     )
 
 
 def main():
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out", default=str(HERE / "results"))
-    args = parser.parse_args()
-    blocks, reps = (3, 2) if args.quick else (10, 5)
+    args = arguments(__doc__)
+    blocks, reps = args.rounds or (3 if args.quick else 10), 2 if args.quick else 5
     rows = [measure(mb, blocks, reps) for mb in ((8,) if args.quick else (1, 8, 64))]
     meta = run_meta(numpy=np.__version__, jaxbind=md.version("jaxbind"))
     lines = [

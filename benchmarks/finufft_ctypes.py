@@ -40,9 +40,7 @@ import io
 import os
 import pathlib
 import runpy
-import statistics
 import sys
-import time
 
 import jax
 
@@ -53,7 +51,7 @@ import numpy as np  # noqa: E402
 HERE = pathlib.Path(__file__).parent
 sys.path.insert(0, str(HERE))
 
-from _report import arguments, run_line, run_meta, save  # noqa: E402
+from _harness import alternating, arguments, run_line, run_meta, save  # noqa: E402
 
 import jaxbind  # noqa: E402
 
@@ -144,20 +142,10 @@ def cases(impls: dict, n_points: int, n_grid: int) -> dict:
     return out
 
 
-def _time(fn, args) -> float:
-    t0 = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    return time.perf_counter() - t0
-
-
 def side_by_side(fns: dict, rounds: int) -> dict:
-    """{impl: median seconds}, alternating the order round by round."""
-    times: dict = {name: [] for name in fns}
-    for r in range(rounds):
-        order = list(fns) if r % 2 == 0 else list(reversed(list(fns)))
-        for name in order:
-            times[name].append(_time(*fns[name]))
-    return {name: statistics.median(t) for name, t in times.items()}
+    """{impl: median seconds} of {impl: (fn, args)}, alternating the order round by round."""
+    calls = {name: (lambda fn=fn, args=args: fn(*args)) for name, (fn, args) in fns.items()}
+    return {name: t.median for name, t in alternating(calls, rounds=rounds).items()}
 
 
 def _agree(results: dict, ref: str = "jaxducc0") -> dict:
@@ -197,7 +185,7 @@ def per_call(demo: dict, impls: dict, rounds: int, iterations: int = 1000) -> di
     cf, f = np.array(c), np.zeros(shape, np.complex128)
     fns["numba floor"] = (lambda: floor(cf, f, *handles, iterations), ())
     for fn, args in fns.values():
-        _time(fn, args)  # compile, warm up
+        jax.block_until_ready(fn(*args))  # compile, warm up
     med = side_by_side(fns, rounds)
     for p in plans:
         p.destroy()
@@ -213,7 +201,7 @@ def finufft_threads(demo: dict) -> int | None:
 
 
 def main():
-    args = arguments(__doc__, HERE / "results")
+    args = arguments(__doc__)
     for package in ("numba", "finufft", "ducc0"):
         try:
             __import__(package)

@@ -1,6 +1,7 @@
 """GPU benchmark: jaxbind on CUDA against jnp, pure_callback and buffer_callback, one process.
 
     python benchmarks/gpu.py [--rounds 7] [--out benchmarks/results]
+    python benchmarks/gpu.py --quick   # 2 rounds
 
 Every implementation is a jitted function timed per call (back-to-back calls, then one
 wait; medians over rounds, implementations interleaved in a shuffled order):
@@ -21,21 +22,19 @@ and CuPy. ``--profile`` prints a profile of one call's Python work instead.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import functools
 import importlib.metadata
-import json
 import pathlib
 import platform
 import random
 import threading
-import time
 
 import _cuda_native
 import jax
 import jax.numpy as jnp
 import numpy as np
+from _harness import arguments, clock, flag, save, time_it
 
 HERE = pathlib.Path(__file__).parent
 N = 16_000_000
@@ -188,26 +187,16 @@ def build(impl, case):
     return jax.jit(f), x
 
 
-def time_it(fn, x, reps):
-    jax.block_until_ready(fn(x))
-    start = time.perf_counter()
-    for _ in range(reps):
-        y = fn(x)
-    jax.block_until_ready(y)
-    return (time.perf_counter() - start) / reps
+def per_call(fn, x, reps):
+    """Seconds per call of the jitted `fn` on `x`: back-to-back calls, then one wait."""
+    return time_it(lambda: fn(x), iters=reps, warmup=1).median
 
 
 def _loop(step, reps):
     """Per-call time of `step()` (which launches GPU work) in a Python loop, then a sync."""
     import cupy as cp
 
-    step()
-    cp.cuda.Device().synchronize()
-    start = time.perf_counter()
-    for _ in range(reps):
-        step()
-    cp.cuda.Device().synchronize()
-    return (time.perf_counter() - start) / reps
+    return time_it(step, iters=reps, warmup=1, sync=cp.cuda.Device().synchronize).median
 
 
 def decompose(reps=500):
@@ -229,10 +218,10 @@ def decompose(reps=500):
     )
     one = jax.device_put(jnp.ones(1, jnp.float32), jax.devices("cuda")[0])
     empty = _ops()["empty"]
-    parts["jnp: x + 0, 1 element (JAX's dispatch)"] = time_it(
+    parts["jnp: x + 0, 1 element (JAX's dispatch)"] = per_call(
         jax.jit(lambda x: x + 0), one, 4 * reps
     )
-    parts["jaxbind: empty callable, 1 element"] = time_it(
+    parts["jaxbind: empty callable, 1 element"] = per_call(
         jax.jit(lambda x: empty(x)[0]), one, 4 * reps
     )
     acc = dict(plan=0.0, callable=0.0, n=0, plans=0, threads=set())
@@ -245,19 +234,19 @@ def decompose(reps=500):
             self.views, self.plan = plan.views, plan
 
         def __call__(self):
-            t0 = time.perf_counter()
+            t0 = clock()
             acc["threads"].add(threading.get_ident())
             self.plan()
-            acc["plan"] += time.perf_counter() - t0
+            acc["plan"] += clock() - t0
             acc["n"] += 1
 
     def timed_plan(resolved, *rest):
         callable_ = resolved.callable
 
         def timed_callable(out, args, kwargs_dump):
-            t1 = time.perf_counter()
+            t1 = clock()
             callable_(out, args, kwargs_dump)
-            acc["callable"] += time.perf_counter() - t1
+            acc["callable"] += clock() - t1
 
         site = types.SimpleNamespace(
             callable=timed_callable,
@@ -279,7 +268,7 @@ def decompose(reps=500):
     xj = jax.device_put(jnp.ones(N, jnp.float32), jax.devices("cuda")[0])
     _ext.set_gpu_plan(timed_plan)
     try:
-        parts["jaxbind double 16M: whole call, timers inside"] = time_it(fn, xj, reps)
+        parts["jaxbind double 16M: whole call, timers inside"] = per_call(fn, xj, reps)
     finally:
         _ext.set_gpu_plan(_gpu.plan)
     n = max(acc["n"], 1)
@@ -320,7 +309,7 @@ def sweep(sizes=(16_000_000, 64_000_000, 256_000_000), rounds=5):
         samples = {k: [] for k in (*fns, "raw kernel alone")}
         for _ in range(rounds):
             for k, f in fns.items():
-                samples[k].append(time_it(f, x, reps))
+                samples[k].append(per_call(f, x, reps))
             samples["raw kernel alone"].append(_loop(lambda: _raw_double()(xc, yc), reps))
         out[n] = {k: sorted(v)[len(v) // 2] for k, v in samples.items()}
         del x, xc, yc
@@ -404,20 +393,18 @@ def profile(reps=2000):
         ("CudaArray(...)", lambda: jaxbind.CudaArray(buf.data.ptr, (16,), np.float32, True, 1, 0)),
         ("CudaArray.__dlpack__(stream=1)", lambda: view.__dlpack__(stream=1)),
     ):
-        start = time.perf_counter()
-        for _ in range(reps):
-            make()
-        print(f"{label}: {(time.perf_counter() - start) / reps * 1e6:.2f} µs")
+        took = time_it(make, iters=reps, warmup=0).median
+        print(f"{label}: {took * 1e6:.2f} µs")
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--out", default=str(HERE / "results"))
-    parser.add_argument(
-        "--profile", action="store_true", help="print a profile of one call's Python work instead"
+    args = arguments(
+        __doc__,
+        flag("--profile", action="store_true", help="print a profile of one call's Python work"),
+        rounds=7,
     )
-    args = parser.parse_args()
+    if args.quick:
+        args.rounds = 2
     if args.profile:
         return profile()
     plan = [(case, impl) for case, impls in IMPLS.items() for impl in impls]
@@ -430,7 +417,7 @@ def main():
         rng.shuffle(order)
         for key in order:
             reps = 2000 if key[0] == "overhead" else 50
-            samples[key].append(time_it(*built[key], reps))
+            samples[key].append(per_call(*built[key], reps))
     med = {k: sorted(v)[len(v) // 2] for k, v in samples.items()}
     parts, where = decompose()
     sizes = sweep()
@@ -512,25 +499,21 @@ def main():
     ]
     table = "\n".join(lines)
     print(table)
-    out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "gpu.json").write_text(
-        json.dumps(
-            dict(
-                meta=meta,
-                median_s={" / ".join(k): v for k, v in med.items()},
-                parts_s=parts,
-                sizes_s={str(n): t for n, t in sizes.items()},
-                command_buffers=graphs,
-                targets=[dict(what=w, ratio=r, target=g, met=ok) for w, r, g, ok in checks],
-            ),
-            indent=1,
-        )
+    payload = dict(
+        meta=meta,
+        median_s={" / ".join(k): v for k, v in med.items()},
+        parts_s=parts,
+        sizes_s={str(n): t for n, t in sizes.items()},
+        command_buffers=graphs,
+        targets=[dict(what=w, ratio=r, target=g, met=ok) for w, r, g, ok in checks],
     )
-    (out / "gpu.md").write_text(
+    save(
+        args.out,
+        "gpu",
+        payload,
         f"Run {meta['date']} on an {meta['device']} ({meta['cpu']} host): jaxbind "
         f"{meta['jaxbind']}, jax {meta['jax']} (jaxlib {meta['jaxlib']}), cupy {meta['cupy']}, "
-        f"Python {meta['python']}. Medians of {args.rounds} rounds.\n\n" + table + "\n"
+        f"Python {meta['python']}. Medians of {args.rounds} rounds.\n\n" + table + "\n",
     )
 
 

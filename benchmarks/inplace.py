@@ -22,13 +22,11 @@ the input's memory (same address).
 from __future__ import annotations
 
 import pathlib
-import statistics
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _report import run_line, run_meta, save
+from _harness import alternating, arguments, run_line, run_meta, save
 
 import jaxbind
 
@@ -70,35 +68,29 @@ def variants():
     }
 
 
-def time_chain(fn, x):
-    start = time.perf_counter()
-    for _ in range(CALLS):
-        x = fn(x)
-    x.block_until_ready()
-    return (time.perf_counter() - start) / CALLS, x
+def chained(fn, state, name):
+    """One call of y = f(y) on state[name], for `alternating` (CALLS of them per round)."""
+
+    def call():
+        state[name] = fn(state[name])
+        return state[name]
+
+    return call
 
 
 def main():
     global N, ROUNDS
-    import argparse
-
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--out", default=str(HERE / "results"))
-    opts = parser.parse_args()
+    opts = arguments(__doc__)
     if opts.quick:
         N, ROUNDS = 2**20, 2
+    ROUNDS = opts.rounds or ROUNDS
     fns = variants()
     state = {name: jnp.zeros(N, jnp.float32) for name in fns}
     for name, fn in fns.items():  # compile and warm up
         state[name] = fn(state[name]).block_until_ready()
-    samples = {name: [] for name in fns}
-    for _ in range(ROUNDS):
-        for name, fn in fns.items():
-            t, state[name] = time_chain(fn, state[name])
-            samples[name].append(t)
+    calls = {name: chained(fn, state, name) for name, fn in fns.items()}
+    timings = alternating(calls, rounds=ROUNDS, iters=CALLS)
+    samples = {name: list(t.samples) for name, t in timings.items()}
     # the update is right, and the donated variant works in the caller's memory
     x = jnp.zeros(N, jnp.float32)
     address = x.unsafe_buffer_pointer()
@@ -110,7 +102,7 @@ def main():
     assert np.array_equal(np.asarray(y), expected)
     assert same_memory, "the donated input was copied"
 
-    med = {name: statistics.median(ts) for name, ts in samples.items()}
+    med = {name: t.median for name, t in timings.items()}
     meta = run_meta(numpy=np.__version__)
     lines = [
         f"{run_line(meta)}. {N / 2**20:.0f}M float32 elements ({4 * N / 2**20:.0f} MB), every "

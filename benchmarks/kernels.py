@@ -43,7 +43,6 @@ as numba kernels, as NumPy callables (``np.add.at`` and a gather), and in pure J
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -63,7 +62,17 @@ HERE = pathlib.Path(__file__).parent
 sys.path.insert(0, str(HERE))
 
 import _cases  # noqa: E402
-from _report import run_line, run_meta, save  # noqa: E402
+from _harness import (  # noqa: E402
+    HIDDEN,
+    alternating,
+    arguments,
+    clock,
+    flag,
+    run_line,
+    run_meta,
+    save,
+    time_it,
+)
 
 import jaxbind  # noqa: E402
 from jaxbind._callformat import NO_LOOP, CallAttributes  # noqa: E402
@@ -184,9 +193,8 @@ def _turns_for(seconds: float) -> int:
     busy = numba.njit(_busy)
     out, x = np.empty(N, np.float32), np.ones(N, np.float32)
     busy(out, x, 1000)
-    start = time.perf_counter()
-    busy(out, x, 10_000_000)
-    return int(10_000_000 * seconds / (time.perf_counter() - start))
+    took = time_it(lambda: busy(out, x, 10_000_000), warmup=0).median
+    return int(10_000_000 * seconds / took)
 
 
 _busy_ops: dict = {}
@@ -222,24 +230,20 @@ def longest_stall(seconds: float) -> dict:
         gaps, stop = [], threading.Event()
 
         def tick(gaps=gaps, stop=stop):
-            last = time.perf_counter()
+            last = clock()
             while not stop.is_set():
                 time.sleep(0.001)
-                now = time.perf_counter()
+                now = clock()
                 gaps.append(now - last)
                 last = now
 
         ticker = threading.Thread(target=tick)
         ticker.start()
         time.sleep(0.02)
-        took = []
-        for _ in range(3):
-            start = time.perf_counter()
-            jax.block_until_ready(f(x))
-            took.append(time.perf_counter() - start)
+        took = time_it(lambda f=f: f(x), warmup=0, rounds=3)
         stop.set()
         ticker.join()
-        result[name] = dict(body_s=statistics.median(took), longest_stall_s=max(gaps))
+        result[name] = dict(body_s=took.median, longest_stall_s=max(gaps))
     return result
 
 
@@ -247,16 +251,11 @@ def _side_by_side(sequential, concurrent, trials: int) -> dict:
     """Median times of both, and the median ratio concurrent/sequential, over `trials`
     alternating trials (one warm-up call of each first)."""
     sequential(), concurrent()
-    seq, conc = [], []
-    for t in range(trials):
-        for which in (0, 1) if t % 2 == 0 else (1, 0):
-            start = time.perf_counter()
-            (sequential, concurrent)[which]()
-            (seq, conc)[which].append(time.perf_counter() - start)
+    t = alternating({"seq": sequential, "conc": concurrent}, rounds=trials)
     return dict(
-        sequential_s=statistics.median(seq),
-        concurrent_s=statistics.median(conc),
-        ratio=statistics.median(c / s for c, s in zip(conc, seq)),
+        sequential_s=t["seq"].median,
+        concurrent_s=t["conc"].median,
+        ratio=statistics.median(c / s for c, s in zip(t["conc"].samples, t["seq"].samples)),
     )
 
 
@@ -276,10 +275,8 @@ def concurrency_bodies(seconds: float) -> dict:
     bodies = {name: (lambda x, op=op: op(x, turns=turns)[0]) for name, op in busy_ops().items()}
     one = jax.jit(_xla_loop, static_argnums=1)
     y = jnp.ones(WIDTH[XLA_LOOP], jnp.float32)
-    jax.block_until_ready(one(y, 1000))
-    start = time.perf_counter()
-    jax.block_until_ready(one(y, 1000))
-    steps = max(1, int(1000 * seconds / (time.perf_counter() - start)))
+    took = time_it(lambda: one(y, 1000), warmup=1).median
+    steps = max(1, int(1000 * seconds / took))
     bodies[XLA_LOOP] = lambda y: _xla_loop(y, steps)
     return bodies
 
@@ -377,14 +374,16 @@ def _devices_child(seconds: float, trials: int) -> None:
 # --- XLA's threads: a parallel batch loop, and a kernel over ranges -------------------------
 
 
+def _each(fn, x):
+    """fn(x), waited for: each call of a timed block waits for the one before (JAX runs
+    independent calls at once otherwise, as many as there are cores)."""
+    return lambda: jax.block_until_ready(fn(x))
+
+
 def _alternating(programs: dict, arg, blocks: int, reps: int) -> dict:
     """name -> median seconds per call, over `blocks` alternating blocks of `reps` calls."""
-    times: dict = {name: [] for name in programs}
-    names = list(programs)
-    for b in range(blocks):
-        for name in names if b % 2 == 0 else reversed(names):
-            times[name].append(_block(programs[name], arg, reps, each=True))
-    return {name: statistics.median(t) for name, t in times.items()}
+    calls = {name: _each(f, arg) for name, f in programs.items()}
+    return {n: t.median for n, t in alternating(calls, rounds=blocks, iters=reps, warmup=1).items()}
 
 
 def xla_threads() -> int:
@@ -637,13 +636,11 @@ def cic_fit(n: int, particles: int, blocks: int, steps: int = 10) -> dict:
         np.testing.assert_allclose(g, ref_g, rtol=1e-4, atol=1e-4, err_msg=name)
         np.testing.assert_allclose(programs[name][1](w0), ref_w, rtol=1e-4, atol=1e-4, err_msg=name)
     fitted_loss = float(programs["pure JAX"][0](ref_w)[0])
-    times = {name: {"value_and_grad": [], "step": []} for name in programs}
-    names = list(programs)
-    for b in range(blocks):
-        for name in names if b % 2 == 0 else reversed(names):
-            value_and_grad, descent = programs[name]
-            times[name]["value_and_grad"].append(_block(value_and_grad, w0, 5, each=True))
-            times[name]["step"].append(_block(descent, w0, 2, each=True) / steps)
+    calls, iters = {}, {}
+    for name, (value_and_grad, descent) in programs.items():
+        calls[name, "value_and_grad"], iters[name, "value_and_grad"] = _each(value_and_grad, w0), 5
+        calls[name, "step"], iters[name, "step"] = _each(descent, w0), 2
+    t = alternating(calls, rounds=blocks, iters=iters, warmup=1)
     return dict(
         n=n,
         particles=particles,
@@ -652,10 +649,10 @@ def cic_fit(n: int, particles: int, blocks: int, steps: int = 10) -> dict:
         loss_after=fitted_loss,
         rows={
             name: dict(
-                value_and_grad_s=statistics.median(t["value_and_grad"]),
-                step_s=statistics.median(t["step"]),
+                value_and_grad_s=t[name, "value_and_grad"].median,
+                step_s=t[name, "step"].median / steps,
             )
-            for name, t in times.items()
+            for name in programs
         },
     )
 
@@ -664,19 +661,6 @@ def _programs(body):
     once = jax.jit(body)
     loop = jax.jit(lambda x: jax.lax.fori_loop(0, ITERATIONS, lambda i, y: body(y) * 0.5, x))
     return once, loop
-
-
-def _block(fn, x, reps, each=False):
-    """Seconds per call of `reps` calls; `each`: each call waits for the one before (JAX
-    runs independent calls at once otherwise, as many as there are cores)."""
-    jax.block_until_ready(fn(x))
-    start = time.perf_counter()
-    for _ in range(reps):
-        y = fn(x)
-        if each:
-            jax.block_until_ready(y)
-    jax.block_until_ready(y)
-    return (time.perf_counter() - start) / reps
 
 
 # What a run of a record that predates "settings" was run with: the defaults of main()
@@ -786,7 +770,7 @@ def report(payload: dict) -> str:
         threads_said = (
             f"{p_step / k_step:.2f}x the time of the same kernels on one thread "
             f"({p_step * 1e3:.2f} ms against {k_step * 1e3:.2f} ms): slower, not faster; "
-            "benchmarks/results/kernels-threads.md measures why"
+            "benchmarks/analyses/kernels-threads.md measures why"
         )
     else:
         threads_said = (
@@ -826,19 +810,18 @@ def report(payload: dict) -> str:
 
 
 def main():
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    args = arguments(  # --quick: 2 blocks, shorter bodies
+        __doc__,
+        flag("--blocks", type=int, dest="rounds", help="alternating blocks (= --rounds)"),
+        flag(
+            "--report",
+            action="store_true",
+            help="rewrite <out>/kernels.md from <out>/kernels.json, without running anything",
+        ),
+        flag("--devices-child", nargs=2, help=HIDDEN),
+        rounds=20,
     )
-    parser.add_argument("--blocks", type=int, default=20)
-    parser.add_argument("--quick", action="store_true", help="2 blocks, shorter bodies")
-    parser.add_argument("--out", default=str(HERE / "results"))
-    parser.add_argument(
-        "--report",
-        action="store_true",
-        help="rewrite <out>/kernels.md from <out>/kernels.json, without running anything",
-    )
-    parser.add_argument("--devices-child", nargs=2, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args.blocks = args.rounds
     if args.report:
         out = pathlib.Path(args.out)
         (out / "kernels.md").write_text(report(json.loads((out / "kernels.json").read_text())))
@@ -858,21 +841,19 @@ def main():
     for name, (once, _) in programs.items():  # every body computes the same
         if name != "Python floor":  # (which writes private arrays, not XLA's)
             np.testing.assert_allclose(once(x), 2 * x + 1, rtol=1e-6, err_msg=name)
-    times = {name: {"call": [], "iteration": []} for name in programs}
-    names = list(programs)
-    for b in range(args.blocks):
-        for name in names if b % 2 == 0 else reversed(names):
-            once, loop = programs[name]
-            times[name]["call"].append(_block(once, x, 200))
-            loop_reps = 2 if name == "pure_callback" else 10
-            times[name]["iteration"].append(_block(loop, x, loop_reps) / ITERATIONS)
+    calls, iters = {}, {}
+    for name, (once, loop) in programs.items():
+        calls[name, "call"], iters[name, "call"] = (lambda f=once: f(x)), 200
+        calls[name, "iteration"] = lambda f=loop: f(x)
+        iters[name, "iteration"] = 2 if name == "pure_callback" else 10
+    times = alternating(calls, rounds=args.blocks, iters=iters, warmup=1)
     rows = []
-    for name in names:
+    for name in programs:
         rows.append(
             dict(
                 path=name,
-                call_s=statistics.median(times[name]["call"]),
-                iteration_s=statistics.median(times[name]["iteration"]),
+                call_s=times[name, "call"].median,
+                iteration_s=times[name, "iteration"].median / ITERATIONS,
             )
         )
     floor = rows[0]

@@ -18,8 +18,6 @@ ratio jaxbind / jax-finufft (below 1: jaxbind is faster). Cases:
 from __future__ import annotations
 
 import pathlib
-import statistics
-import time
 from types import SimpleNamespace
 
 import jax
@@ -27,7 +25,7 @@ import jax
 jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from _report import arguments, run_line, run_meta, save  # noqa: E402
+from _harness import alternating, arguments, run_line, run_meta, save  # noqa: E402
 
 from jaxbind.contrib import jaxducc0  # noqa: E402
 
@@ -55,12 +53,6 @@ def _cases(lib, n_points, n_grid):
     return out
 
 
-def _time(fn, args):
-    t0 = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    return time.perf_counter() - t0
-
-
 def _ducc():
     return SimpleNamespace(
         nufft1=jaxducc0.nufft1, nufft2=jaxducc0.nufft2, nufft3=jaxducc0.nufft3, Opts=jaxducc0.Opts
@@ -77,7 +69,7 @@ def _finufft():
 
 
 def main():
-    args = arguments(__doc__, HERE / "results")
+    args = arguments(__doc__)
     try:
         libs = {"jaxbind": _ducc(), "jax-finufft": _finufft()}
     except ImportError:
@@ -98,12 +90,8 @@ def main():
             agree = max(
                 float(jnp.linalg.norm(g - r) / jnp.linalg.norm(r)) for g, r in zip(got, ref)
             )
-            times = {name: [] for name in libs}
-            for r in range(rounds):
-                order = list(libs) if r % 2 == 0 else list(reversed(list(libs)))
-                for name in order:
-                    times[name].append(_time(*fns[name]))
-            med = {name: statistics.median(t) for name, t in times.items()}
+            calls = {name: (lambda fn=fn, a=a: fn(*a)) for name, (fn, a) in fns.items()}
+            med = {name: t.median for name, t in alternating(calls, rounds=rounds).items()}
             row = dict(
                 points=n_points,
                 grid=n_grid,

@@ -18,15 +18,13 @@ in alternating rounds on the same data, whole solve jit-compiled:
 from __future__ import annotations
 
 import pathlib
-import statistics
-import time
 
 import jax
 
 jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from _report import arguments, run_line, run_meta, save  # noqa: E402
+from _harness import alternating, arguments, run_line, run_meta, save, time_it  # noqa: E402
 from jax.scipy.sparse.linalg import cg  # noqa: E402
 
 from jaxbind.contrib import jaxducc0  # noqa: E402
@@ -55,7 +53,7 @@ def _solver(forward, grid):
 
 
 def main():
-    args = arguments(__doc__, HERE / "results")
+    args = arguments(__doc__)
     rows = []
     sizes = SIZES[:1] if args.quick else SIZES
     rounds = args.rounds or (2 if args.quick else 5)
@@ -66,10 +64,14 @@ def main():
         grid = (n_grid, n_grid)
         opts = jaxducc0.Opts(nthreads=1)
         xj, yj = jnp.asarray(x), jnp.asarray(y)
-        t0 = time.perf_counter()  # DUCC plans when the program is compiled (its state)
-        plan = jaxducc0.NufftPlan(2, grid, x, y, iflag=-1, eps=EPS, opts=opts)
-        jax.jit(plan).lower(jnp.zeros(grid, jnp.complex128)).compile()
-        plan_s = time.perf_counter() - t0
+
+        def planned():  # DUCC plans when the program is compiled (its state)
+            plan = jaxducc0.NufftPlan(2, grid, x, y, iflag=-1, eps=EPS, opts=opts)
+            jax.jit(plan).lower(jnp.zeros(grid, jnp.complex128)).compile()
+            return plan
+
+        timed = time_it(planned, warmup=0)
+        plan, plan_s = timed.value, timed.median
         variants = {
             "NufftPlan": _solver(plan, grid),
             "nufft2": _solver(lambda f: jaxducc0.nufft2(f, xj, yj, eps=EPS, opts=opts), grid),
@@ -86,13 +88,8 @@ def main():
             pass
         results = {name: solve(c) for name, solve in variants.items()}  # compile, warm up
         ref = results["nufft2"]
-        times = {name: [] for name in variants}
-        for r in range(rounds):
-            for name in list(variants) if r % 2 == 0 else reversed(list(variants)):
-                t0 = time.perf_counter()
-                jax.block_until_ready(variants[name](c))
-                times[name].append(time.perf_counter() - t0)
-        med = {name: statistics.median(t) for name, t in times.items()}
+        calls = {name: (lambda solve=solve: solve(c)) for name, solve in variants.items()}
+        med = {name: t.median for name, t in alternating(calls, rounds=rounds).items()}
         for name in variants:
             agree = float(jnp.linalg.norm(results[name] - ref) / jnp.linalg.norm(ref))
             rows.append(

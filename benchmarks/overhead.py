@@ -1,7 +1,8 @@
 """jaxbind's cost per call above the floor, measured in pairs (robust on a noisy machine).
 
     python benchmarks/overhead.py              # writes benchmarks/results/overhead.{json,md}
-    python benchmarks/overhead.py --blocks 20  # quicker
+    python benchmarks/overhead.py --blocks 20  # quicker (--blocks is --rounds)
+    python benchmarks/overhead.py --quick      # 4 blocks of 20 calls (the smoke test)
 
 The floor (_floor.cc) is a custom call that only takes the GIL and calls the same
 callable on private NumPy arrays: what any Python-calling custom call costs at
@@ -14,7 +15,6 @@ difference within 0.3 µs on `empty`, `double` and `grad`.
 
 from __future__ import annotations
 
-import argparse
 import pathlib
 import statistics
 import sys
@@ -24,33 +24,25 @@ sys.path.insert(0, str(HERE))
 
 import _cases  # noqa: E402
 import jax  # noqa: E402
-from _report import run_line, run_meta, save  # noqa: E402
+from _harness import alternating, arguments, flag, run_line, run_meta, save  # noqa: E402
 
 CASES = [("empty", 1), ("empty", 1_000), ("double", 1), ("double", 1_000), ("grad", 1_000)]
-
-
-def _block(fn, arg, reps):
-    return _cases.time_it(fn, arg, reps)[0]
 
 
 def measure(case, size, blocks, reps):
     built = {impl: _cases.build(impl, case, size) for impl in ("floor", "jaxbind")}
     for fn, arg in built.values():
         jax.block_until_ready(fn(arg))
-    times = {"floor": [], "jaxbind": []}
-    diffs = []
-    for b in range(blocks):
-        order = ("floor", "jaxbind") if b % 2 == 0 else ("jaxbind", "floor")
-        got = {impl: _block(*built[impl], reps) for impl in order}
-        for impl, t in got.items():
-            times[impl].append(t)
-        diffs.append(got["jaxbind"] - got["floor"])
+    variants = {impl: (lambda fn=fn, arg=arg: fn(arg)) for impl, (fn, arg) in built.items()}
+    # one untimed call per block settles allocations after switching variants
+    times = alternating(variants, rounds=blocks, iters=reps, warmup=1)
+    diffs = [j - f for f, j in zip(times["floor"].samples, times["jaxbind"].samples)]
     q = statistics.quantiles(diffs, n=4)
     return dict(
         case=case,
         size=size,
-        floor_s=statistics.median(times["floor"]),
-        jaxbind_s=statistics.median(times["jaxbind"]),
+        floor_s=times["floor"].median,
+        jaxbind_s=times["jaxbind"].median,
         diff_s=statistics.median(diffs),
         diff_q1_s=q[0],
         diff_q3_s=q[2],
@@ -60,13 +52,13 @@ def measure(case, size, blocks, reps):
 
 
 def main():
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    args = arguments(
+        __doc__,
+        flag("--blocks", type=int, dest="rounds", help="alternating blocks (= --rounds)"),
+        flag("--reps", type=int, default=None, help="calls per block"),
     )
-    parser.add_argument("--blocks", type=int, default=60)
-    parser.add_argument("--reps", type=int, default=400, help="calls per block")
-    parser.add_argument("--out", default=str(HERE / "results"))
-    args = parser.parse_args()
+    args.blocks = args.rounds or (4 if args.quick else 60)
+    args.reps = args.reps or (20 if args.quick else 400)
     rows = [measure(c, s, args.blocks, args.reps) for c, s in CASES]
     import importlib.metadata as md
 

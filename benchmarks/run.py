@@ -19,7 +19,6 @@ workers round by round, interleaving implementations, and reports medians.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
@@ -31,7 +30,7 @@ import sys
 
 HERE = pathlib.Path(__file__).parent
 
-from _report import save  # noqa: E402  (this directory is sys.path[0])
+from _harness import arguments, flag, save  # noqa: E402  (this directory is sys.path[0])
 
 # (case, sizes, implementations); "jaxbind13" is JAXbind 1.3.1's worker. "floor" is
 # a custom call that only takes the GIL and calls the same callable on private
@@ -103,20 +102,17 @@ def _reps(case, size, quick):
 
 
 def main():
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    args = arguments(  # --quick: the smallest sizes, 3 rounds
+        __doc__,
+        flag("--no-jaxbind13", action="store_true"),
+        flag("--cases", default="", help="comma-separated subset of the cases"),
+        flag(
+            "--baseline",
+            default="",
+            help="a Python whose jaxbind (an earlier build) runs beside this one",
+        ),
+        rounds=7,
     )
-    parser.add_argument("--quick", action="store_true", help="smallest sizes, 3 rounds")
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--no-jaxbind13", action="store_true")
-    parser.add_argument("--out", default=str(HERE / "results"))
-    parser.add_argument("--cases", default="", help="comma-separated subset of the cases")
-    parser.add_argument(
-        "--baseline",
-        default="",
-        help="a Python whose jaxbind (an earlier build) runs beside this one",
-    )
-    args = parser.parse_args()
     rounds = 3 if args.quick else args.rounds
 
     env = dict(os.environ, JAXBIND_SILENCE_JAX_VERSION_WARNING="1", PYTHONPATH="")

@@ -23,7 +23,6 @@ A part that a JAX version cannot run is recorded with its error.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pathlib
@@ -31,7 +30,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = pathlib.Path(__file__).parent
 EPS = 1e-9
@@ -111,15 +109,9 @@ def _counts(compiled) -> dict:
 
 
 def _best(fn, *args, rounds: int) -> float:
-    import jax
+    from _harness import time_it
 
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t0)
-    return min(times)
+    return time_it(lambda: fn(*args), warmup=1, rounds=rounds).min
 
 
 def part_mesh(m: int, n: int, rounds: int, directory: pathlib.Path) -> dict:
@@ -264,7 +256,7 @@ def _two_processes(n: int, directory: pathlib.Path) -> list:
 
 
 def _table(meta: dict, r: dict) -> str:
-    from _report import run_line
+    from _harness import run_line
 
     mesh = r["mesh"]
     if "error" in mesh:
@@ -329,16 +321,13 @@ def main():
             result = {"process": int(pid), "error": f"{type(exc).__name__}: {str(exc)[:800]}"}
         print(json.dumps(result), flush=True)
         return
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    from _harness import arguments, flag, run_meta, save
+
+    args = arguments(  # --quick: 10^4 points, a 32x32 grid
+        __doc__, flag("--stem", default=None, help="file stem (default sharding[-quick])")
     )
-    parser.add_argument("--quick", action="store_true", help="10^4 points, a 32x32 grid")
-    parser.add_argument("--out", default=str(HERE / "results"), help="results directory")
-    parser.add_argument("--stem", default=None, help="file stem (default sharding[-quick])")
-    args = parser.parse_args()
     m, n, rounds = (10_000, 32, 2) if args.quick else (1_000_000, 256, 5)
-    sys.path.insert(0, str(HERE))
-    from _report import run_meta, save
+    rounds = args.rounds or rounds
 
     results: dict = {}
     with tempfile.TemporaryDirectory() as tmp:

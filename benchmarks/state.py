@@ -25,7 +25,6 @@ benchmarks/finufft_ctypes.py; this report quotes their recorded results.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pathlib
@@ -33,14 +32,16 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 
 HERE = pathlib.Path(__file__).parent
 
 # An op with a state that counts its setups and teardowns in a file, as each process
-# of this benchmark defines it.
-OP = """
+# of this benchmark defines it (timing with the harness, from this directory).
+OP = (
+    f"import sys\nsys.path.insert(0, {str(HERE)!r})\n"
+    + """
 import os
+from _harness import alternating, time_it
 import jax, jax.numpy as jnp, numpy as np, jaxbind
 
 LOG = os.environ.get("STATE_LOG")
@@ -77,6 +78,7 @@ def program(x):
     y = scaled(x, scale=2.0) + scaled(3 * x, scale=2.0)
     return y, jax.grad(lambda x: scaled(x, scale=2.0).sum())(x)
 """
+)
 
 
 def _run(code: str, env: dict | None = None, timeout: int = 900) -> str:
@@ -140,13 +142,10 @@ def counts_export(tmp: pathlib.Path) -> dict:
 def counts_persistent_cache(tmp: pathlib.Path) -> dict:
     cache = tmp / "cache"
     code = f"""
-        import time
         jax.config.update("jax_compilation_cache_dir", {str(cache)!r})
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-        t = time.perf_counter()
-        jax.block_until_ready(jax.jit(program)(jnp.arange(4.0)))
-        print(time.perf_counter() - t)
+        print(time_it(lambda: jax.jit(program)(jnp.arange(4.0)), warmup=0).median)
         """
     result = {}
     for run in ("first", "hit"):
@@ -235,7 +234,7 @@ def counts_shard_map() -> dict:
 def per_call(iterations: int, rounds: int) -> dict:
     out = _run(
         f"""
-        import json, statistics, time
+        import json
         from jax import lax
         loops = {{
             name: jax.jit(lambda x, op=op: lax.fori_loop(0, {iterations},
@@ -245,12 +244,9 @@ def per_call(iterations: int, rounds: int) -> dict:
         x = jnp.arange(8.0)
         for f in loops.values():
             f(x).block_until_ready()
-        times = {{name: [] for name in loops}}
-        for _ in range({rounds}):
-            for name, f in loops.items():
-                t = time.perf_counter(); f(x).block_until_ready()
-                times[name].append((time.perf_counter() - t) / {iterations} * 1e6)
-        print(json.dumps({{name: statistics.median(v) for name, v in times.items()}}))
+        calls = {{name: (lambda f=f: f(x)) for name, f in loops.items()}}
+        times = alternating(calls, rounds={rounds})
+        print(json.dumps({{name: t.median / {iterations} * 1e6 for name, t in times.items()}}))
         """
     )
     us = json.loads(out.strip().splitlines()[-1])
@@ -263,7 +259,7 @@ def _quoted(stem: str) -> dict | None:
 
 
 def _markdown(meta, r) -> str:
-    from _report import run_line
+    from _harness import run_line
 
     j, e, c, cy = r["jit"], r["export"], r["cache"], r["cycles"]
     lines = [
@@ -313,27 +309,25 @@ def _markdown(meta, r) -> str:
 
 
 def main():
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true", help="fewer cycles and calls")
-    parser.add_argument("--out", default=str(HERE / "results"), help="results directory")
-    args = parser.parse_args()
-    sys.path.insert(0, str(HERE))
-    from _report import run_meta, save
+    from _harness import arguments, run_meta, save, time_it
 
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = pathlib.Path(tmp)
-        results = dict(
-            jit=counts_jit(tmp),
-            export=counts_export(tmp),
-            cache=counts_persistent_cache(tmp),
-            cycles=counts_cycles(tmp, 100 if args.quick else 1000),
-            shard_map=counts_shard_map(),
-            per_call=per_call(200 if args.quick else 2000, 3 if args.quick else 15),
-        )
-    meta = run_meta(seconds=round(time.perf_counter() - started, 1))
+    args = arguments(__doc__)  # --quick: fewer cycles and calls; --rounds: of per_call
+    rounds = args.rounds or (3 if args.quick else 15)
+
+    def measure() -> dict:
+        with tempfile.TemporaryDirectory() as tmp:
+            return dict(
+                jit=counts_jit(pathlib.Path(tmp)),
+                export=counts_export(pathlib.Path(tmp)),
+                cache=counts_persistent_cache(pathlib.Path(tmp)),
+                cycles=counts_cycles(pathlib.Path(tmp), 100 if args.quick else 1000),
+                shard_map=counts_shard_map(),
+                per_call=per_call(200 if args.quick else 2000, rounds),
+            )
+
+    run = time_it(measure, warmup=0)
+    results = run.value
+    meta = run_meta(seconds=round(run.median, 1))
     text = _markdown(meta, results)
     stem = "state-quick" if args.quick else "state"
     save(args.out, stem, dict(meta=meta, results=results), text)

@@ -24,12 +24,10 @@ is the difference to the kernel without state. Target: within 0.05 µs.
 
 from __future__ import annotations
 
-import argparse
 import os
 import pathlib
 import statistics
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
@@ -38,7 +36,7 @@ import numpy as np
 HERE = pathlib.Path(__file__).parent
 sys.path.insert(0, str(HERE))
 
-from _report import run_line, run_meta, save  # noqa: E402
+from _harness import alternating, arguments, flag, run_line, run_meta, save  # noqa: E402
 
 import jaxbind  # noqa: E402
 
@@ -97,43 +95,31 @@ def looped(fn, iterations: int):
     return jax.jit(lambda x, p: jax.lax.fori_loop(0, iterations, lambda i, x: step(i, x, p), x))
 
 
-def _time(fn, args) -> float:
-    t0 = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    return time.perf_counter() - t0
-
-
 def measure(blocks: int, iterations: int, reps: int) -> dict:
     """{variant: [seconds per iteration, one per block]}."""
     x = jnp.linspace(0.0, 1.0, N, dtype=jnp.float32)
     p = jnp.arange(N, dtype=jnp.float32)
     fns = {name: looped(fn, iterations) for name, fn in ops().items()}
     for fn in fns.values():
-        _time(fn, (x, p))  # compile, set up, warm up
-    times: dict = {name: [] for name in fns}
-    for b in range(blocks):
-        order = list(fns) if b % 2 == 0 else list(reversed(list(fns)))
-        for name in order:
-            best = min(_time(fns[name], (x, p)) for _ in range(reps))
-            times[name].append(best / iterations)
-    return times
+        jax.block_until_ready(fn(x, p))  # compile, set up, warm up
+    calls = {name: (lambda fn=fn: fn(x, p)) for name, fn in fns.items()}
+    timings = alternating(calls, rounds=blocks, best_of=reps)
+    return {name: [t / iterations for t in timing.samples] for name, timing in timings.items()}
 
 
 def main():
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    args = arguments(
+        __doc__,
+        flag("--blocks", type=int, dest="rounds", help="alternating blocks (= --rounds)"),
+        flag("--iterations", type=int, default=None, help="calls in each block's loop"),
+        out=None,
     )
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--blocks", type=int, default=None)
-    parser.add_argument("--iterations", type=int, default=None)
-    parser.add_argument("--out", default=None)
-    args = parser.parse_args()
     try:
         import numba  # noqa: F401
     except ImportError:
         print("numba is not installed (pip install numba): nothing to measure")
         return
-    blocks = args.blocks or (3 if args.quick else 21)
+    blocks = args.rounds or (3 if args.quick else 21)
     iterations = args.iterations or (2_000 if args.quick else 100_000)
     reps = 2 if args.quick else 3
     times = measure(blocks, iterations, reps)

@@ -32,15 +32,13 @@ from __future__ import annotations
 
 import gc
 import pathlib
-import statistics
-import time
 
 import jax
 
 jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from _report import arguments, run_line, run_meta, save  # noqa: E402
+from _harness import alternating, arguments, run_line, run_meta, save  # noqa: E402
 from jax.scipy.sparse.linalg import cg  # noqa: E402
 
 from jaxbind.contrib import jaxducc0  # noqa: E402
@@ -94,13 +92,7 @@ def _timed(variants: dict, rounds: int) -> dict:
     """Medians over alternating rounds of each variant (a function of no arguments)."""
     for fn in variants.values():  # compile, plan, warm up
         jax.block_until_ready(fn())
-    times: dict = {name: [] for name in variants}
-    for r in range(rounds):
-        for name in list(variants) if r % 2 == 0 else reversed(list(variants)):
-            t0 = time.perf_counter()
-            jax.block_until_ready(variants[name]())
-            times[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(t) for name, t in times.items()}
+    return {name: t.median for name, t in alternating(variants, rounds=rounds).items()}
 
 
 def case_a(x, y, f, grid, rounds: int) -> list[dict]:
@@ -206,7 +198,7 @@ def case_b(x, y, c, grid, rounds: int, plans: PlanCount) -> list[dict]:
 
 
 def main():
-    args = arguments(__doc__, HERE / "results")
+    args = arguments(__doc__)
     n_points, n = (10**3, 32) if args.quick else (10**5, 256)
     rounds = args.rounds or (1 if args.quick else 7)
     grid = (n, n)

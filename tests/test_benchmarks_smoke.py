@@ -173,3 +173,61 @@ def test_sharding_benchmark_quick(tmp_path):
     for process in r["two processes"]:
         assert process["collectives"] == {"all-reduce": 1}, process
         assert process["error vs one device"] < 1e-10
+
+
+def _benchmark_modules() -> dict:
+    """{stem: the stems of benchmarks/ it imports (anywhere in it, nested imports too)}."""
+    import ast
+
+    here = ROOT / "benchmarks"
+    stems = {p.stem for p in here.glob("*.py")}
+    graph = {}
+    for path in here.glob("*.py"):
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                found.add(node.module)
+        graph[path.stem] = found & stems - {path.stem}
+    return graph
+
+
+def test_every_benchmark_script_uses_the_harness_timer_and_arguments():
+    """One timer, one command line: no script times with its own clock or parses its own
+    flags; every script's command line is the harness's `arguments`."""
+    for path in sorted((ROOT / "benchmarks").glob("*.py")):
+        if path.stem == "_harness":
+            continue
+        text = path.read_text()
+        for own in ("perf_counter", "process_time", "time.time(", "argparse"):
+            assert own not in text, f"{path.name} has its own timer or parser ({own})"
+        if not path.stem.startswith("_"):  # a script, not a worker module
+            assert "arguments(" in text and "_harness import" in text, path.name
+
+
+def test_benchmarks_import_no_cycle():
+    graph = _benchmark_modules()
+    assert graph["gpu"] == {"_cuda_native", "_harness"} and graph["_harness"] == set()
+    done, path = set(), []
+
+    def visit(stem):
+        assert stem not in path, f"import cycle: {' -> '.join([*path, stem])}"
+        if stem in done:
+            return
+        path.append(stem)
+        for child in graph[stem]:
+            visit(child)
+        path.pop()
+        done.add(stem)
+
+    for stem in graph:
+        visit(stem)
+
+
+def test_results_hold_what_save_writes():
+    """benchmarks/results/ holds each run's <stem>.json and <stem>.md (and run.py's plots);
+    hand-written analyses live apart, in benchmarks/analyses/."""
+    results = ROOT / "benchmarks" / "results"
+    for md in results.glob("*.md"):
+        assert md.with_suffix(".json").exists(), f"{md.name}: an analysis, not a result"
