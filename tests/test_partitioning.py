@@ -18,7 +18,7 @@ import pytest
 from support.processes import run_cases
 
 import jaxbind
-from jaxbind._rules.partitioning import Partitioning
+from jaxbind._sharding import Partitioning
 from jaxbind._spec import BatchAxes
 
 HERE = pathlib.Path(__file__).parent
