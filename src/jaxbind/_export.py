@@ -21,10 +21,7 @@ def export_safety_checks() -> list[jax.export.DisabledSafetyCheck]:
     and the partitioned targets of ops with a declared sharding rule) keep a versioned
     call format (see the README), so they can be allowed.
     """
-    return [
-        jax.export.DisabledSafetyCheck.custom_call(target)
-        for target in target_names()
-    ]
+    return [jax.export.DisabledSafetyCheck.custom_call(target) for target in target_names()]
 
 
 def export(
