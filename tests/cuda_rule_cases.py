@@ -8,14 +8,14 @@ import re
 
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from jax.sharding import Mesh, NamedSharding  # noqa: E402
-from jax.sharding import PartitionSpec as P  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
-import jaxbind  # noqa: E402
-from jaxbind._rules import spmd  # noqa: E402
+import jaxbind
+from jaxbind._rules import spmd
 
 PTX = """
 .version 8.0

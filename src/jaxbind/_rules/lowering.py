@@ -22,7 +22,6 @@ import warnings
 import jax
 import numpy as np
 
-from .. import _ext
 from .._callformat import CallAttributes
 from .._compat import (
     abstract_token,

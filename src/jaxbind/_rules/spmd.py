@@ -14,9 +14,10 @@ mesh: the device grid comes from the operands' shardings as XLA passes them
 (`_grid`), and so do the devices whose partial results are summed.
 
 - `_partition`: the local program of each device, the ordinary jaxbind custom call (of
-  the row's per-device target: a CUDA kernel's keeps command buffers) on the local shapes (the same attributes: the same site, the same body), then an
-  all-reduce (sum) of each result over the devices that split a factor the result lacks
-  (a reduction factor), with replica groups of global device ids; and the shardings of
+  the row's per-device target: a CUDA kernel's keeps command buffers) on the local
+  shapes (the same attributes: the same site, the same body), then an all-reduce (sum)
+  of each result over the devices that split a factor the result lacks (a reduction
+  factor), with replica groups of global device ids; and the shardings of
   the operands it needs (XLA reshards to them: a factor that must stay whole is
   gathered) and of the results.
 - `_infer` (GSPMD): the results' sharding from the operands'.
