@@ -60,6 +60,7 @@ TRACE_TIME = {
     "_rules.ad",
     "_rules.batching",
     "_rules.lowering",
+    "_rules.targets",
     "_rules.partitioning",
     "_rules.jaxfn",
     "_rules.effects",
@@ -80,6 +81,7 @@ SHARED = {
     "_kernels.source",
     "_kernels.state",
     "_options",
+    "_sharding",
     "_kwargs",
     "_state",
     "_avals",
@@ -200,4 +202,5 @@ def test_import_graph_is_flat_and_acyclic():
         m for m, f in sorted(floors.items(), key=lambda x: -x[1])[:3]
     )
     # the bottom floor holds the values everything shares; nothing there imports jaxbind
-    assert {"_roles", "_options", "_kwargs"} <= {m for m, f in floors.items() if f == 1}
+    assert {"_roles", "_sharding", "_kwargs"} <= {m for m, f in floors.items() if f == 1}
+    assert floors["_options"] == 2  # the option set: bottom-floor values (the sharding rule)

@@ -18,7 +18,7 @@ import pytest
 from support.processes import run_cases
 
 import jaxbind
-from jaxbind._rules.partitioning import Partitioning
+from jaxbind._sharding import Partitioning, to_f, to_role
 from jaxbind._spec import BatchAxes
 
 HERE = pathlib.Path(__file__).parent
@@ -348,3 +348,51 @@ def test_every_case_is_listed():
     text = (HERE / "partitioning_cases.py").read_text()
     defined = {line[4:].split("(")[0] for line in text.splitlines() if line.startswith("def case_")}
     assert defined == set(CASES)
+
+
+# --- the rule as the option's value ------------------------------------------------------
+
+
+@pytest.mark.parametrize("role", ["f", "T", "T1", "T2", "jvp", "vjp"])
+@pytest.mark.parametrize("fixed", [0, 1])
+def test_role_layouts_round_trip(role, fixed):
+    args, results = ("a0", "a1", "a2"), ("r0", "r1")
+    if role[1:].isdigit() and int(role[1:]) < fixed:
+        return  # a fixed argument has no transpose
+    mapped = to_role(role, fixed, args, results)
+    assert to_f(role, fixed, *mapped, n_args=len(args)) == (args, results)
+    rule = Partitioning.parse("a b, b, c -> a, c")
+    layout = to_role(role, fixed, rule.operands, rule.results)
+    assert rule.for_role(role, fixed) == Partitioning(*layout, rule.splittable)
+
+
+def test_a_rule_function_runs_once_per_traced_call():
+    calls = []
+
+    def rule(x, w, **kw):
+        calls.append((x, w))
+        return "m d, m -> g", ("m",)
+
+    op = _linear(sharding=rule, first_n_args_fixed=1, name="tests.partitioning_counted")
+    x, w = jnp.zeros((16, 1)), jnp.zeros(16)
+    jax.jit(lambda x, w: op(x, w)[0]).lower(x, w)
+    assert calls == [((16, 1), (16,))]  # check_call, typed_results, marking, the record
+    jax.jit(lambda x, w: op(x, w)[0]).lower(x, w)
+    assert len(calls) == 1  # the same shapes and keyword arguments: the same answer
+    jax.jit(lambda x, w: op(x, w)[0]).lower(jnp.zeros((8, 1)), jnp.zeros(8))
+    assert len(calls) == 2
+
+
+def test_a_declared_rule_is_parsed_when_the_op_is_made():
+    op = _linear(sharding="m  d,m->g", reduction=("m", "m"), first_n_args_fixed=1)
+    declared = op.binding.options.sharding
+    assert declared.rule == Partitioning.parse("m d, m -> g", ("m",))
+    assert declared.describe() == "sharding='m d,m->g', reduction=('m',)"
+
+
+def test_the_batch_marking_is_the_replicated_rule_with_batch_factors():
+    core = Partitioning.replicated([2, 0], [1])
+    assert core.splittable == () and core.need_replication == core.factors
+    marked = core.with_batch(BatchAxes.leading(1, 2), BatchAxes.leading(1, 1))
+    assert marked.text == "b0 i0_0 i0_1, b0 -> b0 o0_0"
+    assert marked.pass_through == ("b0",) and marked.need_replication == core.factors

@@ -91,7 +91,7 @@ from ._runtime.gpu import CallContext, CudaArray, current_call  # noqa: E402
 from ._state import StateDef, load_state, state  # noqa: E402
 
 _rules.register_rules()  # trace time: the jaxbind primitive's rules
-_rules.lowering.register_targets()  # XLA: the FFI handlers
+_rules.targets.register_targets()  # XLA: the FFI handlers, one per row of the target table
 _spmd.register()  # compile time, XLA's SPMD partitioner: calls with a declared sharding rule
 _runtime.install()  # run time: what the handlers call back into
 

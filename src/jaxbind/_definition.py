@@ -50,7 +50,7 @@ COMPARED: dict[str, Callable[[Options], Any]] = {
     "state_key": lambda o: list(o.state_key),
 }
 # Options a program keeps as the value its call used (see `call_rule`).
-PER_CALL = ("sharding", "reduction")
+PER_CALL = ("sharding",)  # with its reduction factors
 # Options the runtime reads from the op it finds, at every site: not in any program.
 READ_AT_RUN_TIME = {
     "platform_mode": "the GPU handler reads it from the op when it makes a site's plan",
@@ -58,21 +58,14 @@ READ_AT_RUN_TIME = {
 
 
 def call_rule(options: Options, kwargs: dict, shapes: Sequence[Sequence[int]]) -> list | None:
-    """f's rule for a call, as ``[text, [reduction factors]]`` with the text's spacing
-    normalized, or None (the op declares none, or its function gives none for this
-    call). A rule given as a function is called with the shapes of f's arguments and the
-    call's keyword arguments, as the lowering calls it (_rules.partitioning.declared)."""
+    """f's rule for a call as a program records it, ``[text, [reduction factors]]``, or
+    None (the op declares none, or its function gives none for this call); a rule
+    function is called with the shapes of f's arguments and the call's keyword
+    arguments (_sharding.Sharding.for_call)."""
     if options.sharding is None:
         return None
-    if not callable(options.sharding):
-        return [options.sharding, list(options.reduction)]
-    value = options.sharding(*(tuple(s) for s in shapes), **kwargs)
-    if value is None:
-        return None
-    text, reduction = value if isinstance(value, tuple) and len(value) == 2 else (value, ())
-    if isinstance(reduction, str):
-        reduction = (reduction,)
-    return [" ".join(str(text).split()), [str(f) for f in dict.fromkeys(reduction)]]
+    rule = options.sharding.for_call(shapes, kwargs, "jaxbind: the op's sharding function")
+    return None if rule is None else rule.record()
 
 
 def record(

@@ -8,8 +8,7 @@ from typing import Any
 import jax
 import jax.export  # a submodule: not loaded by "import jax"
 
-from ._rules.lowering import CPU_TARGET, CUDA_KERNEL_TARGET, CUDA_TARGET
-from ._rules.partitioning import PARTITIONED_TARGET
+from ._rules.targets import target_names
 
 __all__ = ["export", "export_safety_checks"]
 
@@ -18,13 +17,11 @@ def export_safety_checks() -> list[jax.export.DisabledSafetyCheck]:
     """The `disabled_checks` that jax.export needs for programs with jaxbind ops.
 
     JAX refuses to export custom calls that are not on its allow-list; jaxbind's
-    targets (CPU, CUDA and CUDA kernels, and ``jaxbind_partitioned`` of ops with a declared sharding
-    rule) keep a versioned call format (see the README), so they can be allowed.
+    targets (every row of the target table, _rules.targets: CPU, CUDA and CUDA kernels,
+    and the partitioned targets of ops with a declared sharding rule) keep a versioned
+    call format (see the README), so they can be allowed.
     """
-    return [
-        jax.export.DisabledSafetyCheck.custom_call(target)
-        for target in (CPU_TARGET, CUDA_TARGET, CUDA_KERNEL_TARGET, PARTITIONED_TARGET)
-    ]
+    return [jax.export.DisabledSafetyCheck.custom_call(target) for target in target_names()]
 
 
 def export(

@@ -20,6 +20,8 @@ from typing import Any, TypedDict
 
 import numpy as np
 
+from ._sharding import RuleError, Sharding
+
 __all__ = [
     "OPTION_DOCS",
     "OPTION_NAMES",
@@ -51,12 +53,12 @@ class Options:
       state: what the op sets up once per call site (``@jaxbind.state``), or None.
       state_key: the positions of the state's ``key`` inputs among f's arguments (each
         role finds them in its own layout: _roles.RoleDef.positions).
-      sharding: how the op's axes relate across its arguments and results, in einsum-like
-        notation (``"m d, m -> g"``), or a function of f's argument shapes and the call's
-        keyword arguments that returns it (or it and its reduction factors), or None: the
-        op partitions by this declaration (see _rules.partitioning, which parses and
-        checks it against the op at creation, a function's rules at every call).
-      reduction: the factors of `sharding` the function sums over.
+      sharding: how the op's axes relate across its arguments and results (``sharding=``
+        and ``reduction=``), as a value (_sharding.Sharding): a rule in einsum-like
+        notation (``"m d, m -> g"``), parsed here, or a function of f's argument shapes
+        and the call's keyword arguments that gives one per call; None: the op declares
+        none. _rules.partitioning checks it against the op at creation (a function's
+        rules at each call) and decides each call's partitioning by it.
     """
 
     fixed: int = 0
@@ -68,8 +70,7 @@ class Options:
     native: bool = False
     state: Any = None  # a _state.StateDef (not imported: this module imports none of jaxbind's)
     state_key: tuple[int, ...] = ()
-    sharding: str | Callable[..., Any] | None = None
-    reduction: tuple[str, ...] = ()
+    sharding: Sharding | None = None
 
 
 class _SharedOptions(TypedDict, total=False):
@@ -224,8 +225,12 @@ def declare(
         linear_in=_linear_in(linear_in, fixed, fixed_name),
         native=native,
         state=_state(what, options.get("state"), native),
-        sharding=_sharding(what, name, options.get("sharding")),
-        reduction=_reduction(what, name, options.get("sharding"), options.get("reduction", ())),
+        sharding=_sharding(
+            what,
+            name,
+            options.get("sharding"),
+            _reduction(what, name, options.get("sharding"), options.get("reduction", ())),
+        ),
     )
     return checked, name, replace
 
@@ -323,20 +328,28 @@ def _op(what: str, name: str | None) -> str:
     return f"jaxbind.{what}" + (f" ('{name}')" if name else "")
 
 
-def _sharding(what: str, name: str | None, value: Any) -> str | Callable[..., Any] | None:
-    """The declared rule's text (its syntax and its fit to the op are checked with the
-    op's functions, by _rules.partitioning.check_declaration), or the function that gives
-    it per call (checked at every call)."""
-    if value is None or callable(value):
-        return value
-    if not isinstance(value, str) or "->" not in value:
+def _sharding(
+    what: str, name: str | None, value: Any, reduction: tuple[str, ...]
+) -> Sharding | None:
+    """The declared rule as a value: a text parsed here (its fit to the op's roles is
+    checked with the op's functions, by _rules.partitioning.check_declaration), or the
+    function that gives it per call (checked at every call)."""
+    if value is None:
+        return None
+    if not callable(value) and (not isinstance(value, str) or "->" not in value):
         raise TypeError(
             f"{_op(what, name)}: sharding must be a string in einsum-like notation, one group "
             'of factor names per argument, "->", one per result (e.g. sharding="m d, m -> g"), '
             "or a function of the shapes of f's arguments and the call's keyword arguments "
             f"that returns one; got {value!r}"
         )
-    return " ".join(value.split())
+    try:
+        return Sharding.declare(value, reduction)
+    except RuleError as exc:
+        given = f"sharding={' '.join(value.split())!r}" + (
+            f", reduction={reduction!r}" if reduction else ""
+        )
+        raise ValueError(f"{_op(what, name)}: {given}: {exc}") from None
 
 
 def _reduction(what: str, name: str | None, sharding: Any, value: Any) -> tuple[str, ...]:

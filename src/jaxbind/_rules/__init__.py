@@ -39,7 +39,7 @@ class BodyRules(NamedTuple):
 
     output_avals: Callable  # (spec, avals) -> output avals
     batch: Callable  # (args, dims, *, spec) -> (outputs, output batch dims)
-    lower: Callable  # (FFI target, ctx, *args, spec) -> results
+    lower: Callable  # (platform, ctx, *args, spec) -> results
 
 
 def _kernel_output_avals(spec: CallSpec, avals):
@@ -89,9 +89,9 @@ def batch_rule(args, dims, *, spec: CallSpec):
     return _rules(spec).batch(args, dims, spec=spec)
 
 
-def _lowering(target: str):
+def _lowering(platform: str):
     def lower(ctx, *args, spec: CallSpec):
-        return _rules(spec).lower(target, ctx, *args, spec=spec)
+        return _rules(spec).lower(platform, ctx, *args, spec=spec)
 
     return lower
 
@@ -102,8 +102,8 @@ def register_rules() -> None:
         impl=eager_impl,
         abstract_eval=abstract_eval,
         lowerings={
-            "cpu": _lowering(lowering.CPU_TARGET),
-            "cuda": _lowering(lowering.CUDA_TARGET),
+            "cpu": _lowering("cpu"),
+            "cuda": _lowering("cuda"),
         },
         jvp=jvp_rule,
         transpose=transpose_rule,

@@ -121,6 +121,6 @@ def batch(args, dims, *, spec: CallSpec):
     return batch_looped(args, dims, spec, output_avals)
 
 
-def lower(target: str, ctx, *args, spec: CallSpec):
+def lower(platform: str, ctx, *args, spec: CallSpec):
     """Inlined: the function is lowered into the program; there is no custom call."""
     return mlir.lower_fun(batched_function(spec), multiple_results=True)(ctx, *args)

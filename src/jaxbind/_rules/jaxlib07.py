@@ -9,13 +9,19 @@ feeds the call. There, CPU calls therefore take one of two forms:
 - the results as a tuple nested in a one-element tuple, so that the root is a
   get-tuple-element (_lower_nested). A tuple-typed call can carry no sharding
   rule, so this is the form of calls that XLA could not split anyway;
-- calls that XLA may split along a batch (see .partitioning) keep the plain form
-  and their rule. XLA aborts only on concatenates under 256 KiB, so their
-  operands under twice that pass through a reduce_precision to their own format
-  (_guard): exact, and fused with a concatenate that feeds it, which then is not
-  bare. It is not free (about 1 GB/s on XLA's CPU), hence the size bound. A
-  small operand of another dtype (int, bool) gives the call the nested form.
-Newer jaxlibs always get the plain form.
+- calls that XLA may split (along a batch, or by a declared rule: see
+  .partitioning) keep the plain form and their rule. XLA aborts only on
+  concatenates under 256 KiB, so their operands under twice that pass through a
+  reduce_precision to their own format (_guard): exact, and fused with a
+  concatenate that feeds it, which then is not bare. It is not free (about 1 GB/s
+  on XLA's CPU), hence the size bound. A small operand of another dtype (int,
+  bool) gives a batch-marked call the nested form (it then runs unsplit). A call
+  of a partitioned target (.targets) keeps the plain form even then: a tuple-typed
+  call can carry no rule, and XLA's partitioner replaces it by each device's call
+  (of the row's per-device target), which is fed by the partitioner's slices of
+  the operands, not by the concatenate the guard is for.
+Every CPU call of a program that stays in this process goes through
+`cpu_root_call_form`; newer jaxlibs always get the plain form.
 
 Everything here is for jaxlib 0.7: dropping it means deleting this module and the one
 call of `cpu_root_call_form` in .lowering.
@@ -29,28 +35,31 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._compat import XLA_CPU_ROOT_CALL_ABORTS, hlo, ir, mlir, mlir_internal
-from .partitioning import num_batch_dims
+from .targets import Target
 
 __all__ = ["cpu_root_call_form"]
 
 
 def cpu_root_call_form(
-    target: str, cpu: bool, ctx, args, spec, *, token, exporting, aliases, has_side_effect
+    target: Target, ctx, args, *, token, exporting, aliases, has_side_effect, keeps_rule
 ):
-    """The operands of a custom call, and the lowering it needs (None: the plain one).
+    """The operands of a custom call of `target`'s row, and the lowering it needs (None:
+    the plain one); `keeps_rule`: XLA may split the call (a batch marking or a declared
+    rule).
 
     Only on jaxlib < 0.8, for CPU calls of programs that stay in this process: small
     operands guarded, or the nested form (see the module's text). Elsewhere the
     arguments are returned as they are, with None.
     """
-    if not (XLA_CPU_ROOT_CALL_ABORTS and cpu and not exporting):
+    if not (XLA_CPU_ROOT_CALL_ABORTS and target.platform == "cpu" and not exporting):
         return args, None
-    guarded = None
-    if token is None and num_batch_dims(spec, len(ctx.avals_out)) > 0:
+    if token is None and keeps_rule:
         guarded = _guarded(args, ctx.avals_in)  # keeps the sharding rule
-    if guarded is not None:
-        return guarded, None
-    return args, functools.partial(_lower_nested, target, aliases, has_side_effect)
+        if guarded is not None:
+            return guarded, None
+        if target.partitioner:  # keeps its rule (see the module's text)
+            return args, None
+    return args, functools.partial(_lower_nested, target.name, aliases, has_side_effect)
 
 
 def _lower_nested(

@@ -1,7 +1,9 @@
 """Lowering of the jaxbind primitive to the trampoline's FFI custom call.
 
-Each call carries the attributes of call format 3 (see _callformat); the CPU and
-CUDA targets are registered with XLA at import. Calls of bindings with
+Each call carries the attributes of the call format (see _callformat, with the
+``definition`` record of _definition) and calls one row of the target table (.targets,
+registered with XLA at import), chosen by `lower` with `pick`; every call takes the same
+steps, whichever row. Calls of bindings with
 input_output_aliases alias those operands and results; calls with side effects
 (_rules.effects) are marked has_side_effect, and ordered ones pass JAX's token through
 as their first operand and result; in a program partitioned over several devices they
@@ -20,7 +22,6 @@ import warnings
 import jax
 import numpy as np
 
-from .. import _ext
 from .._callformat import CallAttributes
 from .._compat import (
     abstract_token,
@@ -30,11 +31,10 @@ from .._compat import (
     ffi,
     for_export,
     mlir,
-    register_batch_partitionable,
     run_once_sharding,
     set_sharding,
 )
-from .._definition import call_rule, record
+from .._definition import record
 from .._errors import ExportedDefaultNameWarning, about
 from .._kernels.cuda import CudaKernel
 from .._kwargs import data_blob, is_local, localized, not_data_reason
@@ -43,31 +43,27 @@ from .._spec import CallSpec
 from .effects import ORDERED
 from .jaxlib07 import cpu_root_call_form
 from .partitioning import (
-    PARTITIONED_TARGET,
-    Partitioning,
-    f_shapes,
+    NOT_MARKED,
+    Marking,
     mark_batch_partitionable,
     marking,
+    num_batch_dims,
+    to_sdy,
 )
+from .targets import TARGETS, Target, pick, row
 
-__all__ = ["CPU_TARGET", "CUDA_KERNEL_TARGET", "CUDA_TARGET", "lower", "register_targets"]
+__all__ = ["CPU_TARGET", "CUDA_KERNEL_TARGET", "CUDA_TARGET", "lower"]
 
-CPU_TARGET = "jaxbind_cpu"
-CUDA_TARGET = "jaxbind_cuda"
-# Calls of CUDA kernels (jaxbind.cuda_kernel): a handler that launches them from C++ and
-# that XLA may capture into command buffers (CUDA graphs)
-CUDA_KERNEL_TARGET = "jaxbind_cuda_kernel"
-# Calls with side effects use the same handlers under names that are not batch
-# partitionable: XLA runs them once, on one device (see _lower), never per shard.
-EFFECT_TARGETS = {CPU_TARGET: "jaxbind_cpu_effect", CUDA_TARGET: "jaxbind_cuda_effect"}
+# The plain rows' names (tests and tools call them directly)
+CPU_TARGET = pick("cpu", effect=False, kernel=False, partitioned=False).name
+CUDA_TARGET = pick("cuda", effect=False, kernel=False, partitioned=False).name
+CUDA_KERNEL_TARGET = pick("cuda", effect=False, kernel=True, partitioned=False).name
 # Keyword arguments whose encoding is larger than this are not copied into programs
 # that stay in this process: the program names them by digest (exports carry them).
 _EMBED_LIMIT = 16 * 1024
 
-_lower_ffi = {
-    target: ffi.ffi_lowering(target)
-    for target in (CPU_TARGET, CUDA_TARGET, CUDA_KERNEL_TARGET, PARTITIONED_TARGET)
-}
+# The plain lowering of each target (one per name: a name's rows share its attributes)
+_lower_ffi = {t.name: ffi.ffi_lowering(t.name) for t in TARGETS}
 
 
 def _suffix_warning(name: str) -> str:
@@ -81,8 +77,12 @@ def _suffix_warning(name: str) -> str:
     )
 
 
-def lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
-    """A call of a role whose body is a callable: the trampoline's custom call."""
+def lower(platform: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
+    """A call of a role whose body is a callable or a kernel: the trampoline's custom call
+    on `platform` ("cpu" or "cuda"), of the target table's row (.targets) that the call
+    takes, by one path: the call's attributes, its operands in the form the row's
+    platform needs (.jaxlib07), the custom call, then what its row and marking add (the
+    rule, the batch marking, the run-once sharding of effects, the token)."""
     binding = spec.binding
     binding.body(spec.role)  # a role the op was given no body for: say so now, not when run
     exporting = for_export(ctx)
@@ -106,7 +106,7 @@ def lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
             "without has_side_effect/ordered"
         )
     if effect is not None and config_use_shardy() and auto_partitioned_devices(ctx) > 1:
-        return _hosted(ctx, args, spec, cpu=target == CPU_TARGET)
+        return _hosted(ctx, args, spec, platform)
     aliases = dict(binding.options.aliases) if spec.role == "f" else {}
     token = ctx.tokens_in.get(ORDERED) if effect == "ordered" else None
     outer = ctx
@@ -118,7 +118,23 @@ def lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
         )
         args = (token, *args)
         aliases = {i + 1: k + 1 for i, k in aliases.items()}
-    mark = marking(ctx, spec, len(ctx.avals_out)) if effect is None else None
+    # effects and aliases refuse a rule, and calls with effects are never split
+    mark = marking(ctx, spec, len(ctx.avals_out)) if effect is None else NOT_MARKED
+    kernel = isinstance(binding.body(spec.role), CudaKernel)
+    target = pick(platform, effect=effect is not None, kernel=kernel, partitioned=bool(mark.rule))
+    args, nested = cpu_root_call_form(
+        target,
+        ctx,
+        args,
+        token=token,
+        exporting=exporting,
+        aliases=aliases,
+        has_side_effect=effect is not None,
+        keeps_rule=bool(mark.rule) or num_batch_dims(spec, len(ctx.avals_out)) > 0,
+    )
+    if nested is not None:  # jaxlib 0.7's form: a tuple-typed call carries no marking
+        assert not target.partitioner, target
+        mark = NOT_MARKED
     call = CallAttributes.of_call(
         binding.name,
         spec.role,
@@ -127,53 +143,41 @@ def lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
         len(args) - (token is not None),
         spec.n_fixed,
         trees,
-        _definition(spec, ctx, partitioned=mark is not None and mark.rule is not None),
+        _definition(spec, mark, kernel),
     )
-    cpu = target == CPU_TARGET
-    if mark is not None and mark.rule is not None:  # effects and aliases refuse a rule
-        if not exporting:
-            ctx.module_context.add_keepalive(binding.holder(call.digest))
-        return _partitioned(ctx, args, call, mark.rule, platform="cpu" if cpu else "cuda")
-    if effect is not None:
-        target = EFFECT_TARGETS[target]
-    elif target == CUDA_TARGET and isinstance(binding.body(spec.role), CudaKernel):
-        target = CUDA_KERNEL_TARGET
-    args, lower = cpu_root_call_form(
-        target,
-        cpu,
-        ctx,
-        args,
-        spec,
-        token=token,
-        exporting=exporting,
-        aliases=aliases,
-        has_side_effect=effect is not None,
-    )
-    nested = lower is not None  # jaxlib 0.7's form: its results are not the call's own
-    if lower is None and (aliases or effect is not None):
+    attributes = call.ffi_attributes()
+    if mark.rule is not None:
+        attributes["partitioning"] = _partitioning(mark, target)
+    if nested is not None:
+        lower = nested
+    elif aliases or effect is not None:
         lower = ffi.ffi_lowering(
-            target, operand_output_aliases=aliases or None, has_side_effect=effect is not None
+            target.name, operand_output_aliases=aliases or None, has_side_effect=effect is not None
         )
-    elif lower is None:
-        lower = _lower_ffi[target]
+    else:
+        lower = _lower_ffi[target.name]
     if not exporting:  # the program owns the site it will resolve (see Binding.keep_site)
         ctx.module_context.add_keepalive(binding.holder(call.digest))
-    results = lower(ctx, *args, **call.ffi_attributes())
+    results = lower(ctx, *args, **attributes)
     if effect is not None and results and auto_partitioned_devices(outer) > 1:
         # Runs once, on one device, as io_callback does: never split over a batch that
         # XLA partitions (padding rows would reach the callable), never replicated.
         sharding = run_once_sharding(outer, ctx.avals_out)
         if sharding is not None:
-            call = results[0].owner
+            op = results[0].owner
             for _ in range(2):  # nested results: get_tuple_element of get_tuple_element
-                if call.name == "stablehlo.custom_call":
+                if op.name == "stablehlo.custom_call":
                     break
-                call = call.operands[0].owner
-            set_sharding(outer, call, sharding)
+                op = op.operands[0].owner
+            set_sharding(outer, op, sharding)
     if token is not None:
         token_out, *results = results
         outer.set_tokens_out(outer.tokens_in.update_tokens(mlir.TokenSet({ORDERED: token_out})))
-    elif results and not nested and mark is not None:  # a tuple-typed call has no rule
+    elif results and mark.partitioned is not None and config_use_shardy():
+        results[0].owner.attributes["sdy.sharding_rule"] = to_sdy(
+            mark.partitioned, [a.type for a in args], [r.type for r in results]
+        )
+    elif results and nested is None:  # a tuple-typed call has no rule
         mark_batch_partitionable(
             results[0].owner,
             mark.batch_dims,
@@ -183,42 +187,34 @@ def lower(target: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
     return results
 
 
-def _definition(spec: CallSpec, ctx, partitioned: bool) -> str:
+def _definition(spec: CallSpec, mark: Marking, cuda_kernel: bool) -> str:
     """The call's ``definition`` attribute (see jaxbind._definition): the op's options
     the program bakes in, and the rule of a call partitioned by it (with the shapes of
     f's arguments it was worked out for)."""
-    options = spec.binding.options
-    rule = shapes = None
-    if partitioned:
-        shapes = f_shapes(spec, ctx.avals_in, ctx.avals_out)
-        rule = call_rule(options, spec.kwargs.to_dict(), shapes)
-    cuda_kernel = isinstance(spec.binding.body(spec.role), CudaKernel)
-    return record(options, cuda_kernel, rule, shapes or ())
+    if mark.rule is None:
+        return record(spec.binding.options, cuda_kernel)
+    declared = mark.rule.declared
+    return record(spec.binding.options, cuda_kernel, declared.record(), mark.rule.shapes)
 
 
-def _partitioned(ctx, args, call: CallAttributes, rule: Partitioning, platform: str):
-    """A call that XLA partitions by its declared rule: the custom call of
-    PARTITIONED_TARGET, with the call's own attributes (so that jaxbind's handlers,
-    registered under that name too, run it whole where no partitioner splits it: a
-    program compiled for one device) and ``partitioning``, the rule and the platform as
-    JSON, which the partitioner (.spmd) reads with the attributes; under Shardy the call
-    also carries the rule for propagation."""
-    config = {"rule": rule.to_config(), "platform": platform}
-    attributes = call.ffi_attributes()
-    attributes["partitioning"] = json.dumps(config, sort_keys=True)
-    results = _lower_ffi[PARTITIONED_TARGET](ctx, *args, **attributes)
-    if config_use_shardy():
-        results[0].owner.attributes["sdy.sharding_rule"] = rule.to_sdy(
-            [a.type for a in args], [r.type for r in results]
-        )
-    return results
+def _partitioning(mark: Marking, target: Target) -> str:
+    """The ``partitioning`` attribute of a call of a partitioned row, which its
+    partitioner (.spmd) reads with the call's own attributes (the same as any call's: so
+    that the row's handlers run it whole where no partitioner splits it, a program
+    compiled for one device): the rule, the platform, and the target of each device's
+    part of the call (the row's per_device; a CUDA kernel's keeps command buffers)."""
+    assert mark.partitioned is not None
+    per_device = row(target.per_device, target.platform).name
+    config = {"rule": mark.partitioned.to_config(), "platform": target.platform}
+    config["target"] = per_device
+    return json.dumps(config, sort_keys=True)
 
 
 # Programs for the calls that host callbacks run (see _hosted), one per call.
 HOSTED_CALLS: dict = {}
 
 
-def _hosted(ctx: mlir.LoweringRuleContext, args, spec: CallSpec, cpu: bool):
+def _hosted(ctx: mlir.LoweringRuleContext, args, spec: CallSpec, platform: str):
     """An effectful call in a program that Shardy partitions over several devices.
 
     Such a call must run once, on one device, over the whole logical arrays: never on
@@ -231,7 +227,7 @@ def _hosted(ctx: mlir.LoweringRuleContext, args, spec: CallSpec, cpu: bool):
     loop as any other call, so under vmap the body runs once per real batch element.
     """
     binding = spec.binding
-    if not cpu:
+    if platform != "cpu":
         raise TypeError(
             f"{about(binding.name)} has side effects "
             f"({'ordered=True' if binding.options.effect == 'ordered' else 'has_side_effect=True'})"
@@ -279,23 +275,3 @@ def _embedded(ctx, dump, exporting: bool, name: str, what: str) -> bytes:
     if is_local(dump):  # process-local data lives as long as the program
         ctx.module_context.add_keepalive(dump)
     return dump.blob
-
-
-def register_targets() -> None:
-    """Register jaxbind's FFI targets with XLA (once, at import): each with its instantiate
-    stage (the executable's own call sites, see cpp/site.h) and its execute stage."""
-    ffi.register_ffi_target(CPU_TARGET, _ext.cpu_handlers(), platform="cpu")
-    register_batch_partitionable(CPU_TARGET)
-    # JAX keeps registrations for a platform whose plugin is not loaded (no GPU)
-    # and applies them when the CUDA plugin appears.
-    ffi.register_ffi_target(CUDA_TARGET, _ext.cuda_handlers(), platform="CUDA")
-    register_batch_partitionable(CUDA_TARGET)
-    ffi.register_ffi_target(EFFECT_TARGETS[CPU_TARGET], _ext.cpu_handlers(), platform="cpu")
-    ffi.register_ffi_target(EFFECT_TARGETS[CUDA_TARGET], _ext.cuda_handlers(), platform="CUDA")
-    ffi.register_ffi_target(CUDA_KERNEL_TARGET, _ext.cuda_kernel_handlers(), platform="CUDA")
-    register_batch_partitionable(CUDA_KERNEL_TARGET)
-    # Calls partitioned by a declared rule, where no partitioner splits them (a program
-    # compiled for one device): the same handlers run them whole (their attributes are
-    # the call format's, plus the rule, which the handlers do not read)
-    ffi.register_ffi_target(PARTITIONED_TARGET, _ext.cpu_handlers(), platform="cpu")
-    ffi.register_ffi_target(PARTITIONED_TARGET, _ext.cuda_handlers(), platform="CUDA")

@@ -1,19 +1,23 @@
-"""Compile time: XLA's SPMD partitioner asks jaxbind how to split a call of
-``jaxbind_partitioned`` (see .partitioning: a call with a declared rule, in a program
-partitioned automatically over several devices).
+"""Compile time: XLA's SPMD partitioner asks jaxbind how to split a call of a
+partitioned row of the target table (.targets: ``jaxbind_partitioned``,
+``jaxbind_cuda_kernel_partitioned``; see .partitioning: a call with a declared rule, in
+a program partitioned automatically over several devices).
 
 The callbacks are registered with XLA by target name at import (`register`), so any
 process that imports jaxbind can compile a program with such calls, an exported one
 included. Everything they need is in the call: its attributes are the call format's
 (_callformat, checked as the runtime checks them, digest included), plus
-``partitioning``: the rule (`Partitioning.to_config`) and the platform. They read no
+``partitioning``: the rule (`Partitioning.to_config`), the platform and the target of
+each device's part (the row's per-device target; programs made before it was written
+name the platform's plain target). They read no
 mesh: the device grid comes from the operands' shardings as XLA passes them
 (`_grid`), and so do the devices whose partial results are summed.
 
-- `_partition`: the local program of each device, the ordinary jaxbind custom call on
-  the local shapes (the same attributes: the same site, the same body), then an
-  all-reduce (sum) of each result over the devices that split a factor the result lacks
-  (a reduction factor), with replica groups of global device ids; and the shardings of
+- `_partition`: the local program of each device, the ordinary jaxbind custom call (of
+  the row's per-device target: a CUDA kernel's keeps command buffers) on the local
+  shapes (the same attributes: the same site, the same body), then an all-reduce (sum)
+  of each result over the devices that split a factor the result lacks (a reduction
+  factor), with replica groups of global device ids; and the shardings of
   the operands it needs (XLA reshards to them: a factor that must stay whole is
   gathered) and of the results.
 - `_infer` (GSPMD): the results' sharding from the operands'.
@@ -44,29 +48,31 @@ from .._compat import (
     tuple_sharding,
 )
 from .._errors import about
-from .lowering import CPU_TARGET, CUDA_TARGET
-from .partitioning import PARTITIONED_TARGET, Partitioning
+from .._sharding import Partitioning
+from .targets import TARGETS, pick
 
 __all__ = ["register"]
 
-_TARGETS = {"cpu": CPU_TARGET, "cuda": CUDA_TARGET}
+_PARTITIONED = tuple(dict.fromkeys(t.name for t in TARGETS if t.partitioner))
 
 
 def _read(backend_config, *, binding: bool = True) -> tuple[CallAttributes, Partitioning, str]:
-    """The call's attributes, its rule and its platform, from the text XLA passes (the
-    call's FFI attributes as an MLIR dictionary), checked; `binding`: and the binding
-    defined in this process."""
+    """The call's attributes, its rule and the target of each device's part, from the
+    text XLA passes (the call's FFI attributes as an MLIR dictionary), checked;
+    `binding`: and the binding defined in this process."""
     text = backend_config if isinstance(backend_config, str) else bytes(backend_config).decode()
     found = parse_attribute_dict(text)
     setting = json.loads(found.pop("partitioning", "null") or "null")
-    if not isinstance(setting, dict) or setting.get("platform") not in _TARGETS:
+    per_device = _per_device(setting)
+    if per_device is None:
         raise ValueError(
-            f"jaxbind: a {PARTITIONED_TARGET} call without a valid 'partitioning' attribute "
-            f"({text[:200]}); the program was not made by this jaxbind, or was modified"
+            f"jaxbind: a {'/'.join(_PARTITIONED)} call without a valid 'partitioning' "
+            f"attribute ({text[:200]}); the program was not made by this jaxbind, or was "
+            "modified"
         )
     call = CallAttributes.read(found)
     if call.format < 3:
-        raise ValueError(f"jaxbind: a {PARTITIONED_TARGET} call in call format {call.format}")
+        raise ValueError(f"jaxbind: a partitioned call in call format {call.format}")
     rule = Partitioning.from_config(setting.get("rule"))
     if binding and lookup(call.binding) is None:
         raise LookupError(
@@ -75,7 +81,23 @@ def _read(backend_config, *, binding: bool = True) -> tuple[CallAttributes, Part
             "that creates the op before compiling the program: compiled and exported programs "
             "find jaxbind ops by name"
         )
-    return call, rule, setting["platform"]
+    return call, rule, per_device
+
+
+def _per_device(setting: object) -> str | None:
+    """The target of each device's part of the call: a per-device target of the table on
+    the call's platform (the plain one where the program names none), or None."""
+    if not isinstance(setting, dict):
+        return None
+    platform = setting.get("platform")
+    named = setting.get("target")
+    rows = [t for t in TARGETS if t.platform == platform and not t.partitioner]
+    if not rows:
+        return None
+    if named is None:
+        return pick(str(platform), effect=False, kernel=False, partitioned=False).name
+    per_device = {t.per_device for t in TARGETS if t.partitioner and t.platform == platform}
+    return named if named in per_device else None
 
 
 def _shapes(shape) -> list:
@@ -179,7 +201,7 @@ mlir.register_lowering(partial_sum_p, lambda ctx, x, *, groups: all_reduce_sum(c
 
 
 def _partition(arg_shapes, arg_shardings, result_shape, result_sharding, backend_config):
-    call, rule, platform = _read(backend_config)
+    call, rule, target = _read(backend_config)
     args, results, groups = _plan(rule, arg_shapes, arg_shardings)
     local_in = [
         jax.ShapeDtypeStruct(tuple(sh.tile(s).dimensions()), s.numpy_dtype())
@@ -193,10 +215,11 @@ def _partition(arg_shapes, arg_shardings, result_shape, result_sharding, backend
     frozen = [tuple(map(tuple, g)) for g in groups]
 
     def local(*xs):
-        outs = jax.ffi.ffi_call(_TARGETS[platform], local_out)(*xs, **attributes)
+        outs = jax.ffi.ffi_call(target, local_out)(*xs, **attributes)
         return [o if not g else partial_sum_p.bind(o, groups=g) for o, g in zip(outs, frozen)]
 
     closed = jax.make_jaxpr(local)(*local_in)
+    platform = next(t.platform for t in TARGETS if t.name == target)
     return local_module_bytecode(closed, platform), args, _pack(result_shape, results)
 
 
@@ -218,5 +241,7 @@ def _propagate_user(user_sharding, shape, backend_config):
 
 
 def register() -> None:
-    """Register the partitioner of PARTITIONED_TARGET with XLA (once, at import)."""
-    register_call_partitioner(PARTITIONED_TARGET, _partition, _infer, _propagate_user)
+    """Register the partitioner of each partitioned target of the table with XLA (once,
+    at import)."""
+    for name in _PARTITIONED:
+        register_call_partitioner(name, _partition, _infer, _propagate_user)

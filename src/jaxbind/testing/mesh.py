@@ -52,11 +52,10 @@ def _applies(case: Case) -> bool | str:
     if case.mesh is None:
         if options.sharding is None:
             return False
-        rule = getattr(options.sharding, "__qualname__", None) or repr(options.sharding)
         return (
-            f"the op declares sharding={rule}; check runs on one device unless given a mesh: "
-            "pass mesh=jax.make_mesh(...) (several devices) to compare the op split along "
-            "each factor with one device"
+            f"the op declares {options.sharding.describe()}; check runs on one device unless "
+            "given a mesh: pass mesh=jax.make_mesh(...) (several devices) to compare the op "
+            "split along each factor with one device"
         )
     if options.sharding is None:
         return "the op declares no sharding (sharding=), so nothing splits it on a mesh"
