@@ -329,7 +329,9 @@ def get_linear_call(
         abstract_T = tuple(abstract_T)
     elif f_T is not None and not callable(f_T):
         raise TypeError(f"jaxbind: f_T must be callable, a tuple of callables or None, got {f_T!r}")
-    checked, name, replace = declare("get_linear_call", kind.value, options, native=False)
+    checked, name, replace = declare(
+        "get_linear_call", kind.value, options, native=False, default_name=_default_name(f)
+    )
     checked = state_key_positions(
         checked, abstract, name or _default_name(f), "its abstract function"
     )
@@ -374,7 +376,9 @@ def get_nonlinear_call(
     for what, fn in zip(("f_jvp", "f_vjp"), f_derivative):
         if fn is not None and not callable(fn):
             raise TypeError(f"jaxbind: {what} must be callable or None, got {fn!r}")
-    checked, name, replace = declare("get_nonlinear_call", "nonlinear", options, native=False)
+    checked, name, replace = declare(
+        "get_nonlinear_call", "nonlinear", options, native=False, default_name=_default_name(f)
+    )
     checked = state_key_positions(
         checked, abstract, name or _default_name(f), "its abstract function"
     )

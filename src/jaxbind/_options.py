@@ -182,12 +182,18 @@ OPTION_DOCS = """
 
 
 def declare(
-    what: str, kind: str, given: Mapping[str, Any], *, native: bool
+    what: str,
+    kind: str,
+    given: Mapping[str, Any],
+    *,
+    native: bool,
+    default_name: str | None = None,
 ) -> tuple[Options, str | None, bool]:
     """Check the options that `what` (the API function or decorator) was given for an op
     of `kind` ("linear", "multilinear", "nonlinear"), and return them as one value, with
     the binding's explicit name (or None) and ``replace``. `native`: the caller is the
-    JAX-native API, which names two options differently."""
+    JAX-native API, which names two options differently. `default_name`: the name the op
+    gets without ``name=``, where it is known already, for messages."""
     fixed_name, vectorized_name = (
         ("fixed", "vectorized") if native else ("first_n_args_fixed", "func_can_batch")
     )
@@ -227,9 +233,11 @@ def declare(
         state=_state(what, options.get("state"), native),
         sharding=_sharding(
             what,
-            name,
+            name or default_name,
             options.get("sharding"),
-            _reduction(what, name, options.get("sharding"), options.get("reduction", ())),
+            _reduction(
+                what, name or default_name, options.get("sharding"), options.get("reduction", ())
+            ),
         ),
     )
     return checked, name, replace
