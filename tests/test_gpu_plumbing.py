@@ -16,7 +16,7 @@ from support import ops
 import jaxbind
 from jaxbind import _ext
 from jaxbind._runtime import gpu as _gpu
-from jaxbind._runtime.resolve import Resolved
+from jaxbind._runtime.sites import Resolved
 
 double = jaxbind.get_linear_call(
     ops.double, ops.double, ops.same_as_first, ops.same_as_first, name="gpu_plumbing.double"
@@ -268,12 +268,12 @@ def test_a_gpu_state_is_set_up_per_device_at_its_first_call_not_at_instantiate(m
     """XLA gives no stream when it instantiates a site: on a GPU the state is set up at
     the first call on each device, inside the call (jaxbind.current_call() gives the
     device and stream), once per device; on the CPU, at instantiate."""
-    from jaxbind._runtime.resolve import instantiate_site
+    from jaxbind._runtime.sites import instantiate_site
 
     monkeypatch.setattr(_gpu, "_driver", _HostMemoryDriver)
     made = []
     _op, attrs = _stateful("gpu_plumbing.stateful", made)
-    site = instantiate_site(dict(_as_found(attrs), platform="cuda"))
+    site, _ = instantiate_site(dict(_as_found(attrs), platform="cuda"))
     assert made == []  # nothing at instantiate on a GPU
     x, y = np.arange(4, dtype=np.float32), np.zeros(4, np.float32)
     ins, outs = ((x.ctypes.data, (4,), 11),), ((y.ctypes.data, (4,), 11),)
@@ -281,18 +281,18 @@ def test_a_gpu_state_is_set_up_per_device_at_its_first_call_not_at_instantiate(m
         _ext.gpu_call_for_tests(site, 7, device, ins, outs)
         np.testing.assert_array_equal(y, 2 * x + 1)
     assert [(c.platform, c.stream, c.device) for c, _ in made] == [("cuda", 7, 0), ("cuda", 7, 1)]
-    cpu_site = instantiate_site(dict(_as_found(attrs), platform="cpu"))
+    cpu_site, _ = instantiate_site(dict(_as_found(attrs), platform="cpu"))
     assert len(made) == 3 and made[2][0].platform == "cpu"  # at instantiate, on the CPU
     del site, cpu_site
 
 
 def test_a_gpu_state_keyed_on_an_input_copies_it_to_the_host_and_keeps_it(monkeypatch):
-    from jaxbind._runtime.resolve import instantiate_site
+    from jaxbind._runtime.sites import instantiate_site
 
     monkeypatch.setattr(_gpu, "_driver", _HostMemoryDriver)
     made = []
     _op, attrs = _stateful("gpu_plumbing.keyed", made, key=("x",))
-    site = instantiate_site(dict(_as_found(attrs), platform="cuda"))
+    site, _ = instantiate_site(dict(_as_found(attrs), platform="cuda"))
     x, y = np.arange(4, dtype=np.float32), np.zeros(4, np.float32)
     ins, outs = ((x.ctypes.data, (4,), 11),), ((y.ctypes.data, (4,), 11),)
     for _ in range(3):

@@ -421,7 +421,7 @@ def test_a_digest_resolved_twice_keeps_one_site():
     after replace=True (and keeps calling the replaced kernel)."""
     from jaxbind._callformat import NO_LOOP, CallAttributes
     from jaxbind._kwargs import encode_kwargs
-    from jaxbind._runtime.resolve import resolve_site
+    from jaxbind._runtime.digest_route import resolve_site
 
     op = jaxbind.get_linear_call(scale, None, same_as_last, name="tests.kernel_resolved_twice")
     call = CallAttributes.of_call(op.name, "f", encode_kwargs({"factor": 2.0}).blob, NO_LOOP, 1, 0)

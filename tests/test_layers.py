@@ -25,7 +25,8 @@ if not PACKAGE.is_dir():  # an installed jaxbind (CI's wheel setups)
 
 RUN_TIME = {
     "_runtime",
-    "_runtime.resolve",
+    "_runtime.sites",
+    "_runtime.digest_route",
     "_runtime.fits",
     "_runtime.report",
     "_runtime.gpu",

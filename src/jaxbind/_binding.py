@@ -5,7 +5,7 @@ each role's body, abstract function, argument layout and transpose partner) and
 its Options (see _options).
 
 Bindings are registered by name so that a compiled program, which names its
-binding by string, can find the callable again (see _runtime.resolve).
+binding by string, can find the callable again (see _runtime.sites).
 """
 
 from __future__ import annotations
@@ -55,22 +55,23 @@ class Binding:
     roles: dict[str, RoleDef]  # by role name, see _roles.role_table
     # fixed arguments, native batching, GPU mode, aliases, effects, linear_in (_options)
     options: Options
-    # Call sites resolved for programs that call this binding. A program compiled in
-    # this process owns its sites: its lowering keeps a SiteHolder alive (weakly
-    # listed here by digest) and the resolver puts the site in it, so the site and
-    # its keyword arguments go with the last program that calls it. Programs made
-    # elsewhere (jax.export) have no holder here: their sites are kept in a small
-    # LRU instead (``_ORPHANS`` at most).
+    # The owners of this binding's call sites (see docs/sites.md: each site has one):
+    # - `holders`: a program compiled in this process owns its sites: its lowering keeps
+    #   a SiteHolder alive (weakly listed here by digest), and instantiating the site
+    #   puts it in the holder, so the site and its keyword arguments go with the last
+    #   program that calls it; XLA's per-site slot holds it weakly.
+    # - `loaded`: a program compiled elsewhere (jax.export) has no holder here: the
+    #   executable owns the site (XLA's per-site slot holds it strongly); listed weakly,
+    #   to be retired when the op is defined again.
+    # - `orphans`: the digest route only (jaxlib 0.7, targets XLA gives no instantiate
+    #   stage; see _runtime/digest_route): sites of loaded programs in a small LRU
+    #   (``_ORPHANS`` at most).
     holders: weakref.WeakValueDictionary = field(
         default_factory=weakref.WeakValueDictionary, repr=False, compare=False
     )
+    loaded: weakref.WeakSet = field(default_factory=weakref.WeakSet, repr=False, compare=False)
     orphans: collections.OrderedDict = field(
         default_factory=collections.OrderedDict, repr=False, compare=False
-    )
-    # Call sites that executables own (made at XLA's instantiate stage, see
-    # _runtime.resolve.instantiate_site), weakly: retired when the op is defined again.
-    instantiated: weakref.WeakSet = field(
-        default_factory=weakref.WeakSet, repr=False, compare=False
     )
     # whether the name is the callable's qualified name (set when registered)
     default_name: bool = field(default=True, repr=False, compare=False)
@@ -93,10 +94,25 @@ class Binding:
                 holder = self.holders[digest] = SiteHolder()
             return holder
 
+    def own(self, digest: int, site) -> tuple:
+        """The owner of a site XLA instantiates: ``(site, owned)``, the site of `digest`
+        (the one its programs hold already, if any) and whether the executable owns it
+        (True: a program compiled elsewhere, which has no holder here) or the programs
+        compiled here do (False: XLA's slot holds it weakly)."""
+        with _lock:
+            holder = self.holders.get(digest)
+            if holder is not None:
+                if holder.site is None:
+                    holder.site = site
+                return holder.site, False
+            self.loaded.add(site)
+            return site, True
+
     def keep_site(self, digest: int, site):
-        """Give a resolved site to the programs that call it (or to the orphan LRU), and
-        return the site of `digest`: the one kept already if two threads resolved it at
-        once (the trampoline keeps the first too; see keep in cpp/site.h)."""
+        """The digest route's owner (see `holders`): give a resolved site to the programs
+        that call it (or to the orphan LRU), and return the site of `digest`: the one kept
+        already if two threads resolved it at once (the trampoline keeps the first too;
+        see cpp/digest_route.h)."""
         with _lock:
             holder = self.holders.get(digest)
             if holder is not None:
@@ -110,20 +126,37 @@ class Binding:
             return kept
 
     def drop_sites(self) -> None:
-        """Forget every resolved site (replace=True): programs resolve their name again."""
+        """Forget every site (replace=True): programs instantiate their name again at
+        their next call. Sites that programs or the orphan LRU hold go (their cores die
+        with them); those that executables own are retired."""
         with _lock:
             for holder in list(self.holders.values()):
                 holder.site = None
             self.orphans.clear()
-            for site in list(self.instantiated):
+            for site in list(self.loaded):
                 site.retire()
+            self.loaded.clear()
 
     @property
     def sites(self) -> dict:
-        """The resolved sites alive now, by digest."""
+        """The sites alive now that programs compiled here or the orphan LRU hold, by
+        digest."""
         live = {d: h.site for d, h in list(self.holders.items()) if h.site is not None}
         live.update(self.orphans)
         return live
+
+    def owners(self) -> dict:
+        """For each live site (by its id), the owners that hold it: "program" (a holder),
+        "executable" (loaded), "orphans". Each site has exactly one (tests/test_sites.py)."""
+        found: dict = {}
+        for holder in list(self.holders.values()):
+            if holder.site is not None:
+                found.setdefault(id(holder.site), []).append("program")
+        for site in list(self.loaded):
+            found.setdefault(id(site), []).append("executable")
+        for site in list(self.orphans.values()):
+            found.setdefault(id(site), []).append("orphans")
+        return found
 
     def role(self, role: str | Role) -> RoleDef:
         """The entry of the role table for `role`; LookupError if the op has no such role."""

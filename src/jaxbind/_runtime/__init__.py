@@ -32,7 +32,8 @@ from .._callformat import FORMAT
 from .._compat import collect_jax_garbage
 from . import gpu
 from .report import escaped_views, format_callback_error
-from .resolve import instantiate_site, resolve_site
+from .digest_route import resolve_site
+from .sites import instantiate_site
 
 __all__ = ["check_outputs", "install"]
 

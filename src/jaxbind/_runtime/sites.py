@@ -1,17 +1,24 @@
-"""Call sites: what the trampoline asks Python for a call site, in two steps.
+"""Call sites, as Python sees them: the one life every site has (docs/sites.md).
+
+XLA instantiates each call site of an executable, for every op and every target that has
+an instantiate stage (cpp/site_life.h asks `instantiate_site`), and keeps what it is given
+in its per-site slot until it frees the executable:
 
 1. `resolved`: from a call's attributes alone (by their names in the program): the
    attributes checked (see _callformat and the definition check's first step), the
-   binding's body for the call's role found, and the op's state set up (see
-   .state); a `Resolved` description, from which an ``_ext.Site`` is made.
-2. `Resolved.accept`: each buffer signature the site has not seen (the definition
+   binding's body for the call's role found, and the op's state set up (see .state; on
+   the CPU now, on a GPU at each device's first call); a `Resolved` description, from
+   which an ``_ext.Site`` is made.
+2. The site's owner (`Binding.own`): the programs compiled in this process that call it
+   (their lowering keeps a holder alive; XLA's slot then holds the site weakly, so that a
+   site whose callable leads back to the executable is still collected), or, for a
+   program compiled elsewhere (jax.export), the executable itself (the slot holds it).
+3. `Resolved.accept`: each buffer signature the site has not seen (the definition
    check's second step; a kernel's address for it).
 
-Where XLA instantiates call sites (its FFI instantiate stage), `instantiate_site` does
-step 1 and the executable owns the site (XLA keeps it as the site's state; see
-cpp/site.h). Elsewhere (no state kept), a site's first call runs `resolve_site`, both
-steps in one crossing; the programs that call such a site own it (see
-Binding.keep_site), and the trampoline holds it weakly, so it goes with them.
+A site whose op was defined again (replace=True) is instantiated again at its next call,
+from the same attributes. Where XLA gives no slot (jaxlib 0.7, the CUDA-kernel target),
+sites are found by digest instead: see .digest_route, kept apart for that reason.
 
 A buffer, wherever Python sees one at run time, is ``(address, shape, XLA element
 type)``.
@@ -33,36 +40,17 @@ from .._roles import Body, Role, for_call
 from .fits import DefinitionCheck, elements
 from .state import StatefulBody, lease_for
 
-__all__ = ["Resolved", "instantiate_site", "resolve_site", "resolved"]
+__all__ = ["Resolved", "instantiate_site", "resolved"]
 
 
-def instantiate_site(found: dict) -> _ext.Site | None:
-    """The ``_ext.Site`` of a call site XLA instantiates, from its attributes alone (the
-    executable owns it; it is retired if its binding is defined again); None for an op
-    without state, whose site is resolved at its first call and owned by the programs
-    that call it, as before the instantiate stage. (An executable holds its sites out of
-    the garbage collector's sight: a site whose callable leads back to something that
-    holds the executable, such as an op's cache of eager programs, would keep it alive.
-    Ops with state pay that for a state freed with the executable.)"""
-    binding = lookup(found.get("binding", "")) if isinstance(found.get("binding"), str) else None
-    if binding is None or binding.options.state is None:
-        return None
+def instantiate_site(found: dict) -> tuple[_ext.Site, bool]:
+    """The site XLA keeps in its slot for one call site, from the call's attributes
+    (``found``, with ``platform``: "cpu" or "cuda"), and whether the executable owns it
+    (see the module docstring, step 2)."""
     description = resolved(found, eager=found.get("platform", "cpu") == "cpu")
-    site = _ext.Site(description)
-    binding = lookup(description.binding)
-    if binding is not None:
-        binding.instantiated.add(site)
-    return site
-
-
-def resolve_site(found: dict, ins: tuple, outs: tuple) -> tuple:
-    """The ``_ext.Site`` of a call, and what its check says of the call's buffers:
-    ``(site, problem or None, kernel address or 0)``."""
-    description = resolved(found)
     binding = lookup(description.binding)
     assert binding is not None  # (resolved found it)
-    site = binding.keep_site(found["site"], _ext.Site(description))
-    return (site, *description.accept(ins, outs))
+    return binding.own(found["site"], _ext.Site(description))
 
 
 def resolved(found: dict, eager: bool = False) -> Resolved:
