@@ -43,6 +43,7 @@
 #include "outputs.h"
 #include "process.h"
 #include "site.h"
+#include "site_life.h"
 #include "state.h"
 #include "views.h"
 
@@ -104,11 +105,9 @@ inline void run_kernel(const SiteCore &core, jaxbind_kernel_fn fn, Frame &frame,
   if (checking) Unwritten::check(frame.call, core.label);
 }
 
-// What each thread keeps between kernel calls, in one place (one thread-local lookup per
-// call): the last kernel site it found, and the last signature it matched.
+// What each thread keeps between kernel calls: the last signature it matched, and its
+// kernel's address (one thread-local lookup per call).
 struct FastCache {
-  int64_t digest = 0;
-  CoreRef core;             // keeps the core alive while this thread uses it
   uint64_t matched_id = 0;  // SiteCore::id of the signature below
   Signature signature;
   jaxbind_kernel_fn fn = nullptr;
@@ -119,31 +118,13 @@ inline FastCache &fast_cache() {
   return cache;
 }
 
-// The core of a compiled body's site without the GIL: the one XLA keeps (`held`), else
-// found by digest (this thread's last, or the table's). nullptr: the call needs the GIL
-// path (see `guarded`).
-SiteCore *fast_core(const RawAttrs &attrs, Instantiated *held) {
-  if (held != nullptr) return held->core.get();
-  FastCache &cache = fast_cache();
-  int64_t digest = 0;
-  if (!attrs.site(digest)) return nullptr;
-  if (!cache.core || cache.digest != digest || !cache.core->alive.load(std::memory_order_acquire)) {
-    std::lock_guard lock(fast_mu);
-    auto it = fast_sites.find(digest);
-    if (it == fast_sites.end()) return nullptr;  // (its format was checked when resolved)
-    cache.digest = digest;
-    cache.core = it->second;
-  }
-  return cache.core.get();
-}
-
 // A kernel call whose site and signature are known: no GIL, no Python object. Returns
 // false when the call needs the GIL path (see `guarded`).
-bool run_kernel_fast(const RawAttrs &attrs, Instantiated *held, const ffi::RemainingArgs &args,
+bool run_kernel_fast(const RawAttrs &attrs, Instance *held, const ffi::RemainingArgs &args,
                      const ffi::RemainingRets &rets, ExecutionContext context, Frame &frame,
                      ffi::Error &result) {
   FastCache &cache = fast_cache();
-  SiteCore *found = fast_core(attrs, held);
+  SiteCore *found = find_core(attrs, held);
   if (found == nullptr || !found->is_kernel) return false;
   SiteCore &core = *found;
   try {
@@ -187,8 +168,9 @@ inline ffi::Error refused(const std::string &binding, const std::string &why) {
 // signature), and turn every failure into an ffi::Error that names the binding.
 // `body(site, kernel address)` runs the call.
 template <typename Body>
-ffi::Error guarded(const ffi::Dictionary &attrs, Instantiated *held, const ffi::RemainingArgs &args,
-                   const ffi::RemainingRets &rets, Frame &frame, Body &&body) {
+ffi::Error guarded(const ffi::Dictionary &attrs, Instance *held, const char *platform,
+                   const ffi::RemainingArgs &args, const ffi::RemainingRets &rets, Frame &frame,
+                   Body &&body) {
   Header header;
   Header::Problem problem = header.read(attrs);
   if (!problem.message.empty()) return error(problem.code, problem.message);
@@ -208,7 +190,7 @@ ffi::Error guarded(const ffi::Dictionary &attrs, Instantiated *held, const ffi::
   try {
     frame.call.decode(args, rets);
     jaxbind_kernel_fn fn = nullptr;
-    site = resolve(header, attrs, frame.call, fn, held);
+    site = find_site(header, attrs, frame.call, fn, held, platform);
     body(site_of(site), fn);
     return ffi::Error::Success();
   } catch (nb::python_error &e) {
@@ -297,20 +279,21 @@ ffi::Error CpuCall(ExecutionContext context, ffi::RemainingArgs args, ffi::Remai
   IeeeFloats ieee;  // subnormals as the body sees them in Python (see floats.h)
   ScopedFrame frame;
   ffi::Error result = ffi::Error::Success();
-  Instantiated *held = instantiated(context);
+  Instance *held = instance_of(context);
   if (run_kernel_fast(raw, held, args, rets, context, *frame, result)) return result;
-  return guarded(raw.dict(), held, args, rets, *frame, [&](Site &site, jaxbind_kernel_fn fn) {
-    SiteCore &core = *site.core.get();
-    if (core.is_kernel) {
-      nb::gil_scoped_release release;
-      return run_kernel(core, fn, *frame, context);
-    }
-    const bool checking = check_outputs.load(std::memory_order_relaxed);
-    if (checking) Unwritten::fill(frame->call);
-    core.loop.run(frame->call, false, frame->element,
-                  [&](const Call &call) { run_callable(site, call); });
-    if (checking) Unwritten::check(frame->call, core.label);
-  });
+  return guarded(raw.dict(), held, "cpu", args, rets, *frame,
+                 [&](Site &site, jaxbind_kernel_fn fn) {
+                   SiteCore &core = *site.core.get();
+                   if (core.is_kernel) {
+                     nb::gil_scoped_release release;
+                     return run_kernel(core, fn, *frame, context);
+                   }
+                   const bool checking = check_outputs.load(std::memory_order_relaxed);
+                   if (checking) Unwritten::fill(frame->call);
+                   core.loop.run(frame->call, false, frame->element,
+                                 [&](const Call &call) { run_callable(site, call); });
+                   if (checking) Unwritten::check(frame->call, core.label);
+                 });
 }
 
 // A CUDA kernel site's call: one launch per batch element, on XLA's stream. No GIL.
@@ -353,7 +336,7 @@ ffi::Error CudaCall(ExecutionContext context, void *stream, int32_t device, ffi:
                     ffi::RemainingRets rets, ffi::Dictionary attrs) {
   IeeeFloats ieee;  // a host-mode callable's floats (see floats.h)
   ScopedFrame frame;
-  return guarded(attrs, instantiated(context), args, rets, *frame,
+  return guarded(attrs, instance_of(context), "cuda", args, rets, *frame,
                  [&](Site &site, jaxbind_kernel_fn) {
                    run_gpu(site, *frame, reinterpret_cast<uintptr_t>(stream), device);
                  });
@@ -366,7 +349,7 @@ ffi::Error CudaCall(ExecutionContext context, void *stream, int32_t device, ffi:
 ffi::Error CudaKernelCall(void *stream, int32_t device, ffi::RemainingArgs args,
                           ffi::RemainingRets rets, RawAttrs raw) {
   ScopedFrame frame;
-  SiteCore *core = fast_core(raw, nullptr);
+  SiteCore *core = find_core(raw, nullptr);  // (no instantiate stage: the digest route)
   const Launch *launch = nullptr;
   if (core != nullptr && core->cuda) {
     try {
@@ -388,9 +371,10 @@ ffi::Error CudaKernelCall(void *stream, int32_t device, ffi::RemainingArgs args,
       return error(ffi::ErrorCode::kInternal, core->label + ": " + e.what());
     }
   }
-  return guarded(raw.dict(), nullptr, args, rets, *frame, [&](Site &site, jaxbind_kernel_fn) {
-    run_gpu(site, *frame, reinterpret_cast<uintptr_t>(stream), device);
-  });
+  return guarded(raw.dict(), nullptr, "cuda", args, rets, *frame,
+                 [&](Site &site, jaxbind_kernel_fn) {
+                   run_gpu(site, *frame, reinterpret_cast<uintptr_t>(stream), device);
+                 });
 }
 
 // XLA's instantiate stage of a call site (every platform): the site made from the call's
@@ -525,7 +509,7 @@ NB_MODULE(_ext, m) {
   m.attr("jaxlib_version") = JAXBIND_JAXLIB_VERSION;
   m.attr("ffi_api_version") = nb::make_tuple(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);
 
-  xla_state::deleter = free_instantiated;
+  xla_state::deleter = free_instance;
   auto bundle = [](void *instantiate, void *execute) {
     nb::dict handlers;
     handlers["instantiate"] = nb::capsule(instantiate);
@@ -590,8 +574,19 @@ NB_MODULE(_ext, m) {
       .def_prop_ro("is_kernel", [](const Site &s) { return s.core->is_kernel; })
       .def(
           "retire", [](Site &s) { s.core->alive.store(false, std::memory_order_release); },
-          "Stop calls from using this site (its binding was defined again): programs that "
-          "hold it find their site by digest instead.");
+          "Stop calls from using this site (its binding was defined again): the executables "
+          "that hold it instantiate their site again at their next call.")
+      .def_prop_ro(
+          "routes",
+          [](const Site &s) {
+            uint8_t r = s.core->routes.load(std::memory_order_relaxed);
+            nb::list found;
+            if (r & kBySlot) found.append("slot");
+            if (r & kByDigest) found.append("digest");
+            return found;
+          },
+          "How calls found this site: 'slot' (XLA's per-site slot), 'digest' (the digest "
+          "route, where XLA keeps none).");
 
   nb::exception<ReentrantUse>(m, "ReentrantUse", PyExc_RuntimeError);
 

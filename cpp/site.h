@@ -1,31 +1,18 @@
-// jaxbind's trampoline: call sites, found by the digest a call carries (see
-// jaxbind/_callformat.py), and what a site's first call and each new signature ask of
-// Python.
+// jaxbind's trampoline: what a call site is (its life, from instantiate to free, is
+// site_life.h's; the digest route, where XLA keeps no slot, digest_route.h's).
 //
 // A site is a binding's body for one role, set of keyword arguments and batch loop,
 // resolved once. It has two parts:
 // - `SiteCore`, everything a call needs but Python (its label, loop, the signatures its
 //   check accepted, a kernel's keyword arguments); counted, so that a call in flight
-//   keeps it alive. A kernel site's core is also in `fast_sites`, where the CPU handler
-//   finds it without the GIL.
-// - `Site`, a Python object (`_ext.Site`) made from the resolver's description (see
-//   jaxbind/_runtime/resolve.py, Resolved): the callable, its keyword arguments, the
-//   check. Its binding owns it; the table `sites` holds it weakly, and the garbage
-//   collector sees everything it holds (site_traverse), so a cycle through the user's
-//   callable and the op is collected like any other.
-//
-// Where XLA instantiates the call sites of an executable (the FFI instantiate stage: XLA
-// 0.7 and later, on the CPU), the executable owns its sites: the instantiate handler
-// asks Python for the site from the call's attributes alone (`instantiate` below; the
-// op's state is set up then), and XLA keeps it as the site's state (`Instantiated`)
-// until it frees the executable; each call reads it (xla_state::get), and its first
-// call with a signature crosses into Python once, to `accept`. Where XLA kept no state,
-// a call finds its site by digest instead, as follows.
-//
-// A site's first call crosses into Python once: the resolver checks the attributes,
-// makes the Site and accepts the call's buffers (checks them against the binding's
-// abstract function and, for a kernel, gives its address for their signature). A later
-// call with a new signature crosses once more, to `accept`.
+//   keeps it alive, and read without the GIL by compiled bodies. It is alive while its
+//   Site is: a Site that goes (or is retired) marks it dead, and a call that finds a dead
+//   core finds its site again.
+// - `Site`, a Python object (`_ext.Site`) made from the description Python gives (see
+//   jaxbind/_runtime/sites.py, Resolved): the callable, its keyword arguments, the check.
+//   The garbage collector sees everything it holds (site_traverse), so a cycle through
+//   the user's callable and the op is collected like any other.
+// A new buffer signature crosses into Python once, to `accept`.
 #pragma once
 
 #include <atomic>
@@ -35,7 +22,6 @@
 #include "cuda_kernels.h"
 #include "kernels.h"
 #include "process.h"
-#include "xla_state.h"
 
 namespace jaxbind {
 
@@ -48,8 +34,14 @@ struct SiteCore {
   KernelSite kernel;                     // a kernel's ABI version, threads and keyword arguments
   std::unique_ptr<CudaKernelSite> cuda;  // a CUDA kernel's module and launches, or none
   Accepted accepted;
-  // Cleared when its Site goes: a thread's cached pointer to it is then stale.
+  // Cleared when its Site goes or is retired: a pointer to it kept elsewhere is stale.
   std::atomic<bool> alive{true};
+  // The routes that found it (site_life.h's Route bits), for tests: read with the GIL.
+  std::atomic<uint8_t> routes{0};
+  void found_by(uint8_t route) {
+    if ((routes.load(std::memory_order_relaxed) & route) == 0)
+      routes.fetch_or(route, std::memory_order_relaxed);
+  }
   // Unique in the process (addresses of freed cores are reused): the key of threads' caches.
   uint64_t id = next_id.fetch_add(1) + 1;
   static inline std::atomic<uint64_t> next_id{0};
@@ -147,6 +139,11 @@ struct Site {
                                                     nb::cast<std::string>(cuda.attr("entry")));
     }
   }
+  ~Site() {
+    if (core) core->alive.store(false, std::memory_order_release);
+  }
+  Site(const Site &) = delete;
+  Site &operator=(const Site &) = delete;
 
   // A kernel's state (jaxbind/_kernels' KernelCall.state): None, or (cell, key inputs,
   // serial tasks, lease): a cell (_ext.StateCell) for a state without key, else the key
@@ -165,10 +162,6 @@ struct Site {
 };
 
 inline Site &site_of(nb::handle obj) { return *nb::inst_ptr<Site>(obj); }
-
-// Kernel sites' cores by digest, for calls that run without the GIL.
-inline std::mutex fast_mu;
-inline std::unordered_map<int64_t, CoreRef> fast_sites;  // digest -> a kernel site's core
 
 // A call's buffers as Python sees them: a tuple of (address, shape, XLA element type).
 inline nb::tuple describe(const std::vector<Buffer> &buffers) {
@@ -208,58 +201,6 @@ inline jaxbind_kernel_fn accept(Site &site, const Call &call) {
   return accepted(site, call, site.accept(describe(call.ins), describe(call.outs)));
 }
 
-// Keep a site the resolver made in the tables, unless another thread resolved the same
-// digest meanwhile: its site stays the one (replacing the entry would drop the weak
-// reference whose callback marks that site's core dead when its binding goes).
-inline nb::object keep(int64_t digest, nb::object found) {
-  auto &sites = process->sites;
-  auto again = sites.find(digest);
-  if (again != sites.end()) return nb::borrow(again->second.site);
-  CoreRef core = site_of(found).core;
-  nb::object forget = nb::cpp_function([digest, core](nb::handle ref) {
-    if (process == nullptr) return;
-    auto entry = process->sites.find(digest);
-    if (entry != process->sites.end() && entry->second.ref.ptr() == ref.ptr())
-      process->sites.erase(entry);
-    core->alive.store(false, std::memory_order_release);
-    std::lock_guard lock(fast_mu);
-    auto fast = fast_sites.find(digest);
-    if (fast != fast_sites.end() && fast->second == core) fast_sites.erase(fast);
-  });
-  sites.emplace(digest, Entry{found.ptr(), nb::weakref(found, forget)});
-  if (core->is_kernel || core->cuda) {
-    std::lock_guard lock(fast_mu);
-    fast_sites.insert_or_assign(digest, core);
-  }
-  return found;
-}
-
-// What XLA keeps for an instantiated call site, until it frees the executable: the Site
-// (a strong reference) and its core (read without the GIL by kernel calls).
-struct Instantiated {
-  CoreRef core;
-  PyObject *site;  // owned
-};
-
-// XLA's deleter of an Instantiated: the Site dropped with the GIL taken; after the
-// interpreter has begun to finalize, deliberately leaked (Python must not be touched).
-inline void free_instantiated(void *kept) {
-  auto *held = static_cast<Instantiated *>(kept);
-  if (python_is_usable()) {
-    nb::gil_scoped_acquire gil;
-    Py_DECREF(held->site);
-  }
-  delete held;
-}
-
-// The site XLA keeps for the call being run, or nullptr (none kept, or its binding was
-// defined again with replace=True since: then the call finds its site by digest).
-inline Instantiated *instantiated(const ExecutionContext &context) {
-  auto *held = static_cast<Instantiated *>(xla_state::get(context));
-  if (held == nullptr || !held->core->alive.load(std::memory_order_acquire)) return nullptr;
-  return held;
-}
-
 // The call's attributes for the resolver, by their names in the program: those of the
 // call's format that are there with the right type (the resolver says what is missing).
 inline nb::dict attributes(const Header &header, const ffi::Dictionary &attrs) {
@@ -288,54 +229,6 @@ inline nb::dict attributes(const Header &header, const ffi::Dictionary &attrs) {
   bytes("trees");
   text("definition");
   return found;
-}
-
-// The site a call names, with the call's signature accepted, and the kernel's address
-// for it (nullptr for a callable). A cached site needs only the digest; on a miss, one
-// call of the resolver checks every attribute, makes the site and accepts the buffers.
-// Returns a strong reference: the call keeps its site alive even if the callable drops
-// the last other reference to the binding.
-inline nb::object resolve(const Header &header, const ffi::Dictionary &attrs, const Call &call,
-                          jaxbind_kernel_fn &fn, Instantiated *held) {
-  if (held != nullptr) {
-    nb::object site = nb::borrow(held->site);
-    fn = accept(site_of(site), call);
-    return site;
-  }
-  auto it = process->sites.find(header.site);
-  if (it != process->sites.end()) {
-    nb::object site = nb::borrow(it->second.site);
-    fn = accept(site_of(site), call);
-    return site;
-  }
-  nb::object answer =
-      process->resolver(attributes(header, attrs), describe(call.ins), describe(call.outs));
-  nb::tuple parts = nb::cast<nb::tuple>(answer);  // (site, problem, address)
-  if (nb::len(parts) != 3 || !nb::isinstance<Site>(parts[0]))
-    throw std::runtime_error("the resolver returned no Site");
-  nb::object site = keep(header.site, nb::borrow(parts[0]));
-  if (site.ptr() != parts[0].ptr())  // another thread's: its own check
-    fn = accept(site_of(site), call);
-  else
-    fn = accepted(site_of(site), call, nb::make_tuple(parts[1], parts[2]));
-  return site;
-}
-
-// The instantiate stage of a call site: its Site, from the attributes alone (the
-// resolver's first step, and on the CPU the op's state set up), handed to XLA to keep. Needs the
-// GIL. False if XLA keeps no state (then calls find the site by digest).
-inline bool instantiate(const ExecutionContext &context, const Header &header,
-                        const ffi::Dictionary &attrs, const char *platform) {
-  nb::dict found = attributes(header, attrs);
-  found["platform"] = platform;
-  nb::object site = process->instantiate(found);
-  if (site.is_none()) return false;  // an op without state: resolved at its first call
-  if (!nb::isinstance<Site>(site)) throw std::runtime_error("instantiate returned no Site");
-  auto *held = new Instantiated{site_of(site).core, site.release().ptr()};
-  if (xla_state::set(context, held)) return true;
-  Py_DECREF(held->site);
-  delete held;
-  return false;
 }
 
 }  // namespace jaxbind

@@ -267,8 +267,10 @@ def test_a_failing_teardown_warns_with_the_users_file_and_line():
     def op(x, *, state, scale):
         return x
 
-    jax.jit(lambda x: op(x, scale=1.0))(jnp.ones(2)).block_until_ready()
+    program = jax.jit(lambda x: op(x, scale=1.0))
+    program(jnp.ones(2)).block_until_ready()
     with pytest.warns(RuntimeWarning, match="teardown of its state") as warned:
+        del program  # (the state goes with the last program that uses it)
         _freed()
     text = "\n".join(str(w.message) for w in warned)
     assert "'state.teardown_line'" in text and _user_line(_fails_to_free) in text, text
