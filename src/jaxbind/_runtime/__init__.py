@@ -31,8 +31,8 @@ from .._avals import XLA_ELEMENT_TYPES
 from .._callformat import FORMAT
 from .._compat import collect_jax_garbage
 from . import gpu
-from .report import escaped_views, format_callback_error
 from .digest_route import resolve_site
+from .report import escaped_views, format_callback_error
 from .sites import instantiate_site
 
 __all__ = ["check_outputs", "install"]

@@ -19,8 +19,8 @@ holder, or the orphan LRU for a loaded program), and the trampoline holds it wea
 
 from __future__ import annotations
 
-from .._binding import lookup
 from .. import _ext
+from .._binding import lookup
 from .sites import resolved
 
 __all__ = ["resolve_site"]
