@@ -246,9 +246,13 @@ def register(
                     + (f" (defined at {where[0]}:{where[1]})" if where else "")
                     + "; choose another name=, or pass replace=True to replace that binding"
                 )
-            # Its call sites go (the trampoline's cache holds them weakly), so
-            # programs compiled for it resolve the name again, to this binding.
+            # Its call sites go, so programs compiled for it instantiate the name again,
+            # to this binding; the holders those programs keep alive move to it, so that
+            # they own their new sites as they owned the old ones.
             existing.drop_sites()
+            with _lock:
+                for digest, holder in list(existing.holders.items()):
+                    binding.holders.setdefault(digest, holder)
         elif existing is not None:
             suffix = _take_suffix(base)
             binding.name = f"{base}#{suffix}"
