@@ -20,7 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ._options import Options
 from ._roles import Role, describe_role
 
 __all__ = [
@@ -238,8 +237,9 @@ CALLS = Words(
 )
 
 
-def words(options: Options) -> Words:
-    """The vocabulary of the API that made an op with these `Options`."""
+def words(options: Any) -> Words:
+    """The vocabulary of the API that made an op with these options (an `Options`: read
+    by its ``native`` flag alone, so that the words sit below the option set)."""
     return NATIVE if options.native else CALLS
 
 

@@ -39,7 +39,6 @@ import numpy as np
 from .._roles import Body
 from . import abi
 from .abi import ABI_VERSION, ABI_VERSIONS
-from .numba_codegen import compile_numba, count, parameter_names, static_parameters
 from .state import state_address
 
 __all__ = [
@@ -191,6 +190,9 @@ class Kernel:
         stateful = state is not None
         if self._fn is None:
             return
+        # (numba's code generator is loaded where a numba kernel is first checked)
+        from .numba_codegen import count, parameter_names, static_parameters
+
         key = (tuple(sorted(names)), n_inputs, n_outputs, stateful)
         if key in self._checked:
             return
@@ -240,6 +242,8 @@ class Kernel:
             stateful,
         )
         where = where or repr(self)
+        from .numba_codegen import compile_numba
+
         with self._lock:
             compiled = self._compiled.get(key)
             if compiled is None:

@@ -26,7 +26,7 @@ import numpy as np
 
 from .. import _ext
 from .._avals import XLA_ELEMENT_TYPES
-from .._kernels import state_address
+from .._kernels.state import state_address
 from .._kwargs import encode_kwargs
 from .._state import StateDef, _watches, setting_up, setup_reentered, teardown_message
 from .._state import thread_stack as _stack
