@@ -14,8 +14,9 @@ jax.export refuses it. A value that is neither data nor picklable is refused. A 
 dict that holds itself (a cycle) is held in this process too, its cycle kept in every copy.
 
 This module is the dump and its two blobs; the rooms beside it: codec (the JSON form,
-one row per kind of value), dtypes (a dtype's JSON form), copies (what a dump keeps
-and hands out, cycles kept), pickled (JAXbind 1.3's dumps, read by load_kwargs).
+one row per kind of value), dtypes (a dtype's JSON form), held (values that are not
+data: checked static, named by their pickle), copies (what a dump keeps and hands out,
+cycles kept), pickled (JAXbind 1.3's dumps, read by load_kwargs).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import numpy as np
 
 from . import pickled
 from .codec import KWARGS, Encoder, NotData, dumps, loads
-from .copies import copied, fresh, freeze, frozen_copy
+from .copies import copied, freeze, fresh, frozen_copy
 
 __all__ = [
     "KwargsDump",

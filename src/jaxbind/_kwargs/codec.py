@@ -25,19 +25,16 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import pickle
 import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any, Literal
 
-import jax
-import jax.export  # a submodule: not loaded by "import jax"
 import numpy as np
 
 from .copies import copy_array, is_namedtuple, masked
 from .dtypes import NotData, dtype_code, dtype_from, smallest_normal
+from .held import described, pickle_digest
 
 __all__ = ["CODEC", "KINDS", "KWARGS", "Codec", "Encoder", "Kind", "NotData", "dumps", "loads"]
 
@@ -319,50 +316,12 @@ def _cycle(encoder: Encoder, value, path: str):
 
 
 def _other(encoder: Encoder, value, path: str):
-    """[id, digest of its pickle]: the dump holds the value itself, so the id stays its
-    own (two objects that pickle alike, a plan or a handle whose state lives outside
-    its pickle, are still two objects), and the pickle tells a changed object from the
-    one traced."""
+    """[id, digest of its pickle] (see held)."""
     if encoder.local is None:
-        raise NotData(f"{path}: {_described(value)} is not plain data")
-    _check_static(path, value, encoder.where)
-    try:
-        pickled = pickle.dumps(value, protocol=4)
-    except Exception as exc:
-        raise TypeError(
-            f"jaxbind: {encoder.where}: keyword arguments must be plain data or picklable, "
-            f"and '{path}' ({type(value).__name__}) is neither: "
-            f"{type(exc).__name__}: {exc}. Pass data (numbers, strings, NumPy arrays, "
-            "tuples, lists, dicts of them), make the value picklable, or hand it to "
-            "the callable another way (functools.partial, a closure)"
-        ) from None
+        raise NotData(f"{path}: {described(value)} is not plain data")
+    digest = pickle_digest(value, path, encoder.where)
     encoder.local.append(value)
-    return [id(value), hashlib.blake2b(pickled, digest_size=16).hexdigest()]
-
-
-def _described(value) -> str:
-    kind = type(value)
-    for base, what in ((Enum, "an enum"), (np.ndarray, "an array subclass")):
-        if isinstance(value, base):
-            return f"{kind.__name__} ({what})"
-    return kind.__name__
-
-
-def _check_static(name: str, value, where: str):
-    if isinstance(value, jax.core.Tracer) or isinstance(value, jax.Array):
-        raise TypeError(
-            f"jaxbind: {where}: keyword argument '{name}' is a JAX array or tracer; "
-            "keyword arguments are static (Python values or NumPy arrays) and become part "
-            "of the compiled program. Pass traced values as positional arguments."
-        )
-    if jax.export.is_symbolic_dim(value):
-        raise TypeError(
-            f"jaxbind: {where}: keyword argument '{name}' is the symbolic dimension {value} "
-            "(jax.export shape polymorphism); keyword arguments are static, fixed when the "
-            "program is traced, so they cannot depend on a symbolic shape. Keep that "
-            "dimension concrete, or let the abstract function and the callable read it "
-            "from the arrays' shapes."
-        )
+    return [id(value), digest]
 
 
 _DOUBLE_MIN = 2.2250738585072014e-308  # the smallest normal double
