@@ -144,5 +144,5 @@ def test_a_tag_taken_twice_is_refused():
 
 
 def test_a_local_row_with_a_decoder_is_refused():
-    with pytest.raises(ValueError, match="never decoded"):
+    with pytest.raises(ValueError, match="a local kind is written under a tag, never decoded"):
         Codec((*KINDS, Kind("held", "q", encode=lambda e, v, p: 0, decode=int, local=True)))

@@ -80,18 +80,16 @@ class Codec:
         self.decoders: dict[str, Callable[[Any], Any]] = {}
         tags: set[str] = set()
         for kind in self.kinds:
-            if kind.local == (kind.decode is not None) or (kind.local and kind.tag is None):
+            what = f"jaxbind: keyword-argument kind {kind.name!r}"
+            if kind.local and (kind.decode is not None or kind.tag is None or not kind.encode):
+                raise ValueError(f"{what}: a local kind is written under a tag, never decoded")
+            if not kind.local and kind.decode is None:
                 raise ValueError(
-                    f"jaxbind: keyword-argument kind {kind.name!r}: "
-                    + (
-                        "a local kind is a tagged one that is never decoded"
-                        if kind.local
-                        else f"nothing reads what it writes{_under(kind)}: give it a decoder, "
-                        "or mark it local (written only in this process's digests)"
-                    )
+                    f"{what}: nothing reads what it writes{_under(kind)}; give it a decoder, "
+                    "or mark it local (written only in this process's digests)"
                 )
             if kind.encode is None and kind.types:
-                raise ValueError(f"jaxbind: keyword-argument kind {kind.name!r} has no encoder")
+                raise ValueError(f"{what} has types but no encoder")
             if kind.tag in tags:
                 raise ValueError(f"jaxbind: keyword-argument tag {kind.tag!r} is taken twice")
             if kind.tag is not None:
