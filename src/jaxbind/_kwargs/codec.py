@@ -45,7 +45,7 @@ INLINE_BYTES = 4096
 _JSON_INTS = range(-(2**63), 2**64)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Kind:
     """One kind of value in the encoding: its row of the table.
 
@@ -70,8 +70,9 @@ class Kind:
 class Codec:
     """The table of kinds, checked: every kind that leaves this process can be read back.
 
-    `by_type`: the rows of each exact type, in order; `tested`: the rows chosen by `when`
-    alone; `decoders`: the decoder of each tag.
+    `by_type`: the rows of each exact type, in order (`only`: the row of a type that has
+    one, always chosen); `tested`: the rows chosen by `when` alone; `decoders`: the
+    decoder of each tag.
     """
 
     def __init__(self, kinds: Iterable[Kind]):
@@ -99,6 +100,7 @@ class Codec:
             for kind_type in kind.types:
                 self.by_type[kind_type] = (*self.by_type.get(kind_type, ()), kind)
         self.tested = tuple(k for k in self.kinds if not k.types and k.when is not None)
+        self.only = {t: k for t, (k, *more) in self.by_type.items() if not more and not k.when}
 
 
 def _under(kind: Kind) -> str:
@@ -132,13 +134,14 @@ class Encoder:
         return payload if kind.tag is None else {kind.tag: payload}
 
     def encode(self, value, path: str):
-        kind = self.kind_of(value)
+        kind = _ONLY.get(type(value)) or self.kind_of(value)
         try:
-            return self.write(kind, value, path)
+            payload = kind.encode(self, value, path)  # type: ignore[misc]
         except NotData:  # an object dtype, say (from no container: they encode items)
             if self.local is None or kind is OTHER:
                 raise
-        return self.write(OTHER, value, path)
+            kind, payload = OTHER, _other(self, value, path)
+        return payload if kind.tag is None else {kind.tag: payload}
 
     def items(self, values, path: str) -> list:
         if id(values) in self.open:
@@ -208,6 +211,10 @@ def from_data(obj):
 
 def _itself(encoder: Encoder, value, path: str):
     return value
+
+
+def _int(encoder: Encoder, value: int, path: str):
+    return value if value in _JSON_INTS else encoder.write(BIG_INT, value, path)
 
 
 def _float_bits(value: float) -> str:
@@ -351,13 +358,14 @@ KWARGS = Kind(  # [[name, value], ...] by name; read also for str-keyed dicts (e
     encode=lambda e, items, p: [[name, e.encode(value, name)] for name, value in items],
     decode=lambda p: {k: from_data(v) for k, v in p},
 )
+BIG_INT = Kind("big int", "I", encode=lambda e, v, p: hex(v), decode=lambda p: int(p, 16))
 CYCLE = Kind("cycle", "r", encode=_cycle, local=True)
 OTHER = Kind("not data", "o", encode=_other, local=True)
 
 KINDS: tuple[Kind, ...] = (
     Kind("None, bool, str", None, (type(None), bool, str), encode=_itself, decode=lambda p: p),
-    Kind("int", None, (int,), lambda e, v: v in _JSON_INTS, _itself, lambda p: p),  # 64 bits
-    Kind("big int", "I", (int,), encode=lambda e, v, p: hex(v), decode=lambda p: int(p, 16)),
+    Kind("int", None, (int,), encode=_int, decode=lambda p: p),  # at most 64 bits
+    BIG_INT,
     Kind("float", "F", (float,), encode=lambda e, v, p: _float_bits(v), decode=_bits_float),
     Kind(
         "complex",
@@ -428,3 +436,4 @@ KINDS: tuple[Kind, ...] = (
 )
 
 CODEC = Codec(KINDS)
+_ONLY = CODEC.only  # (the encoder's first look, once per value)
