@@ -71,7 +71,7 @@ class PythonScope {
 // Where a failure happened: the site's label once the site is known, else the binding's
 // name as the call's attributes give it.
 struct Where {
-  std::string_view binding = "?";
+  std::string_view binding;            // (empty: a call without one)
   const std::string *label = nullptr;  // "'<binding>' (<role>)[, batched]"
 
   // From a site's label alone (the kernel fast paths): its binding is the quoted start.
@@ -96,7 +96,9 @@ struct Where {
 inline std::string named(const Where &where, const std::string &what) {
   const std::string lead = "jaxbind: ";
   bool led = what.compare(0, lead.size(), lead) == 0;
-  if (what.find(where.quoted()) != std::string::npos) return led ? what : lead + what;
+  bool nameless = where.label == nullptr && where.binding.empty();
+  if (nameless || (!where.binding.empty() && what.find(where.quoted()) != std::string::npos))
+    return led ? what : lead + what;
   return lead + where.text() + ": " + (led ? what.substr(lead.size()) : what);
 }
 
@@ -153,6 +155,11 @@ inline ffi::Error failure(const Where &where, std::exception_ptr thrown) {
   } catch (...) {
     return say(ffi::ErrorCode::kInternal, "unknown C++ exception");
   }
+}
+
+// A program the call's header refuses (callformat.h): its format, or its site digest.
+inline ffi::Error refused(const ffi::Dictionary &attrs, const Header::Problem &problem) {
+  return ffi::Error(problem.code, named(Where::of_attrs(attrs), problem.message));
 }
 
 // Run `work()` at `where`: ffi::Error::Success(), or the failure it threw as an error.

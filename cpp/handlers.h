@@ -140,7 +140,7 @@ ffi::Error guarded(const ffi::Dictionary &attrs, Instantiated *held, const ffi::
                    const ffi::RemainingRets &rets, Frame &frame, Body &&body) {
   Header header;
   Header::Problem problem = header.read(attrs);
-  if (!problem.message.empty()) return error(problem.code, problem.message);
+  if (!problem.message.empty()) return refused(attrs, problem);
   Where where = Where::of_attrs(attrs);
   PythonScope python;  // (outlives the boundary: a failure is read with the GIL)
   nb::object site;     // (so does the site: a failure names it by its label)
@@ -302,7 +302,7 @@ inline ffi::Error Instantiate(ExecutionContext context, const ffi::Dictionary &a
                               const char *platform) {
   Header header;
   Header::Problem problem = header.read(attrs);
-  if (!problem.message.empty()) return error(problem.code, problem.message);
+  if (!problem.message.empty()) return refused(attrs, problem);
   // jaxlib 0.7's FFI (API 0.1) keeps no state here: its sites are found by digest (an
   // executable freed there aborted the process in the CI run with the 0.1 layout)
   if (!xla_state::keeps_state(context.api)) return ffi::Error::Success();
