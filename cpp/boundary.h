@@ -42,6 +42,12 @@
 #include "call.h"
 #include "process.h"
 
+#if defined(__GNUC__)
+#define JAXBIND_INLINE inline __attribute__((always_inline))
+#else
+#define JAXBIND_INLINE inline
+#endif
+
 namespace jaxbind {
 
 // Python was needed, but the interpreter is going away (or jaxbind was never set up).
@@ -69,18 +75,15 @@ class PythonScope {
 };
 
 // Where a failure happened: the site's label once the site is known, else the binding's
-// name as the call's attributes give it.
+// name as the call's attributes give it. Made on every call, so nothing is worked out
+// until a failure asks.
 struct Where {
-  std::string_view binding;            // (empty: a call without one)
+  std::string_view binding;            // (empty: none given, or the label's)
   const std::string *label = nullptr;  // "'<binding>' (<role>)[, batched]"
 
-  // From a site's label alone (the kernel fast paths): its binding is the quoted start.
   static Where of_label(const std::string &label) {
     Where where;
     where.label = &label;
-    size_t end = label.find("' (", 1);
-    if (!label.empty() && label[0] == '\'' && end != std::string::npos)
-      where.binding = std::string_view(label).substr(1, end - 1);
     return where;
   }
   static Where of_attrs(const ffi::Dictionary &attrs) {
@@ -88,7 +91,14 @@ struct Where {
     get_attr(attrs, "binding", where.binding);
     return where;
   }
-  std::string quoted() const { return "'" + std::string(binding) + "'"; }
+  // The binding's name: given, or the quoted start of the label (empty: neither).
+  std::string_view name() const {
+    if (!binding.empty() || label == nullptr) return binding;
+    size_t end = label->find("' (", 1);
+    if (label->empty() || (*label)[0] != '\'' || end == std::string::npos) return {};
+    return std::string_view(*label).substr(1, end - 1);
+  }
+  std::string quoted() const { return "'" + std::string(name()) + "'"; }
   std::string text() const { return label != nullptr ? *label : quoted(); }
 };
 
@@ -97,8 +107,8 @@ inline std::string named(const Where &where, const std::string &what) {
   const std::string lead = "jaxbind: ";
   bool led = what.compare(0, lead.size(), lead) == 0;
   bool nameless = where.label == nullptr && where.binding.empty();
-  if (nameless || (!where.binding.empty() && what.find(where.quoted()) != std::string::npos))
-    return led ? what : lead + what;
+  bool names_it = !where.name().empty() && what.find(where.quoted()) != std::string::npos;
+  if (nameless || names_it) return led ? what : lead + what;
   return lead + where.text() + ": " + (led ? what.substr(lead.size()) : what);
 }
 
@@ -163,8 +173,9 @@ inline ffi::Error refused(const ffi::Dictionary &attrs, const Header::Problem &p
 }
 
 // Run `work()` at `where`: ffi::Error::Success(), or the failure it threw as an error.
+// Inlined into its caller: the kernel fast path pays nothing for it (-Os would call it).
 template <typename Work>
-ffi::Error boundary(const Where &where, Work &&work) {
+JAXBIND_INLINE ffi::Error boundary(const Where &where, Work &&work) {
   try {
     work();
     return ffi::Error::Success();
