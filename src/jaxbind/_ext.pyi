@@ -54,6 +54,13 @@ def gpu_call_for_tests(
     inputs: Sequence[tuple[int, Sequence[int], int]],
     outputs: Sequence[tuple[int, Sequence[int], int]],
 ) -> None: ...
+def gpu_error_for_tests(
+    site: Site,
+    stream: int,
+    device: int,
+    inputs: Sequence[tuple[int, Sequence[int], int]],
+    outputs: Sequence[tuple[int, Sequence[int], int]],
+) -> tuple[int, str] | None: ...
 def set_gpu_plan(make: Callable[..., object]) -> None: ...
 def init(
     dtypes: dict[int, Any],
