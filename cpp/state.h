@@ -40,6 +40,7 @@
 
 #include <nanobind/nanobind.h>
 
+#include "boundary.h"
 #include "call.h"
 #include "process.h"
 
@@ -61,9 +62,9 @@ class HeldObject {
   void reset() {
     PyObject *ptr = ptr_;
     ptr_ = nullptr;
-    if (ptr == nullptr || !python_is_usable()) return;
-    nb::gil_scoped_acquire gil;
-    Py_DECREF(ptr);
+    if (ptr == nullptr) return;
+    PythonScope python;
+    if (python.ready()) Py_DECREF(ptr);
   }
   // The object a weak reference refers to, or None (the GIL held).
   nb::object referent() const {
@@ -74,18 +75,6 @@ class HeldObject {
  private:
   PyObject *ptr_ = nullptr;
 };
-
-// A failure Python reported (its message names the op already), as a call's error.
-inline LabelledError python_failure(nb::python_error &e) {
-  std::string why = e.what();
-  try {
-    why = nb::cast<std::string>(nb::str(e.value()));
-  } catch (...) {
-  }
-  const std::string prefix = "jaxbind: ";  // (the handler's error adds it)
-  if (why.compare(0, prefix.size(), prefix) == 0) why.erase(0, prefix.size());
-  return LabelledError(why);
-}
 
 // A call found its state's cell closed: the state was freed meanwhile (a key value's
 // state, dropped from Python's last few, is set up again).
@@ -329,9 +318,8 @@ class StateCell {
 
   // Python's provide(slot, make): the slot's object made (make) and its address.
   void *ask(int slot, bool make) {
-    if (!python_is_usable())
-      throw LabelledError(label_ + ": the Python interpreter is not running");
-    nb::gil_scoped_acquire gil;
+    PythonScope python;
+    python.require();
     try {
       nb::object owner = owner_->referent();
       if (owner.is_none()) throw freed();
@@ -462,9 +450,8 @@ class KeyedCells {
   }
 
   CellRef ask(const Call &call) {
-    if (!python_is_usable())
-      throw LabelledError(label_ + ": the Python interpreter is not running");
-    nb::gil_scoped_acquire gil;
+    PythonScope python;
+    python.require();
     try {
       nb::object lease = lease_->referent();
       if (lease.is_none()) throw LabelledError(label_ + ": its state was freed while a call ran");

@@ -86,7 +86,15 @@ SHARED = {
     "_kernels.state",
     "_options",
     "_sharding",
+    # keyword arguments: the dump and its blobs (__init__), the JSON form as one table of
+    # kinds (codec), a dtype's form, values held in this process, the copies a dump keeps
+    # and hands out, JAXbind 1.3's pickled dumps; the package imports no other jaxbind module
     "_kwargs",
+    "_kwargs.codec",
+    "_kwargs.dtypes",
+    "_kwargs.held",
+    "_kwargs.copies",
+    "_kwargs.pickled",
     "_state",
     "_avals",
     "_callformat",
@@ -224,5 +232,13 @@ def test_import_graph_is_flat_and_acyclic():
         m for m, f in sorted(floors.items(), key=lambda x: -x[1])[:3]
     )
     # the bottom floor holds the values everything shares; nothing there imports jaxbind
-    assert {"_roles", "_sharding", "_kwargs"} <= {m for m, f in floors.items() if f == 1}
+    assert {"_roles", "_sharding", "_kwargs.dtypes", "_kwargs.copies"} <= {
+        m for m, f in floors.items() if f == 1
+    }
     assert floors["_options"] == 2  # the option set: bottom-floor values (the sharding rule)
+
+
+def test_keyword_arguments_import_no_jaxbind_module_outside_their_package():
+    package = {m for m in _modules() if m.split(".")[0] == "_kwargs"}
+    for module in package:
+        assert _imports(module) <= package, module

@@ -47,7 +47,7 @@ from ._accuracy import finest_epsilon, has_kernels
 from ._common import _REAL, check_int, check_positive, check_real
 from .nufft_points import nufft_points
 
-__all__ = ["FINUFFT_DEFAULTS", "Opts", "nufft1", "nufft2", "nufft3"]
+__all__ = ["Opts", "nufft1", "nufft2", "nufft3"]
 
 
 # jax-finufft's options (its ``Opts`` fields) at their defaults there: the drop-in accepts

@@ -1,0 +1,354 @@
+// jaxbind's trampoline: the XLA FFI handlers. Each runs its platform's body over the one
+// described call (call.h) inside the one error boundary (boundary.h):
+//   CpuCall         a compiled kernel without the GIL (`run_kernel_fast`), else the GIL
+//                   taken (`guarded`): a kernel, or a Python callable on NumPy views
+//   CudaCall        the site's GPU plan (gpu.h), or a CUDA kernel reached by the GIL path
+//   CudaKernelCall  a CUDA kernel launched on XLA's stream without the GIL, else `guarded`
+//   Instantiate     XLA's instantiate stage (every platform): the site kept by XLA
+// and their bindings to XLA's FFI (the XLA_FFI_DEFINE_HANDLER_SYMBOL blocks at the end).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "boundary.h"
+#include "call.h"
+#include "floats.h"
+#include "gpu.h"
+#include "kernels.h"
+#include "outputs.h"
+#include "process.h"
+#include "site.h"
+#include "site_life.h"
+#include "state.h"
+#include "views.h"
+
+namespace jaxbind {
+
+// What one call works on, reused by the calls of a thread (no allocation per call once
+// warm): the call's buffers, and a batch element's. A stack, because a Python callable
+// may call a jaxbind op eagerly, which runs on the same thread.
+struct Frame {
+  Call call, element;
+};
+
+class ScopedFrame {
+ public:
+  ScopedFrame() {
+    Stack &stack = local();
+    if (stack.depth == stack.frames.size()) stack.frames.push_back(std::make_unique<Frame>());
+    frame_ = stack.frames[stack.depth++].get();
+  }
+  ~ScopedFrame() { --local().depth; }
+  ScopedFrame(const ScopedFrame &) = delete;
+  ScopedFrame &operator=(const ScopedFrame &) = delete;
+  Frame &operator*() const { return *frame_; }
+  Frame *operator->() const { return frame_; }
+
+ private:
+  struct Stack {
+    std::vector<std::unique_ptr<Frame>> frames;
+    size_t depth = 0;
+  };
+  static Stack &local() {
+    thread_local Stack stack;
+    return stack;
+  }
+  Frame *frame_;
+};
+
+// Run a kernel site's call: once, or once per batch element (on several of XLA's threads
+// when that pays), without the GIL.
+inline void run_kernel(const SiteCore &core, jaxbind_kernel_fn fn, Frame &frame,
+                       ExecutionContext context) {
+  const Loop *batch = core.whole_batch ? &core.loop : nullptr;
+  Workers workers(context, core.kernel.threads);
+  const bool checking = check_outputs.load(std::memory_order_relaxed);
+  if (checking) Unwritten::fill(frame.call);
+  core.loop.run(frame.call, core.whole_batch, frame.element, workers,
+                [&](const Call &call, const Workers &w) {
+                  call_kernel(fn, core.kernel, core.label, call, batch, w);
+                });
+  if (checking) Unwritten::check(frame.call, core.label);
+}
+
+// What each thread keeps between kernel calls: the last signature it matched, and its
+// kernel's address (one thread-local lookup per call).
+struct FastCache {
+  uint64_t matched_id = 0;  // SiteCore::id of the signature below
+  Signature signature;
+  jaxbind_kernel_fn fn = nullptr;
+};
+
+inline FastCache &fast_cache() {
+  thread_local FastCache cache;
+  return cache;
+}
+
+// A kernel call whose site and signature are known: no GIL, no Python object. Returns
+// false when the call needs the GIL path (see `guarded`).
+inline bool run_kernel_fast(const RawAttrs &attrs, Instance *held, const ffi::RemainingArgs &args,
+                            const ffi::RemainingRets &rets, ExecutionContext context, Frame &frame,
+                            ffi::Error &result) {
+  FastCache &cache = fast_cache();
+  SiteCore *found = find_core(attrs, held);
+  if (found == nullptr || !found->is_kernel) return false;
+  SiteCore &core = *found;
+  try {
+    frame.call.decode(args, rets);
+  } catch (std::exception &) {
+    return false;  // the GIL path reports it, with the binding's name
+  }
+  jaxbind_kernel_fn fn = nullptr;
+  if (cache.matched_id == core.id && cache.signature.matches(frame.call)) {
+    fn = cache.fn;
+  } else {
+    if (!core.accepted.find(frame.call, fn)) return false;
+    cache.matched_id = core.id;
+    cache.signature = Signature::of(frame.call);
+    cache.fn = fn;
+  }
+  result = boundary(Where::of_label(core.label), [&] { run_kernel(core, fn, frame, context); });
+  return true;
+}
+
+// What every call that needs Python does around its platform's body: check the call
+// format, take Python (PythonScope), decode the buffers and resolve the site (accepting
+// the buffers' signature), inside the boundary, which names the binding (and, once the
+// site is known, its role). `body(site, kernel address)` runs the call.
+template <typename Body>
+ffi::Error guarded(const ffi::Dictionary &attrs, Instance *held, const char *platform,
+                   const ffi::RemainingArgs &args, const ffi::RemainingRets &rets, Frame &frame,
+                   Body &&body) {
+  Header header;
+  Header::Problem problem = header.read(attrs);
+  if (!problem.message.empty()) return refused(attrs, problem);
+  Where where = Where::of_attrs(attrs);
+  PythonScope python;  // (outlives the boundary: a failure is read with the GIL)
+  nb::object site;     // (so does the site: a failure names it by its label)
+  return boundary(where, [&] {
+    python.require();
+    frame.call.decode(args, rets);
+    jaxbind_kernel_fn fn = nullptr;
+    site = find_site(header, attrs, frame.call, fn, held, platform);
+    Site &found = site_of(site);
+    where.binding = found.binding;
+    where.label = &found.core->label;
+    body(found, fn);
+  });
+}
+
+// A Python callable on one (batch element of a) CPU call: NumPy views of the buffers,
+// the callable called with them, the views released (or kept for the next call).
+inline void run_callable(Site &site, const Call &call) {
+  nb::object outs = views(site.out_views, call.outs, true, "output");
+  nb::object ins = views(site.in_views, call.ins, false, "input");
+  PyObject *argv[3] = {outs.ptr(), ins.ptr(), site.kwargs_dump.ptr()};
+  PyObject *result = PyObject_Vectorcall(site.callable.ptr(), argv, 3, nullptr);
+  if (result == nullptr) {
+    nb::python_error raised;         // takes the exception; the views can then be released
+    release_views(outs, ins, site);  // a view the callable kept gets its own copy
+    throw raised;
+  }
+  if (result != Py_None) {  // the commonest mistake: returning the result
+    nb::object returned = nb::steal(result);
+    release_views(outs, ins, site);
+    std::string what = nb::cast<std::string>(nb::type_name(returned.type()));
+    PyErr_Format(PyExc_TypeError, "%s",
+                 ("the callable returned a " + what +
+                  " instead of None. A callable of "
+                  "get_linear_call / get_nonlinear_call writes each result into its "
+                  "output array, out[k][...] = result, and returns nothing; to return "
+                  "results instead, define the op with the JAX-native API "
+                  "(jaxbind.linear_op, multilinear_op, nonlinear_op)")
+                     .c_str());
+    throw nb::python_error();
+  }
+  Py_DECREF(result);
+  if (!release_views(outs, ins, site)) {  // nothing kept: reuse them next time
+    cache_views(site.out_views, std::move(outs));
+    cache_views(site.in_views, std::move(ins));
+  }
+}
+
+// CPU: a kernel (without the GIL, and without Python once its site and signature are
+// known), or NumPy views of the host buffers and the callable called in place.
+inline ffi::Error CpuCall(ExecutionContext context, ffi::RemainingArgs args,
+                          ffi::RemainingRets rets, RawAttrs raw) {
+  IeeeFloats ieee;  // subnormals as the body sees them in Python (see floats.h)
+  ScopedFrame frame;
+  ffi::Error result = ffi::Error::Success();
+  Instance *held = instance_of(context);
+  if (run_kernel_fast(raw, held, args, rets, context, *frame, result)) return result;
+  return guarded(raw.dict(), held, "cpu", args, rets, *frame,
+                 [&](Site &site, jaxbind_kernel_fn fn) {
+                   SiteCore &core = *site.core.get();
+                   if (core.is_kernel) {
+                     nb::gil_scoped_release release;
+                     return run_kernel(core, fn, *frame, context);
+                   }
+                   const bool checking = check_outputs.load(std::memory_order_relaxed);
+                   if (checking) Unwritten::fill(frame->call);
+                   core.loop.run(frame->call, false, frame->element,
+                                 [&](const Call &call) { run_callable(site, call); });
+                   if (checking) Unwritten::check(frame->call, core.label);
+                 });
+}
+
+// A CUDA kernel site's call: one launch per batch element, on XLA's stream. No GIL.
+inline void launch_cuda(const SiteCore &core, const Launch &launch, Frame &frame, void *stream,
+                        int32_t device) {
+  core.loop.run(frame.call, false, frame.element, [&](const Call &call) {
+    core.cuda->launch(launch, call, stream, device, core.label);
+  });
+}
+
+// A GPU call: a CUDA kernel launched, or the site's GPU plan (gpu.h) run once per batch
+// element, on the element's device pointers. Also reached from Python, on host memory,
+// by the plumbing tests (`gpu_call_for_tests`).
+inline void run_gpu(Site &site, Frame &frame, uintptr_t stream, int32_t device) {
+  if (site.core->cuda) {
+    const Launch *launch = site.core->cuda->find(frame.call);
+    if (launch == nullptr) throw std::runtime_error("no launch for the call's signature");
+    nb::gil_scoped_release release;
+    return launch_cuda(*site.core.get(), *launch, frame, reinterpret_cast<void *>(stream), device);
+  }
+  if (!process->gpu_plan.is_valid()) throw std::runtime_error("no GPU plan maker is set");
+  if (site.core->is_kernel)
+    throw std::invalid_argument(
+        "its body is a CPU kernel, which cannot run in a GPU program; run the program on "
+        "the CPU, or give the role a CUDA kernel (jaxbind.cuda_kernel) or a Python callable");
+  site.core->loop.run(frame.call, false, frame.element,
+                      [&](const Call &call) { run_plan(site, stream, device, call); });
+}
+
+// CUDA: the device buffers and XLA's stream go to the site's GPU plan, which hands them
+// to the callable as zero-copy CUDA arrays, or copies them to the host for a binding in
+// host mode. No CUDA header or library is needed here: the stream is an opaque pointer.
+inline ffi::Error CudaCall(ExecutionContext context, void *stream, int32_t device,
+                           ffi::RemainingArgs args, ffi::RemainingRets rets,
+                           ffi::Dictionary attrs) {
+  IeeeFloats ieee;  // a host-mode callable's floats (see floats.h)
+  ScopedFrame frame;
+  return guarded(attrs, instance_of(context), "cuda", args, rets, *frame,
+                 [&](Site &site, jaxbind_kernel_fn) {
+                   run_gpu(site, *frame, reinterpret_cast<uintptr_t>(stream), device);
+                 });
+}
+
+// The CUDA handler's work once its site is found (the signature accepted, the body run)
+// inside the boundary, on buffers Python describes (host memory stands in for device
+// memory): the error the handler would return, for the plumbing tests.
+inline ffi::Error gpu_work_for_tests(Site &site, Frame &frame, uintptr_t stream, int32_t device) {
+  PythonScope python;
+  Where where = Where::of_label(site.core->label);
+  where.binding = site.binding;
+  return boundary(where, [&] {
+    python.require();
+    accept(site, frame.call);
+    run_gpu(site, frame, stream, device);
+  });
+}
+
+// CUDA, a call of a CUDA kernel (jaxbind.cuda_kernel; the lowering gives such calls this
+// handler's target): launched from C++ on XLA's stream, without the GIL or Python once
+// the site and signature are known. It keeps no state in XLA and does nothing a CUDA
+// graph cannot replay, so it is declared compatible with XLA's command buffers.
+inline ffi::Error CudaKernelCall(void *stream, int32_t device, ffi::RemainingArgs args,
+                                 ffi::RemainingRets rets, RawAttrs raw) {
+  ScopedFrame frame;
+  SiteCore *core = find_core(raw, nullptr);  // (no instantiate stage: the digest route)
+  const Launch *launch = nullptr;
+  if (core != nullptr && core->cuda) {
+    try {
+      frame->call.decode(args, rets);
+      launch = core->cuda->find(frame->call);
+    } catch (std::exception &) {
+      launch = nullptr;  // the GIL path reports it, with the binding's name
+    }
+  }
+  if (launch != nullptr)
+    return boundary(Where::of_label(core->label),
+                    [&] { launch_cuda(*core, *launch, *frame, stream, device); });
+  return guarded(raw.dict(), nullptr, "cuda", args, rets, *frame,
+                 [&](Site &site, jaxbind_kernel_fn) {
+                   run_gpu(site, *frame, reinterpret_cast<uintptr_t>(stream), device);
+                 });
+}
+
+// XLA's instantiate stage of a call site (every platform): the site made from the call's
+// attributes and kept by XLA with the executable (see site_life.h). A site
+// the resolver refuses, or whose state's setup fails, fails the compilation (or the
+// loading) of the program, with the error a call would give.
+// `platform` ("cpu" or "cuda") tells the resolver whether to set the state up now: on a
+// GPU, XLA gives no stream or device here, so each device's is set up at its first call.
+inline ffi::Error Instantiate(ExecutionContext context, const ffi::Dictionary &attrs,
+                              const char *platform) {
+  Header header;
+  Header::Problem problem = header.read(attrs);
+  if (!problem.message.empty()) return refused(attrs, problem);
+  // jaxlib 0.7's FFI (API 0.1) keeps no state here: its sites are found by digest (an
+  // executable freed there aborted the process in the CI run with the 0.1 layout)
+  if (!xla_state::keeps_state(context.api)) return ffi::Error::Success();
+  PythonScope python;
+  if (!python.ready() || !process->instantiate.is_valid()) return ffi::Error::Success();
+  IeeeFloats ieee;  // the state's setup is Python, as a body (see floats.h)
+  return boundary(Where::of_attrs(attrs), [&] { instantiate(context, header, attrs, platform); });
+}
+
+// The buffers are not used here. XLA's CPU runtime gives none at this stage; its GPU
+// runtime (jaxlib 0.11) gives the call's, and a binding without them refuses every call
+// ("Wrong number of arguments: expected 0").
+inline ffi::Error InstantiateCpu(ExecutionContext context, ffi::RemainingArgs, ffi::RemainingRets,
+                                 ffi::Dictionary attrs) {
+  return Instantiate(context, attrs, "cpu");
+}
+
+inline ffi::Error InstantiateCuda(ExecutionContext context, ffi::RemainingArgs, ffi::RemainingRets,
+                                  ffi::Dictionary attrs) {
+  return Instantiate(context, attrs, "cuda");
+}
+
+// The handlers as XLA calls them, each with its binding: what XLA decodes for it.
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cpu_instantiate, InstantiateCpu,
+                              ffi::Ffi::BindInstantiate()
+                                  .Ctx<ExecutionContext>()     // where XLA keeps the site
+                                  .RemainingArgs()             // given on GPU, not used
+                                  .RemainingRets()             // given on GPU, not used
+                                  .Attrs<ffi::Dictionary>());  // the call's attributes
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cuda_instantiate, InstantiateCuda,
+                              ffi::Ffi::BindInstantiate()
+                                  .Ctx<ExecutionContext>()     // where XLA keeps the site
+                                  .RemainingArgs()             // given on GPU, not used
+                                  .RemainingRets()             // given on GPU, not used
+                                  .Attrs<ffi::Dictionary>());  // the call's attributes
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    jaxbind_cpu_handler, CpuCall,
+    ffi::Ffi::Bind()
+        .Ctx<ExecutionContext>()  // the site XLA keeps, if any; XLA's intra-op pool
+        .RemainingArgs()          // inputs, any dtype and rank
+        .RemainingRets()          // outputs, written in place
+        .Attrs<RawAttrs>());      // jaxbind_format, site, binding, role, kwargs, ...
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cuda_handler, CudaCall,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ExecutionContext>()             // the site XLA keeps
+                                  .Ctx<ffi::PlatformStream<void *>>()  // XLA's CUDA stream
+                                  .Ctx<ffi::DeviceOrdinal>()           // the device's ordinal
+                                  .RemainingArgs()                     // inputs, device memory
+                                  .RemainingRets()  // outputs, device memory, written in place
+                                  .Attrs<ffi::Dictionary>());  // as on the CPU
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cuda_kernel_handler, CudaKernelCall,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<void *>>()  // XLA's CUDA stream
+                                  .Ctx<ffi::DeviceOrdinal>()           // the device's ordinal
+                                  .RemainingArgs()                     // inputs, device memory
+                                  .RemainingRets()     // outputs, device memory, written in place
+                                  .Attrs<RawAttrs>(),  // as on the CPU
+                              {ffi::Traits::kCmdBufferCompatible});
+
+}  // namespace jaxbind
