@@ -29,7 +29,7 @@ from support.clib import compile_c_library
 import jaxbind
 from jaxbind import _callformat, _definition, _ext, _kwargs
 from jaxbind._rules.lowering import CPU_TARGET
-from jaxbind._runtime.resolve import Resolved
+from jaxbind._runtime.sites import Resolved
 
 # XLA's error codes, as ffi::ErrorCode numbers them
 CODES = {1: "CANCELLED", 3: "INVALID_ARGUMENT", 12: "UNIMPLEMENTED", 13: "INTERNAL"}

@@ -30,6 +30,7 @@ RUN_TIME = {
     "_runtime",
     "_runtime.sites",
     "_runtime.digest_route",
+    "_runtime.old_formats",
     "_runtime.fits",
     "_runtime.report",
     "_runtime.gpu",

@@ -34,8 +34,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ._kwargs import decode_kwargs, encode_kwargs
-
 __all__ = ["FORMAT", "CallAttributes", "Loop", "NO_LOOP"]
 
 FORMAT = 4
@@ -68,7 +66,8 @@ class CallAttributes:
     """The attributes of one jaxbind call, in the format it was written in.
 
     ``levels``, ``flags`` and ``n_fixed`` are None in format 1, whose loop is inside
-    the keyword arguments; ``trees`` is empty before format 3, ``definition`` before
+    the keyword arguments (_runtime/old_formats reads formats 1 and 2 in this format's
+    terms); ``trees`` is empty before format 3, ``definition`` before
     format 4.
     """
 
@@ -159,29 +158,6 @@ class CallAttributes:
             )
         return attributes
 
-    def upgraded(self, vectorized: bool) -> CallAttributes:
-        """The same call in this format's terms: formats 1 and 2 kept a JAX-native op's
-        pytree structure among the keyword arguments (``jaxbind_in``, ``jaxbind_out``),
-        and format 1 jaxbind's loop too (``batch_axes``, unless the binding is
-        `vectorized`: then they are the callable's). `n_fixed` stays None for format 1."""
-        if self.format >= 3:
-            return self
-        values, trees, loop = decode_kwargs(self.kwargs).to_dict(), b"", self.loop
-        given = len(values)
-        if _FORMAT2_TREES[0] in values:
-            pytrees = {
-                "in": values.pop(_FORMAT2_TREES[0]),
-                "out": values.pop(_FORMAT2_TREES[1], None),
-            }
-            trees = encode_kwargs(pytrees).blob
-        if self.format == 1 and not vectorized and "batch_axes" in values:
-            loop = _format1_loop(values.pop("batch_axes"))
-        kwargs = encode_kwargs(values).blob if len(values) < given else self.kwargs
-        flags = loop.flags(len(loop.batched))
-        return CallAttributes(
-            self.binding, self.role, kwargs, loop.levels, flags, self.n_fixed, trees
-        )
-
     @property
     def loop(self) -> Loop:
         """jaxbind's own batch loop (NO_LOOP for format 1 before `upgraded`)."""
@@ -229,19 +205,3 @@ class CallAttributes:
             trees=np.frombuffer(self.trees, dtype=np.uint8),
             definition=self.definition,
         )
-
-
-_FORMAT2_TREES = ("jaxbind_in", "jaxbind_out")
-
-
-def _format1_loop(batch_axes: object) -> Loop:
-    """Format 1 kept jaxbind's loop in the keyword arguments, as "batch_axes": one tuple of
-    leading axes per input (see _rules.batching)."""
-    if not isinstance(batch_axes, tuple) or not all(
-        isinstance(ax, tuple) and all(type(a) is int for a in ax) for ax in batch_axes
-    ):
-        raise ValueError("the call's batch axes are not a tuple of tuples of integers")
-    levels = max((len(ax) for ax in batch_axes), default=0)
-    if not 0 < levels <= MAX_LEVELS:
-        raise ValueError(f"the call's batch levels ({levels}) are out of range")
-    return Loop(levels, tuple(bool(ax) for ax in batch_axes))

@@ -38,6 +38,7 @@ from .._kernels.cuda import CudaKernel, CudaKernelCall
 from .._kwargs import decode_kwargs
 from .._roles import Body, Role, for_call
 from .fits import DefinitionCheck, elements
+from .old_formats import upgraded
 from .state import StatefulBody, lease_for
 
 __all__ = ["Resolved", "instantiate_site", "resolved"]
@@ -72,7 +73,7 @@ def resolved(found: dict, eager: bool = False) -> Resolved:
         raise LookupError(
             f"binding '{name}' ({binding.kind.value}) has no role {call.role!r}"
         ) from None
-    call = call.upgraded(binding.options.vectorized)
+    call = upgraded(call, binding.options.vectorized)
     dump = decode_kwargs(call.kwargs)
     structure = decode_kwargs(call.trees) if call.trees else None
     body = for_call(_body(binding, role), structure)

@@ -201,7 +201,7 @@ FAMILY = Family(
     name="sharding rule on a mesh",
     checks=(_VALUES, _JVPS, _GRADS, _COLLECTIVES),
     roles=frozenset(),
-    options=frozenset({"sharding", "reduction"}),
+    options=frozenset({"sharding"}),  # (its reduction factors are part of the value)
     applies=_applies,
     rows=_rows,
 )
