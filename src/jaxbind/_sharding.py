@@ -69,6 +69,18 @@ def _role(role: str) -> tuple[str, int | None]:
     return role, None
 
 
+def _involution(
+    base: str, fixed: int, ops: tuple, res: tuple
+) -> tuple[tuple, tuple] | None:
+    """The layouts that are their own inverse: f's (itself) and T's (the fixed arguments
+    and f's results trade places with the arguments after them); None for the others."""
+    if base == "f":
+        return ops, res
+    if base == "T":
+        return ops[:fixed] + res, ops[fixed:]
+    return None
+
+
 def to_role(
     role: str, fixed: int, args: Sequence[T], results: Sequence[T]
 ) -> tuple[tuple[T, ...], tuple[T, ...]]:
@@ -85,12 +97,10 @@ def to_role(
       fixed ones."""
     ops, res = tuple(args), tuple(results)
     base, i = _role(role)
-    if base == "f":
-        return ops, res
-    if base == "T" and i is None:
-        return ops[:fixed] + res, ops[fixed:]
-    if base == "T":
-        assert i is not None
+    same = _involution(base, fixed, ops, res) if i is None else None
+    if same is not None:
+        return same
+    if i is not None:  # T<i>
         return ops[:i] + ops[i + 1 :] + res, (ops[i],)
     if base == "jvp":
         return ops + ops[fixed:], res
@@ -105,12 +115,10 @@ def to_f(
     they repeat the primals')."""
     ops, res = tuple(args), tuple(results)
     base, i = _role(role)
-    if base == "f":
-        return ops, res
-    if base == "T" and i is None:
-        return ops[:fixed] + res, ops[fixed:]
-    if base == "T":
-        assert i is not None
+    same = _involution(base, fixed, ops, res) if i is None else None
+    if same is not None:
+        return same
+    if i is not None:  # T<i>
         lead = ops[: n_args - 1]
         return lead[:i] + res[:1] + lead[i:], ops[n_args - 1 :]
     if base == "jvp":
