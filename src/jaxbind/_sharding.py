@@ -69,9 +69,7 @@ def _role(role: str) -> tuple[str, int | None]:
     return role, None
 
 
-def _involution(
-    base: str, fixed: int, ops: tuple, res: tuple
-) -> tuple[tuple, tuple] | None:
+def _involution(base: str, fixed: int, ops: tuple, res: tuple) -> tuple[tuple, tuple] | None:
     """The layouts that are their own inverse: f's (itself) and T's (the fixed arguments
     and f's results trade places with the arguments after them); None for the others."""
     if base == "f":
@@ -79,6 +77,14 @@ def _involution(
     if base == "T":
         return ops[:fixed] + res, ops[fixed:]
     return None
+
+
+def _layouts(role: str, fixed: int, args: Sequence, results: Sequence) -> tuple:
+    """What both directions start from: the role's base and index, the arrays as tuples,
+    and the layout itself where it is its own inverse (else None)."""
+    ops, res = tuple(args), tuple(results)
+    base, i = _role(role)
+    return base, i, ops, res, (_involution(base, fixed, ops, res) if i is None else None)
 
 
 def to_role(
@@ -95,9 +101,7 @@ def to_role(
       f's;
     - vjp: all primals, then cotangents of f's results; results: f's arguments after the
       fixed ones."""
-    ops, res = tuple(args), tuple(results)
-    base, i = _role(role)
-    same = _involution(base, fixed, ops, res) if i is None else None
+    base, i, ops, res, same = _layouts(role, fixed, args, results)
     if same is not None:
         return same
     if i is not None:  # T<i>
@@ -113,9 +117,7 @@ def to_f(
     """The inverse of `to_role`: f's arguments and results from a role's, for an op
     whose f takes `n_args` arguments (a JVP's tangents of the arguments are dropped:
     they repeat the primals')."""
-    ops, res = tuple(args), tuple(results)
-    base, i = _role(role)
-    same = _involution(base, fixed, ops, res) if i is None else None
+    base, i, ops, res, same = _layouts(role, fixed, args, results)
     if same is not None:
         return same
     if i is not None:  # T<i>
