@@ -76,11 +76,11 @@ class PythonScope {
 
 // Where a failure happened: the site's label once the site is known, else the binding's
 // name as the call's attributes give it. Made on every call, so nothing is worked out
-// until a failure asks.
+// until a failure asks (the attributes are searched for the name then).
 struct Where {
-  std::string_view binding;            // (empty: none given, or the label's)
-  const std::string *label = nullptr;  // "'<binding>' (<role>)[, batched]"
-
+  std::string_view binding;                // (empty: none given, or the label's)
+  const std::string *label = nullptr;      // "'<binding>' (<role>)[, batched]"
+  const ffi::Dictionary *attrs = nullptr;  // where the name is, until `binding` is set
   static Where of_label(const std::string &label) {
     Where where;
     where.label = &label;
@@ -88,11 +88,16 @@ struct Where {
   }
   static Where of_attrs(const ffi::Dictionary &attrs) {
     Where where;
-    get_attr(attrs, "binding", where.binding);
+    where.attrs = &attrs;
     return where;
   }
-  // The binding's name: given, or the quoted start of the label (empty: neither).
+  // The binding's name: given, or read from the attributes, or the quoted start of the
+  // label (empty: none of them).
   std::string_view name() const {
+    if (binding.empty() && attrs != nullptr) {
+      std::string_view found;
+      if (get_attr(*attrs, "binding", found)) return found;
+    }
     if (!binding.empty() || label == nullptr) return binding;
     size_t end = label->find("' (", 1);
     if (label->empty() || (*label)[0] != '\'' || end == std::string::npos) return {};
@@ -106,7 +111,7 @@ struct Where {
 inline std::string named(const Where &where, const std::string &what) {
   const std::string lead = "jaxbind: ";
   bool led = what.compare(0, lead.size(), lead) == 0;
-  bool nameless = where.label == nullptr && where.binding.empty();
+  bool nameless = where.label == nullptr && where.name().empty();
   bool names_it = !where.name().empty() && what.find(where.quoted()) != std::string::npos;
   if (nameless || names_it) return led ? what : lead + what;
   return lead + where.text() + ": " + (led ? what.substr(lead.size()) : what);

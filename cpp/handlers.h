@@ -72,25 +72,11 @@ inline void run_kernel(const SiteCore &core, jaxbind_kernel_fn fn, Frame &frame,
   if (checking) Unwritten::check(frame.call, core.label);
 }
 
-// What each thread keeps between kernel calls: the last signature it matched, and its
-// kernel's address (one thread-local lookup per call).
-struct FastCache {
-  uint64_t matched_id = 0;  // SiteCore::id of the signature below
-  Signature signature;
-  jaxbind_kernel_fn fn = nullptr;
-};
-
-inline FastCache &fast_cache() {
-  thread_local FastCache cache;
-  return cache;
-}
-
 // A kernel call whose site and signature are known: no GIL, no Python object. Returns
 // false when the call needs the GIL path (see `guarded`).
 inline bool run_kernel_fast(const RawAttrs &attrs, Instance *held, const ffi::RemainingArgs &args,
                             const ffi::RemainingRets &rets, ExecutionContext context, Frame &frame,
                             ffi::Error &result) {
-  FastCache &cache = fast_cache();
   SiteCore *found = find_core(attrs, held);
   if (found == nullptr || !found->is_kernel) return false;
   SiteCore &core = *found;
@@ -100,14 +86,7 @@ inline bool run_kernel_fast(const RawAttrs &attrs, Instance *held, const ffi::Re
     return false;  // the GIL path reports it, with the binding's name
   }
   jaxbind_kernel_fn fn = nullptr;
-  if (cache.matched_id == core.id && cache.signature.matches(frame.call)) {
-    fn = cache.fn;
-  } else {
-    if (!core.accepted.find(frame.call, fn)) return false;
-    cache.matched_id = core.id;
-    cache.signature = Signature::of(frame.call);
-    cache.fn = fn;
-  }
+  if (!known(core, frame.call, fn)) return false;
   result = boundary(Where::of_label(core.label), [&] { run_kernel(core, fn, frame, context); });
   return true;
 }
@@ -120,9 +99,13 @@ template <typename Body>
 ffi::Error guarded(const ffi::Dictionary &attrs, Instance *held, const char *platform,
                    const ffi::RemainingArgs &args, const ffi::RemainingRets &rets, Frame &frame,
                    Body &&body) {
+  // A call XLA instantiated had its attributes read and checked then: only the digest
+  // route reads them here (site_life.h reads them again to instantiate anew)
   Header header;
-  Header::Problem problem = header.read(attrs);
-  if (!problem.message.empty()) return refused(attrs, problem);
+  if (held == nullptr) {
+    Header::Problem problem = header.read(attrs);
+    if (!problem.message.empty()) return refused(attrs, problem);
+  }
   Where where = Where::of_attrs(attrs);
   PythonScope python;  // (outlives the boundary: a failure is read with the GIL)
   nb::object site;     // (so does the site: a failure names it by its label)

@@ -192,12 +192,40 @@ inline jaxbind_kernel_fn accepted(Site &site, const Call &call, nb::handle answe
   return fn;
 }
 
+// The signature a thread matched last, of which core, with its kernel's address: most
+// calls repeat their thread's last, which then costs one comparison and no lock.
+struct LastAccepted {
+  uint64_t core_id = 0;  // SiteCore::id (unique in the process)
+  Signature signature;
+  jaxbind_kernel_fn fn = nullptr;
+};
+
+inline LastAccepted &last_accepted() {
+  thread_local LastAccepted last;
+  return last;
+}
+
+// Whether `core` has accepted the call's signature (without the GIL), and its kernel's
+// address for it (nullptr for a callable).
+inline bool known(SiteCore &core, const Call &call, jaxbind_kernel_fn &fn) {
+  LastAccepted &last = last_accepted();
+  if (last.core_id == core.id && last.signature.matches(call)) {
+    fn = last.fn;
+    return true;
+  }
+  if (!core.accepted.find(call, fn)) return false;
+  last.core_id = core.id;
+  last.signature = Signature::of(call);
+  last.fn = fn;
+  return true;
+}
+
 // The kernel's address for the call's signature (nullptr for a callable), after the
 // site's check accepted it, in Python if it is new. Needs the GIL.
 inline jaxbind_kernel_fn accept(Site &site, const Call &call) {
   jaxbind_kernel_fn fn = nullptr;
   SiteCore &core = *site.core.get();
-  if (core.cuda ? core.cuda->find(call) != nullptr : core.accepted.find(call, fn)) return fn;
+  if (core.cuda ? core.cuda->find(call) != nullptr : known(core, call, fn)) return fn;
   return accepted(site, call, site.accept(describe(call.ins), describe(call.outs)));
 }
 

@@ -120,14 +120,18 @@ inline SiteCore *find_core(const RawAttrs &attrs, Instance *instance) {
 // the body drops the last other reference to the binding. Needs the GIL.
 inline nb::object find_site(const Header &header, const ffi::Dictionary &attrs, const Call &call,
                             jaxbind_kernel_fn &fn, Instance *instance, const char *platform) {
-  if (instance == nullptr) {
+  if (instance == nullptr) {  // (the caller read the header: the digest route needs it)
     nb::object site = site_by_digest(header, attrs, call, fn);
     site_of(site).core->found_by(kByDigest);
     return site;
   }
   SiteCore *core = instance->core.load(std::memory_order_acquire);
-  if (core == nullptr || !core->alive.load(std::memory_order_acquire))
-    instance->point(process->instantiate(instance_attributes(header, attrs, platform)));
+  if (core == nullptr || !core->alive.load(std::memory_order_acquire)) {
+    Header again;  // (read and checked when XLA instantiated the site)
+    Header::Problem problem = again.read(attrs);
+    if (!problem.message.empty()) throw std::invalid_argument(problem.message);
+    instance->point(process->instantiate(instance_attributes(again, attrs, platform)));
+  }
   nb::object site = nb::borrow(instance->site);
   site_of(site).core->found_by(kBySlot);
   fn = accept(site_of(site), call);
