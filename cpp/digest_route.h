@@ -3,9 +3,10 @@
 //
 // Two things still need it, and deleting this file (with jaxbind/_runtime/digest_route.py)
 // takes both gone:
-// - jaxlib 0.7 (FFI API 0.1), whose states carry their own deleter: freeing an executable
-//   with jaxbind's state in it aborted the process once in CI, so none is set there
-//   (xla_state.h, keeps_state);
+// - jaxlib 0.7 (FFI API 0.1), whose slot objects carry their own deleter: freeing an
+//   executable with jaxbind's object in its slot aborted the process once in CI, so none is
+//   set there
+//   (xla_slot.h, keeps_slots);
 // - targets registered without an instantiate stage: the CUDA-kernel target (see
 //   jaxbind/_rules/targets.py, its "stages" column).
 //

@@ -252,7 +252,7 @@ inline ffi::Error gpu_work_for_tests(Site &site, Frame &frame, uintptr_t stream,
 
 // CUDA, a call of a CUDA kernel (jaxbind.cuda_kernel; the lowering gives such calls this
 // handler's target): launched from C++ on XLA's stream, without the GIL or Python once
-// the site and signature are known. It keeps no state in XLA and does nothing a CUDA
+// the site and signature are known. It keeps nothing in XLA's slot and does nothing a CUDA
 // graph cannot replay, so it is declared compatible with XLA's command buffers.
 inline ffi::Error CudaKernelCall(void *stream, int32_t device, ffi::RemainingArgs args,
                                  ffi::RemainingRets rets, RawAttrs raw) {
@@ -278,21 +278,21 @@ inline ffi::Error CudaKernelCall(void *stream, int32_t device, ffi::RemainingArg
 
 // XLA's instantiate stage of a call site (every platform): the site made from the call's
 // attributes and kept by XLA with the executable (see site_life.h). A site
-// the resolver refuses, or whose state's setup fails, fails the compilation (or the
+// Python refuses, or whose op's state fails its setup, fails the compilation (or the
 // loading) of the program, with the error a call would give.
-// `platform` ("cpu" or "cuda") tells the resolver whether to set the state up now: on a
+// `platform` ("cpu" or "cuda") tells Python whether to set the op's state up now: on a
 // GPU, XLA gives no stream or device here, so each device's is set up at its first call.
 inline ffi::Error Instantiate(ExecutionContext context, const ffi::Dictionary &attrs,
                               const char *platform) {
   Header header;
   Header::Problem problem = header.read(attrs);
   if (!problem.message.empty()) return refused(attrs, problem);
-  // jaxlib 0.7's FFI (API 0.1) keeps no state here: its sites are found by digest (an
+  // jaxlib 0.7's FFI (API 0.1) keeps no slot here: its sites are found by digest (an
   // executable freed there aborted the process in the CI run with the 0.1 layout)
-  if (!xla_state::keeps_state(context.api)) return ffi::Error::Success();
+  if (!xla_slot::keeps_slots(context.api)) return ffi::Error::Success();
   PythonScope python;
   if (!python.ready() || !process->instantiate.is_valid()) return ffi::Error::Success();
-  IeeeFloats ieee;  // the state's setup is Python, as a body (see floats.h)
+  IeeeFloats ieee;  // the op's state's setup is Python, as a body (see floats.h)
   return boundary(Where::of_attrs(attrs), [&] { instantiate(context, header, attrs, platform); });
 }
 

@@ -95,7 +95,7 @@ struct DescribedCall {
 // Each platform's handlers, {stage: PyCapsule}, for jax.ffi.register_ffi_target.
 struct Target {
   const char *function;
-  void *instantiate, *execute;  // (no instantiate: the handler keeps no state in XLA)
+  void *instantiate, *execute;  // (no instantiate: the handler keeps no slot in XLA)
   const char *doc;
 };
 const Target kTargets[] = {
@@ -107,7 +107,7 @@ const Target kTargets[] = {
      "The CUDA FFI handlers, {stage: PyCapsule} (built without the CUDA toolkit)."},
     {"cuda_kernel_handlers", nullptr, reinterpret_cast<void *>(jaxbind_cuda_kernel_handler),
      "The FFI handler of calls of CUDA kernels, {stage: PyCapsule}: execute only (no "
-     "state kept in XLA), compatible with command buffers."},
+     "slot kept in XLA), compatible with command buffers."},
 };
 
 // Numbers the module reports, each read by a function without arguments.
@@ -361,7 +361,7 @@ NB_MODULE(_ext, m) {
   m.attr("jaxlib_version") = JAXBIND_JAXLIB_VERSION;
   m.attr("ffi_api_version") = nb::make_tuple(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);
 
-  xla_state::deleter = free_instance;
+  xla_slot::deleter = free_instance;
   for (const Target &t : kTargets)
     m.def(
         t.function,

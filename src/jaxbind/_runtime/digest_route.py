@@ -3,9 +3,10 @@ per-site slot. Quarantined: everything else finds its site in XLA's slot (see .s
 
 Two things still need it, and deleting this module (and cpp/digest_route.h) takes both
 gone:
-- jaxlib 0.7, whose FFI (API 0.1) gives each state its own deleter; freeing an executable
-  with jaxbind's state in it aborted the process once in CI, so jaxbind sets none there
-  (cpp/xla_state.h, keeps_state);
+- jaxlib 0.7, whose FFI (API 0.1) gives each slot's object its own deleter; freeing an
+  executable with jaxbind's object in its slot aborted the process once in CI, so jaxbind
+  sets none there
+  (cpp/xla_slot.h, keeps_slots);
 - targets that XLA gives no instantiate stage: the CUDA-kernel target, which is declared
   compatible with XLA's command buffers and registered with its execute stage alone
   (_rules/targets.py, the "stages" column), since a captured command buffer replays the
