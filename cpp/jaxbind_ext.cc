@@ -171,7 +171,7 @@ void define_state_cell(nb::module_ &m) {
   nb::exception<ReentrantUse>(m, "ReentrantUse", PyExc_RuntimeError);
   nb::class_<CellHandle>(m, "StateCell",
                          "The concurrency of one state's objects, as kernels and Python bodies "
-                         "take them (see cpp/state.h; made by jaxbind._runtime.state.Shared).")
+                         "take them (see cpp/state.h; made by jaxbind._runtime.state.StateObjects).")
       .def(
           "__init__",
           [](CellHandle *self, int policy, int size, nb::handle owner, std::string label,

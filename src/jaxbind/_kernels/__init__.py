@@ -18,8 +18,9 @@ Programs never hold an address: a call names its binding and role, as for Python
 callables, and the process that runs the program (a loaded ``jax.export`` artifact
 too) finds the kernel through the binding it made under that name.
 
-Shared: made at trace time, read by the runtime when it resolves a call site
-(`Kernel.call_for`). The ABI's layout is in `abi`, numba's code generation in `numba`.
+A common module (tests/test_layers.py): made at trace time, read by the runtime when
+it instantiates a call site (`Kernel.call_for`). The ABI's layout is in `abi`, numba's
+code generation in `numba`.
 """
 
 from __future__ import annotations

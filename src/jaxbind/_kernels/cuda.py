@@ -18,8 +18,8 @@ The runtime loads the code into each device's context at its first call there.
 Such a call is compatible with XLA's command buffers (CUDA graphs): it does no host
 work that a graph could not replay.
 
-Shared: made at trace time, read by the runtime when it resolves a call site
-(`CudaKernel.launch_for`).
+A common module (tests/test_layers.py): made at trace time, read by the runtime when
+it instantiates a call site (`CudaKernel.launch_for`).
 """
 
 from __future__ import annotations
