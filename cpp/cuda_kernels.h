@@ -186,7 +186,7 @@ class CudaKernelSite {
 };
 
 // A site's launch from what the site's check gives for a signature (jaxbind/_kernels/
-// cuda.py, CudaKernelCall.launch): (grid, block, shared memory bytes, (scalar bytes, ...)).
+// cuda.py, CudaKernelSite.launch): (grid, block, shared memory bytes, (scalar bytes, ...)).
 inline Launch read_launch(nb::handle answer) {
   nb::tuple t = nb::cast<nb::tuple>(answer);
   Launch launch;

@@ -1,10 +1,10 @@
 // jaxbind's trampoline: the XLA FFI handlers. Each runs its platform's body over the one
 // described call (call.h) inside the one error boundary (boundary.h):
-//   CpuCall         a compiled kernel without the GIL (`run_kernel_fast`), else the GIL
-//                   taken (`guarded`): a kernel, or a Python callable on NumPy views
-//   CudaCall        the site's GPU plan (gpu.h), or a CUDA kernel reached by the GIL path
-//   CudaKernelCall  a CUDA kernel launched on XLA's stream without the GIL, else `guarded`
-//   Instantiate     XLA's instantiate stage (every platform): the site kept by XLA
+//   CpuHandler         a compiled kernel without the GIL (`run_kernel_fast`), else the GIL
+//                      taken (`guarded`): a kernel, or a Python callable on NumPy views
+//   CudaHandler        the site's GPU plan (gpu.h), or a CUDA kernel reached by the GIL path
+//   CudaKernelHandler  a CUDA kernel launched on XLA's stream without the GIL, else `guarded`
+//   Instantiate        XLA's instantiate stage (every platform): the site kept by XLA
 // and their bindings to XLA's FFI (the XLA_FFI_DEFINE_HANDLER_SYMBOL blocks at the end).
 #pragma once
 
@@ -173,7 +173,7 @@ inline void run_callable(Site &site, const Call &call) {
 
 // CPU: a kernel (without the GIL, and without Python once its site and signature are
 // known), or NumPy views of the host buffers and the callable called in place.
-inline ffi::Error CpuCall(ExecutionContext context, ffi::RemainingArgs args,
+inline ffi::Error CpuHandler(ExecutionContext context, ffi::RemainingArgs args,
                           ffi::RemainingRets rets, RawAttrs raw) {
   IeeeFloats ieee;  // subnormals as the body sees them in Python (see floats.h)
   ScopedFrame frame;
@@ -225,7 +225,7 @@ inline void run_gpu(Site &site, Frame &frame, uintptr_t stream, int32_t device) 
 // CUDA: the device buffers and XLA's stream go to the site's GPU plan, which hands them
 // to the callable as zero-copy CUDA arrays, or copies them to the host for a binding in
 // host mode. No CUDA header or library is needed here: the stream is an opaque pointer.
-inline ffi::Error CudaCall(ExecutionContext context, void *stream, int32_t device,
+inline ffi::Error CudaHandler(ExecutionContext context, void *stream, int32_t device,
                            ffi::RemainingArgs args, ffi::RemainingRets rets,
                            ffi::Dictionary attrs) {
   IeeeFloats ieee;  // a host-mode callable's floats (see floats.h)
@@ -254,7 +254,7 @@ inline ffi::Error gpu_work_for_tests(Site &site, Frame &frame, uintptr_t stream,
 // handler's target): launched from C++ on XLA's stream, without the GIL or Python once
 // the site and signature are known. It keeps nothing in XLA's slot and does nothing a CUDA
 // graph cannot replay, so it is declared compatible with XLA's command buffers.
-inline ffi::Error CudaKernelCall(void *stream, int32_t device, ffi::RemainingArgs args,
+inline ffi::Error CudaKernelHandler(void *stream, int32_t device, ffi::RemainingArgs args,
                                  ffi::RemainingRets rets, RawAttrs raw) {
   ScopedFrame frame;
   SiteCore *core = find_core(raw, nullptr);  // (no instantiate stage: the digest route)
@@ -326,14 +326,14 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cuda_instantiate, InstantiateCuda,
                                   .Attrs<ffi::Dictionary>());  // the call's attributes
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
-    jaxbind_cpu_handler, CpuCall,
+    jaxbind_cpu_handler, CpuHandler,
     ffi::Ffi::Bind()
         .Ctx<ExecutionContext>()  // the site XLA keeps, if any; XLA's intra-op pool
         .RemainingArgs()          // inputs, any dtype and rank
         .RemainingRets()          // outputs, written in place
         .Attrs<RawAttrs>());      // jaxbind_format, site, binding, role, kwargs, ...
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cuda_handler, CudaCall,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cuda_handler, CudaHandler,
                               ffi::Ffi::Bind()
                                   .Ctx<ExecutionContext>()             // the site XLA keeps
                                   .Ctx<ffi::PlatformStream<void *>>()  // XLA's CUDA stream
@@ -342,7 +342,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cuda_handler, CudaCall,
                                   .RemainingRets()  // outputs, device memory, written in place
                                   .Attrs<ffi::Dictionary>());  // as on the CPU
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cuda_kernel_handler, CudaKernelCall,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cuda_kernel_handler, CudaKernelHandler,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<void *>>()  // XLA's CUDA stream
                                   .Ctx<ffi::DeviceOrdinal>()           // the device's ordinal

@@ -107,7 +107,7 @@ struct Site {
   } counted;
 
   // Read the description: callable, kwargs_dump, label, binding, levels, batched, accept
-  // and kernel (None, or what jaxbind/_kernels' KernelCall gives: batches, abi_version,
+  // and kernel (None, or what jaxbind/_kernels' KernelSite gives: batches, abi_version,
   // threads, kwargs and origin).
   explicit Site(nb::handle description) : core(new SiteCore()) {
     resolved = nb::borrow(description);
@@ -145,7 +145,7 @@ struct Site {
   Site(const Site &) = delete;
   Site &operator=(const Site &) = delete;
 
-  // A kernel's state (jaxbind/_kernels' KernelCall.state): None, or (cell, key inputs,
+  // A kernel's state (jaxbind/_kernels' KernelSite.state): None, or (cell, key inputs,
   // serial tasks, lease): a cell (_ext.StateCell) for a state without key, else the key
   // inputs' positions and the lease that gives a cell per key value.
   void read_state(nb::handle state) {

@@ -33,8 +33,8 @@ from .. import _ext
 from .._binding import lookup
 from .._callformat import CallAttributes
 from .._errors import about
-from .._kernels import Kernel, KernelCall
-from .._kernels.cuda import CudaKernel, CudaKernelCall
+from .._kernels import Kernel, KernelSite
+from .._kernels.cuda import CudaKernel, CudaKernelSite
 from .._kwargs import decode_kwargs
 from .._roles import Body, Role, for_call
 from .fits import DefinitionCheck, elements
@@ -87,9 +87,9 @@ def resolved(found: dict, eager: bool = False) -> Resolved:
     stateful = binding.options.state is not None
     if isinstance(body, Kernel):  # compiled: called without the GIL (see cpp/site.h)
         where = f"jaxbind: {label}" + (", batched" if loop.levels else "")
-        kernel = body.call_for(dump.to_dict(), where, stateful)
+        kernel = body.site_for(dump.to_dict(), where, stateful)
     elif isinstance(body, CudaKernel):  # launched by the trampoline (cpp/cuda_kernels.h)
-        cuda = body.call_for(dump.to_dict(), f"jaxbind: {label}")
+        cuda = body.site_for(dump.to_dict(), f"jaxbind: {label}")
     elif loop.levels:
         label += ", batched"
     lease = lease_for(binding, role, dump, label, eager)
@@ -135,8 +135,8 @@ class Resolved:
     batched: tuple[bool, ...]
     platform_mode: str
     check: DefinitionCheck
-    kernel: KernelCall | None
-    cuda_kernel: CudaKernelCall | None = None
+    kernel: KernelSite | None
+    cuda_kernel: CudaKernelSite | None = None
 
     def accept(self, ins: tuple, outs: tuple) -> tuple[str | None, Any]:
         """``(problem, address)`` for buffers of a signature the site has not seen: what

@@ -238,7 +238,7 @@ class Lease:
             self.on_cpu = self.placed[()] = _acquire(self.base, sdef, arguments, label, True, False)
 
     def for_kernel(self, kernel) -> tuple:
-        """What a kernel site's trampoline holds of the state (KernelCall.state, read by
+        """What a kernel site's trampoline holds of the state (KernelSite.state, read by
         cpp/site.h): (cell or None, key inputs, serial tasks, this lease). The first
         object's address is checked now: a setup whose object gives none fails here, at
         instantiate, with the error naming the op. A numba kernel over ranges shares the
