@@ -230,7 +230,7 @@ class Lease:
         self.arguments = arguments
         self.on_cpu: StateObjects | None = None  # the CPU's, once set up (the fast path)
         self.placed: dict[tuple, StateObjects] = {}  # place -> StateObjects, without a key
-        self.keyed: collections.OrderedDict = collections.OrderedDict()  # key -> (copies, StateObjects)
+        self.keyed: collections.OrderedDict = collections.OrderedDict()  # key -> (copies, state)
         # (re-entrant: a key value's setup may call the program holding this site)
         self.mu = threading.RLock()
         if eager and not sdef.key:
