@@ -111,7 +111,7 @@ class CudaKernelSite {
     return launches_.find(call, found) ? found : nullptr;
   }
 
-  size_t known() { return launches_.size(); }
+  size_t accepted_count() { return launches_.size(); }
 
   void add(const Call &call, Launch launch) {
     const Launch *kept;
@@ -181,7 +181,7 @@ class CudaKernelSite {
   std::string image_, entry_;
   mutable std::mutex mu_;    // guards made_ and functions_
   std::deque<Launch> made_;  // every launch made (stable addresses)
-  KnownSignatures<const Launch *> launches_;
+  AcceptedSignatures<const Launch *> launches_;
   mutable std::unordered_map<int32_t, void *> functions_;
 };
 

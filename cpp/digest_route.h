@@ -100,7 +100,7 @@ inline nb::object site_by_digest(const Header &header, const ffi::Dictionary &at
   if (site.ptr() != parts[0].ptr())  // another thread's: its own check
     fn = accept(site_of(site), call);
   else
-    fn = accepted(site_of(site), call, nb::make_tuple(parts[1], parts[2]));
+    fn = take_answer(site_of(site), call, nb::make_tuple(parts[1], parts[2]));
   return site;
 }
 

@@ -174,7 +174,7 @@ inline void run_callable(Site &site, const Call &call) {
 // CPU: a kernel (without the GIL, and without Python once its site and signature are
 // known), or NumPy views of the host buffers and the callable called in place.
 inline ffi::Error CpuHandler(ExecutionContext context, ffi::RemainingArgs args,
-                          ffi::RemainingRets rets, RawAttrs raw) {
+                             ffi::RemainingRets rets, RawAttrs raw) {
   IeeeFloats ieee;  // subnormals as the body sees them in Python (see floats.h)
   ScopedFrame frame;
   ffi::Error result = ffi::Error::Success();
@@ -226,8 +226,8 @@ inline void run_gpu(Site &site, Frame &frame, uintptr_t stream, int32_t device) 
 // to the callable as zero-copy CUDA arrays, or copies them to the host for a binding in
 // host mode. No CUDA header or library is needed here: the stream is an opaque pointer.
 inline ffi::Error CudaHandler(ExecutionContext context, void *stream, int32_t device,
-                           ffi::RemainingArgs args, ffi::RemainingRets rets,
-                           ffi::Dictionary attrs) {
+                              ffi::RemainingArgs args, ffi::RemainingRets rets,
+                              ffi::Dictionary attrs) {
   IeeeFloats ieee;  // a host-mode callable's floats (see floats.h)
   ScopedFrame frame;
   return guarded(attrs, instance_of(context), "cuda", args, rets, *frame,
@@ -255,7 +255,7 @@ inline ffi::Error gpu_work_for_tests(Site &site, Frame &frame, uintptr_t stream,
 // the site and signature are known. It keeps nothing in XLA's slot and does nothing a CUDA
 // graph cannot replay, so it is declared compatible with XLA's command buffers.
 inline ffi::Error CudaKernelHandler(void *stream, int32_t device, ffi::RemainingArgs args,
-                                 ffi::RemainingRets rets, RawAttrs raw) {
+                                    ffi::RemainingRets rets, RawAttrs raw) {
   ScopedFrame frame;
   SiteCore *core = find_core(raw, nullptr);  // (no instantiate stage: the digest route)
   const Launch *launch = nullptr;

@@ -145,9 +145,9 @@ void define_site(nb::module_ &m) {
           "From the resolver's description of the site (jaxbind._runtime.resolve.Resolved).")
       .def_prop_ro("binding", [](const Site &s) { return s.binding; })
       .def_prop_ro("levels", [](const Site &s) { return s.core->loop.levels; })
-      .def_prop_ro("known_signatures",
+      .def_prop_ro("accepted_signatures",
                    [](const Site &s) {
-                     return s.core->cuda ? s.core->cuda->known() : s.core->accepted.size();
+                     return s.core->cuda ? s.core->cuda->accepted_count() : s.core->accepted.size();
                    })
       .def_prop_ro("is_kernel", [](const Site &s) { return s.core->is_kernel; })
       .def(
@@ -169,9 +169,10 @@ void define_site(nb::module_ &m) {
 
 void define_state_cell(nb::module_ &m) {
   nb::exception<ReentrantUse>(m, "ReentrantUse", PyExc_RuntimeError);
-  nb::class_<CellHandle>(m, "StateCell",
-                         "The concurrency of one state's objects, as kernels and Python bodies "
-                         "take them (see cpp/state.h; made by jaxbind._runtime.state.StateObjects).")
+  nb::class_<CellHandle>(
+      m, "StateCell",
+      "The concurrency of one state's objects, as kernels and Python bodies "
+      "take them (see cpp/state.h; made by jaxbind._runtime.state.StateObjects).")
       .def(
           "__init__",
           [](CellHandle *self, int policy, int size, nb::handle owner, std::string label,

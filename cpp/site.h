@@ -33,7 +33,7 @@ struct SiteCore {
   bool whole_batch = false;              // the kernel takes the whole batch (batches=True)
   KernelSite kernel;                     // a kernel's ABI version, threads and keyword arguments
   std::unique_ptr<CudaKernelSite> cuda;  // a CUDA kernel's module and launches, or none
-  Accepted accepted;
+  AcceptedSignatures<jaxbind_kernel_fn> accepted;  // with the kernel's address for each
   // Cleared when its Site goes or is retired: a pointer to it kept elsewhere is stale.
   std::atomic<bool> alive{true};
   // The routes that found it (site_life.h's Route bits), for tests: read with the GIL.
@@ -178,7 +178,7 @@ inline nb::tuple describe(const std::vector<Buffer> &buffers) {
 // What the site's check said of a signature: (problem or None, kernel address or 0; for
 // a CUDA kernel, its launch). Remembers an accepted one (a CUDA kernel's, with its
 // launch: its site knows its signatures there alone).
-inline jaxbind_kernel_fn accepted(Site &site, const Call &call, nb::handle answer) {
+inline jaxbind_kernel_fn take_answer(Site &site, const Call &call, nb::handle answer) {
   nb::tuple pair = nb::cast<nb::tuple>(answer);
   if (!pair[0].is_none()) throw std::invalid_argument(nb::cast<std::string>(pair[0]));
   if (site.core->cuda) {
@@ -198,7 +198,7 @@ inline jaxbind_kernel_fn accept(Site &site, const Call &call) {
   jaxbind_kernel_fn fn = nullptr;
   SiteCore &core = *site.core.get();
   if (core.cuda ? core.cuda->find(call) != nullptr : core.accepted.find(call, fn)) return fn;
-  return accepted(site, call, site.accept(describe(call.ins), describe(call.outs)));
+  return take_answer(site, call, site.accept(describe(call.ins), describe(call.outs)));
 }
 
 // The call's attributes for the resolver, by their names in the program: those of the
