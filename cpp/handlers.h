@@ -113,7 +113,7 @@ inline bool run_kernel_fast(const RawAttrs &attrs, Instance *held, const ffi::Re
 }
 
 // What every call that needs Python does around its platform's body: check the call
-// format, take Python (PythonScope), decode the buffers and resolve the site (accepting
+// format, take Python (PythonScope), decode the buffers and find the site (accepting
 // the buffers' signature), inside the boundary, which names the binding (and, once the
 // site is known, its role). `body(site, kernel address)` runs the call.
 template <typename Body>

@@ -2,14 +2,14 @@
 // site_life.h's; the digest route, where XLA keeps no slot, digest_route.h's).
 //
 // A site is a binding's body for one role, set of keyword arguments and batch loop,
-// resolved once. It has two parts:
+// instantiated once. It has two parts:
 // - `SiteCore`, everything a call needs but Python (its label, loop, the signatures its
 //   check accepted, a kernel's keyword arguments); counted, so that a call in flight
 //   keeps it alive, and read without the GIL by compiled bodies. It is alive while its
 //   Site is: a Site that goes (or is retired) marks it dead, and a call that finds a dead
 //   core finds its site again.
 // - `Site`, a Python object (`_ext.Site`) made from the description Python gives (see
-//   jaxbind/_runtime/sites.py, Resolved): the callable, its keyword arguments, the check.
+//   jaxbind/_runtime/sites.py, SiteDescription): the callable, its keyword arguments, the check.
 //   The garbage collector sees everything it holds (site_traverse), so a cycle through
 //   the user's callable and the op is collected like any other.
 // A new buffer signature crosses into Python once, to `accept`.
@@ -89,8 +89,8 @@ struct GpuPlan {
 
 struct Site {
   CoreRef core;
-  // From the resolver's description (kept whole for the GPU plan maker).
-  nb::object resolved, callable, kwargs_dump, label, accept;
+  // From Python's description of the site (kept whole for the GPU plan maker).
+  nb::object description, callable, kwargs_dump, label, accept;
   std::string binding;  // for error messages
   // The views of the site's last call, when the callable kept no reference to them:
   // the next call points them at its buffers instead of building new ones (views.h).
@@ -110,7 +110,7 @@ struct Site {
   // and kernel (None, or what jaxbind/_kernels' KernelSite gives: batches, abi_version,
   // threads, kwargs and origin).
   explicit Site(nb::handle description) : core(new SiteCore()) {
-    resolved = nb::borrow(description);
+    this->description = nb::borrow(description);
     callable = description.attr("callable");
     kwargs_dump = description.attr("kwargs_dump");
     label = description.attr("label");
@@ -201,8 +201,9 @@ inline jaxbind_kernel_fn accept(Site &site, const Call &call) {
   return take_answer(site, call, site.accept(describe(call.ins), describe(call.outs)));
 }
 
-// The call's attributes for the resolver, by their names in the program: those of the
-// call's format that are there with the right type (the resolver says what is missing).
+// The call's attributes for Python (instantiate, or the digest route's resolver), by their
+// names in the program: those of the call's format that are there with the right type
+// (Python says what is missing).
 inline nb::dict attributes(const Header &header, const ffi::Dictionary &attrs) {
   nb::dict found;
   found["jaxbind_format"] = header.format;

@@ -156,7 +156,7 @@ def lower(platform: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
         )
     else:
         lower = _lower_ffi[target.name]
-    if not exporting:  # the program owns the site it will resolve (see Binding.keep_site)
+    if not exporting:  # the program owns the site it will instantiate (see Binding.keep_site)
         ctx.module_context.add_keepalive(binding.holder(call.digest))
     results = lower(ctx, *args, **attributes)
     if effect is not None and results and auto_partitioned_devices(outer) > 1:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from .. import _ext
 from .._binding import lookup
-from .sites import resolved
+from .sites import describe_site
 
 __all__ = ["resolve_site"]
 
@@ -30,8 +30,8 @@ __all__ = ["resolve_site"]
 def resolve_site(found: dict, ins: tuple, outs: tuple) -> tuple:
     """The ``_ext.Site`` of a call, and what its check says of the call's buffers:
     ``(site, problem or None, kernel address or 0)``."""
-    description = resolved(found)
+    description = describe_site(found)
     binding = lookup(description.binding)
-    assert binding is not None  # (resolved found it)
+    assert binding is not None  # (describe_site found it)
     site = binding.keep_site(found["site"], _ext.Site(description))
     return (site, *description.accept(ins, outs))
