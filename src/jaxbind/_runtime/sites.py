@@ -7,8 +7,8 @@ in its per-site slot until it frees the executable:
 1. `describe_site`: from a call's attributes alone (by their names in the program): the
    attributes checked (see _callformat and the definition check's first step), the
    binding's body for the call's role found, and the op's state set up (see .state; on
-   the CPU now, on a GPU at each device's first call); a `SiteDescription` description, from
-   which an ``_ext.Site`` is made.
+   the CPU now, on a GPU at each device's first call); a `SiteDescription`, from which
+   an ``_ext.Site`` is made.
 2. The site's owner (`Binding.own`): the programs compiled in this process that call it
    (their lowering keeps a holder alive; XLA's slot then holds the site weakly, so that a
    site whose callable leads back to the executable is still collected), or, for a

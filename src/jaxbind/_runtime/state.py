@@ -1,6 +1,6 @@
 """Run time of states (``state=``, see jaxbind._state): set up, shared, used, freed.
 
-A call site of an op with a state holds a `Lease` (in its `SiteDescription` description, so
+A call site of an op with a state holds a `Lease` (in its `SiteDescription`, so
 in its ``_ext.Site``, which the executable owns: see cpp/site.h). Leases of sites with
 equal setup arguments (any role, any executable) share one state (`StateObjects`) from the
 registry below; it counts them, and tears its objects down when the last lease goes,
