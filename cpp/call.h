@@ -100,21 +100,23 @@ struct Signature {
   }
 };
 
-// Signatures, each with a value; the least recently used goes first when there are more
-// than kKnownSignatures. Safe on several threads.
+// The signatures a site has accepted (its Python check passed), each with a value: for
+// SiteCore::accepted, the kernel's address for it (nullptr for a Python callable); for a
+// CUDA kernel's site, its launch. The least recently used goes first when there are more
+// than kKept. Safe on several threads.
 template <typename Value>
-class KnownSignatures {
+class AcceptedSignatures {
  public:
-  static constexpr size_t kKnownSignatures = 32;
+  static constexpr size_t kKept = 32;
 
   bool find(const Call &call, Value &value) {
     std::lock_guard lock(mu_);
-    for (auto it = known_.rbegin(); it != known_.rend(); ++it)
+    for (auto it = entries_.rbegin(); it != entries_.rend(); ++it)
       if (it->first.matches(call)) {
         value = it->second;
-        if (it != known_.rbegin()) {  // most recently used goes last
+        if (it != entries_.rbegin()) {  // most recently used goes last
           auto hit = std::prev(it.base());
-          std::rotate(hit, hit + 1, known_.end());
+          std::rotate(hit, hit + 1, entries_.end());
         }
         return true;
       }
@@ -123,23 +125,19 @@ class KnownSignatures {
 
   void add(Signature sig, Value value) {
     std::lock_guard lock(mu_);
-    if (known_.size() >= kKnownSignatures) known_.erase(known_.begin());
-    known_.emplace_back(std::move(sig), value);
+    if (entries_.size() >= kKept) entries_.erase(entries_.begin());
+    entries_.emplace_back(std::move(sig), value);
   }
 
   size_t size() {
     std::lock_guard lock(mu_);
-    return known_.size();
+    return entries_.size();
   }
 
  private:
   std::mutex mu_;
-  std::vector<std::pair<Signature, Value>> known_;
+  std::vector<std::pair<Signature, Value>> entries_;
 };
-
-// The signatures a site has accepted (its Python check passed), each with the kernel's
-// address for it (nullptr for a Python callable or a CUDA kernel).
-using Accepted = KnownSignatures<jaxbind_kernel_fn>;
 
 // jaxbind's own batch loop (see jaxbind/_callformat.py, Loop): the leading `levels` axes
 // of every output, and of each input whose flag in `batched` is set, form a batch; the

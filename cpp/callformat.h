@@ -62,8 +62,8 @@ bool get_attr(const ffi::Dictionary &attrs, std::string_view name, T &out) {
 }
 
 // What every call reads before anything else: its format, checked, and the site digest
-// (the cache key). The resolver (jaxbind/_callformat.py, CallAttributes.read) reads and
-// checks the other attributes of the call's format when it first sees a site.
+// (the cache key). Python (jaxbind/_callformat.py, CallAttributes.read) reads and checks
+// the other attributes of the call's format when it instantiates a site.
 struct Header {
   int32_t format = 0;
   int64_t site = 0;  // signed: jax 0.7 cannot lower uint64 attributes above 2**63

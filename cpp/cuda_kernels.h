@@ -111,7 +111,7 @@ class CudaKernelSite {
     return launches_.find(call, found) ? found : nullptr;
   }
 
-  size_t known() { return launches_.size(); }
+  size_t accepted_count() { return launches_.size(); }
 
   void add(const Call &call, Launch launch) {
     const Launch *kept;
@@ -181,12 +181,12 @@ class CudaKernelSite {
   std::string image_, entry_;
   mutable std::mutex mu_;    // guards made_ and functions_
   std::deque<Launch> made_;  // every launch made (stable addresses)
-  KnownSignatures<const Launch *> launches_;
+  AcceptedSignatures<const Launch *> launches_;
   mutable std::unordered_map<int32_t, void *> functions_;
 };
 
 // A site's launch from what the site's check gives for a signature (jaxbind/_kernels/
-// cuda.py, CudaKernelCall.launch): (grid, block, shared memory bytes, (scalar bytes, ...)).
+// cuda.py, CudaKernelSite.launch): (grid, block, shared memory bytes, (scalar bytes, ...)).
 inline Launch read_launch(nb::handle answer) {
   nb::tuple t = nb::cast<nb::tuple>(answer);
   Launch launch;

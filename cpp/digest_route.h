@@ -3,9 +3,10 @@
 //
 // Two things still need it, and deleting this file (with jaxbind/_runtime/digest_route.py)
 // takes both gone:
-// - jaxlib 0.7 (FFI API 0.1), whose states carry their own deleter: freeing an executable
-//   with jaxbind's state in it aborted the process once in CI, so none is set there
-//   (xla_state.h, keeps_state);
+// - jaxlib 0.7 (FFI API 0.1), whose slot objects carry their own deleter: freeing an
+//   executable with jaxbind's object in its slot aborted the process once in CI, so none is
+//   set there
+//   (xla_slot.h, keeps_slots);
 // - targets registered without an instantiate stage: the CUDA-kernel target (see
 //   jaxbind/_rules/targets.py, its "stages" column).
 //
@@ -99,7 +100,7 @@ inline nb::object site_by_digest(const Header &header, const ffi::Dictionary &at
   if (site.ptr() != parts[0].ptr())  // another thread's: its own check
     fn = accept(site_of(site), call);
   else
-    fn = accepted(site_of(site), call, nb::make_tuple(parts[1], parts[2]));
+    fn = take_answer(site_of(site), call, nb::make_tuple(parts[1], parts[2]));
   return site;
 }
 

@@ -20,7 +20,7 @@ namespace jaxbind {
 inline GpuPlan make_plan(const Site &site, uintptr_t stream, int32_t device, const Call &call) {
   GpuPlan made;
   made.plan =
-      process->gpu_plan(site.resolved, stream, device, describe(call.ins), describe(call.outs));
+      process->gpu_plan(site.description, stream, device, describe(call.ins), describe(call.outs));
   made.views = made.plan.attr("views");
   auto n = static_cast<Py_ssize_t>(call.ins.size() + call.outs.size());
   if (!PyTuple_Check(made.views.ptr()) || PyTuple_Size(made.views.ptr()) != n)

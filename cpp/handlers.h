@@ -1,10 +1,10 @@
 // jaxbind's trampoline: the XLA FFI handlers. Each runs its platform's body over the one
 // described call (call.h) inside the one error boundary (boundary.h):
-//   CpuCall         a compiled kernel without the GIL (`run_kernel_fast`), else the GIL
-//                   taken (`guarded`): a kernel, or a Python callable on NumPy views
-//   CudaCall        the site's GPU plan (gpu.h), or a CUDA kernel reached by the GIL path
-//   CudaKernelCall  a CUDA kernel launched on XLA's stream without the GIL, else `guarded`
-//   Instantiate     XLA's instantiate stage (every platform): the site kept by XLA
+//   CpuHandler         a compiled kernel without the GIL (`run_kernel_fast`), else the GIL
+//                      taken (`guarded`): a kernel, or a Python callable on NumPy views
+//   CudaHandler        the site's GPU plan (gpu.h), or a CUDA kernel reached by the GIL path
+//   CudaKernelHandler  a CUDA kernel launched on XLA's stream without the GIL, else `guarded`
+//   Instantiate        XLA's instantiate stage (every platform): the site kept by XLA
 // and their bindings to XLA's FFI (the XLA_FFI_DEFINE_HANDLER_SYMBOL blocks at the end).
 #pragma once
 
@@ -86,13 +86,13 @@ inline bool run_kernel_fast(const RawAttrs &attrs, Instance *held, const ffi::Re
     return false;  // the GIL path reports it, with the binding's name
   }
   jaxbind_kernel_fn fn = nullptr;
-  if (!known(core, frame.call, fn)) return false;
+  if (!accepted_before(core, frame.call, fn)) return false;
   result = boundary(Where::of_label(core.label), [&] { run_kernel(core, fn, frame, context); });
   return true;
 }
 
 // What every call that needs Python does around its platform's body: check the call
-// format, take Python (PythonScope), decode the buffers and resolve the site (accepting
+// format, take Python (PythonScope), decode the buffers and find the site (accepting
 // the buffers' signature), inside the boundary, which names the binding (and, once the
 // site is known, its role). `body(site, kernel address)` runs the call.
 template <typename Body>
@@ -156,8 +156,8 @@ inline void run_callable(Site &site, const Call &call) {
 
 // CPU: a kernel (without the GIL, and without Python once its site and signature are
 // known), or NumPy views of the host buffers and the callable called in place.
-inline ffi::Error CpuCall(ExecutionContext context, ffi::RemainingArgs args,
-                          ffi::RemainingRets rets, RawAttrs raw) {
+inline ffi::Error CpuHandler(ExecutionContext context, ffi::RemainingArgs args,
+                             ffi::RemainingRets rets, RawAttrs raw) {
   IeeeFloats ieee;  // subnormals as the body sees them in Python (see floats.h)
   ScopedFrame frame;
   ffi::Error result = ffi::Error::Success();
@@ -208,9 +208,9 @@ inline void run_gpu(Site &site, Frame &frame, uintptr_t stream, int32_t device) 
 // CUDA: the device buffers and XLA's stream go to the site's GPU plan, which hands them
 // to the callable as zero-copy CUDA arrays, or copies them to the host for a binding in
 // host mode. No CUDA header or library is needed here: the stream is an opaque pointer.
-inline ffi::Error CudaCall(ExecutionContext context, void *stream, int32_t device,
-                           ffi::RemainingArgs args, ffi::RemainingRets rets,
-                           ffi::Dictionary attrs) {
+inline ffi::Error CudaHandler(ExecutionContext context, void *stream, int32_t device,
+                              ffi::RemainingArgs args, ffi::RemainingRets rets,
+                              ffi::Dictionary attrs) {
   IeeeFloats ieee;  // a host-mode callable's floats (see floats.h)
   ScopedFrame frame;
   return guarded(attrs, instance_of(context), "cuda", args, rets, *frame,
@@ -235,10 +235,10 @@ inline ffi::Error gpu_work_for_tests(Site &site, Frame &frame, uintptr_t stream,
 
 // CUDA, a call of a CUDA kernel (jaxbind.cuda_kernel; the lowering gives such calls this
 // handler's target): launched from C++ on XLA's stream, without the GIL or Python once
-// the site and signature are known. It keeps no state in XLA and does nothing a CUDA
+// the site and signature are known. It keeps nothing in XLA's slot and does nothing a CUDA
 // graph cannot replay, so it is declared compatible with XLA's command buffers.
-inline ffi::Error CudaKernelCall(void *stream, int32_t device, ffi::RemainingArgs args,
-                                 ffi::RemainingRets rets, RawAttrs raw) {
+inline ffi::Error CudaKernelHandler(void *stream, int32_t device, ffi::RemainingArgs args,
+                                    ffi::RemainingRets rets, RawAttrs raw) {
   ScopedFrame frame;
   SiteCore *core = find_core(raw, nullptr);  // (no instantiate stage: the digest route)
   const Launch *launch = nullptr;
@@ -261,21 +261,21 @@ inline ffi::Error CudaKernelCall(void *stream, int32_t device, ffi::RemainingArg
 
 // XLA's instantiate stage of a call site (every platform): the site made from the call's
 // attributes and kept by XLA with the executable (see site_life.h). A site
-// the resolver refuses, or whose state's setup fails, fails the compilation (or the
+// Python refuses, or whose op's state fails its setup, fails the compilation (or the
 // loading) of the program, with the error a call would give.
-// `platform` ("cpu" or "cuda") tells the resolver whether to set the state up now: on a
+// `platform` ("cpu" or "cuda") tells Python whether to set the op's state up now: on a
 // GPU, XLA gives no stream or device here, so each device's is set up at its first call.
 inline ffi::Error Instantiate(ExecutionContext context, const ffi::Dictionary &attrs,
                               const char *platform) {
   Header header;
   Header::Problem problem = header.read(attrs);
   if (!problem.message.empty()) return refused(attrs, problem);
-  // jaxlib 0.7's FFI (API 0.1) keeps no state here: its sites are found by digest (an
+  // jaxlib 0.7's FFI (API 0.1) keeps no slot here: its sites are found by digest (an
   // executable freed there aborted the process in the CI run with the 0.1 layout)
-  if (!xla_state::keeps_state(context.api)) return ffi::Error::Success();
+  if (!xla_slot::keeps_slots(context.api)) return ffi::Error::Success();
   PythonScope python;
   if (!python.ready() || !process->instantiate.is_valid()) return ffi::Error::Success();
-  IeeeFloats ieee;  // the state's setup is Python, as a body (see floats.h)
+  IeeeFloats ieee;  // the op's state's setup is Python, as a body (see floats.h)
   return boundary(Where::of_attrs(attrs), [&] { instantiate(context, header, attrs, platform); });
 }
 
@@ -309,14 +309,14 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cuda_instantiate, InstantiateCuda,
                                   .Attrs<ffi::Dictionary>());  // the call's attributes
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
-    jaxbind_cpu_handler, CpuCall,
+    jaxbind_cpu_handler, CpuHandler,
     ffi::Ffi::Bind()
         .Ctx<ExecutionContext>()  // the site XLA keeps, if any; XLA's intra-op pool
         .RemainingArgs()          // inputs, any dtype and rank
         .RemainingRets()          // outputs, written in place
         .Attrs<RawAttrs>());      // jaxbind_format, site, binding, role, kwargs, ...
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cuda_handler, CudaCall,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cuda_handler, CudaHandler,
                               ffi::Ffi::Bind()
                                   .Ctx<ExecutionContext>()             // the site XLA keeps
                                   .Ctx<ffi::PlatformStream<void *>>()  // XLA's CUDA stream
@@ -325,7 +325,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cuda_handler, CudaCall,
                                   .RemainingRets()  // outputs, device memory, written in place
                                   .Attrs<ffi::Dictionary>());  // as on the CPU
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cuda_kernel_handler, CudaKernelCall,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cuda_kernel_handler, CudaKernelHandler,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<void *>>()  // XLA's CUDA stream
                                   .Ctx<ffi::DeviceOrdinal>()           // the device's ordinal

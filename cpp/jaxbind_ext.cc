@@ -56,15 +56,15 @@ int site_traverse(PyObject *self, visitproc visit, void *arg) {
 #endif
   if (!nb::inst_ready(self)) return 0;
   Site &s = site_of(self);
-  for (const nb::object *held :
-       {&s.resolved, &s.callable, &s.kwargs_dump, &s.label, &s.accept, &s.gpu.plan, &s.gpu.views})
+  for (const nb::object *held : {&s.description, &s.callable, &s.kwargs_dump, &s.label, &s.accept,
+                                 &s.gpu.plan, &s.gpu.views})
     Py_VISIT(held->ptr());
   return 0;
 }
 
 int site_clear(PyObject *self) {
   Site &s = site_of(self);
-  for (nb::object *held : {&s.resolved, &s.callable, &s.kwargs_dump, &s.accept}) held->reset();
+  for (nb::object *held : {&s.description, &s.callable, &s.kwargs_dump, &s.accept}) held->reset();
   s.out_views.reset();
   s.in_views.reset();
   s.gpu = GpuPlan();
@@ -95,7 +95,7 @@ struct DescribedCall {
 // Each platform's handlers, {stage: PyCapsule}, for jax.ffi.register_ffi_target.
 struct Target {
   const char *function;
-  void *instantiate, *execute;  // (no instantiate: the handler keeps no state in XLA)
+  void *instantiate, *execute;  // (no instantiate: the handler keeps no slot in XLA)
   const char *doc;
 };
 const Target kTargets[] = {
@@ -107,7 +107,7 @@ const Target kTargets[] = {
      "The CUDA FFI handlers, {stage: PyCapsule} (built without the CUDA toolkit)."},
     {"cuda_kernel_handlers", nullptr, reinterpret_cast<void *>(jaxbind_cuda_kernel_handler),
      "The FFI handler of calls of CUDA kernels, {stage: PyCapsule}: execute only (no "
-     "state kept in XLA), compatible with command buffers."},
+     "slot kept in XLA), compatible with command buffers."},
 };
 
 // Numbers the module reports, each read by a function without arguments.
@@ -129,7 +129,7 @@ const Reading kReadings[] = {
     {"kernel_abi_version", [] { return static_cast<int64_t>(JAXBIND_KERNEL_ABI_VERSION); },
      "The version of the kernel ABI (jaxbind/kernel.h) this build calls."},
     {"site_count", [] { return Site::alive.load(std::memory_order_relaxed); },
-     "Number of resolved call sites alive (owned by programs, executables or the digest "
+     "Number of call sites alive (owned by programs, executables or the digest "
      "table)."},
 };
 
@@ -137,17 +137,19 @@ void define_site(nb::module_ &m) {
   static PyType_Slot site_slots[] = {{Py_tp_traverse, reinterpret_cast<void *>(site_traverse)},
                                      {Py_tp_clear, reinterpret_cast<void *>(site_clear)},
                                      {0, nullptr}};
-  nb::class_<Site>(m, "Site", nb::type_slots(site_slots), nb::is_weak_referenceable(),
-                   "One resolved call site (made by jaxbind._runtime.resolve_site).")
+  nb::class_<Site>(
+      m, "Site", nb::type_slots(site_slots), nb::is_weak_referenceable(),
+      "One call site (made by jaxbind._runtime.sites.instantiate_site, or by the digest "
+      "route's resolve_site).")
       .def(
-          "__init__", [](Site *self, nb::handle resolved) { new (self) Site(resolved); },
-          nb::arg("resolved"),
-          "From the resolver's description of the site (jaxbind._runtime.resolve.Resolved).")
+          "__init__", [](Site *self, nb::handle description) { new (self) Site(description); },
+          nb::arg("description"),
+          "From Python's description of the site (jaxbind._runtime.sites.SiteDescription).")
       .def_prop_ro("binding", [](const Site &s) { return s.binding; })
       .def_prop_ro("levels", [](const Site &s) { return s.core->loop.levels; })
-      .def_prop_ro("known_signatures",
+      .def_prop_ro("accepted_signatures",
                    [](const Site &s) {
-                     return s.core->cuda ? s.core->cuda->known() : s.core->accepted.size();
+                     return s.core->cuda ? s.core->cuda->accepted_count() : s.core->accepted.size();
                    })
       .def_prop_ro("is_kernel", [](const Site &s) { return s.core->is_kernel; })
       .def(
@@ -169,9 +171,10 @@ void define_site(nb::module_ &m) {
 
 void define_state_cell(nb::module_ &m) {
   nb::exception<ReentrantUse>(m, "ReentrantUse", PyExc_RuntimeError);
-  nb::class_<CellHandle>(m, "StateCell",
-                         "The concurrency of one state's objects, as kernels and Python bodies "
-                         "take them (see cpp/state.h; made by jaxbind._runtime.state.Shared).")
+  nb::class_<CellHandle>(
+      m, "StateCell",
+      "The concurrency of one state's objects, as kernels and Python bodies "
+      "take them (see cpp/state.h; made by jaxbind._runtime.state.StateObjects).")
       .def(
           "__init__",
           [](CellHandle *self, int policy, int size, nb::handle owner, std::string label,
@@ -218,7 +221,7 @@ void define_process(nb::module_ &m) {
         process->gpu_plan = make;
       },
       nb::arg("make"),
-      "Set the Python function that makes a site's GPU plan: (resolved, stream, device, "
+      "Set the Python function that makes a site's GPU plan: (description, stream, device, "
       "inputs, outputs), each buffer as (address, shape, element type) -> a plan with "
       "`views` (each with a settable `ptr`) that runs the call when called.");
 
@@ -242,7 +245,7 @@ void define_process(nb::module_ &m) {
       },
       nb::arg("dtypes"), nb::arg("resolver"), nb::arg("instantiate"), nb::arg("formatter"),
       nb::arg("gpu_plan"),
-      "Set the dtype table {XLA element type: numpy dtype}, the site resolver, the "
+      "Set the dtype table {XLA element type: numpy dtype}, the digest route's resolver, the "
       "instantiate stage's site maker, the error formatter and the GPU plan maker (see "
       "jaxbind/_runtime/__init__.py).");
 
@@ -361,7 +364,7 @@ NB_MODULE(_ext, m) {
   m.attr("jaxlib_version") = JAXBIND_JAXLIB_VERSION;
   m.attr("ffi_api_version") = nb::make_tuple(XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);
 
-  xla_state::deleter = free_instance;
+  xla_slot::deleter = free_instance;
   for (const Target &t : kTargets)
     m.def(
         t.function,

@@ -33,7 +33,7 @@ struct KernelError : LabelledError {
 // data), as the ABI passes them (jaxbind_kwarg, sorted by name).
 class KernelArgs {
  public:
-  // From the resolver's description (see jaxbind/_kernels/abi.py, KernelCall.kwargs): one
+  // From the site's description (see jaxbind/_kernels/abi.py, KernelSite.kwargs): one
   // tuple per argument, (name, type, int value, float value, bytes or None,
   // (dtype, dims, bytes) or None). Needs the GIL.
   void read(nb::handle items) {

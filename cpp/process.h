@@ -46,10 +46,11 @@ struct Entry {
 struct Process {
   std::unordered_map<int64_t, Entry> sites;          // digest -> site; with the GIL held
   std::array<PyArray_Descr *, kNumDtypes> dtypes{};  // owned references
-  nb::object resolver;         // (attributes, inputs, outputs) -> (Site, problem, address)
+  nb::object
+      resolver;  // the digest route's: (attributes, inputs, outputs) -> (Site, problem, address)
   nb::object instantiate;      // (attributes) -> (Site, owned), at XLA's instantiate stage
   nb::object formatter;        // (label, type, value, traceback) -> str
-  nb::object gpu_plan;         // (resolved, stream, device, inputs, outputs) -> a GPU plan
+  nb::object gpu_plan;         // (description, stream, device, inputs, outputs) -> a GPU plan
   nb::object collect_garbage;  // drops JAX's lingering references to host arrays
   nb::object escaped;          // views that outlived their call; see _runtime.escaped_views
 };

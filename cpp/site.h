@@ -2,14 +2,14 @@
 // site_life.h's; the digest route, where XLA keeps no slot, digest_route.h's).
 //
 // A site is a binding's body for one role, set of keyword arguments and batch loop,
-// resolved once. It has two parts:
+// instantiated once. It has two parts:
 // - `SiteCore`, everything a call needs but Python (its label, loop, the signatures its
 //   check accepted, a kernel's keyword arguments); counted, so that a call in flight
 //   keeps it alive, and read without the GIL by compiled bodies. It is alive while its
 //   Site is: a Site that goes (or is retired) marks it dead, and a call that finds a dead
 //   core finds its site again.
 // - `Site`, a Python object (`_ext.Site`) made from the description Python gives (see
-//   jaxbind/_runtime/sites.py, Resolved): the callable, its keyword arguments, the check.
+//   jaxbind/_runtime/sites.py, SiteDescription): the callable, its keyword arguments, the check.
 //   The garbage collector sees everything it holds (site_traverse), so a cycle through
 //   the user's callable and the op is collected like any other.
 // A new buffer signature crosses into Python once, to `accept`.
@@ -33,7 +33,7 @@ struct SiteCore {
   bool whole_batch = false;              // the kernel takes the whole batch (batches=True)
   KernelSite kernel;                     // a kernel's ABI version, threads and keyword arguments
   std::unique_ptr<CudaKernelSite> cuda;  // a CUDA kernel's module and launches, or none
-  Accepted accepted;
+  AcceptedSignatures<jaxbind_kernel_fn> accepted;  // with the kernel's address for each
   // Cleared when its Site goes or is retired: a pointer to it kept elsewhere is stale.
   std::atomic<bool> alive{true};
   // The routes that found it (site_life.h's Route bits), for tests: read with the GIL.
@@ -89,8 +89,8 @@ struct GpuPlan {
 
 struct Site {
   CoreRef core;
-  // From the resolver's description (kept whole for the GPU plan maker).
-  nb::object resolved, callable, kwargs_dump, label, accept;
+  // From Python's description of the site (kept whole for the GPU plan maker).
+  nb::object description, callable, kwargs_dump, label, accept;
   std::string binding;  // for error messages
   // The views of the site's last call, when the callable kept no reference to them:
   // the next call points them at its buffers instead of building new ones (views.h).
@@ -107,10 +107,10 @@ struct Site {
   } counted;
 
   // Read the description: callable, kwargs_dump, label, binding, levels, batched, accept
-  // and kernel (None, or what jaxbind/_kernels' KernelCall gives: batches, abi_version,
+  // and kernel (None, or what jaxbind/_kernels' KernelSite gives: batches, abi_version,
   // threads, kwargs and origin).
   explicit Site(nb::handle description) : core(new SiteCore()) {
-    resolved = nb::borrow(description);
+    this->description = nb::borrow(description);
     callable = description.attr("callable");
     kwargs_dump = description.attr("kwargs_dump");
     label = description.attr("label");
@@ -145,7 +145,7 @@ struct Site {
   Site(const Site &) = delete;
   Site &operator=(const Site &) = delete;
 
-  // A kernel's state (jaxbind/_kernels' KernelCall.state): None, or (cell, key inputs,
+  // A kernel's state (jaxbind/_kernels' KernelSite.state): None, or (cell, key inputs,
   // serial tasks, lease): a cell (_ext.StateCell) for a state without key, else the key
   // inputs' positions and the lease that gives a cell per key value.
   void read_state(nb::handle state) {
@@ -178,7 +178,7 @@ inline nb::tuple describe(const std::vector<Buffer> &buffers) {
 // What the site's check said of a signature: (problem or None, kernel address or 0; for
 // a CUDA kernel, its launch). Remembers an accepted one (a CUDA kernel's, with its
 // launch: its site knows its signatures there alone).
-inline jaxbind_kernel_fn accepted(Site &site, const Call &call, nb::handle answer) {
+inline jaxbind_kernel_fn take_answer(Site &site, const Call &call, nb::handle answer) {
   nb::tuple pair = nb::cast<nb::tuple>(answer);
   if (!pair[0].is_none()) throw std::invalid_argument(nb::cast<std::string>(pair[0]));
   if (site.core->cuda) {
@@ -207,7 +207,7 @@ inline LastAccepted &last_accepted() {
 
 // Whether `core` has accepted the call's signature (without the GIL), and its kernel's
 // address for it (nullptr for a callable).
-inline bool known(SiteCore &core, const Call &call, jaxbind_kernel_fn &fn) {
+inline bool accepted_before(SiteCore &core, const Call &call, jaxbind_kernel_fn &fn) {
   LastAccepted &last = last_accepted();
   if (last.core_id == core.id && last.signature.matches(call)) {
     fn = last.fn;
@@ -225,12 +225,13 @@ inline bool known(SiteCore &core, const Call &call, jaxbind_kernel_fn &fn) {
 inline jaxbind_kernel_fn accept(Site &site, const Call &call) {
   jaxbind_kernel_fn fn = nullptr;
   SiteCore &core = *site.core.get();
-  if (core.cuda ? core.cuda->find(call) != nullptr : known(core, call, fn)) return fn;
-  return accepted(site, call, site.accept(describe(call.ins), describe(call.outs)));
+  if (core.cuda ? core.cuda->find(call) != nullptr : accepted_before(core, call, fn)) return fn;
+  return take_answer(site, call, site.accept(describe(call.ins), describe(call.outs)));
 }
 
-// The call's attributes for the resolver, by their names in the program: those of the
-// call's format that are there with the right type (the resolver says what is missing).
+// The call's attributes for Python (instantiate, or the digest route's resolver), by their
+// names in the program: those of the call's format that are there with the right type
+// (Python says what is missing).
 inline nb::dict attributes(const Header &header, const ffi::Dictionary &attrs) {
   nb::dict found;
   found["jaxbind_format"] = header.format;

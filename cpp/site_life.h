@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "digest_route.h"
-#include "xla_state.h"
+#include "xla_slot.h"
 
 namespace jaxbind {
 
@@ -71,7 +71,7 @@ inline void free_instance(void *kept) {
 
 // The instance XLA keeps for the call being run, or nullptr (the digest route).
 inline Instance *instance_of(const ExecutionContext &context) {
-  return static_cast<Instance *>(xla_state::get(context));
+  return static_cast<Instance *>(xla_slot::get(context));
 }
 
 // The call's attributes, as the instantiate stage gives them to Python.
@@ -94,7 +94,7 @@ inline bool instantiate(const ExecutionContext &context, const Header &header,
     delete instance;
     throw;
   }
-  if (xla_state::set(context, instance)) return true;
+  if (xla_slot::set(context, instance)) return true;
   if (instance->owned) Py_XDECREF(instance->site);
   delete instance;
   return false;

@@ -1,8 +1,8 @@
 // jaxbind's trampoline: an op's state (see jaxbind/_runtime/state.py) as kernels reach
 // it, without the GIL.
 //
-// A state's objects are Python objects, made and torn down by Python (`Shared`). Each
-// `Shared` has one `StateCell`, which holds its concurrency policy and, for each object
+// A state's objects are Python objects, made and torn down by Python (`StateObjects`). Each
+// `StateObjects` has one `StateCell`, which holds its concurrency policy and, for each object
 // (a slot), the address a kernel gets (jaxbind_call::state):
 //   "lock"    one object; a mutex around each use.
 //   "pool"    up to pool_size objects, made when a call finds none idle (the GIL taken
@@ -104,7 +104,7 @@ class StateCell {
         state_(std::move(state)) {
     if (policy < kLock || policy > kShared) throw std::invalid_argument("unknown policy");
     owner_ = std::make_unique<HeldObject>(nb::weakref(owner));
-    if (policy_ != kPool) slots_[0].status = kIdle;  // made with the state (see Shared)
+    if (policy_ != kPool) slots_[0].status = kIdle;  // made with the state (see StateObjects)
   }
 
   int policy() const { return policy_; }

@@ -15,9 +15,9 @@
 
 namespace jaxbind {
 
-// A call's execution context, as jaxbind uses it through XLA's C API directly: the state
-// XLA keeps for the call site (xla_state.h) and XLA's intra-op thread pool (workers.h).
-// Decoded once per handler; null fields: none (then no state, and serial work).
+// A call's execution context, as jaxbind uses it through XLA's C API directly: the slot
+// XLA keeps for the call site (xla_slot.h) and XLA's intra-op thread pool (workers.h).
+// Decoded once per handler; null fields: none (then no slot, and serial work).
 struct ExecutionContext {
   const XLA_FFI_Api *api = nullptr;
   XLA_FFI_ExecutionContext *ctx = nullptr;
@@ -35,7 +35,7 @@ inline void destroy_error(const XLA_FFI_Api *api, XLA_FFI_Error *error) {
 }  // namespace jaxbind
 
 // Decoded as ffi::ThreadPool is, but never a diagnostic: a context without a pool or a
-// state only means serial work, or a site found by digest.
+// slot only means serial work, or a site found by digest.
 template <>
 struct xla::ffi::CtxDecoding<jaxbind::ExecutionContext> {
   using Type = jaxbind::ExecutionContext;

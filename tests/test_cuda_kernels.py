@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import jaxbind
-from jaxbind._kernels.cuda import CudaKernelCall
+from jaxbind._kernels.cuda import CudaKernelSite
 
 # A kernel the driver would load (these tests never load it)
 PTX = """
@@ -62,7 +62,7 @@ def _launch(kernel, ins, outs, **values):
     describe = lambda arrays: tuple(
         (0, a.shape, jaxbind._kernels.abi.xla_code(a.dtype)) for a in arrays
     )
-    return CudaKernelCall(kernel, values, "where").launch(describe(ins), describe(outs))
+    return CudaKernelSite(kernel, values, "where").launch(describe(ins), describe(outs))
 
 
 def test_each_signature_gets_its_launch():

@@ -29,7 +29,7 @@ from support.clib import compile_c_library
 import jaxbind
 from jaxbind import _callformat, _definition, _ext, _kwargs
 from jaxbind._rules.lowering import CPU_TARGET
-from jaxbind._runtime.sites import Resolved
+from jaxbind._runtime.sites import SiteDescription
 
 # XLA's error codes, as ffi::ErrorCode numbers them
 CODES = {1: "CANCELLED", 3: "INVALID_ARGUMENT", 12: "UNIMPLEMENTED", 13: "INTERNAL"}
@@ -168,7 +168,7 @@ XLA_ROWS = {
         "INTERNAL",
         r"kernel of 'eb.c_kernel' \(the function\) failed: the first element is negative$",
     ),
-    "unknown binding (the resolver refuses)": (
+    "unknown binding (instantiate refuses)": (
         "INVALID_ARGUMENT",
         r"no binding named 'eb.nope' is registered",
     ),
@@ -194,7 +194,7 @@ FAILURES = {
     "CPU callable raises": callable_raises,
     "numba kernel (fast path) raises": kernel_raises,
     "C kernel (fast path) fails with a message": c_kernel_raises,
-    "unknown binding (the resolver refuses)": unknown_binding,
+    "unknown binding (instantiate refuses)": unknown_binding,
     "definition differs": definition_differs,
     "bad attribute: unknown role": unknown_role,
     "bad attribute: newer call format": newer_call_format,
@@ -239,7 +239,7 @@ def test_every_failure_becomes_one_error_in_one_format(row, request):
 
 
 def _site(body=None, *, levels=0, batched=(False,), check=None, cuda_kernel=None):
-    resolved = Resolved(
+    description = SiteDescription(
         "eb.gpu",
         "'eb.gpu' (the function)",
         body,
@@ -251,7 +251,7 @@ def _site(body=None, *, levels=0, batched=(False,), check=None, cuda_kernel=None
         None,
         cuda_kernel,
     )
-    return _ext.Site(resolved)
+    return _ext.Site(description)
 
 
 def _buffers(a):

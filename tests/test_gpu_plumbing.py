@@ -16,7 +16,7 @@ from support import ops
 import jaxbind
 from jaxbind import _ext
 from jaxbind._runtime import gpu as _gpu
-from jaxbind._runtime.sites import Resolved
+from jaxbind._runtime.sites import SiteDescription
 
 double = jaxbind.get_linear_call(
     ops.double, ops.double, ops.same_as_first, ops.same_as_first, name="gpu_plumbing.double"
@@ -124,12 +124,12 @@ def test_cuda_array_used_as_numpy_says_to_use_host_mode():
 
 
 def _site(callable_, levels=0, batched=(), mode="device"):
-    """A call site of `callable_` as the resolver makes one (no buffer check: the GPU
+    """A call site of `callable_` as instantiate makes one (no buffer check: the GPU
     handler's body runs after it)."""
-    resolved = Resolved(
+    description = SiteDescription(
         "tests.gpu", "'tests.gpu' (f)", callable_, None, levels, batched, mode, None, None
     )
-    return _ext.Site(resolved)
+    return _ext.Site(description)
 
 
 def test_gpu_batch_loop_walks_elements_by_pointer_in_cpp():
@@ -229,7 +229,7 @@ def test_host_mode_runs_the_same_batch_loop_on_host_copies(monkeypatch):
 
 def _stateful(name, made, key=()):
     """A 1.3-API op whose callable doubles its input plus its state's offset, and the
-    attributes XLA's instantiate stage would hand the resolver for its f."""
+    attributes XLA's instantiate stage would hand Python for its f."""
     from jaxbind._callformat import NO_LOOP, CallAttributes
     from jaxbind._kwargs import encode_kwargs
 

@@ -1,5 +1,5 @@
 """The package's layers: trace time and run time import each other only through the
-modules they share; compile time (what XLA's partitioner calls while it compiles a
+common modules; compile time (what XLA's partitioner calls while it compiles a
 program) sits beside trace time, which only the package's face registers it from.
 
 Trace time builds and lowers programs (the APIs, the primitive's rules). Run time is
@@ -75,7 +75,7 @@ TRACE_TIME = {
 # sharding rule): it may build programs as trace time does, and use trace time's rules;
 # nothing but the package's face imports it, and it imports no run-time module.
 COMPILE_TIME = {"_rules.spmd"}
-SHARED = {
+COMMON = {
     "_binding",
     "_roles",
     "_kernels",
@@ -176,7 +176,7 @@ def _modules() -> frozenset[str]:
 
 def test_every_module_has_a_layer():
     modules = _modules()
-    assert modules == RUN_TIME | TRACE_TIME | COMPILE_TIME | SHARED, (
+    assert modules == RUN_TIME | TRACE_TIME | COMPILE_TIME | COMMON, (
         "a module was added or removed: give it a layer here"
     )
 
@@ -196,14 +196,14 @@ def test_compile_time_imports_no_run_time_module(module):
     assert not _imports(module) & RUN_TIME
 
 
-@pytest.mark.parametrize("module", sorted(RUN_TIME | TRACE_TIME | SHARED))
+@pytest.mark.parametrize("module", sorted(RUN_TIME | TRACE_TIME | COMMON))
 def test_only_the_package_face_imports_compile_time(module):
     assert not _imports(module) & COMPILE_TIME
 
 
-@pytest.mark.parametrize("module", sorted(SHARED))
-def test_shared_modules_import_only_shared_ones(module):
-    assert _imports(module) <= SHARED
+@pytest.mark.parametrize("module", sorted(COMMON))
+def test_common_modules_import_only_common_ones(module):
+    assert _imports(module) <= COMMON
 
 
 def _floors(loaded: bool = True) -> dict[str, int]:

@@ -18,7 +18,7 @@ import pytest
 from support.processes import run_cases
 
 import jaxbind
-from jaxbind._sharding import Partitioning, to_f, to_role
+from jaxbind._sharding import ShardingRule, to_f, to_role
 from jaxbind._spec import BatchAxes
 
 HERE = pathlib.Path(__file__).parent
@@ -28,40 +28,40 @@ HERE = pathlib.Path(__file__).parent
 
 
 def test_deposit_rule_classes_its_factors():
-    rule = Partitioning.parse("m d, m -> g", ("m",))
+    rule = ShardingRule.parse("m d, m -> g", ("m",))
     assert rule.operands == (("m", "d"), ("m",)) and rule.results == (("g",),)
     assert rule.reduction == ("m",) and rule.pass_through == ()
     assert rule.need_replication == ("d", "g")
-    assert hash(rule) == hash(Partitioning.parse("m  d,m->g", ["m"]))
+    assert hash(rule) == hash(ShardingRule.parse("m  d,m->g", ["m"]))
 
 
 def test_transpose_of_a_reduction_is_split_as_its_points():
-    rule = Partitioning.parse("m d, m -> g", ("m",)).for_role("T", fixed=1)
+    rule = ShardingRule.parse("m d, m -> g", ("m",)).for_role("T", fixed=1)
     assert rule.text == "m d, g -> m"
     assert rule.pass_through == ("m",) and rule.reduction == ()
     assert rule.need_replication == ("d", "g")
 
 
 def test_transpose_of_a_matrix_product_sums_over_the_rows():
-    rule = Partitioning.parse("n k, k -> n", ("k",))
+    rule = ShardingRule.parse("n k, k -> n", ("k",))
     assert rule.pass_through == ("n",) and rule.reduction == ("k",)
     t = rule.for_role("T", fixed=1)
     assert t.text == "n k, n -> k" and t.reduction == ("n",) and t.pass_through == ("k",)
 
 
 def test_a_factor_some_results_lack_stays_whole_in_f_and_is_summed_in_its_vjp():
-    rule = Partitioning.parse("n k, k -> n, n")
+    rule = ShardingRule.parse("n k, k -> n, n")
     assert rule.pass_through == ("n",)
-    assert Partitioning.parse("m, m -> m, g").splittable == ()  # g's sum over m: undeclared
-    vjp = Partitioning.parse("n k, k -> n", ("k",)).for_role("vjp", fixed=0)
+    assert ShardingRule.parse("m, m -> m, g").splittable == ()  # g's sum over m: undeclared
+    vjp = ShardingRule.parse("n k, k -> n", ("k",)).for_role("vjp", fixed=0)
     assert vjp.text == "n k, k, n -> n k, k"
     assert vjp.summed(0, ("n", "k")) == () and vjp.summed(1, ("n", "k")) == ("n",)
 
 
 def test_multilinear_and_nonlinear_roles_follow_from_f():
-    rule = Partitioning.parse("a, a -> a")
+    rule = ShardingRule.parse("a, a -> a")
     assert rule.for_role("T1", fixed=0).text == "a, a -> a"
-    energy = Partitioning.parse("m -> ", ("m",))
+    energy = ShardingRule.parse("m -> ", ("m",))
     assert energy.for_role("jvp", fixed=0).text == "m, m -> "
     assert energy.for_role("jvp", fixed=0).reduction == ("m",)
     vjp = energy.for_role("vjp", fixed=0)
@@ -69,21 +69,21 @@ def test_multilinear_and_nonlinear_roles_follow_from_f():
 
 
 def test_with_batch_adds_a_pass_through_factor_at_the_batch_axes():
-    rule = Partitioning.parse("m d, m -> g", ("m",))
+    rule = ShardingRule.parse("m d, m -> g", ("m",))
     front = rule.with_batch(BatchAxes(((), (0,))), BatchAxes(((0,),)))
     assert front.text == "m d, b0 m -> b0 g"
     assert front.pass_through == ("b0",) and front.reduction == ("m",)
-    native = Partitioning.parse("b -> b").with_batch(BatchAxes(((1,),)), BatchAxes(((1,),)))
+    native = ShardingRule.parse("b -> b").with_batch(BatchAxes(((1,),)), BatchAxes(((1,),)))
     assert native.text == "b b0 -> b b0"  # a natively batching op's axis, where it is
 
 
 def test_the_programs_copy_of_a_rule_reads_back_and_is_checked():
-    rule = Partitioning.parse("m d, m -> g", ("m",)).for_role("T", 1)
-    assert Partitioning.from_config(json.loads(json.dumps(rule.to_config()))) == rule
+    rule = ShardingRule.parse("m d, m -> g", ("m",)).for_role("T", 1)
+    assert ShardingRule.from_config(json.loads(json.dumps(rule.to_config()))) == rule
     with pytest.raises(ValueError, match="not of version 1"):
-        Partitioning.from_config({"version": 99})
+        ShardingRule.from_config({"version": 99})
     with pytest.raises(ValueError, match="malformed"):
-        Partitioning.from_config({**rule.to_config(), "operands": [["1x"]]})
+        ShardingRule.from_config({**rule.to_config(), "operands": [["1x"]]})
 
 
 # --- refused declarations --------------------------------------------------------------------
@@ -277,7 +277,7 @@ def test_check_fails_an_all_gather_where_the_rule_splits_the_factor():
     from jaxbind.testing import Collectives
     from jaxbind.testing.mesh import _collectives_row
 
-    rule = Partitioning.parse("m d, m -> g", ("m",))
+    rule = ShardingRule.parse("m d, m -> g", ("m",))
     gathered = {"f": Collectives({"all-gather": 1, "all-reduce": 1})}
 
     split = _collectives_row(rule, "m", "m over 'p'", True, gathered)
@@ -361,9 +361,9 @@ def test_role_layouts_round_trip(role, fixed):
         return  # a fixed argument has no transpose
     mapped = to_role(role, fixed, args, results)
     assert to_f(role, fixed, *mapped, n_args=len(args)) == (args, results)
-    rule = Partitioning.parse("a b, b, c -> a, c")
+    rule = ShardingRule.parse("a b, b, c -> a, c")
     layout = to_role(role, fixed, rule.operands, rule.results)
-    assert rule.for_role(role, fixed) == Partitioning(*layout, rule.splittable)
+    assert rule.for_role(role, fixed) == ShardingRule(*layout, rule.splittable)
 
 
 def test_a_rule_function_runs_once_per_traced_call():
@@ -376,7 +376,7 @@ def test_a_rule_function_runs_once_per_traced_call():
     op = _linear(sharding=rule, first_n_args_fixed=1, name="tests.partitioning_counted")
     x, w = jnp.zeros((16, 1)), jnp.zeros(16)
     jax.jit(lambda x, w: op(x, w)[0]).lower(x, w)
-    assert calls == [((16, 1), (16,))]  # check_call, typed_results, marking, the record
+    assert calls == [((16, 1), (16,))]  # check_call, typed_results, rule_mark, the record
     jax.jit(lambda x, w: op(x, w)[0]).lower(x, w)
     assert len(calls) == 1  # the same shapes and keyword arguments: the same answer
     jax.jit(lambda x, w: op(x, w)[0]).lower(jnp.zeros((8, 1)), jnp.zeros(8))
@@ -386,12 +386,12 @@ def test_a_rule_function_runs_once_per_traced_call():
 def test_a_declared_rule_is_parsed_when_the_op_is_made():
     op = _linear(sharding="m  d,m->g", reduction=("m", "m"), first_n_args_fixed=1)
     declared = op.binding.options.sharding
-    assert declared.rule == Partitioning.parse("m d, m -> g", ("m",))
+    assert declared.rule == ShardingRule.parse("m d, m -> g", ("m",))
     assert declared.describe() == "sharding='m d,m->g', reduction=('m',)"
 
 
 def test_the_batch_marking_is_the_replicated_rule_with_batch_factors():
-    core = Partitioning.replicated([2, 0], [1])
+    core = ShardingRule.replicated([2, 0], [1])
     assert core.splittable == () and core.need_replication == core.factors
     marked = core.with_batch(BatchAxes.leading(1, 2), BatchAxes.leading(1, 1))
     assert marked.text == "b0 i0_0 i0_1, b0 -> b0 o0_0"

@@ -24,7 +24,7 @@ from support.processes import run_cases
 import jaxbind
 from jaxbind._rules.targets import TARGETS
 
-# jaxlib 0.7's FFI (API 0.1) keeps no per-site slot for jaxbind (cpp/xla_state.h)
+# jaxlib 0.7's FFI (API 0.1) keeps no per-site slot for jaxbind (cpp/xla_slot.h)
 SLOTS = tuple(int(p) for p in jaxlib.version.__version__.split(".")[:2]) >= (0, 8)
 ROUTE = ["slot"] if SLOTS else ["digest"]
 X = jnp.arange(4.0, dtype=jnp.float32)

@@ -124,7 +124,7 @@ class Slow(Scale):
 def test_a_leaked_object_fails_teardowns_equal_setups(monkeypatch):
     # The run time itself keeping an object alive (a bug this row is there to catch):
     # a close that forgets its objects.
-    monkeypatch.setattr(runtime.Shared, "close", lambda self: None)
+    monkeypatch.setattr(runtime.StateObjects, "close", lambda self: None)
     op, _ = scaled("check_state.leak")
     with pytest.raises(AssertionError, match="still alive after jax.clear_caches"):
         jaxbind.testing.check(op, np.arange(4.0), scale=3.0, verbose=False)

@@ -283,7 +283,7 @@ def test_results_do_not_alias_across_calls_with_reused_views():
 def test_a_pytree_structure_in_an_older_format_is_refused():
     """Format 2 has no `trees` attribute (its digest does not cover one): a program that
     carries it anyway was not written by jaxbind, and is refused rather than ignored when
-    its site is first resolved (a site of its own: keyword arguments no other test uses)."""
+    its site is instantiated (a site of its own: keyword arguments no other test uses)."""
     attrs = _attrs("tests.double", fmt=2, blob=_kwargs.encode_kwargs({"older": 1}).blob)
     attrs["trees"] = np.frombuffer(_kwargs.encode_kwargs({}).blob, np.uint8)
     with pytest.raises(Exception, match="call format 2 has no pytree structure attribute"):

@@ -35,7 +35,7 @@ _NEEDED_FOR = {
 
 
 class SiteHolder:
-    """Keeps one resolved call site alive for as long as a compiled program needs it."""
+    """Keeps one call site alive for as long as a compiled program needs it."""
 
     __slots__ = ("site", "__weakref__")
 
@@ -371,7 +371,7 @@ def _fingerprint(value):
 def forget_orphans() -> None:
     """Drop every binding's orphan sites (``jax.clear_caches()``): the programs that
     called them may be gone, and one that is not resolves its site by name again at its
-    next call. Where XLA keeps no per-site state (jaxlib 0.7), a stateful op's sites can
+    next call. Where XLA keeps no per-site slot (jaxlib 0.7), a stateful op's sites can
     be orphans, and their states go with them."""
     with _lock:
         bindings = list(_registry.values())

@@ -73,7 +73,7 @@ class Options:
     sharding: Sharding | None = None
 
 
-class _SharedOptions(TypedDict, total=False):
+class _CommonOptions(TypedDict, total=False):
     """The keyword options both APIs take under the same name (the ``**options`` of
     their signatures; `declare` checks them)."""
 
@@ -89,14 +89,14 @@ class _SharedOptions(TypedDict, total=False):
     reduction: Sequence[str]
 
 
-class CallOptions(_SharedOptions, total=False):
+class CallOptions(_CommonOptions, total=False):
     """The options of ``get_linear_call`` and ``get_nonlinear_call`` (JAXbind's names)."""
 
     first_n_args_fixed: int | None
     func_can_batch: bool
 
 
-class OpOptions(_SharedOptions, total=False):
+class OpOptions(_CommonOptions, total=False):
     """The options of the decorators ``linear_op``, ``multilinear_op``, ``nonlinear_op``."""
 
     fixed: int

@@ -3,10 +3,10 @@
 An op's declaration is one `Sharding` (the option's value, ``Options.sharding``): a rule
 given as text is parsed where the options are declared; a rule given as a function is
 called once per call's shapes and keyword arguments (`Sharding.for_call` keeps the
-answer). Either way a call's rule is a `Partitioning`, in the einsum-like notation of
+answer). Either way a call's rule is a `ShardingRule`, in the einsum-like notation of
 Shardy and custom_partitioning, from which everything else follows:
 
-- each role's rule (`Partitioning.for_role`): a transpose, JVP or VJP takes f's groups
+- each role's rule (`ShardingRule.for_role`): a transpose, JVP or VJP takes f's groups
   in its own argument layout (`to_role`; its inverse, `to_f`, finds f's arguments among
   a role's, as a rule function wants them);
 - vmap's batch axes, as factors of their own (`with_batch`), as JAX's rule builder takes
@@ -38,9 +38,9 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-__all__ = ["CONFIG_VERSION", "Partitioning", "RuleError", "Sharding", "to_f", "to_role"]
+__all__ = ["CONFIG_VERSION", "RuleError", "Sharding", "ShardingRule", "to_f", "to_role"]
 
-CONFIG_VERSION = 1  # of Partitioning.to_config, inside the call's attributes
+CONFIG_VERSION = 1  # of ShardingRule.to_config, inside the call's attributes
 
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 
@@ -132,7 +132,7 @@ def to_f(
 
 
 @dataclass(frozen=True, slots=True)
-class Partitioning:
+class ShardingRule:
     """A sharding rule of one role of an op, as a value (frozen, hashable).
 
     Attributes:
@@ -148,17 +148,17 @@ class Partitioning:
     splittable: tuple[str, ...]
 
     @staticmethod
-    def parse(text: str, reduction: Sequence[str] = ()) -> Partitioning:
+    def parse(text: str, reduction: Sequence[str] = ()) -> ShardingRule:
         """f's rule from its declaration; RuleError says what is wrong."""
         return _parse(text, tuple(reduction))
 
     @staticmethod
-    def replicated(in_ranks: Sequence[int], out_ranks: Sequence[int]) -> Partitioning:
+    def replicated(in_ranks: Sequence[int], out_ranks: Sequence[int]) -> ShardingRule:
         """The rule of an op that declares none: every axis its own factor, none split
         (with vmap's batch factors added, the batch partitioner's rule)."""
         ops = tuple(tuple(f"i{k}_{d}" for d in range(r)) for k, r in enumerate(in_ranks))
         res = tuple(tuple(f"o{k}_{d}" for d in range(r)) for k, r in enumerate(out_ranks))
-        return Partitioning(ops, res, ())
+        return ShardingRule(ops, res, ())
 
     @property
     def text(self) -> str:
@@ -201,7 +201,7 @@ class Partitioning:
         split = set(self.pass_through) | set(self.reduction)
         return tuple(f for f in self.factors if f not in split)
 
-    def for_role(self, role: str, fixed: int) -> Partitioning:
+    def for_role(self, role: str, fixed: int) -> ShardingRule:
         """The rule of another role of the op whose f has this rule and `fixed` fixed
         arguments, its groups laid out by `to_role`. A factor keeps being splittable;
         where it now appears decides its class (a reduction factor of f that a transpose
@@ -209,7 +209,7 @@ class Partitioning:
         is a reduction). RuleError if the role cannot get a rule."""
         return _for_role(self, role, fixed)
 
-    def with_batch(self, batch_axes: Any, out_batch_axes: Any) -> Partitioning:
+    def with_batch(self, batch_axes: Any, out_batch_axes: Any) -> ShardingRule:
         """The rule of the call batched by vmap (`batch_axes`, `out_batch_axes`: the
         call's _spec.BatchAxes): a factor per vmap level, at each array's batch axes
         (wherever they are: jaxbind's loop puts them first, a natively batching op where
@@ -231,7 +231,7 @@ class Partitioning:
             core = iter(group)
             return tuple(at[d] if d in at else next(core) for d in range(rank))
 
-        return Partitioning(
+        return ShardingRule(
             tuple(place(m, ax) for m, ax in zip(self.operands, batch_axes)),
             tuple(place(m, ax) for m, ax in zip(self.results, out_batch_axes)),
             tuple(sorted(set(self.splittable) | set(names))),
@@ -247,7 +247,7 @@ class Partitioning:
         }
 
     @staticmethod
-    def from_config(config: object) -> Partitioning:
+    def from_config(config: object) -> ShardingRule:
         """The rule a program carries (it may come from a file: every value checked)."""
 
         def groups(value: object) -> tuple[Group, ...]:
@@ -266,13 +266,13 @@ class Partitioning:
         split = config.get("splittable")
         if not isinstance(split, list) or not all(isinstance(f, str) for f in split):
             raise ValueError(f"malformed sharding rule in the program: {config!r}")
-        return Partitioning(
+        return ShardingRule(
             groups(config.get("operands")), groups(config.get("results")), tuple(split)
         )
 
 
 @functools.lru_cache(maxsize=256)
-def _parse(text: str, reduction: tuple[str, ...]) -> Partitioning:
+def _parse(text: str, reduction: tuple[str, ...]) -> ShardingRule:
     if text.count("->") != 1:
         raise RuleError('it needs exactly one "->" between the arguments and the results')
     left, right = text.split("->")
@@ -321,11 +321,11 @@ def _parse(text: str, reduction: tuple[str, ...]) -> Partitioning:
     # say that those others are sums over it (in f; its transposes do sum over it).
     every = set.intersection(*(set(m) for m in results))
     splittable = (inside & every) | set(reduction)
-    return Partitioning(operands, results, tuple(sorted(splittable)))
+    return ShardingRule(operands, results, tuple(sorted(splittable)))
 
 
 @functools.lru_cache(maxsize=1024)
-def _for_role(rule: Partitioning, role: str, fixed: int) -> Partitioning:
+def _for_role(rule: ShardingRule, role: str, fixed: int) -> ShardingRule:
     base, i = _role(role)
     ops = rule.operands
     if len(ops) <= fixed:
@@ -364,7 +364,7 @@ class Sharding:
 
     text: str = ""
     reduction: tuple[str, ...] = ()
-    rule: Partitioning | None = None
+    rule: ShardingRule | None = None
     function: Callable[..., Any] | None = None
     _memo: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
@@ -376,7 +376,7 @@ class Sharding:
             return Sharding(function=value)
         text = " ".join(value.split())
         factors = tuple(dict.fromkeys(reduction))
-        return Sharding(text, factors, Partitioning.parse(text, factors))
+        return Sharding(text, factors, ShardingRule.parse(text, factors))
 
     def for_call(
         self,

@@ -18,8 +18,9 @@ Programs never hold an address: a call names its binding and role, as for Python
 callables, and the process that runs the program (a loaded ``jax.export`` artifact
 too) finds the kernel through the binding it made under that name.
 
-Shared: made at trace time, read by the runtime when it resolves a call site
-(`Kernel.call_for`). The ABI's layout is in `abi`, numba's code generation in `numba`.
+A common module (tests/test_layers.py): made at trace time, read by the runtime when
+it instantiates a call site (`Kernel.site_for`). The ABI's layout is in `abi`, numba's
+code generation in `numba`.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from .state import state_address
 __all__ = [
     "ABI_VERSION",
     "Kernel",
-    "KernelCall",
+    "KernelSite",
     "kernel",
     "kernel_include_dir",
     "state_address",
@@ -57,7 +58,7 @@ def kernel_include_dir() -> str:
     return str(pathlib.Path(__file__).parent.parent / "include")
 
 
-class KernelCall:
+class KernelSite:
     """What the trampoline reads for one kernel site (see cpp/site.h): whether the
     kernel batches, the ABI version it was registered for, the threads it may use (0:
     all of XLA's), the static keyword arguments as typed values (cpp/kernels.h), what
@@ -143,8 +144,8 @@ class Kernel:
         """Kernels take flat arrays, whatever the call's pytree structure."""
         return self
 
-    def call_for(self, values: dict, where: str, stateful: bool = False) -> KernelCall:
-        return KernelCall(self, values, where, stateful)
+    def site_for(self, values: dict, where: str, stateful: bool = False) -> KernelSite:
+        return KernelSite(self, values, where, stateful)
 
     def check_state(self, where: str) -> None:
         """When an op with ``state=`` is made with this kernel as a body: it must see the
@@ -272,8 +273,8 @@ class Kernel:
                 raise ValueError(f"jaxbind: {self!r}: outputs must be writable and contiguous")
         describe = lambda arrays: tuple((0, a.shape, abi.xla_code(a.dtype)) for a in arrays)
         state = state_address_for_call(self, repr(self))
-        call = self.call_for(values, repr(self), stateful=state is not None)
-        address = call.address(describe(ins), describe(out))
+        site = self.site_for(values, repr(self), stateful=state is not None)
+        address = site.address(describe(ins), describe(out))
         from .. import _ext
 
         # parallel_for runs the tasks in order here; a kernel is told of 3 threads (unless
@@ -283,7 +284,7 @@ class Kernel:
             address,
             ins,
             out,
-            call.kwargs,
+            site.kwargs,
             abi_version=self.abi_version,
             threads=min(self.threads or 3, 3),
             parallel_for=_ext.parallel_for_address(),

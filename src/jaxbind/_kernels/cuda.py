@@ -18,8 +18,8 @@ The runtime loads the code into each device's context at its first call there.
 Such a call is compatible with XLA's command buffers (CUDA graphs): it does no host
 work that a graph could not replay.
 
-Shared: made at trace time, read by the runtime when it resolves a call site
-(`CudaKernel.launch_for`).
+A common module (tests/test_layers.py): made at trace time, read by the runtime when
+it instantiates a call site (`CudaKernel.site_for`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import numpy as np
 from .._avals import XLA_ELEMENT_TYPES
 from .._roles import Body
 
-__all__ = ["CudaKernel", "CudaKernelCall", "cuda_kernel"]
+__all__ = ["CudaKernel", "CudaKernelSite", "cuda_kernel"]
 
 _MAX_GRID = (2**31 - 1, 65535, 65535)
 _MAX_BLOCK = (1024, 1024, 64)
@@ -184,8 +184,8 @@ class CudaKernel:
         if state is not None:
             self.check_state(where)
 
-    def call_for(self, values: dict, where: str) -> CudaKernelCall:
-        return CudaKernelCall(self, values, where)
+    def site_for(self, values: dict, where: str) -> CudaKernelSite:
+        return CudaKernelSite(self, values, where)
 
     def __call__(self, out, args, kwargs_dump) -> None:
         raise TypeError(
@@ -196,7 +196,7 @@ class CudaKernel:
         )
 
 
-class CudaKernelCall:
+class CudaKernelSite:
     """What the trampoline reads for one CUDA kernel site (see cpp/cuda_kernels.h):
     `image` and `entry`, and `launch`, the launch of one batch element's buffers of a
     signature ``(inputs, outputs)``, each a tuple of ``(address, shape, XLA element

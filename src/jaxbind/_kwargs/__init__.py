@@ -52,7 +52,7 @@ _DATA_TAG = b"J"
 _LOCAL_TAG = b"H"
 # digest blob -> kwargs that are not data. Weakly held: an entry lives as long
 # as something uses it (a CallSpec in a jaxpr or cache, a compiled program,
-# which keeps it through the lowering's keepalives, or a resolved call site).
+# which keeps it through the lowering's keepalives, or a call site).
 _local: weakref.WeakValueDictionary[bytes, KwargsDump] = weakref.WeakValueDictionary()
 # data blob -> decoded kwargs, weakly held: decoded once while anything uses them.
 _decoded: weakref.WeakValueDictionary[bytes, KwargsDump] = weakref.WeakValueDictionary()

@@ -44,10 +44,10 @@ from .effects import ORDERED
 from .jaxlib07 import cpu_root_call_form
 from .partitioning import (
     NOT_MARKED,
-    Marking,
+    RuleMark,
     mark_batch_partitionable,
-    marking,
     num_batch_dims,
+    rule_mark,
     to_sdy,
 )
 from .targets import TARGETS, Target, pick, row
@@ -119,7 +119,7 @@ def lower(platform: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
         args = (token, *args)
         aliases = {i + 1: k + 1 for i, k in aliases.items()}
     # effects and aliases refuse a rule, and calls with effects are never split
-    mark = marking(ctx, spec, len(ctx.avals_out)) if effect is None else NOT_MARKED
+    mark = rule_mark(ctx, spec, len(ctx.avals_out)) if effect is None else NOT_MARKED
     kernel = isinstance(binding.body(spec.role), CudaKernel)
     target = pick(platform, effect=effect is not None, kernel=kernel, partitioned=bool(mark.rule))
     args, nested = cpu_root_call_form(
@@ -156,7 +156,7 @@ def lower(platform: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
         )
     else:
         lower = _lower_ffi[target.name]
-    if not exporting:  # the program owns the site it will resolve (see Binding.keep_site)
+    if not exporting:  # the program owns the site it will instantiate (see Binding.keep_site)
         ctx.module_context.add_keepalive(binding.holder(call.digest))
     results = lower(ctx, *args, **attributes)
     if effect is not None and results and auto_partitioned_devices(outer) > 1:
@@ -187,7 +187,7 @@ def lower(platform: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
     return results
 
 
-def _definition(spec: CallSpec, mark: Marking, cuda_kernel: bool) -> str:
+def _definition(spec: CallSpec, mark: RuleMark, cuda_kernel: bool) -> str:
     """The call's ``definition`` attribute (see jaxbind._definition): the op's options
     the program bakes in, and the rule of a call partitioned by it (with the shapes of
     f's arguments it was worked out for)."""
@@ -197,7 +197,7 @@ def _definition(spec: CallSpec, mark: Marking, cuda_kernel: bool) -> str:
     return record(spec.binding.options, cuda_kernel, declared.record(), mark.rule.shapes)
 
 
-def _partitioning(mark: Marking, target: Target) -> str:
+def _partitioning(mark: RuleMark, target: Target) -> str:
     """The ``partitioning`` attribute of a call of a partitioned row, which its
     partitioner (.spmd) reads with the call's own attributes (the same as any call's: so
     that the row's handlers run it whole where no partitioner splits it, a program

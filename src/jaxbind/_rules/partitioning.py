@@ -2,7 +2,7 @@
 
 The rule itself is a value (jaxbind._sharding: the op's declaration, parsed once; each
 role's rule; vmap's batch factors). Here are the decisions each call makes with it, and
-`marking` decides which of two ways a call takes:
+`rule_mark` decides which of two ways a call takes:
 
 - **A declared rule** (``sharding=``, ``reduction=``): in a program that XLA partitions
   automatically over several devices, such a call lowers to a partitioned row of the
@@ -15,7 +15,7 @@ role's rule; vmap's batch factors). Here are the decisions each call makes with 
   device's shard of the batch. Such calls are marked for both of JAX's partitioners: the
   FFI target is registered as batch partitionable, and the call carries the frontend
   attribute ``num_batch_dims``; under Shardy it also carries the rule in which the batch
-  axes are shared factors and every other axis is replicated (`Partitioning.replicated`
+  axes are shared factors and every other axis is replicated (`ShardingRule.replicated`
   with batch factors). Calls that do not qualify (an unbatched fixed argument, native
   batch axes that are not leading) are not marked: XLA gathers their inputs and runs
   them replicated, which is correct but not parallel. Nor, under Shardy, are calls whose
@@ -43,20 +43,20 @@ from .._compat import (
 from .._errors import about, words
 from .._options import Options
 from .._roles import Body, Role, RoleDef
-from .._sharding import Partitioning, RuleError, Sharding, to_f
+from .._sharding import RuleError, Sharding, ShardingRule, to_f
 from .._spec import BatchAxes, CallSpec
 
 __all__ = [
     "CallRule",
-    "Marking",
+    "RuleMark",
     "call_rule",
     "check_call",
     "check_declaration",
     "declared",
     "f_shapes",
     "mark_batch_partitionable",
-    "marking",
     "num_batch_dims",
+    "rule_mark",
     "to_sdy",
     "typed_results",
 ]
@@ -67,7 +67,7 @@ def declared(
     kwargs: dict[str, Any] | None = None,
     name: str = "",
     shapes: Sequence[tuple[Any, ...]] = (),
-) -> Partitioning | None:
+) -> ShardingRule | None:
     """f's rule of an op's call with keyword arguments `kwargs` and f's argument shapes
     `shapes` (unbatched): None if the op declares none or its function gives none."""
     if options.sharding is None:
@@ -112,7 +112,7 @@ class CallRule(NamedTuple):
     for."""
 
     declared: Sharding
-    rule: Partitioning
+    rule: ShardingRule
     shapes: tuple[tuple[Any, ...], ...]
 
 
@@ -259,19 +259,19 @@ def typed_results(spec: CallSpec, avals: Sequence[Any], outs: Sequence[Any]) -> 
     return tuple(typed)
 
 
-class Marking(NamedTuple):
-    """How a call is lowered for XLA's partitioners (see `marking`)."""
+class RuleMark(NamedTuple):
+    """How a call is lowered for XLA's partitioners (see `rule_mark`)."""
 
     rule: CallRule | None  # declared: the call lowers to a partitioned target with it
     batch_dims: int  # else: leading batch axes the batch partitioner may split (0: none)
 
     @property
-    def partitioned(self) -> Partitioning | None:
+    def partitioned(self) -> ShardingRule | None:
         """The rule the program carries: the role's, with vmap's batch factors."""
         return None if self.rule is None else self.rule.rule
 
 
-def marking(ctx: Any, spec: CallSpec, n_outputs: int) -> Marking:
+def rule_mark(ctx: Any, spec: CallSpec, n_outputs: int) -> RuleMark:
     """The one decision: does this call carry its declared rule (an op with a rule, in a
     program partitioned automatically over several devices, with concrete shapes), a
     batch marking, or neither? One device, or inside a fully manual shard_map: as
@@ -285,8 +285,8 @@ def marking(ctx: Any, spec: CallSpec, n_outputs: int) -> Marking:
     ):
         if spec.batch_axes is not None and spec.out_batch_axes is not None:
             found = found._replace(rule=found.rule.with_batch(spec.batch_axes, spec.out_batch_axes))
-        return Marking(found, 0)
-    return Marking(None, num_batch_dims(spec, n_outputs))
+        return RuleMark(found, 0)
+    return RuleMark(None, num_batch_dims(spec, n_outputs))
 
 
 def num_batch_dims(spec: CallSpec, n_outputs: int) -> int:
@@ -297,7 +297,7 @@ def num_batch_dims(spec: CallSpec, n_outputs: int) -> int:
     return axes.levels if axes.all_leading else 0
 
 
-NOT_MARKED = Marking(None, 0)
+NOT_MARKED = RuleMark(None, 0)
 
 
 def mark_batch_partitionable(
@@ -313,7 +313,7 @@ def mark_batch_partitionable(
     # refinement removes again before compiling: no Shardy rule can name both forms,
     # so such calls carry none (correct, but replicated under Shardy).
     if config_use_shardy() and len(op.operands) == len(in_ranks):
-        core = Partitioning.replicated([r - n for r in in_ranks], [r - n for r in out_ranks])
+        core = ShardingRule.replicated([r - n for r in in_ranks], [r - n for r in out_ranks])
         rule = core.with_batch(
             BatchAxes.leading(n, len(in_ranks)), BatchAxes.leading(n, len(out_ranks))
         )
@@ -322,7 +322,7 @@ def mark_batch_partitionable(
         )
 
 
-def to_sdy(rule: Partitioning, operand_types: Sequence[Any], result_types: Sequence[Any]) -> Any:
+def to_sdy(rule: ShardingRule, operand_types: Sequence[Any], result_types: Sequence[Any]) -> Any:
     """The ``sdy.sharding_rule`` attribute of a call with `rule` (reduction and
     need-replication factors declared where JAX's rule builder takes them: jax 0.10 and
     newer), each list in the order of the factors' first appearance, as Shardy numbers

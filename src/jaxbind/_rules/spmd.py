@@ -7,7 +7,7 @@ The callbacks are registered with XLA by target name at import (`register`), so 
 process that imports jaxbind can compile a program with such calls, an exported one
 included. Everything they need is in the call: its attributes are the call format's
 (_callformat, checked as the runtime checks them, digest included), plus
-``partitioning``: the rule (`Partitioning.to_config`), the platform and the target of
+``partitioning``: the rule (`ShardingRule.to_config`), the platform and the target of
 each device's part (the row's per-device target; programs made before it was written
 name the platform's plain target). They read no
 mesh: the device grid comes from the operands' shardings as XLA passes them
@@ -48,7 +48,7 @@ from .._compat import (
     tuple_sharding,
 )
 from .._errors import about
-from .._sharding import Partitioning
+from .._sharding import ShardingRule
 from .targets import TARGETS, pick
 
 __all__ = ["register"]
@@ -56,7 +56,7 @@ __all__ = ["register"]
 _PARTITIONED = tuple(dict.fromkeys(t.name for t in TARGETS if t.partitioner))
 
 
-def _read(backend_config, *, binding: bool = True) -> tuple[CallAttributes, Partitioning, str]:
+def _read(backend_config, *, binding: bool = True) -> tuple[CallAttributes, ShardingRule, str]:
     """The call's attributes, its rule and the target of each device's part, from the
     text XLA passes (the call's FFI attributes as an MLIR dictionary), checked;
     `binding`: and the binding defined in this process."""
@@ -73,7 +73,7 @@ def _read(backend_config, *, binding: bool = True) -> tuple[CallAttributes, Part
     call = CallAttributes.read(found)
     if call.format < 3:
         raise ValueError(f"jaxbind: a partitioned call in call format {call.format}")
-    rule = Partitioning.from_config(setting.get("rule"))
+    rule = ShardingRule.from_config(setting.get("rule"))
     if binding and lookup(call.binding) is None:
         raise LookupError(
             f"{about(call.binding)}: this program calls it partitioned across devices, but no "
@@ -104,11 +104,11 @@ def _shapes(shape) -> list:
     return list(shape.tuple_shapes()) if shape.is_tuple() else [shape]
 
 
-def _sizes(rule: Partitioning, arg_shapes) -> dict[str, int]:
+def _sizes(rule: ShardingRule, arg_shapes) -> dict[str, int]:
     return {f: int(d) for m, s in zip(rule.operands, arg_shapes) for f, d in zip(m, s.dimensions())}
 
 
-def _grid(rule: Partitioning, arg_shapes, arg_shardings) -> tuple[list[str], np.ndarray]:
+def _grid(rule: ShardingRule, arg_shapes, arg_shardings) -> tuple[list[str], np.ndarray]:
     """The device grid a call is split over: one axis per split factor and a last axis
     of the rest (replicas, and tiles of factors that must stay whole: operands tiled on
     those are gathered).
@@ -166,9 +166,9 @@ def _sharding_for(factors, names: list[str], grid: np.ndarray):
     return hlo_sharding(text)
 
 
-def _groups(rule: Partitioning, names: list[str], grid: np.ndarray) -> list[list[list[int]]]:
+def _groups(rule: ShardingRule, names: list[str], grid: np.ndarray) -> list[list[list[int]]]:
     """For each result, the devices whose partial results are summed (none: []): those
-    that differ only along the split factors the result lacks (Partitioning.summed)."""
+    that differ only along the split factors the result lacks (ShardingRule.summed)."""
     found: list[list[list[int]]] = []
     for r in range(len(rule.results)):
         red = [names.index(f) for f in rule.summed(r, names)]
@@ -180,7 +180,7 @@ def _groups(rule: Partitioning, names: list[str], grid: np.ndarray) -> list[list
     return found
 
 
-def _plan(rule: Partitioning, arg_shapes, arg_shardings):
+def _plan(rule: ShardingRule, arg_shapes, arg_shardings):
     names, grid = _grid(rule, arg_shapes, arg_shardings)
     args = [_sharding_for(m, names, grid) for m in rule.operands]
     results = [_sharding_for(m, names, grid) for m in rule.results]

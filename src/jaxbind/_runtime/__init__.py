@@ -3,14 +3,14 @@
 Everything here runs inside a compiled program, called from C++ with the GIL held;
 trace-time code (the registry, the rules, the lowering) never reaches into it.
 
-- `resolve`: call sites. From a call's attributes (at XLA's instantiate stage, or at
-  a site's first call where XLA keeps no state): checked, the binding's body for its
-  role found, its state set up; then each new buffer signature accepted (a kernel's
-  address for it).
+- `sites`: call sites. From a call's attributes (at XLA's instantiate stage, or, by
+  the digest route, at a site's first call where XLA keeps no slot): checked, the
+  binding's body for its role found, its state set up; then each new buffer signature
+  accepted (a kernel's address for it).
 - `state`: the ops' states (``state=``): set up, shared between sites, freed with
   the executables that use them.
 - `fits`: does the call still fit the op it names? The one ordered definition check,
-  run on the attributes when a site is resolved and on each new buffer signature.
+  run on the attributes when a site is instantiated and on each new buffer signature.
 - `report`: what a failing callable becomes, and views that outlived their call.
 - `gpu`: a site's GPU plan (made once; the trampoline runs it per batch element),
   CUDA arrays, host mode.

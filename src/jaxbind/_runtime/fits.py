@@ -4,11 +4,11 @@ binding its program names, run before any body of the site runs.
 A program names its binding by string (see _callformat): the binding it finds may be
 another definition than the one it was traced with (redefined with ``replace=True``, or
 defined differently in the process that loads an exported program). Every call is
-checked against the binding it resolves to, in this order; the first step that fails
+checked against the binding it names, in this order; the first step that fails
 is the error, and no body runs:
 
 1. `attributes` (the call's attributes alone, once per site): the role is one the
-   binding has, with a callable body (see resolve); the definition the program was
+   binding has, with a callable body (see .sites); the definition the program was
    made for is the binding's: every option the lowering baked in (aliases, effects,
    the fixed count, native batching, the state, the API, a CUDA kernel's target, and
    the rule a partitioned call was split by; see jaxbind._definition). Programs of call
@@ -84,7 +84,7 @@ class _Mismatch(Exception):
 class DefinitionCheck:
     """The definition check of one call site (see the module docstring).
 
-    Made from the call's attributes when its site is resolved, it runs step 1 at once
+    Made from the call's attributes when its site is instantiated, it runs step 1 at once
     (`attributes`); called with ``(inputs, outputs)``, each a tuple of ``(address,
     shape, XLA element type)``, for every buffer signature the site has not seen, it
     runs step 2 and returns None or the message of what differs.
@@ -199,7 +199,7 @@ class DefinitionCheck:
         """T<i>: its inputs are f's other arguments, then f's cotangents. Their split is
         not in the program: the call fits if f's abstract function, given the output as
         argument i, declares the cotangents for some split. (Findings are kept as text:
-        an exception kept would keep this frame, and the site the resolver holds, alive.)"""
+        an exception kept would keep this frame, and the site Python holds, alive.)"""
         f, i = self.binding.role("f"), self.role.index
         assert i is not None
         first: str | None = None  # a mismatch found, else the first failure

@@ -312,13 +312,13 @@ class _TorchOn:
 _contexts: dict = {}  # CallContext by (stream, device, mode): one object per stream
 
 
-def plan(resolved, stream: int, device: int, ins: tuple, outs: tuple) -> Plan:
+def plan(description, stream: int, device: int, ins: tuple, outs: tuple) -> Plan:
     """A site's GPU call for one stream, device and buffer signature (of one batch
     element), worked out once (called by the trampoline, with the GIL held, which keeps
-    the plan on the site). `resolved` is the site (see resolve.Resolved); each buffer is
+    the plan on the site). `description` is the site (see .sites.SiteDescription); each buffer is
     ``(device address, shape, XLA element type)``."""
-    kind = HostPlan if resolved.platform_mode == "host" else DevicePlan
-    return kind(resolved, stream, device, ins, outs)
+    kind = HostPlan if description.platform_mode == "host" else DevicePlan
+    return kind(description, stream, device, ins, outs)
 
 
 class Plan:
@@ -330,15 +330,15 @@ class Plan:
 
     __slots__ = ("views", "n_in", "body", "kwargs_dump", "context", "stream", "device")
 
-    def __init__(self, resolved, stream: int, device: int, ins: tuple, outs: tuple):
+    def __init__(self, description, stream: int, device: int, ins: tuple, outs: tuple):
         for _ptr, _shape, code in (*ins, *outs):
             if code not in XLA_ELEMENT_TYPES:
                 raise TypeError(f"a buffer has XLA element type {code}, which jaxbind cannot wrap")
-        body = resolved.callable
+        body = description.callable
         if isinstance(body, StatefulBody):  # the state of this device (see .state)
             body = functools.partial(body.on_gpu, device, _on_host)
-        self.body, self.kwargs_dump = body, resolved.kwargs_dump
-        key = (stream, device, resolved.platform_mode)
+        self.body, self.kwargs_dump = body, description.kwargs_dump
+        key = (stream, device, description.platform_mode)
         context = _contexts.get(key)
         if context is None:
             context = _contexts[key] = CallContext("cuda", *key)

@@ -4,16 +4,16 @@ XLA instantiates each call site of an executable, for every op and every target 
 an instantiate stage (cpp/site_life.h asks `instantiate_site`), and keeps what it is given
 in its per-site slot until it frees the executable:
 
-1. `resolved`: from a call's attributes alone (by their names in the program): the
+1. `describe_site`: from a call's attributes alone (by their names in the program): the
    attributes checked (see _callformat and the definition check's first step), the
    binding's body for the call's role found, and the op's state set up (see .state; on
-   the CPU now, on a GPU at each device's first call); a `Resolved` description, from
-   which an ``_ext.Site`` is made.
+   the CPU now, on a GPU at each device's first call); a `SiteDescription`, from which
+   an ``_ext.Site`` is made.
 2. The site's owner (`Binding.own`): the programs compiled in this process that call it
    (their lowering keeps a holder alive; XLA's slot then holds the site weakly, so that a
    site whose callable leads back to the executable is still collected), or, for a
    program compiled elsewhere (jax.export), the executable itself (the slot holds it).
-3. `Resolved.accept`: each buffer signature the site has not seen (the definition
+3. `SiteDescription.accept`: each buffer signature the site has not seen (the definition
    check's second step; a kernel's address for it).
 
 A site whose op was defined again (replace=True) is instantiated again at its next call,
@@ -33,28 +33,28 @@ from .. import _ext
 from .._binding import lookup
 from .._callformat import CallAttributes
 from .._errors import about
-from .._kernels import Kernel, KernelCall
-from .._kernels.cuda import CudaKernel, CudaKernelCall
+from .._kernels import Kernel, KernelSite
+from .._kernels.cuda import CudaKernel, CudaKernelSite
 from .._kwargs import decode_kwargs
 from .._roles import Body, Role, for_call
 from .fits import DefinitionCheck, elements
 from .old_formats import upgraded
 from .state import StatefulBody, lease_for
 
-__all__ = ["Resolved", "instantiate_site", "resolved"]
+__all__ = ["SiteDescription", "describe_site", "instantiate_site"]
 
 
 def instantiate_site(found: dict) -> tuple[_ext.Site, bool]:
     """The site XLA keeps in its slot for one call site, from the call's attributes
     (``found``, with ``platform``: "cpu" or "cuda"), and whether the executable owns it
     (see the module docstring, step 2)."""
-    description = resolved(found, eager=found.get("platform", "cpu") == "cpu")
+    description = describe_site(found, eager=found.get("platform", "cpu") == "cpu")
     binding = lookup(description.binding)
-    assert binding is not None  # (resolved found it)
+    assert binding is not None  # (describe_site found it)
     return binding.own(found["site"], _ext.Site(description))
 
 
-def resolved(found: dict, eager: bool = False) -> Resolved:
+def describe_site(found: dict, eager: bool = False) -> SiteDescription:
     """A call site from its attributes: checked, its body found; its state set up now if
     `eager` (XLA instantiates it on the CPU), else at its first call."""
     call = CallAttributes.read(found)
@@ -87,15 +87,15 @@ def resolved(found: dict, eager: bool = False) -> Resolved:
     stateful = binding.options.state is not None
     if isinstance(body, Kernel):  # compiled: called without the GIL (see cpp/site.h)
         where = f"jaxbind: {label}" + (", batched" if loop.levels else "")
-        kernel = body.call_for(dump.to_dict(), where, stateful)
+        kernel = body.site_for(dump.to_dict(), where, stateful)
     elif isinstance(body, CudaKernel):  # launched by the trampoline (cpp/cuda_kernels.h)
-        cuda = body.call_for(dump.to_dict(), f"jaxbind: {label}")
+        cuda = body.site_for(dump.to_dict(), f"jaxbind: {label}")
     elif loop.levels:
         label += ", batched"
     lease = lease_for(binding, role, dump, label, eager)
     if kernel is not None and lease is not None:
         kernel.state = lease.for_kernel(body)
-    return Resolved(
+    return SiteDescription(
         binding=name,
         label=label,
         callable=body if lease is None else StatefulBody(body, lease),
@@ -110,8 +110,8 @@ def resolved(found: dict, eager: bool = False) -> Resolved:
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class Resolved:
-    """What the resolver found for one call site, as ``_ext.Site`` reads it (by these
+class SiteDescription:
+    """What Python found for one call site, as ``_ext.Site`` reads it (by these
     names) and the GPU dispatcher gets it.
 
     Attributes:
@@ -135,8 +135,8 @@ class Resolved:
     batched: tuple[bool, ...]
     platform_mode: str
     check: DefinitionCheck
-    kernel: KernelCall | None
-    cuda_kernel: CudaKernelCall | None = None
+    kernel: KernelSite | None
+    cuda_kernel: CudaKernelSite | None = None
 
     def accept(self, ins: tuple, outs: tuple) -> tuple[str | None, Any]:
         """``(problem, address)`` for buffers of a signature the site has not seen: what

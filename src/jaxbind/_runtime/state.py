@@ -1,12 +1,12 @@
 """Run time of states (``state=``, see jaxbind._state): set up, shared, used, freed.
 
-A call site of an op with a state holds a `Lease` (in its `Resolved` description, so
+A call site of an op with a state holds a `Lease` (in its `SiteDescription`, so
 in its ``_ext.Site``, which the executable owns: see cpp/site.h). Leases of sites with
-equal setup arguments (any role, any executable) share one `Shared` state from the
+equal setup arguments (any role, any executable) share one state (`StateObjects`) from the
 registry below; it counts them, and tears its objects down when the last lease goes,
 that is, when the last executable that uses it is freed. A state with ``key=`` is set
 up at calls instead (instantiate has no buffers): its lease keeps the last few key
-values, each with its own shared state.
+values, each with its own state.
 
 The trampoline calls a stateful site's body through `StatefulBody`, which takes an
 object under the state's concurrency policy and makes it the thread's current state
@@ -37,7 +37,7 @@ __all__ = ["Lease", "StatefulBody", "lease_for", "live_states"]
 _KEYS = 4  # key values a lease keeps set up (a small LRU)
 
 _lock = threading.Lock()
-_registry: dict[tuple, Shared] = {}
+_registry: dict[tuple, StateObjects] = {}
 
 
 class SetupError(RuntimeError):
@@ -60,7 +60,7 @@ def _holding() -> list:
         return _held.states
 
 
-class Shared:
+class StateObjects:
     """One state: its objects (one, or up to pool_size for "pool"), counted by leases.
 
     Which object a call uses, and when, is up to its `cell` (``_ext.StateCell``, see
@@ -182,31 +182,31 @@ class Shared:
 
 def _acquire(
     key: tuple, sdef: StateDef, arguments: dict, label: str, eager: bool, wait: bool = True
-) -> Shared:
+) -> StateObjects:
     with _lock:
-        shared = _registry.get(key)
-        if shared is None:
-            shared = _registry[key] = Shared(key, sdef, arguments, label)
-        shared.count += 1
+        state = _registry.get(key)
+        if state is None:
+            state = _registry[key] = StateObjects(key, sdef, arguments, label)
+        state.count += 1
     for w in _watches:  # (a kernel's uses are unseen: its site's lease is seen here)
-        w.noted(shared, "lease", None)
-    if eager and not shared.objects:
+        w.noted(state, "lease", None)
+    if eager and not state.objects:
         try:
-            shared.first(wait)
+            state.first(wait)
         except BaseException:
-            _release(shared)
+            _release(state)
             raise
-    return shared
+    return state
 
 
-def _release(shared: Shared) -> None:
+def _release(state: StateObjects) -> None:
     with _lock:
-        shared.count -= 1
-        if shared.count > 0:
+        state.count -= 1
+        if state.count > 0:
             return
-        if _registry.get(shared.key) is shared:
-            del _registry[shared.key]
-    shared.close()
+        if _registry.get(state.key) is state:
+            del _registry[state.key]
+    state.close()
 
 
 def live_states() -> int:
@@ -228,17 +228,17 @@ class Lease:
         self.sdef, self.label, self.key_at = sdef, label, key_at
         self.base = (id(binding), binding.name, id(sdef), _frozen(arguments))
         self.arguments = arguments
-        self.shared: Shared | None = None  # the CPU's, once set up (the fast path)
-        self.placed: dict[tuple, Shared] = {}  # place -> Shared, without a key
-        self.keyed: collections.OrderedDict = collections.OrderedDict()  # key -> (copies, Shared)
+        self.on_cpu: StateObjects | None = None  # the CPU's, once set up (the fast path)
+        self.placed: dict[tuple, StateObjects] = {}  # place -> StateObjects, without a key
+        self.keyed: collections.OrderedDict = collections.OrderedDict()  # key -> (copies, state)
         # (re-entrant: a key value's setup may call the program holding this site)
         self.mu = threading.RLock()
         if eager and not sdef.key:
-            # (XLA instantiates the site: see Shared.first for why it does not wait)
-            self.shared = self.placed[()] = _acquire(self.base, sdef, arguments, label, True, False)
+            # (XLA instantiates the site: see StateObjects.first for why it does not wait)
+            self.on_cpu = self.placed[()] = _acquire(self.base, sdef, arguments, label, True, False)
 
     def for_kernel(self, kernel) -> tuple:
-        """What a kernel site's trampoline holds of the state (KernelCall.state, read by
+        """What a kernel site's trampoline holds of the state (KernelSite.state, read by
         cpp/site.h): (cell or None, key inputs, serial tasks, this lease). The first
         object's address is checked now: a setup whose object gives none fails here, at
         instantiate, with the error naming the op. A numba kernel over ranges shares the
@@ -247,57 +247,57 @@ class Lease:
         serial = kernel.ranges is not None and self.sdef.concurrency != "shared"
         if self.sdef.key:
             return (None, list(self.key_at), serial, self)
-        shared = self.state_for(())  # (set up now, if the site was not instantiated)
-        if not shared.pending:  # (else the cell asks at the first call)
-            shared.cell.set_address(0, shared.provide(0, False))
-        return (shared.cell, [], serial, self)
+        state = self.state_for(())  # (set up now, if the site was not instantiated)
+        if not state.pending:  # (else the cell asks at the first call)
+            state.cell.set_address(0, state.provide(0, False))
+        return (state.cell, [], serial, self)
 
     def cell_for(self, keys: tuple) -> object:
         """For a kernel's call with key inputs not seen (the trampoline asks, with the
         GIL): the cell of their state, set up if new. `keys`: the key inputs as
         ``(address, shape, XLA element type)``."""
         arrays = [_array(*key) for key in keys]
-        shared = self._keyed(arrays, ())
-        shared.cell.set_address(0, shared.provide(0, False))  # (made: see _acquire)
-        return shared.cell
+        state = self._keyed(arrays, ())
+        state.cell.set_address(0, state.provide(0, False))  # (made: see _acquire)
+        return state.cell
 
-    def state_for(self, args, place: tuple = (), on_host=np.asarray) -> Shared:
+    def state_for(self, args, place: tuple = (), on_host=np.asarray) -> StateObjects:
         """The state for a call with inputs `args` at `place`, set up now if need be;
         `on_host` gives a key input's values as a NumPy array."""
         if self.sdef.key:
             return self._keyed([on_host(args[i]) for i in self.key_at], place)
         with self.mu:
-            shared = self.placed.get(place)
-            if shared is None:
+            state = self.placed.get(place)
+            if state is None:
                 key = (*self.base, *place)
-                shared = _acquire(key, self.sdef, self.arguments, self.label, True)
-                self.placed[place] = shared
+                state = _acquire(key, self.sdef, self.arguments, self.label, True)
+                self.placed[place] = state
                 if not place:
-                    self.shared = shared
-            return shared
+                    self.on_cpu = state
+            return state
 
-    def _keyed(self, inputs: list, place: tuple) -> Shared:
+    def _keyed(self, inputs: list, place: tuple) -> StateObjects:
         with self.mu:
-            for k, (copies, shared) in self.keyed.items():
+            for k, (copies, state) in self.keyed.items():
                 if k[0] == place and all(_same(a, b) for a, b in zip(copies, inputs)):
                     self.keyed.move_to_end(k)
-                    return shared
+                    return state
             copies = [a.copy() for a in inputs]
             k = (place, *((a.dtype.str, a.shape, a.tobytes()) for a in copies))
             arguments = dict(self.arguments, **dict(zip(self.sdef.key, copies)))
-            shared = _acquire((*self.base, *k), self.sdef, arguments, self.label, eager=True)
-            self.keyed[k] = (copies, shared)
+            state = _acquire((*self.base, *k), self.sdef, arguments, self.label, eager=True)
+            self.keyed[k] = (copies, state)
             while len(self.keyed) > _KEYS:
                 _release(self.keyed.popitem(last=False)[1][1])
-            return shared
+            return state
 
     def __del__(self):
         if sys.is_finalizing():
             return
-        for shared in self.placed.values():
-            _release(shared)
-        for _, shared in self.keyed.values():
-            _release(shared)
+        for state in self.placed.values():
+            _release(state)
+        for _, state in self.keyed.values():
+            _release(state)
 
 
 def _array(address: int, shape: tuple, code: int) -> np.ndarray:
@@ -361,32 +361,32 @@ class StatefulBody:
         policy)."""
         lease = self.lease
         for attempt in range(4):
-            shared = (None if place else lease.shared) or lease.state_for(args, place, on_host)
-            if shared.pending:  # (left to the first call, or set up on another thread now)
-                shared.first()
+            state = (None if place else lease.on_cpu) or lease.state_for(args, place, on_host)
+            if state.pending:  # (left to the first call, or set up on another thread now)
+                state.first()
             try:
-                slot = shared.use()
+                slot = state.use()
                 break
             except RuntimeError:
                 # a key value's state dropped from the lease's last few by another thread
                 # meanwhile: set up again
-                if not lease.sdef.key or not shared.cell.closed or attempt == 3:
+                if not lease.sdef.key or not state.cell.closed or attempt == 3:
                     raise
-        body = self.body if not _watches else self._noting(shared)
+        body = self.body if not _watches else self._noting(state)
         stack, holding = _stack(), _holding()
-        stack.append(shared.slots[slot])
-        holding.append(shared)
+        stack.append(state.slots[slot])
+        holding.append(state)
         try:
             body(out, args, kwargs_dump)
         finally:
             stack.pop()
             holding.pop()
-            shared.give_back(slot)
-            if shared.deferred and shared not in holding:
-                shared.deferred = False
-                shared.close()
+            state.give_back(slot)
+            if state.deferred and state not in holding:
+                state.deferred = False
+                state.close()
 
-    def _noting(self, shared: Shared):
+    def _noting(self, state: StateObjects):
         """The body, telling each `Watch` which object it used, from when to when."""
 
         def noted(out, args, kwargs_dump):
@@ -396,6 +396,6 @@ class StatefulBody:
             finally:
                 end = time.perf_counter()
                 for w in _watches:
-                    w.used(shared, obj, start, end)
+                    w.used(state, obj, start, end)
 
         return noted

@@ -26,19 +26,19 @@ def call_watched(kernel: Kernel, outs, ins, dump: KwargsDump) -> dict[str, np.nd
     values.pop("batch_axes", None)
     where = repr(kernel)
     state = state_address_for_call(kernel, where)
-    call = kernel.call_for(values, where, stateful=state is not None)
+    site = kernel.site_for(values, where, stateful=state is not None)
     describe = lambda arrays: tuple((0, a.shape, abi.xla_code(a.dtype)) for a in arrays)
-    address = call.address(describe(ins), describe(outs))
+    address = site.address(describe(ins), describe(outs))
     arrays = {
         name: np.array(values[name], order="C")  # the bytes the kernel gets
-        for name, *_, array in call.kwargs
+        for name, *_, array in site.kwargs
         if array is not None
     }
     status, message = abi.call_kernel(
         address,
         ins,
         outs,
-        call.kwargs,
+        site.kwargs,
         abi_version=kernel.abi_version,
         threads=min(kernel.threads or 3, 3),
         parallel_for=_ext.parallel_for_address(),

@@ -1,15 +1,17 @@
-// XLA's per-call-site state, as jaxbind uses it: one object per call site of an
-// executable, set when XLA instantiates the site and freed (its deleter called) when XLA
-// frees the executable.
+// XLA's per-site slot, as jaxbind uses it: one object per call site of an executable,
+// set when XLA instantiates the site and freed (its deleter called) when XLA frees the
+// executable. (XLA's C API calls what the slot holds a "state"; in jaxbind, "state" is
+// only an op's state, `jaxbind.state`.)
 //
 // jaxbind is built against the FFI headers of its oldest jaxlib, and runs in newer ones,
-// whose state API changed its argument structs twice, with equal sizes for different
-// layouts (API 0.1: a deleter with each state; 0.2: a deleter per registered type; 0.3: a
-// stage with each state). So the state is set and read through the C API directly, in the
-// layout of the API version the running XLA reports, and the type is registered with XLA
-// from here, the first time it is needed (not through jaxlib's queue of registrations).
-// Where XLA has no state for a call (it did not instantiate the site, or refused the
-// type), `get` gives nullptr and the caller finds the site by its digest instead.
+// whose slot API (XLA_FFI_State_*) changed its argument structs twice, with equal sizes
+// for different layouts (API 0.1: a deleter with each object; 0.2: a deleter per
+// registered type; 0.3: a stage with each object). So the slot is set and read through
+// the C API directly, in the layout of the API version the running XLA reports, and the
+// type is registered with XLA from here, the first time it is needed (not through
+// jaxlib's queue of registrations). Where XLA keeps no slot for a call (it did not
+// instantiate the site, or refused the type), `get` gives nullptr and the caller finds
+// the site by its digest instead.
 #pragma once
 
 #include <atomic>
@@ -19,7 +21,7 @@
 
 #include "xla_ffi.h"
 
-namespace jaxbind::xla_state {
+namespace jaxbind::xla_slot {
 
 // The argument structs of each API version (major version 0), as XLA reads them.
 struct TypeInfo {  // 0.2 and later
@@ -64,21 +66,21 @@ struct StagedV3 {  // Set and Get, 0.3 and later
   void *state;
 };
 
-// The type of jaxbind's site state in this process (0 until registered), and the one
+// The type of what jaxbind keeps in the slot in this process (0 until registered), and the one
 // deleter XLA calls for it.
 inline XLA_FFI_TypeId type_id{0};
 inline void (*deleter)(void *) = nullptr;
 
 inline int minor(const XLA_FFI_Api *api) { return api->api_version.minor_version; }
 
-// Whether jaxbind keeps sites in XLA's state on this XLA: API 0.2 and later (jaxlib 0.8 and
-// later). With API 0.1 (jaxlib 0.7), whose state carries its own deleter, freeing an
+// Whether jaxbind keeps sites in XLA's slots on this XLA: API 0.2 and later (jaxlib 0.8 and
+// later). With API 0.1 (jaxlib 0.7), whose slot object carries its own deleter, freeing an
 // executable aborted the process once in CI; there the sites are found by digest.
-inline bool keeps_state(const XLA_FFI_Api *api) {
+inline bool keeps_slots(const XLA_FFI_Api *api) {
   return api != nullptr && api->api_version.major_version == 0 && minor(api) >= 2;
 }
 
-// Register the type once per process; false if XLA refused it (then no state is set).
+// Register the type once per process; false if XLA refused it (then no slot is set).
 inline bool registered(const XLA_FFI_Api *api) {
   static std::once_flag once;
   static bool ok = false;
@@ -106,22 +108,22 @@ inline bool registered(const XLA_FFI_Api *api) {
   return ok;
 }
 
-// Set the state of the site being instantiated; false if XLA keeps none (then the state
+// Set the slot of the site being instantiated; false if XLA keeps none (then the object
 // is not taken: the caller still owns it).
-inline bool set(const ExecutionContext &c, void *state) {
+inline bool set(const ExecutionContext &c, void *object) {
   if (c.api == nullptr || deleter == nullptr || !registered(c.api)) return false;
   auto *fn = reinterpret_cast<XLA_FFI_Error *(*)(void *)>(c.api->XLA_FFI_State_Set);
   XLA_FFI_Error *error;
   int m = minor(c.api);
   if (m <= 1) {
-    SetV1 args{sizeof(SetV1), nullptr, c.ctx, &type_id, state, deleter};
+    SetV1 args{sizeof(SetV1), nullptr, c.ctx, &type_id, object, deleter};
     error = fn(&args);
   } else if (m == 2) {
-    GetV1 args{sizeof(GetV1), nullptr, c.ctx, &type_id, state};
+    GetV1 args{sizeof(GetV1), nullptr, c.ctx, &type_id, object};
     error = fn(&args);
   } else {
     StagedV3 args{sizeof(StagedV3), nullptr, c.ctx, XLA_FFI_ExecutionStage_INSTANTIATE,
-                  &type_id,         state};
+                  &type_id,         object};
     error = fn(&args);
   }
   if (error == nullptr) return true;
@@ -129,25 +131,25 @@ inline bool set(const ExecutionContext &c, void *state) {
   return false;
 }
 
-// The state XLA keeps for the site being executed, or nullptr.
+// The object in XLA's slot for the site being executed, or nullptr.
 inline void *get(const ExecutionContext &c) {
   if (c.api == nullptr || type_id.type_id == 0) return nullptr;
   auto *fn = reinterpret_cast<XLA_FFI_Error *(*)(void *)>(c.api->XLA_FFI_State_Get);
   XLA_FFI_Error *error;
-  void *state = nullptr;
+  void *object = nullptr;
   if (minor(c.api) <= 2) {
     GetV1 args{sizeof(GetV1), nullptr, c.ctx, &type_id, nullptr};
     error = fn(&args);
-    state = args.state;
+    object = args.state;
   } else {
     StagedV3 args{sizeof(StagedV3), nullptr, c.ctx, XLA_FFI_ExecutionStage_INSTANTIATE,
                   &type_id,         nullptr};
     error = fn(&args);
-    state = args.state;
+    object = args.state;
   }
-  if (error == nullptr) return state;
+  if (error == nullptr) return object;
   destroy_error(c.api, error);
   return nullptr;
 }
 
-}  // namespace jaxbind::xla_state
+}  // namespace jaxbind::xla_slot
