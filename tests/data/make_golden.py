@@ -73,7 +73,7 @@ def without_locations(exp) -> str:
 
 
 def main(argv: list) -> None:
-    sys.path.insert(0, str(HERE.parent))
+    sys.path[:0] = [str(HERE.parent), str(HERE.parent / "export")]  # tests/, the case scripts
     from export_cases import CASES
     from symbolic_cases import CASES as SYMBOLIC_CASES
     from symbolic_cases import GOLDEN as SYMBOLIC_GOLDEN

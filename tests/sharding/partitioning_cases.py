@@ -17,14 +17,13 @@ os.environ["XLA_FLAGS"] = (
 import json
 import pathlib
 import sys
-import traceback
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
-from support.processes import run_python
+from support.processes import run_case_functions, run_python
 
 import jaxbind
 from jaxbind.testing import collectives
@@ -803,14 +802,7 @@ def main():
             _registry.clear()
         load(pathlib.Path(sys.argv[2]))
         return
-    names = sys.argv[2:] or [n for n in globals() if n.startswith("case_")]
-    for name in names:
-        try:
-            detail, ok = globals()[name](), True
-        except Exception:
-            detail, ok = traceback.format_exc(limit=8), False
-        line = {"case": name, "ok": ok, "detail": detail, "jax": jax.__version__}
-        print(json.dumps(line, default=str), flush=True)
+    run_case_functions(globals(), sys.argv[2:], limit=8, jax=jax.__version__)
 
 
 if __name__ == "__main__":

@@ -11,13 +11,12 @@ os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
 )
 
-import json
 import sys
-import traceback
 
 import jax
 import numpy as np
 from jax.sharding import Mesh
+from support.processes import run_case_functions
 
 import jaxbind
 
@@ -84,15 +83,5 @@ def case_check_fails_a_jvp_right_only_on_the_whole_array():
     return text.splitlines()[1]
 
 
-def main():
-    names = sys.argv[1:] or [n for n in globals() if n.startswith("case_")]
-    for name in names:
-        try:
-            detail, ok = globals()[name](), True
-        except Exception:
-            detail, ok = traceback.format_exc(limit=8), False
-        print(json.dumps({"case": name, "ok": ok, "detail": detail}, default=str), flush=True)
-
-
 if __name__ == "__main__":
-    main()
+    run_case_functions(globals(), sys.argv[1:], limit=8)
