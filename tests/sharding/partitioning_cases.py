@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+from support.ops import sine, sine_derivative
 from support.processes import run_case_functions, run_python
 
 import jaxbind
@@ -134,17 +135,9 @@ def define_ops():
         reduction=("m",),
     )
 
-    def _sine(out, args, kwargs_dump):  # nonlinear, elementwise over m
-        (x,) = args
-        out[0][...] = np.sin(x)
-
-    def _sine_derivative(out, args, kwargs_dump):  # JVP and VJP alike: cos(x) * t
-        x, t = args
-        out[0][...] = np.cos(x) * t
-
     ops["sine"] = jaxbind.get_nonlinear_call(
-        _sine,
-        (_sine_derivative, _sine_derivative),
+        sine,
+        (sine_derivative, sine_derivative),
         lambda x: ((x.shape, x.dtype),),
         name="partitioning.sine",
         sharding="m k -> m k",

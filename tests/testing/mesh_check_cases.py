@@ -16,6 +16,7 @@ import sys
 import jax
 import numpy as np
 from jax.sharding import Mesh
+from support.ops import sine, sine_derivative
 from support.processes import run_case_functions
 
 import jaxbind
@@ -26,16 +27,6 @@ M = 256  # points: 64 on each device
 mesh = Mesh(np.array(jax.devices()), ("p",))
 
 
-def _sine(out, args, kwargs_dump):  # nonlinear, elementwise over m
-    (x,) = args
-    out[0][...] = np.sin(x)
-
-
-def _sine_derivative(out, args, kwargs_dump):  # JVP and VJP alike: cos(x) * t
-    x, t = args
-    out[0][...] = np.cos(x) * t
-
-
 def _sine_jvp_of_the_whole(out, args, kwargs_dump):
     # Normalised by the length it expects: right on all M points, 4x off on a device's M/4.
     x, t = args
@@ -44,8 +35,8 @@ def _sine_jvp_of_the_whole(out, args, kwargs_dump):
 
 def _sine_op(jvp, name):
     return jaxbind.get_nonlinear_call(
-        _sine,
-        (jvp, _sine_derivative),
+        sine,
+        (jvp, sine_derivative),
         lambda x: ((x.shape, x.dtype),),
         lambda x, t: ((x.shape, x.dtype),),
         name=name,
@@ -58,7 +49,7 @@ def _points():
 
 
 def case_check_compares_forward_mode_on_a_mesh():
-    op = _sine_op(_sine_derivative, "mesh_check.sine")
+    op = _sine_op(sine_derivative, "mesh_check.sine")
     report = jaxbind.testing.check(op, _points(), mesh=mesh, verbose=False)
     (row,) = [r for r in report if r.check == "mesh jvp vs one device"]
     assert row.ok and row.target == "m over 'p': argument 0 -> output 0", row
