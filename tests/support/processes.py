@@ -37,6 +37,23 @@ def run_python(*args, timeout=None, cwd=None, env=None) -> subprocess.CompletedP
     )
 
 
+def join_cpu_processes(process_id: int, port: int, count: int = 2) -> None:
+    """This process joins `count` processes on localhost (the coordinator at `port`) in one
+    JAX runtime, over CPU collectives: jax.distributed.initialize, within 60 s."""
+    import jax
+
+    try:  # CPU collectives across processes (jax 0.7 - 0.12)
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    except Exception:
+        pass
+    jax.distributed.initialize(
+        coordinator_address=f"127.0.0.1:{port}",
+        num_processes=count,
+        process_id=process_id,
+        initialization_timeout=60,
+    )
+
+
 def run_script(directory, code, *args, name="script.py", **kwargs) -> subprocess.CompletedProcess:
     """`code` (dedented) written to `directory`/`name`, then run by run_python (which takes
     the keyword arguments)."""
