@@ -27,6 +27,12 @@ def scaled(name, setup_kwargs=None, concurrency="lock", **state_options):
         made.append(scale)
         return (setup_kwargs or Scale)(scale)
 
+    return scaling(name, plan), made
+
+
+def scaling(name, plan):
+    """The linear op `name`, x -> state(x), its own transpose, with the state `plan`."""
+
     @jaxbind.linear_op(shape=lambda x, **kw: x, state=plan, name=name, replace=True)
     def op(x, *, state, scale):
         return state(x)
@@ -35,7 +41,7 @@ def scaled(name, setup_kwargs=None, concurrency="lock", **state_options):
     def _(ct, *, state, scale):
         return state(ct)
 
-    return op, made
+    return op
 
 
 class Scale:
@@ -232,15 +238,7 @@ def _tearing_down(name, teardown):
     def plan(*, scale):
         return Scale(scale)
 
-    @jaxbind.linear_op(shape=lambda x, **kw: x, state=plan, name=name, replace=True)
-    def op(x, *, state, scale):
-        return state(x)
-
-    @op.def_transpose
-    def _(ct, *, state, scale):
-        return state(ct)
-
-    return op
+    return scaling(name, plan)
 
 
 def test_a_teardown_that_raises_fails_its_own_row_and_the_other_rows_run():
