@@ -3,7 +3,7 @@
 Every ```python block is a test (pyproject.toml turns the plugin on for README.md and
 docs/). Three kinds are skipped, each with its reason:
 
-- a block that only includes a demo's source (``--8<-- "demos/x.py"``): tests/test_demos.py
+- a block that only includes a demo's source (``--8<-- "demos/x.py"``): tests/docs/test_demos.py
   runs the demo itself;
 - a block marked ``{.python .gpu}``: it needs a CUDA GPU, and runs where JAX has one;
 - a block marked ``{.python .needs-<module>}``: it needs an optional package that the test
@@ -78,7 +78,7 @@ def pytest_collection_modifyitems(config, items):
         include = _INCLUDE.match(definition.source.strip())
         if include:
             item.add_marker(
-                pytest.mark.skip(reason=f"shows {include[1]}, which tests/test_demos.py runs")
+                pytest.mark.skip(reason=f"shows {include[1]}, which tests/docs/test_demos.py runs")
             )
         elif "gpu" in _fence_classes(definition) and not _has_cuda():
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU (JAX has none here)"))

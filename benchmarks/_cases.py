@@ -132,37 +132,33 @@ _floor_lib = None  # the compiled _floor.cc, loaded on first use
 _floor_slots = [0]  # the next free slot of its callable table
 
 
+def _build_floor(source: str, stem: str, *includes: str):
+    """This directory's C++ `source` built once per Python and JAX version (against JAX's
+    FFI headers, Python's and `includes`) into .build/<stem>-<tag>.so: its path."""
+    import pathlib
+    import sysconfig
+
+    here = pathlib.Path(__file__).parent
+    tag = f"py{sys.version_info[0]}{sys.version_info[1]}-jax{jax.__version__}"
+    so = here / ".build" / f"{stem}-{tag}.so"
+    if not so.exists():
+        so.parent.mkdir(exist_ok=True)
+        tmp = so.with_name(f"{so.name}.{os.getpid()}.tmp")  # renamed when complete
+        flags = ["-O2", "-std=c++17", "-shared", "-fPIC", "-w"]
+        headers = [jax.ffi.include_dir(), *includes, sysconfig.get_paths()["include"]]
+        cmd = ["c++", *flags, *(f"-I{h}" for h in headers), str(here / source), "-o", str(tmp)]
+        subprocess.run(cmd, check=True)
+        os.replace(tmp, so)
+    return so
+
+
 def _floor_op(callable_, outs, args, kwargs_dump=b""):
     """A custom call that runs `callable_(outs, args, kwargs_dump)` through _floor.cc."""
     global _floor_lib
     import ctypes
-    import pathlib
-    import sysconfig
 
     if _floor_lib is None:
-        here = pathlib.Path(__file__).parent
-        tag = f"py{sys.version_info[0]}{sys.version_info[1]}-jax{jax.__version__}"
-        so = here / ".build" / f"libfloor-{tag}.so"
-        if not so.exists():
-            so.parent.mkdir(exist_ok=True)
-            tmp = so.with_name(f"{so.name}.{os.getpid()}.tmp")  # renamed when complete
-            subprocess.run(
-                [
-                    "c++",
-                    "-O2",
-                    "-std=c++17",
-                    "-shared",
-                    "-fPIC",
-                    "-w",
-                    f"-I{jax.ffi.include_dir()}",
-                    f"-I{sysconfig.get_paths()['include']}",
-                    str(here / "_floor.cc"),
-                    "-o",
-                    str(tmp),
-                ],
-                check=True,
-            )
-            os.replace(tmp, so)
+        so = _build_floor("_floor.cc", "libfloor")
         _floor_lib = ctypes.PyDLL(str(so))
         _floor_lib.floor_set.argtypes = [ctypes.c_int64, ctypes.py_object]
         jax.ffi.register_ffi_target(

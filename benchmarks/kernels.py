@@ -100,31 +100,7 @@ def _shape(x, **kwargs):
 
 def _kernel_floor(address: int):
     """ffi_call of _kernel_floor.cc, registered by hand, calling the kernel at `address`."""
-    import sysconfig
-
-    tag = f"py{sys.version_info[0]}{sys.version_info[1]}-jax{jax.__version__}"
-    so = HERE / ".build" / f"libkernelfloor-{tag}.so"
-    if not so.exists():
-        so.parent.mkdir(exist_ok=True)
-        tmp = so.with_name(f"{so.name}.{os.getpid()}.tmp")
-        subprocess.run(
-            [
-                "c++",
-                "-O2",
-                "-std=c++17",
-                "-shared",
-                "-fPIC",
-                "-w",
-                f"-I{jax.ffi.include_dir()}",
-                f"-I{jaxbind.kernel_include_dir()}",
-                f"-I{sysconfig.get_paths()['include']}",
-                str(HERE / "_kernel_floor.cc"),
-                "-o",
-                str(tmp),
-            ],
-            check=True,
-        )
-        os.replace(tmp, so)
+    so = _cases._build_floor("_kernel_floor.cc", "libkernelfloor", jaxbind.kernel_include_dir())
     import ctypes
 
     lib = ctypes.CDLL(str(so))

@@ -180,16 +180,10 @@ def part_worker(process_id: int, port: int, n: int, directory: pathlib.Path) -> 
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    try:  # CPU collectives across processes (jax 0.7 - 0.12)
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    except Exception:
-        pass
-    jax.distributed.initialize(
-        coordinator_address=f"127.0.0.1:{port}",
-        num_processes=2,
-        process_id=process_id,
-        initialization_timeout=60,
-    )
+    sys.path.insert(0, str(HERE.parent / "tests"))  # the tests' process helpers
+    from support.processes import join_cpu_processes
+
+    join_cpu_processes(process_id, port)
     with_rule, _ = _ops(n)
     mesh = jax.make_mesh((4,), ("p",))
     sharding = NamedSharding(mesh, P("p"))

@@ -2,7 +2,7 @@ import pytest
 from support.dtypes import global_x64
 from support.skips import has_cuda
 
-pytest_plugins = ["pytester"]  # tests/test_docs_blocks.py runs the docs conftest on a page
+pytest_plugins = ["pytester"]  # tests/docs/test_docs_blocks.py runs the docs conftest on a page
 
 
 @pytest.fixture(params=[False, True], ids=["x32", "x64"])

@@ -1,10 +1,10 @@
 """Write the golden artifacts in tests/data/ (run from tests/: python data/make_golden.py).
 
-Each case of export_cases.py (and each case of symbolic_cases.GOLDEN, exported
+Each case of export/export_cases.py (and each case of export/symbolic_cases.GOLDEN, exported
 with symbolic shapes and recorded at two or more sizes under "runs") becomes
 <case>-format<N>-jax<V>.bin (the serialized jax.export artifact) and a .json
 beside it (JAX version, jaxbind call format, arguments and expected results).
-test_export.py checks that every golden artifact that the running JAX promises
+export/test_export.py checks that every golden artifact that the running JAX promises
 to read loads and gives the recorded results. Never delete old ones; add new
 ones when the call format changes, and write a set with each JAX that CI tests.
 A JAX used here must be listed in jax_releases.json (its release date decides
@@ -73,7 +73,7 @@ def without_locations(exp) -> str:
 
 
 def main(argv: list) -> None:
-    sys.path.insert(0, str(HERE.parent))
+    sys.path[:0] = [str(HERE.parent), str(HERE.parent / "export")]  # tests/, the case scripts
     from export_cases import CASES
     from symbolic_cases import CASES as SYMBOLIC_CASES
     from symbolic_cases import GOLDEN as SYMBOLIC_GOLDEN

@@ -13,7 +13,7 @@ integers and floats, lists, None). JAXbind 1.3.1 decides what must be accepted:
   reported as an expected failure until it passes.
 - ``DIFFERS13`` rows: both accept the call, and their results (or the keyword arguments
   the callables saw) differ, because 1.3.1's were silently wrong (``why``); jaxbind's are
-  checked elsewhere (tests/contrib, tests/test_floats.py).
+  checked elsewhere (tests/contrib, tests/runtime/test_floats.py).
 
 Its spaces of parameter values (hypothesis draws from them, test_jaxbind13.py) are here
 too: `INTS`, `BOOLS`, ... list how real code spells one value.
@@ -246,7 +246,7 @@ KWARG_VALUES = {
 SUBNORMAL = (
     "1.3.1 unpickled keyword arguments on XLA's threads, whose floating-point mode flushes "
     "subnormals to zero: its callable saw -0.0 for -2.2e-309; jaxbind's sees the value, and "
-    "runs bodies with IEEE floats, as Python does (cpp/floats.h, tests/test_floats.py)"
+    "runs bodies with IEEE floats, as Python does (cpp/floats.h, tests/runtime/test_floats.py)"
 )
 
 

@@ -1,6 +1,17 @@
 """Abstract functions and callables for small ops that a test makes for itself."""
 
+import numpy as np
+
 import jaxbind
+
+# A CUDA kernel, y = a x over n elements, that the driver would load: the tests that lower
+# CUDA kernels on a machine without a GPU never load it.
+SCALE_PTX = """
+.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry scale(.param .u64 y, .param .u64 x, .param .f32 a, .param .u64 n) { ret; }
+"""
 
 
 def same_as_first(x, *args, **kwargs):
@@ -21,6 +32,18 @@ def double(out, args, kwargs_dump):
 def copy_last(out, args, kwargs_dump):
     """out = the last argument."""
     out[0][...] = args[-1]
+
+
+def sine(out, args, kwargs_dump):
+    """out = sin(x): nonlinear, elementwise."""
+    (x,) = args
+    out[0][...] = np.sin(x)
+
+
+def sine_derivative(out, args, kwargs_dump):
+    """The JVP and the VJP of sine alike: out = cos(x) t."""
+    x, t = args
+    out[0][...] = np.cos(x) * t
 
 
 def simple_op(f, name, abstract=same_as_first):

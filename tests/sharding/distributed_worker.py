@@ -23,6 +23,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from support.ops import same_as_first
+from support.processes import join_cpu_processes
 
 import jaxbind
 
@@ -38,16 +39,7 @@ cube = jaxbind.get_nonlinear_call(_cube, (None, None), same_as_first, None, name
 
 
 def main(process_id: int, port: int):
-    try:  # CPU collectives across processes (jax 0.7 - 0.12)
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    except Exception:
-        pass
-    jax.distributed.initialize(
-        coordinator_address=f"127.0.0.1:{port}",
-        num_processes=2,
-        process_id=process_id,
-        initialization_timeout=60,
-    )
+    join_cpu_processes(process_id, port)
     try:
         assert jax.device_count() == 4 and jax.local_device_count() == 2, jax.devices()
         mesh = Mesh(np.array(jax.devices()), ("b",))

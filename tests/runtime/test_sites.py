@@ -163,6 +163,6 @@ def test_jaxlib_07_takes_the_digest_route():
 
 @pytest.mark.slow
 def test_a_partitioned_call_finds_its_site_in_the_slot_on_four_devices():
-    results = run_cases("sites_cases.py")
+    results = run_cases("runtime/sites_cases.py")
     entry = results.get("case_partitioned_call_sites")
     assert entry is not None and entry["ok"], entry

@@ -2,7 +2,7 @@
 kernels beside it, numba kernels over ranges (with and without reduction="sum"), and the
 parallel batch loop under vmap, ordered calls kept in order; under jit, grad, vmap,
 export and testing.check, and with several Python threads calling at once. (shard_map:
-tests/sharding_cases.py.)"""
+tests/sharding/sharding_cases.py.)"""
 
 import os
 import pathlib

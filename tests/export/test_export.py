@@ -19,7 +19,7 @@ import jaxbind
 from jaxbind import _buildcheck
 
 HERE = pathlib.Path(__file__).parent
-DATA = HERE / "data"
+DATA = HERE.parent / "data"
 
 
 LOADER = """

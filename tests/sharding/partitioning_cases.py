@@ -17,14 +17,14 @@ os.environ["XLA_FLAGS"] = (
 import json
 import pathlib
 import sys
-import traceback
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
-from support.processes import run_python
+from support.ops import sine, sine_derivative
+from support.processes import run_case_functions, run_python
 
 import jaxbind
 from jaxbind.testing import collectives
@@ -135,17 +135,9 @@ def define_ops():
         reduction=("m",),
     )
 
-    def _sine(out, args, kwargs_dump):  # nonlinear, elementwise over m
-        (x,) = args
-        out[0][...] = np.sin(x)
-
-    def _sine_derivative(out, args, kwargs_dump):  # JVP and VJP alike: cos(x) * t
-        x, t = args
-        out[0][...] = np.cos(x) * t
-
     ops["sine"] = jaxbind.get_nonlinear_call(
-        _sine,
-        (_sine_derivative, _sine_derivative),
+        sine,
+        (sine_derivative, sine_derivative),
         lambda x: ((x.shape, x.dtype),),
         name="partitioning.sine",
         sharding="m k -> m k",
@@ -803,14 +795,7 @@ def main():
             _registry.clear()
         load(pathlib.Path(sys.argv[2]))
         return
-    names = sys.argv[2:] or [n for n in globals() if n.startswith("case_")]
-    for name in names:
-        try:
-            detail, ok = globals()[name](), True
-        except Exception:
-            detail, ok = traceback.format_exc(limit=8), False
-        line = {"case": name, "ok": ok, "detail": detail, "jax": jax.__version__}
-        print(json.dumps(line, default=str), flush=True)
+    run_case_functions(globals(), sys.argv[2:], limit=8, jax=jax.__version__)
 
 
 if __name__ == "__main__":

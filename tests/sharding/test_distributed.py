@@ -8,6 +8,8 @@ import socket
 import subprocess
 import sys
 
+from support.processes import with_tests_on_path
+
 HERE = pathlib.Path(__file__).parent
 TIMEOUT = 180
 
@@ -27,6 +29,7 @@ def test_two_processes_run_a_batch_sharded_op_on_the_global_mesh():
             stderr=subprocess.PIPE,
             text=True,
             cwd=HERE,
+            env=with_tests_on_path(),
         )
         for i in range(2)
     ]

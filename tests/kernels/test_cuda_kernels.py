@@ -7,17 +7,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from support.ops import SCALE_PTX as PTX  # loaded by no test
 
 import jaxbind
 from jaxbind._kernels.cuda import CudaKernelSite
-
-# A kernel the driver would load (these tests never load it)
-PTX = """
-.version 8.0
-.target sm_90
-.address_size 64
-.visible .entry scale(.param .u64 y, .param .u64 x, .param .f32 a, .param .u64 n) { ret; }
-"""
 
 shape = lambda x, **kw: ((x.shape, x.dtype),)
 

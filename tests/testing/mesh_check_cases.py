@@ -11,13 +11,13 @@ os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
 )
 
-import json
 import sys
-import traceback
 
 import jax
 import numpy as np
 from jax.sharding import Mesh
+from support.ops import sine, sine_derivative
+from support.processes import run_case_functions
 
 import jaxbind
 
@@ -25,16 +25,6 @@ jax.config.update("jax_enable_x64", True)
 
 M = 256  # points: 64 on each device
 mesh = Mesh(np.array(jax.devices()), ("p",))
-
-
-def _sine(out, args, kwargs_dump):  # nonlinear, elementwise over m
-    (x,) = args
-    out[0][...] = np.sin(x)
-
-
-def _sine_derivative(out, args, kwargs_dump):  # JVP and VJP alike: cos(x) * t
-    x, t = args
-    out[0][...] = np.cos(x) * t
 
 
 def _sine_jvp_of_the_whole(out, args, kwargs_dump):
@@ -45,8 +35,8 @@ def _sine_jvp_of_the_whole(out, args, kwargs_dump):
 
 def _sine_op(jvp, name):
     return jaxbind.get_nonlinear_call(
-        _sine,
-        (jvp, _sine_derivative),
+        sine,
+        (jvp, sine_derivative),
         lambda x: ((x.shape, x.dtype),),
         lambda x, t: ((x.shape, x.dtype),),
         name=name,
@@ -59,7 +49,7 @@ def _points():
 
 
 def case_check_compares_forward_mode_on_a_mesh():
-    op = _sine_op(_sine_derivative, "mesh_check.sine")
+    op = _sine_op(sine_derivative, "mesh_check.sine")
     report = jaxbind.testing.check(op, _points(), mesh=mesh, verbose=False)
     (row,) = [r for r in report if r.check == "mesh jvp vs one device"]
     assert row.ok and row.target == "m over 'p': argument 0 -> output 0", row
@@ -84,15 +74,5 @@ def case_check_fails_a_jvp_right_only_on_the_whole_array():
     return text.splitlines()[1]
 
 
-def main():
-    names = sys.argv[1:] or [n for n in globals() if n.startswith("case_")]
-    for name in names:
-        try:
-            detail, ok = globals()[name](), True
-        except Exception:
-            detail, ok = traceback.format_exc(limit=8), False
-        print(json.dumps({"case": name, "ok": ok, "detail": detail}, default=str), flush=True)
-
-
 if __name__ == "__main__":
-    main()
+    run_case_functions(globals(), sys.argv[1:], limit=8)

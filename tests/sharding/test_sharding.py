@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow  # the subprocess that runs every case takes about
 
 @pytest.fixture(scope="module")
 def results():
-    return run_cases("sharding_cases.py")
+    return run_cases("sharding/sharding_cases.py")
 
 
 def _check(results, name):

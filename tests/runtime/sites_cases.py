@@ -9,9 +9,7 @@ os.environ["XLA_FLAGS"] = (
 )
 
 import gc
-import json
 import sys
-import traceback
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +17,7 @@ import jaxlib.version
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+from support.processes import run_case_functions
 
 import jaxbind
 
@@ -52,15 +51,5 @@ def case_partitioned_call_sites():
     return found
 
 
-def main():
-    names = sys.argv[1:] or [n for n in globals() if n.startswith("case_")]
-    for name in names:
-        try:
-            detail, ok = globals()[name](), True
-        except Exception:
-            detail, ok = traceback.format_exc(limit=6), False
-        print(json.dumps({"case": name, "ok": ok, "detail": detail}, default=str), flush=True)
-
-
 if __name__ == "__main__":
-    main()
+    run_case_functions(globals(), sys.argv[1:])

@@ -11,10 +11,8 @@ os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
 )
 
-import json
 import sys
 import threading
-import traceback
 
 import jax
 import jax.numpy as jnp
@@ -22,7 +20,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from support.ops import same_as_first
-from support.processes import run_python
+from support.processes import run_case_functions, run_python
 from support.skips import importable
 
 import jaxbind
@@ -545,15 +543,5 @@ def case_parallel_kernels_under_shard_map():
     return "kernels over ranges (one with reduction='sum') under shard_map, grad, vmap"
 
 
-def main():
-    names = sys.argv[1:] or [n for n in globals() if n.startswith("case_")]
-    for name in names:
-        try:
-            detail, ok = globals()[name](), True
-        except Exception:
-            detail, ok = traceback.format_exc(limit=6), False
-        print(json.dumps({"case": name, "ok": ok, "detail": detail}, default=str), flush=True)
-
-
 if __name__ == "__main__":
-    main()
+    run_case_functions(globals(), sys.argv[1:])

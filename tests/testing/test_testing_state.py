@@ -27,6 +27,12 @@ def scaled(name, setup_kwargs=None, concurrency="lock", **state_options):
         made.append(scale)
         return (setup_kwargs or Scale)(scale)
 
+    return scaling(name, plan), made
+
+
+def scaling(name, plan):
+    """The linear op `name`, x -> state(x), its own transpose, with the state `plan`."""
+
     @jaxbind.linear_op(shape=lambda x, **kw: x, state=plan, name=name, replace=True)
     def op(x, *, state, scale):
         return state(x)
@@ -35,7 +41,7 @@ def scaled(name, setup_kwargs=None, concurrency="lock", **state_options):
     def _(ct, *, state, scale):
         return state(ct)
 
-    return op, made
+    return op
 
 
 class Scale:
@@ -194,12 +200,19 @@ def test_threads_row_passes_a_staging_object_under_one_user_policies(concurrency
     assert "each thread on its inputs" in threads[0].detail
 
 
-def test_teardown_row_names_the_program_that_still_holds_the_state():
-    op, _ = scaled("check_state.kept_program")
+def _check_while_a_program_holds_the_state(name):
+    """check of the op `name` while a program compiled before the check (outside JAX's
+    caches) holds its state: the report, and that program (alive until the caller drops it)."""
+    op, _ = scaled(name)
     x = np.arange(4.0)
     kept = jax.jit(lambda x: op(x, scale=3.0)).lower(x).compile()  # outside JAX's caches
     kept(x)
     report = jaxbind.testing.check(op, x, scale=3.0, verbose=False)
+    return report, kept
+
+
+def test_teardown_row_names_the_program_that_still_holds_the_state():
+    report, kept = _check_while_a_program_holds_the_state("check_state.kept_program")
     (freed,) = _rows(report, "state: teardowns equal setups")
     assert freed.status == "not checked", freed
     assert "still held by 'check_state.kept_program' (the function): 1 call site(s)" in (
@@ -225,15 +238,7 @@ def _tearing_down(name, teardown):
     def plan(*, scale):
         return Scale(scale)
 
-    @jaxbind.linear_op(shape=lambda x, **kw: x, state=plan, name=name, replace=True)
-    def op(x, *, state, scale):
-        return state(x)
-
-    @op.def_transpose
-    def _(ct, *, state, scale):
-        return state(ct)
-
-    return op
+    return scaling(name, plan)
 
 
 def test_a_teardown_that_raises_fails_its_own_row_and_the_other_rows_run():
@@ -291,11 +296,7 @@ def test_one_user_per_object_counts_each_key_values_state_apart():
 
 def test_setup_row_is_not_checked_while_a_program_from_before_the_check_holds_the_state():
     # The kept program's state is the one the check's program leases: no setup to count.
-    op, _ = scaled("check_state.kept_setup")
-    x = np.arange(4.0)
-    kept = jax.jit(lambda x: op(x, scale=3.0)).lower(x).compile()  # outside JAX's caches
-    kept(x)
-    report = jaxbind.testing.check(op, x, scale=3.0, verbose=False)
+    report, kept = _check_while_a_program_holds_the_state("check_state.kept_setup")
     (once,) = _rows(report, "state: set up once per site")
     assert once.status == "not checked", once
     assert "set up before the check, by 'check_state.kept_setup' (the function)" in once.detail

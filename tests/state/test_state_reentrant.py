@@ -38,7 +38,9 @@ CASES = [
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory):
     lib = compile_c_library(tmp_path_factory, "reentrant", _C_SOURCE)
-    proc = run_python(TESTS / "state_reentrant_cases.py", lib._name, timeout=300, cwd=TESTS)
+    proc = run_python(
+        TESTS / "state" / "state_reentrant_cases.py", lib._name, timeout=300, cwd=TESTS
+    )
     found = {}
     for line in proc.stdout.splitlines():
         if line.startswith("{"):

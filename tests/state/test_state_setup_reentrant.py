@@ -13,7 +13,7 @@ NAMES = [case.__name__[len("case_") :] for case in CASES]
 
 @pytest.fixture(scope="module")
 def found():
-    return run_cases("state_setup_cases.py")
+    return run_cases("state/state_setup_cases.py")
 
 
 @pytest.mark.parametrize("case", NAMES)

@@ -13,16 +13,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+from support.ops import SCALE_PTX as PTX
 
 import jaxbind
 from jaxbind._rules import spmd
 
-PTX = """
-.version 8.0
-.target sm_90
-.address_size 64
-.visible .entry scale(.param .u64 y, .param .u64 x, .param .f32 a, .param .u64 n) { ret; }
-"""
 shape = lambda x, **kw: ((x.shape, x.dtype),)
 kernel = jaxbind.cuda_kernel(
     PTX, "scale", scalars=lambda y, x, *, a: (np.float32(a), np.int64(x.size))

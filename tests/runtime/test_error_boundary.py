@@ -8,7 +8,7 @@ where <where> is the site's label ("'name' (the function)") once the site is kno
 
 Rows run through XLA (the CPU handler, its kernel fast path and the instantiate stage), or
 through the CUDA handler's body on host memory (`_ext.gpu_error_for_tests`, as
-tests/test_gpu_plumbing.py drives it), which reaches everything of that handler but XLA.
+tests/runtime/test_gpu_plumbing.py drives it), which reaches everything of that handler but XLA.
 """
 
 import ctypes.util

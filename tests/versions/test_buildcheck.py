@@ -22,9 +22,9 @@ from support.processes import run_python
 
 from jaxbind import _buildcheck, _ext, _versions
 
-RELEASES = json.loads((pathlib.Path(__file__).parent / "data" / "jax_releases.json").read_text())[
-    "dates"
-]
+RELEASES = json.loads(
+    (pathlib.Path(__file__).parents[1] / "data" / "jax_releases.json").read_text()
+)["dates"]
 V = _buildcheck.version_tuple
 
 

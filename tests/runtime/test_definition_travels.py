@@ -223,7 +223,7 @@ def test_inplace_op_given_aliases_later_refuses_the_old_program():
 
 @pytest.fixture(scope="module")
 def four_devices():
-    return run_cases("definition_cases.py")
+    return run_cases("runtime/definition_cases.py")
 
 
 @pytest.mark.slow

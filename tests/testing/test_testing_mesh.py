@@ -18,7 +18,7 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def results():
-    return run_cases("mesh_check_cases.py")
+    return run_cases("testing/mesh_check_cases.py")
 
 
 @pytest.mark.slow

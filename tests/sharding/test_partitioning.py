@@ -297,7 +297,7 @@ def test_export_allows_the_partitioned_target():
 
 @pytest.fixture(scope="module", params=["shardy", "gspmd"])
 def results(request):
-    return run_cases("partitioning_cases.py", request.param)
+    return run_cases("sharding/partitioning_cases.py", request.param)
 
 
 CASES = [

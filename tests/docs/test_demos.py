@@ -5,7 +5,7 @@ import pathlib
 import pytest
 from support.processes import run_python
 
-DEMOS = sorted((pathlib.Path(__file__).parent.parent / "demos").glob("*.py"))
+DEMOS = sorted((pathlib.Path(__file__).parents[2] / "demos").glob("*.py"))
 
 
 @pytest.mark.parametrize("demo", DEMOS, ids=lambda p: p.name)

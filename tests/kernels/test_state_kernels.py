@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from support.clib import compile_c_library
 from support.processes import run_isolated
+from support.threads import failures_at_once
 
 import jaxbind
 from jaxbind._runtime.state import live_states
@@ -150,20 +151,12 @@ def test_lock_and_pool_give_each_call_an_object_of_its_own(clib, policy):
     op = c_op(clib, f"tests.state_kernel_{policy}", made, concurrency=policy, **options)
     f = jax.jit(jax.vmap(lambda x: op(x, scale=2.0)))  # 0.2 ms each: the loop spreads them
     xs = jnp.ones((16, 8))
-    failures = []
 
-    def work():
-        try:
-            for _ in range(5):
-                np.testing.assert_allclose(f(xs), 2 * np.ones((16, 8)))
-        except Exception as exc:  # pragma: no cover - reported below
-            failures.append(exc)
+    def work(_):
+        for _ in range(5):
+            np.testing.assert_allclose(f(xs), 2 * np.ones((16, 8)))
 
-    threads = [threading.Thread(target=work) for _ in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    failures = failures_at_once(work, 3)
     assert not failures
     assert sum(p.calls for p in made.objects) == 3 * 5 * 16
     if policy == "lock":
@@ -417,20 +410,12 @@ def test_more_key_values_than_are_kept_under_vmap_on_several_threads():
     f = jax.jit(jax.vmap(op))
     ps = jnp.arange(8.0)[:, None] + jnp.arange(3.0)
     xs = jnp.ones((8, 3))
-    failures = []
 
-    def work():
-        try:
-            for _ in range(5):
-                np.testing.assert_allclose(f(ps, xs), 1 + 10 * np.asarray(ps))
-        except Exception as exc:  # pragma: no cover - reported below
-            failures.append(exc)
+    def work(_):
+        for _ in range(5):
+            np.testing.assert_allclose(f(ps, xs), 1 + 10 * np.asarray(ps))
 
-    threads = [threading.Thread(target=work) for _ in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    failures = failures_at_once(work, 3)
     assert not failures, failures[0]
     assert len(setups) >= 8
 

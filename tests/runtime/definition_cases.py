@@ -14,15 +14,14 @@ os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
 )
 
-import json
 import sys
-import traceback
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+from support.processes import run_case_functions
 
 import jaxbind
 
@@ -110,15 +109,5 @@ def case_rule_function_giving_another_rule_refuses_the_program():
     return [_right_or_refused(_run(program), name)]
 
 
-def main():
-    names = sys.argv[1:] or [n for n in globals() if n.startswith("case_")]
-    for name in names:
-        try:
-            detail, ok = globals()[name](), True
-        except Exception:
-            detail, ok = traceback.format_exc(limit=6), False
-        print(json.dumps({"case": name, "ok": ok, "detail": detail}, default=str), flush=True)
-
-
 if __name__ == "__main__":
-    main()
+    run_case_functions(globals(), sys.argv[1:])
