@@ -15,7 +15,7 @@ Every field of `Options` is in exactly one of `COMPARED` (recorded per op and co
 whole), `PER_CALL` (recorded as what the call used: the rule, only for a call that was
 partitioned by it; a call that runs whole gives the right result under any rule) and
 `READ_AT_RUN_TIME` (the runtime reads it from the op it finds, so no program keeps it).
-tests/test_definition_travels.py redefines every option of both APIs and fails for an
+tests/runtime/test_definition_travels.py redefines every option of both APIs and fails for an
 option left out of these tables.
 """
 

@@ -2,7 +2,7 @@
 
 Every field of the ABI's structs is one 8-byte word (an array keyword argument holds a
 whole ``jaxbind_buffer``), so a struct is a row of 64-bit words and a field is an
-offset into it. The header declares the fields in this order (tests/test_kernels.py
+offset into it. The header declares the fields in this order (tests/kernels/test_kernels.py
 reads the header against this table; cpp/kernels.h asserts the sizes), the packing
 below writes by it, and the numba code generator (numba_codegen.py) reads by it.
 """
