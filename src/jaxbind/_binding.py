@@ -147,7 +147,8 @@ class Binding:
 
     def owners(self) -> dict:
         """For each live site (by its id), the owners that hold it: "program" (a holder),
-        "executable" (loaded), "orphans". Each site has exactly one (tests/runtime/test_sites.py)."""
+        "executable" (loaded), "orphans". Each site has exactly one
+        (tests/runtime/test_sites.py)."""
         found: dict = {}
         for holder in list(self.holders.values()):
             if holder.site is not None:

@@ -1,8 +1,8 @@
 """One `check` call (`Case`): the op, its example call, tolerances, steps and the roles it has;
 and `Family`, what every family of rows declares.
 
-A family of rows says which roles, options and kinds of body it covers (tests/testing/test_testing.py
-asserts that every one is covered by some family), whether it applies to an op, and yields
+A family of rows says which roles, options and kinds of body it covers
+(tests/testing/test_testing.py asserts that every one is covered by some family), whether it applies to an op, and yields
 its rows. A check that applies but cannot run yields a "not checked" row saying why.
 """
 
