@@ -3,7 +3,8 @@ and `Family`, what every family of rows declares.
 
 A family of rows says which roles, options and kinds of body it covers
 (tests/testing/test_testing.py asserts that every one is covered by some family), whether
-it applies to an op, and yields its rows. A check that applies but cannot run yields a "not checked" row saying why.
+it applies to an op, and yields its rows. A check that applies but cannot run yields a
+"not checked" row saying why.
 """
 
 from __future__ import annotations
