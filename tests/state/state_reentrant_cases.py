@@ -71,15 +71,12 @@ def _refused(name, nested, words, **state_options):
     caller); afterwards the op works again (its object was given back)."""
     op, objects = python_op(name, nested, **state_options)
     x = jnp.arange(3.0)
-    try:
-        jax.jit(lambda x: op(x, scale=2.0))(x).block_until_ready()
-    except Exception as exc:
-        text = str(exc)
-    else:
-        return False, "the nested call did not fail"
-    missing = [w for w in (f"'{name}'", "called again", *words) if w not in text]
-    if missing:
-        return False, f"missing {missing} in: {text[:1500]}"
+    problem = refusal_problem(
+        lambda: jax.jit(lambda x: op(x, scale=2.0))(x).block_until_ready(),
+        (f"'{name}'", "called again", *words),
+    )
+    if problem is not None:
+        return False, problem
     objects[:] = ["again", "again"]  # (no nesting now)
     got = jax.jit(lambda x: op(x, scale=3.0))(x)
     return bool(np.allclose(got, 3 * np.arange(3.0))), "after the refusal"
@@ -147,6 +144,19 @@ def case_kernel_under_a_python_body_lock():
     nest = False
     got = jax.jit(jax.linear_transpose(lambda y: op(y, scale=2.0), x))(x)[0]
     return bool(np.allclose(got, 2 * np.arange(3.0))), "after the refusal"
+
+
+def refusal_problem(run, words) -> str | None:
+    """None if `run()` raised with every one of `words` in its message, else what went
+    wrong instead (it did not raise, or the message lacks some words)."""
+    try:
+        run()
+    except Exception as exc:
+        text = str(exc)
+    else:
+        return "the call did not fail"
+    missing = [w for w in words if w not in text]
+    return f"missing {missing} in: {text[:1500]}" if missing else None
 
 
 def run_with_limit(cases):
