@@ -44,6 +44,7 @@ TRACE_TIME = {
     "_primitive",
     "_spec",
     "_export",
+    "_references",
     # jaxbind.testing.check: the entry point, its report and case, one module per row family
     "testing",
     "testing.report",
@@ -68,6 +69,7 @@ TRACE_TIME = {
     "_rules.targets",
     "_rules.partitioning",
     "_rules.jaxfn",
+    "_rules.reference",
     "_rules.effects",
     "_rules.jaxlib07",
 }

@@ -41,6 +41,10 @@ Compiled kernels, any role's body in either API, run without the GIL on XLA's th
 Export, programs that call jaxbind ops run in another process:
     export, export_safety_checks, ExportedDefaultNameWarning
 
+JAX references (reference= in both APIs): every platform, portable exports, derived rules:
+    use_reference
+        run ops' JAX references instead of their native bodies (JAXBIND_USE_REFERENCE=1)
+
 GPU (CUDA buffers handed to callables; CUDA kernels launched by jaxbind on XLA's stream):
     current_call, CallContext, CudaArray
     cuda_kernel, CudaKernel
@@ -84,6 +88,7 @@ from ._kernels import Kernel, kernel, kernel_include_dir  # noqa: E402
 from ._kernels.cuda import CudaKernel, cuda_kernel  # noqa: E402
 from ._kwargs import load_kwargs  # noqa: E402
 from ._native import NativeOp, linear_op, multilinear_op, nonlinear_op  # noqa: E402
+from ._references import use_reference  # noqa: E402
 from ._roles import jax_function  # noqa: E402
 from ._rules import spmd as _spmd  # noqa: E402
 from ._runtime import check_outputs  # noqa: E402
@@ -124,6 +129,7 @@ __all__ = [
     "multilinear_op",
     "nonlinear_op",
     "state",
+    "use_reference",
     "__version__",
 ]
 

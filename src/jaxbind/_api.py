@@ -213,11 +213,13 @@ def make_op(
     options: Options,
     name: str | None,
     replace: bool,
+    reference: Callable | None = None,
 ) -> Op:
     """The op of a binding made from the user's functions and checked options (both
-    APIs end here)."""
+    APIs end here). `reference`: the op's JAX reference, or None."""
     if not callable(f):
         raise TypeError(f"jaxbind: f must be callable, got {f!r}")
+    check_reference(reference, name or _default_name(f), options)
     for what, fn in (
         ("f", f),
         *(
@@ -240,7 +242,7 @@ def make_op(
         raise TypeError(f"jaxbind: name must be a non-empty string, got {name!r}")
     if name is None:
         name = _default_name(f)
-    roles = role_table(kind, f, transposes, derivatives, abstract, abstract_T)
+    roles = role_table(kind, f, transposes, derivatives, abstract, abstract_T, reference)
     if options.vectorized and any(r.kind is Body.KERNEL for r in roles.values()):
         raise TypeError(f"{about(name)} has {words(options).kernel_batching()}")
     f_body = roles["f"].body
@@ -259,6 +261,25 @@ def make_op(
     binding = Binding(name=name, kind=kind, roles=roles, options=options)
     binding, _ = register(binding, explicit_name=explicit, replace=replace)
     return Op(binding)
+
+
+def check_reference(reference, name: str, options: Options) -> None:
+    """A reference is a function (of JAX arrays), and the op computes only outputs."""
+    if reference is None:
+        return
+    if not callable(reference) or Body.of(reference) is Body.KERNEL:
+        raise TypeError(
+            f"{about(name)}: reference must be a JAX function of the op's arrays and keyword "
+            f"arguments that returns its outputs, got {reference!r}"
+        )
+    if options.effect is not None:
+        raise TypeError(
+            f"{about(name)} has side effects "
+            f"({'ordered=True' if options.effect == 'ordered' else 'has_side_effect=True'}), "
+            "and a JAX "
+            "reference computes outputs only: the effect would be lost where the reference "
+            "runs. Drop reference=, or the side effect"
+        )
 
 
 def check_state_key(name: str, options: Options, roles: dict) -> None:
@@ -291,6 +312,8 @@ def get_linear_call(
     /,
     abstract: Callable,
     abstract_T: Callable | Sequence | None = None,
+    *,
+    reference: Callable | None = None,
     **options: Unpack[CallOptions],
 ) -> Op:
     """Make a JAX op from a linear (or multilinear) Python function and its transpose.
@@ -307,6 +330,9 @@ def get_linear_call(
       abstract_T: the same for ``f_T`` (a tuple for a multilinear op), or None
         (for any of them): the cotangents are shaped as the inputs they belong to,
         which jaxbind knows from the primals.
+      reference: the op's JAX reference, ``reference(*args, **kwargs)`` with JAX arrays,
+        returning f's outputs (see "Options" below); then ``f_T`` may be None, and
+        the transpose is derived from it.
       **options: ``first_n_args_fixed``, ``func_can_batch``, ``name``, ``replace``,
         ``platform_mode``, ``input_output_aliases``, ``has_side_effect``, ``ordered``,
         ``state``, ``sharding``, ``reduction``: see "Options" below.
@@ -335,7 +361,7 @@ def get_linear_call(
     checked = state_key_positions(
         checked, abstract, name or _default_name(f), "its abstract function"
     )
-    return make_op(kind, f, f_T, None, abstract, abstract_T, checked, name, replace)
+    return make_op(kind, f, f_T, None, abstract, abstract_T, checked, name, replace, reference)
 
 
 def get_nonlinear_call(
@@ -344,6 +370,8 @@ def get_nonlinear_call(
     /,
     abstract: Callable,
     abstract_reverse: Callable | None = None,
+    *,
+    reference: Callable | None = None,
     **options: Unpack[CallOptions],
 ) -> Op:
     """Make a JAX op from a nonlinear Python function with its JVP and VJP.
@@ -364,6 +392,9 @@ def get_nonlinear_call(
       abstract_reverse: output shapes of ``f_vjp``, called with f's arguments
         followed by the cotangents; None: they are shaped as the non-fixed
         arguments, which jaxbind knows from the primals.
+      reference: the op's JAX reference, ``reference(*args, **kwargs)`` with JAX arrays,
+        returning f's outputs (see "Options" below); a JVP or VJP given as None is then
+        derived from it, differentiable to any order.
       **options: as for [`get_linear_call`][jaxbind.get_linear_call], and ``linear_in``: see
         "Options" below.
 
@@ -384,7 +415,16 @@ def get_nonlinear_call(
     )
     derivatives = tuple(f_derivative)
     return make_op(
-        Kind.NONLINEAR, f, None, derivatives, abstract, abstract_reverse, checked, name, replace
+        Kind.NONLINEAR,
+        f,
+        None,
+        derivatives,
+        abstract,
+        abstract_reverse,
+        checked,
+        name,
+        replace,
+        reference,
     )
 
 

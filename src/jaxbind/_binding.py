@@ -82,6 +82,12 @@ class Binding:
         return (self.kind, tuple(r.identity() for r in self.roles.values()), self.options)
 
     @property
+    def reference(self) -> Callable | None:
+        """The op's JAX reference (f's; every role's reference column derives from it)."""
+        ref = self.roles["f"].reference
+        return None if ref is None else ref.fn
+
+    @property
     def f(self) -> Callable:
         """The body of the function itself (role "f")."""
         return self.body("f")
@@ -166,7 +172,8 @@ class Binding:
         if found is not None:
             return found
         if self.kind is Kind.MULTILINEAR and role.index is not None:
-            return missing_role(role)  # a transpose beyond those given: none given
+            # a transpose beyond those given: none given (derived, with a reference)
+            return missing_role(role, self.reference)
         raise LookupError(
             f"jaxbind: binding '{self.name}' ({self.kind.value}) has no role {role.text!r}"
         )

@@ -39,12 +39,14 @@ __all__ = [
     "collect_jax_garbage",
     "config_use_shardy",
     "define_primitive",
+    "define_jit_keyed_state",
     "explain_checkpoint_effects",
     "explicit_mesh",
     "explicit_spec",
     "explicitly_sharded",
     "ffi",
     "for_export",
+    "lowering_platforms",
     "hlo",
     "hlo_sharding",
     "instantiate_zeros",
@@ -145,11 +147,34 @@ def define_primitive(prim, *, impl, abstract_eval, lowerings, jvp, transpose, ba
     """
     prim.def_impl(impl)
     prim.def_effectful_abstract_eval(abstract_eval)  # -> (output avals, effects)
-    for platform, rule in lowerings.items():
+    for platform, rule in lowerings.items():  # platform None: every other platform
         mlir.register_lowering(prim, rule, platform=platform)
     ad.primitive_jvps[prim] = jvp
     ad.primitive_transposes[prim] = transpose
     batching.primitive_batchers[prim] = batch
+
+
+def define_jit_keyed_state(name: str, values: tuple[str, ...], default: str, help: str):
+    """A JAX configuration state that is part of every jit's cache key (as jax_enable_x64
+    is), so that programs traced under one value are not reused under another, eager
+    calls and lowering caches included; the state is its own context manager
+    (``with state("x"): ...``). jax._src.config.enum_state: include_in_trace_context=True
+    with include_in_jit_key=True (jit's C++ dispatch) in jax 0.8 - 0.12, include_in_jit_key
+    alone in jax 0.7 (which has no trace context)."""
+    import inspect
+
+    from jax._src import config
+
+    keys = {"include_in_jit_key": True}
+    if "include_in_trace_context" in inspect.signature(config.enum_state).parameters:
+        keys["include_in_trace_context"] = True
+    return config.enum_state(name, values, default, help=help, **keys)
+
+
+def lowering_platforms(ctx) -> tuple[str, ...]:
+    """The platforms a lowering rule lowers for: a rule shared by several platforms of a
+    multi-platform export sees those (ctx.platforms), else the module's (jax 0.7 - 0.12)."""
+    return tuple(getattr(ctx, "platforms", None) or ctx.module_context.platforms)
 
 
 def for_export(ctx) -> bool:

@@ -13,8 +13,9 @@ partitioned call was split by.
 
 Every field of `Options` is in exactly one of `COMPARED` (recorded per op and compared
 whole), `PER_CALL` (recorded as what the call used: the rule, only for a call that was
-partitioned by it; a call that runs whole gives the right result under any rule) and
-`READ_AT_RUN_TIME` (the runtime reads it from the op it finds, so no program keeps it).
+partitioned by it; a call that runs whole gives the right result under any rule),
+`READ_AT_RUN_TIME` (the runtime reads it from the op it finds, so no program keeps it) and
+`CHOSEN_AT_LOWERING` (it decides whether a call is a custom call at all).
 tests/runtime/test_definition_travels.py redefines every option of both APIs and fails for an
 option left out of these tables.
 """
@@ -30,6 +31,7 @@ from ._errors import words
 from ._options import Options
 
 __all__ = [
+    "CHOSEN_AT_LOWERING",
     "COMPARED",
     "PER_CALL",
     "READ_AT_RUN_TIME",
@@ -54,6 +56,12 @@ PER_CALL = ("sharding",)  # with its reduction factors
 # Options the runtime reads from the op it finds, at every site: not in any program.
 READ_AT_RUN_TIME = {
     "platform_mode": "the GPU handler reads it from the op when it makes a site's plan",
+}
+# Options that choose, when a program is lowered, between the native body's custom call
+# and the op's JAX reference inlined: a program holds no record of them, and is right
+# under any value (a custom call runs the native body; an inlined reference is JAX code).
+CHOSEN_AT_LOWERING = {
+    "prefer_reference": "where the reference computes the op instead of the native body",
 }
 
 

@@ -194,12 +194,24 @@ class Words:
         if self.native:
             if role.base == "T":
                 argnum = "" if role.index is None else f"(argnum={role.index})"
-                return f"define it with the op's @op.def_transpose{argnum} decorator"
-            return f"define it with the op's @op.def_{role.base} decorator"
+                return (
+                    f"define it with the op's @op.def_transpose{argnum} decorator, or give "
+                    "the op a JAX reference (reference=, @op.def_reference) to derive it from"
+                )
+            return (
+                f"define it with the op's @op.def_{role.base} decorator, or give the op a JAX "
+                "reference (reference=, @op.def_reference) to derive it from"
+            )
         if role.base == "T":
             where = "f_T" if role.index is None else f"f_T[{role.index}]"
-            return f"pass it to get_linear_call as {where}"
-        return f"pass it to get_nonlinear_call as f_{role.base}"
+            return (
+                f"pass it to get_linear_call as {where}, or give the op a JAX reference "
+                "(reference=) to derive it from"
+            )
+        return (
+            f"pass it to get_nonlinear_call as f_{role.base}, or give the op a JAX reference "
+            "(reference=) to derive it from"
+        )
 
     def differentiable_derivatives(self) -> str:
         """How to make a nonlinear op's JVP and VJP differentiable in turn."""

@@ -8,6 +8,7 @@ from typing import Any
 import jax
 import jax.export  # a submodule: not loaded by "import jax"
 
+from ._references import use_reference
 from ._rules.targets import target_names
 
 __all__ = ["export", "export_safety_checks"]
@@ -27,6 +28,7 @@ def export_safety_checks() -> list[jax.export.DisabledSafetyCheck]:
 def export(
     fun: Callable[..., Any],
     *,
+    portable: bool = False,
     disabled_checks: Iterable[jax.export.DisabledSafetyCheck] = (),
     **kwargs: Any,
 ) -> Callable[..., jax.export.Exported]:
@@ -34,21 +36,39 @@ def export(
 
     Args:
       fun: the function to export; wrapped in `jax.jit` if it is not jitted yet.
-      disabled_checks: further checks to disable; jaxbind's own are added.
+      portable: lower every jaxbind op to its JAX reference (``reference=``), on every
+        platform: the artifact has no custom call, and runs with plain
+        ``jax.export.deserialize`` where jaxbind and the ops' libraries are not
+        installed (any platform JAX runs on). An op without a reference is refused,
+        naming it. Otherwise (the default) ops lower to their native bodies on CPU and
+        CUDA, and to their references on the other platforms of ``platforms``.
+      disabled_checks: further checks to disable; jaxbind's own are added (not for a
+        portable export, which has no custom call to allow).
       kwargs: passed to `jax.export.export` (e.g. ``platforms``).
 
     Returns:
       The function that `jax.export.export` returns: call it with example
       arguments (or ShapeDtypeStructs) to get a `jax.export.Exported`, whose
       ``.serialize()`` bytes load with ``jax.export.deserialize`` in any process
-      that has created the same bindings (same names).
+      that has created the same bindings (same names), or in any process at all
+      (``portable=True``).
 
     Example:
       >>> exp = jaxbind.export(lambda x: op(x)[0])(jnp.ones(3))  # doctest: +SKIP
       >>> blob = exp.serialize()  # doctest: +SKIP
     """
+    if not isinstance(portable, bool):
+        raise TypeError(f"jaxbind.export: portable must be a bool, got {portable!r}")
     if not hasattr(fun, "lower"):
         fun = jax.jit(fun)
-    return jax.export.export(
-        fun, disabled_checks=[*export_safety_checks(), *disabled_checks], **kwargs
-    )
+    if not portable:
+        return jax.export.export(
+            fun, disabled_checks=[*export_safety_checks(), *disabled_checks], **kwargs
+        )
+    exporter = jax.export.export(fun, disabled_checks=list(disabled_checks), **kwargs)
+
+    def export_portable(*args: Any, **call_kwargs: Any) -> jax.export.Exported:
+        with use_reference(strict=True):  # traced and lowered anew: the switch keys jit
+            return exporter(*args, **call_kwargs)
+
+    return export_portable

@@ -59,6 +59,8 @@ class Options:
         and the call's keyword arguments that gives one per call; None: the op declares
         none. _rules.partitioning checks it against the op at creation (a function's
         rules at each call) and decides each call's partitioning by it.
+      prefer_reference: platforms ("cpu", "cuda") where the op's JAX reference computes
+        its calls although its native body could (see jaxbind._references).
     """
 
     fixed: int = 0
@@ -71,6 +73,7 @@ class Options:
     state: Any = None  # a _state.StateDef (not imported: this module imports none of jaxbind's)
     state_key: tuple[int, ...] = ()
     sharding: Sharding | None = None
+    prefer_reference: tuple[str, ...] = ()
 
 
 class _CommonOptions(TypedDict, total=False):
@@ -87,6 +90,7 @@ class _CommonOptions(TypedDict, total=False):
     state: Any  # made with @jaxbind.state
     sharding: str | Callable[..., Any] | None
     reduction: Sequence[str]
+    prefer_reference: Sequence[str]
 
 
 class CallOptions(_CommonOptions, total=False):
@@ -114,6 +118,7 @@ OPTION_NAMES = (
     "state",
     "sharding",
     "reduction",
+    "prefer_reference",
 )
 
 # Appended to the docstrings of get_linear_call and get_nonlinear_call; the decorators
@@ -178,6 +183,19 @@ OPTION_DOCS = """
       See docs/sharding.md.
     - ``reduction``: the factors of ``sharding`` that ``f`` sums over: ``f`` of all the
       arguments is the sum of ``f`` of their parts along these factors.
+    - ``reference`` (a keyword of its own, or ``op.def_reference`` in the decorators): the
+      op's JAX reference, a function of JAX arrays that computes what ``f`` computes:
+      called with f's arguments (fixed ones included; pytrees in the decorators) and the
+      call's keyword arguments, it returns f's outputs (an array, or a tuple/list of
+      them; the pytree ``shape`` describes in the decorators). Programs lowered for a
+      platform without a native body (TPU, ROCm, a PJRT plugin) compute the op by it;
+      ``jaxbind.export(..., portable=True)`` and ``jaxbind.use_reference()`` use it
+      everywhere; a derivative or transpose the op was given no body for is derived
+      from it by JAX; ``jaxbind.testing.check`` compares the native op with it. See
+      docs/portable.md.
+    - ``prefer_reference``: platforms (``"cpu"``, ``"cuda"``) where the reference computes
+      the op although its native body could run there, e.g. ``("cuda",)`` for a CPU
+      library that would run in host mode in GPU programs.
 """
 
 
@@ -239,8 +257,31 @@ def declare(
                 what, name or default_name, options.get("sharding"), options.get("reduction", ())
             ),
         ),
+        prefer_reference=_prefer_reference(what, name or default_name, options),
     )
     return checked, name, replace
+
+
+def _prefer_reference(what: str, name: str | None, options: Mapping[str, Any]) -> tuple:
+    value = options.get("prefer_reference", ())
+    if isinstance(value, str):
+        value = (value,)
+    try:
+        platforms = tuple(value)
+    except TypeError:
+        platforms = None
+    if platforms is None or not all(p in ("cpu", "cuda") for p in platforms):
+        raise ValueError(
+            f"{_op(what, name)}: prefer_reference must be a sequence of the platforms where "
+            'the op has a native body, "cpu" and "cuda" (elsewhere its reference runs '
+            f"anyway), got {value!r}"
+        )
+    if platforms and (options.get("has_side_effect") or options.get("ordered")):
+        raise TypeError(
+            f"{_op(what, name)}: prefer_reference with side effects (has_side_effect/"
+            "ordered): a JAX reference computes outputs, not effects"
+        )
+    return tuple(sorted(set(platforms)))
 
 
 def _count(value: Any, fixed_name: str, native: bool) -> int:

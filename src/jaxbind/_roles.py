@@ -21,6 +21,7 @@ parsed once into a `Role`.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import types
@@ -33,6 +34,7 @@ __all__ = [
     "JaxFunction",
     "Kind",
     "OpBase",
+    "ReferenceRole",
     "Role",
     "RoleDef",
     "describe_role",
@@ -170,6 +172,32 @@ class JaxFunction:
         return f"jax_function({self.fn!r})"
 
 
+class ReferenceRole(JaxFunction):
+    """A role of an op computed from the op's JAX reference (``reference=``): the role
+    table's reference column, and the body of a role the op declares no rule for (a
+    derived rule). ``fn`` is the reference (f's, for every role); _rules.reference makes
+    the role's function from it (f itself, JAX's JVP or VJP of it, its transpose)."""
+
+    __slots__ = ("role",)
+
+    def __init__(self, fn: Callable, role: Role):
+        super().__init__(fn)
+        self.role = role
+
+    def __eq__(self, other):
+        return (
+            isinstance(other, ReferenceRole)
+            and other.role == self.role
+            and same_values(other.fn, self.fn)
+        )
+
+    def __hash__(self):
+        return hash((self.role.text, super().__hash__()))
+
+    def __repr__(self):
+        return f"reference({self.fn!r}, {self.role.text!r})"
+
+
 def jax_function(fn: Callable) -> JaxFunction:
     """Mark `fn` as a JAX function, for use as ``f_jvp`` or ``f_vjp`` of a nonlinear op.
 
@@ -262,6 +290,8 @@ class RoleDef:
         arguments after the leading ones; None for the others (a nonlinear f goes to
         its VJP where it is linear_in; a multilinear role's partner depends on the
         argument).
+      reference: the role computed from the op's JAX reference, or None (the op has
+        none); a role given no body has it as its body (`derived`).
     """
 
     role: Role
@@ -269,10 +299,16 @@ class RoleDef:
     abstract: Callable | None
     args: Args
     partner: str | None
+    reference: ReferenceRole | None = None
 
     @property
     def kind(self) -> Body:
         return Body.of(self.body)
+
+    @property
+    def derived(self) -> bool:
+        """Whether the op declared no body for the role, which its reference computes."""
+        return isinstance(self.body, ReferenceRole)
 
     @property
     def jointly_linear(self) -> bool:
@@ -302,16 +338,19 @@ class RoleDef:
 
     def identity(self) -> tuple:
         """What makes two definitions of the role the same (see same_values)."""
-        return (self.role.text, self.body, self.abstract)
+        return (self.role.text, self.body, self.abstract, self.reference)
 
 
-def role_table(kind: Kind, f, transposes, derivatives, abstract, abstract_T) -> dict:
+def role_table(
+    kind: Kind, f, transposes, derivatives, abstract, abstract_T, reference=None
+) -> dict:
     """The roles of an op made from what either API was given, by role name.
 
     `transposes` is f_T (linear) or one transpose per argument (multilinear, None
     where there is none); `derivatives` is (f_jvp, f_vjp) for a nonlinear op;
     `abstract_T` gives the transposes' (or the VJP's) output shapes, or None where
-    they come from the primals.
+    they come from the primals. `reference`: the op's JAX reference, or None; with one,
+    every role has its reference column, and a role given no body is derived from it.
     """
     p = Role.parse
     table = {}
@@ -328,7 +367,16 @@ def role_table(kind: Kind, f, transposes, derivatives, abstract, abstract_T) -> 
         table["f"] = RoleDef(p("f"), f, abstract, Args.F, None)
         table["jvp"] = RoleDef(p("jvp"), f_jvp, abstract, Args.JVP, "vjp")
         table["vjp"] = RoleDef(p("vjp"), f_vjp, abstract_T, Args.VJP, "jvp")
+    if reference is not None:
+        table = {name: with_reference(entry, reference) for name, entry in table.items()}
     return table
+
+
+def with_reference(entry: RoleDef, reference: Callable) -> RoleDef:
+    """`entry` with its reference column, and derived from it if it has no body."""
+    ref = ReferenceRole(reference, entry.role)
+    body = ref if entry.body is None and entry.role.base != "f" else entry.body
+    return dataclasses.replace(entry, body=body, reference=ref)
 
 
 def for_call(fn: Callable, trees) -> Callable:
@@ -343,6 +391,8 @@ def for_call(fn: Callable, trees) -> Callable:
     return bind(trees)
 
 
-def missing_role(role: Role) -> RoleDef:
-    """The entry of a multilinear transpose beyond those given (no body)."""
-    return RoleDef(role, None, None, Args.T_I, None)
+def missing_role(role: Role, reference: Callable | None = None) -> RoleDef:
+    """The entry of a multilinear transpose beyond those given (no body; derived from the
+    op's `reference` if it has one)."""
+    entry = RoleDef(role, None, None, Args.T_I, None)
+    return entry if reference is None else with_reference(entry, reference)

@@ -397,6 +397,7 @@ _OPTION_VALUES = {
     "state": jaxbind.state(lambda **kwargs: "set up"),
     "sharding": "i -> i",
     "reduction": ("i",),
+    "prefer_reference": ("cuda",),
 }
 # options that need another one with them
 _OPTION_WITH = {"reduction": {"sharding": "i -> j"}}

@@ -61,6 +61,7 @@ ROWS = [
     Row("state", None, _plan),
     Row("sharding", None, "n -> n"),
     Row("reduction", (), ("m",)),
+    Row("prefer_reference", (), ("cpu",)),
     # the other way round, where the program's value can be exported
     Row("input_output_aliases", {0: 0}, None, inplace=True),
     Row("state", _plan, None),
@@ -87,6 +88,8 @@ def _make(row: Row, value, native: bool, name: str, replace: bool):
     else:
         shape = lambda *a, **kw: jax.ShapeDtypeStruct(a[-1].shape, a[-1].dtype)
     takes_state = row.option == "state" and value is not None
+    if row.option == "prefer_reference":  # (the reference computes what the body does)
+        options["reference"] = lambda *a, **kw: 2 * a[-1]
 
     def compute(*args, **kw):
         x = np.asarray(args[-1])
@@ -148,13 +151,15 @@ def _id(case):
 def test_every_option_has_a_row():
     """An option of either API, or a field of Options, that the table or
     jaxbind._definition leaves out fails here: give it a row, and a place in the record
-    (COMPARED or PER_CALL) or a reason it is read at run time (READ_AT_RUN_TIME)."""
+    (COMPARED or PER_CALL) or a reason it is read at run time (READ_AT_RUN_TIME) or chosen
+    at lowering (CHOSEN_AT_LOWERING)."""
     assert {r.option for r in ROWS} == {*OPTION_NAMES, "fixed", "vectorized"}
     fields = {f.name for f in dataclasses.fields(Options)}
     classified = [
         *_definition.COMPARED,
         *_definition.PER_CALL,
         *_definition.READ_AT_RUN_TIME,
+        *_definition.CHOSEN_AT_LOWERING,
     ]
     assert len(classified) == len(set(classified)), "an option classified twice"
     assert set(classified) == fields

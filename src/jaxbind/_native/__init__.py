@@ -41,7 +41,7 @@ from typing import Any, Unpack
 import jax
 import jax.numpy as jnp
 
-from .._api import Op, check_state_key, make_op
+from .._api import Op, check_reference, check_state_key, make_op
 from .._errors import about, add_context, refused_arguments
 from .._kwargs import KwargsDump
 from .._options import OPTION_DOCS, OpOptions, Options, declare, state_key_positions
@@ -74,6 +74,7 @@ class NativeOp:
         name: str | None,
         replace: bool,
         options: Options,
+        reference: Callable | None = None,
     ):
         if not callable(fn) or not callable(shape):
             raise TypeError("jaxbind: the function and its shape must be callables")
@@ -83,6 +84,7 @@ class NativeOp:
         self._transposes: dict[int | None, Callable] = {}
         self._jvp: Callable | None = None
         self._vjp: Callable | None = None
+        self._reference = None if reference is None else self._wrapped_reference(reference)
         self._called = False
         functools.update_wrapper(self, fn, updated=())
         self._shapes = Shapes(self, shape, Args.F, "the shape function")
@@ -140,6 +142,26 @@ class NativeOp:
         self._refresh()
         return fn
 
+    def def_reference(self, fn: Callable) -> Callable:
+        """Define the op's JAX reference (decorator): ``fn(*args, **kwargs)`` with the op's
+        arguments as JAX arrays (pytrees as given) returns the pytree its shape function
+        describes, computing what the function computes. Programs for platforms without
+        a native body run it, ``jaxbind.export(..., portable=True)`` exports it, the
+        derivatives and transposes not defined are derived from it, and
+        ``jaxbind.testing.check`` compares the function with it."""
+        self._define("reference")
+        self._reference = self._wrapped_reference(fn)
+        self._refresh()
+        return fn
+
+    def _wrapped_reference(self, fn: Callable):
+        if not callable(fn):
+            raise TypeError(
+                f"{about(self._explicit_name or getattr(self.fn, '__qualname__', 'op'))}: "
+                f"reference must be a JAX function, got {fn!r}"
+            )
+        return JaxDerivative(self, fn, Args.F, "the reference")
+
     def _check_nonlinear(self, what):
         if self.kind != "nonlinear":
             raise TypeError(f"{about(self.name)} is {self.kind}: use def_transpose, not {what}")
@@ -194,12 +216,14 @@ class NativeOp:
             self.options,
             self._explicit_name,
             self._replace,
+            self._reference,
         )
 
     def _refresh(self):
         """Give the registered binding the derivatives defined so far (before any call)."""
         binding = self._op.binding
-        roles = role_table(binding.kind, *self._bodies(), self._shapes, None)
+        check_reference(self._reference, self.name, self.options)
+        roles = role_table(binding.kind, *self._bodies(), self._shapes, None, self._reference)
         check_state_key(self.name, self.options, roles)
         binding.roles = roles
 
@@ -268,7 +292,9 @@ class NativeOp:
 Decorator = Callable[[Callable], "NativeOp"]
 
 
-def _decorator(kind: str, shape: ShapeFn, options: OpOptions) -> Decorator:
+def _decorator(
+    kind: str, shape: ShapeFn, reference: Callable | None, options: OpOptions
+) -> Decorator:
     checked, name, replace = declare(f"{kind}_op", kind, options, native=True)
 
     def make(fn: Callable) -> NativeOp:
@@ -279,17 +305,25 @@ def _decorator(kind: str, shape: ShapeFn, options: OpOptions) -> Decorator:
             keyed = state_key_positions(checked, shape, where, "the op's shape function")
         else:
             keyed = state_key_positions(checked, fn, where, "the op's function")
-        return NativeOp(kind, fn, shape, name=name, replace=replace, options=keyed)
+        return NativeOp(
+            kind, fn, shape, name=name, replace=replace, options=keyed, reference=reference
+        )
 
     return make
 
 
-def linear_op(*, shape: ShapeFn, **options: Unpack[OpOptions]) -> Decorator:
+def linear_op(
+    *, shape: ShapeFn, reference: Callable | None = None, **options: Unpack[OpOptions]
+) -> Decorator:
     """Decorator: a linear op (linear in every argument after the first ``fixed``).
 
     Args:
       shape: ``shape(*args, **kwargs)`` with ``jax.ShapeDtypeStruct``-like arguments,
         returning the output's ``jax.ShapeDtypeStruct`` (or a pytree of them).
+      reference: the op's JAX reference (or ``@op.def_reference``): ``reference(*args,
+        **kwargs)`` with JAX arrays returns what the function returns. It runs where
+        the function cannot (other platforms, portable exports), and derives the
+        derivatives not defined; see "Options" below.
       **options: the options of both APIs (listed under "Options" below, as for
         [`jaxbind.get_linear_call`][jaxbind.get_linear_call]), with two under their own
         names here: ``fixed``, the leading arguments that are parameters (single
@@ -302,26 +336,30 @@ def linear_op(*, shape: ShapeFn, **options: Unpack[OpOptions]) -> Decorator:
     arguments, and returns its result, or writes into ``out=`` if it takes that
     argument. Define the transpose with ``@op.def_transpose``.
     """
-    return _decorator("linear", shape, options)
+    return _decorator("linear", shape, reference, options)
 
 
-def multilinear_op(*, shape: ShapeFn, **options: Unpack[OpOptions]) -> Decorator:
+def multilinear_op(
+    *, shape: ShapeFn, reference: Callable | None = None, **options: Unpack[OpOptions]
+) -> Decorator:
     """Decorator: an op linear in each argument separately (e.g. a product).
 
     As [`linear_op`][jaxbind.linear_op]; define one transpose per argument with
     ``@op.def_transpose(argnum=i)``.
     """
-    return _decorator("multilinear", shape, options)
+    return _decorator("multilinear", shape, reference, options)
 
 
-def nonlinear_op(*, shape: ShapeFn, **options: Unpack[OpOptions]) -> Decorator:
+def nonlinear_op(
+    *, shape: ShapeFn, reference: Callable | None = None, **options: Unpack[OpOptions]
+) -> Decorator:
     """Decorator: a nonlinear op. As [`linear_op`][jaxbind.linear_op]; define its derivatives with
     ``@op.def_jvp`` and ``@op.def_vjp`` (callables, or functions marked with
     ``jaxbind.jax_function``, for second derivatives). Its options include ``linear_in``, as for
     [`jaxbind.get_nonlinear_call`][jaxbind.get_nonlinear_call]: the positions of arguments
     (single arrays, after the fixed ones) in which the function is jointly linear, so that it
     transposes in them, through its VJP."""
-    return _decorator("nonlinear", shape, options)
+    return _decorator("nonlinear", shape, reference, options)
 
 
 for _fn in (linear_op, multilinear_op, nonlinear_op):

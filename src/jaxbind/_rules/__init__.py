@@ -6,8 +6,14 @@ the role's body (see _roles.Body), one set per kind of body:
 
 - a callable or a compiled kernel: output shapes from the abstract function
   (abstract), batching natively or by jaxbind's loop (batching), the trampoline's
-  custom call (lowering, with partitioning and the jaxlib-0.7 form in jaxlib07);
-- a JAX function: traced into the program (jaxfn).
+  custom call (lowering, with partitioning and the jaxlib-0.7 form in jaxlib07), or,
+  where the op's JAX reference computes the call instead, that reference inlined
+  (reference: the target table's reference row);
+- a JAX function: traced into the program (jaxfn); a role the op gave no body but
+  whose reference derives it (reference) is one.
+
+The lowering is registered for CPU and CUDA, where native bodies run, and for every
+other platform (JAX's default rule), where only a reference can.
 
 Each generic rule takes the role from the CallSpec parameter and reads the binding's
 role table. `register_rules` gives them to JAX once, at import; no binding adds or
@@ -30,6 +36,7 @@ from . import abstract, batching, jaxfn, lowering
 from .ad import jvp_rule, transpose_rule
 from .effects import effects_of, explain_checkpoint
 from .partitioning import check_call, typed_results
+from .reference import platform_of
 
 __all__ = ["BODY_RULES", "BodyRules", "register_rules"]
 
@@ -89,9 +96,11 @@ def batch_rule(args, dims, *, spec: CallSpec):
     return _rules(spec).batch(args, dims, spec=spec)
 
 
-def _lowering(platform: str):
+def _lowering(platform: str | None):
+    """The lowering rule for `platform` (None: any platform without a rule of its own)."""
+
     def lower(ctx, *args, spec: CallSpec):
-        return _rules(spec).lower(platform, ctx, *args, spec=spec)
+        return _rules(spec).lower(platform or platform_of(ctx), ctx, *args, spec=spec)
 
     return lower
 
@@ -104,6 +113,7 @@ def register_rules() -> None:
         lowerings={
             "cpu": _lowering("cpu"),
             "cuda": _lowering("cuda"),
+            None: _lowering(None),  # TPU, ROCm, plugins: the op's reference, if any
         },
         jvp=jvp_rule,
         transpose=transpose_rule,

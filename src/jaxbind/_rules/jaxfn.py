@@ -22,16 +22,20 @@ from jax.numpy import moveaxis
 
 from .._compat import ShapedArray, mlir, output_aval
 from .._errors import words
-from .._roles import for_call
+from .._roles import ReferenceRole, for_call
 from .._spec import CallSpec
 from .abstract import declared_outputs
 from .batching import batch_looped
+from .reference import checked, role_function
 
-__all__ = ["batch", "batched_function", "lower", "output_avals"]
+__all__ = ["batch", "batched_function", "lower", "lower_by_reference", "output_avals"]
 
 
 def _call(spec: CallSpec) -> Callable:
-    fn = for_call(spec.binding.body(spec.role), spec.trees)
+    body = spec.binding.body(spec.role)
+    if isinstance(body, ReferenceRole):  # a rule derived from the op's reference
+        return role_function(body, spec)
+    fn = for_call(body, spec.trees)
     kwargs = spec.kwargs.to_dict()
 
     def call(*args):
@@ -46,10 +50,11 @@ def _call(spec: CallSpec) -> Callable:
     return call
 
 
-def batched_function(spec: CallSpec) -> Callable:
+def batched_function(spec: CallSpec, call: Callable | None = None) -> Callable:
     """The role of `spec` as a JAX function of arrays batched as the spec says: the
-    batch levels go to the front (outermost first), then one vmap per level."""
-    call = _call(spec)
+    batch levels go to the front (outermost first), then one vmap per level. `call`: the
+    role's function of one batch element (default: the role's body)."""
+    call = _call(spec) if call is None else call
     if spec.batch_axes is None:
         return call
     ins, outs = spec.batch_axes, spec.out_batch_axes
@@ -72,7 +77,8 @@ def output_avals(spec: CallSpec, avals) -> tuple:
     if ba is not None:
         core = [ShapedArray(ba.core_shape(a.shape, i), a.dtype) for i, a in enumerate(avals)]
     outs = _eval_shapes(unbatched, core)
-    _check(unbatched, core, outs)
+    if not spec.entry.derived:  # (a derived rule returns what JAX's derivative does)
+        _check(unbatched, core, outs)
     if ba is not None:
         outs = _eval_shapes(spec, avals)
     return tuple(output_aval(o.shape, o.dtype, avals) for o in outs)
@@ -124,3 +130,12 @@ def batch(args, dims, *, spec: CallSpec):
 def lower(platform: str, ctx, *args, spec: CallSpec):
     """Inlined: the function is lowered into the program; there is no custom call."""
     return mlir.lower_fun(batched_function(spec), multiple_results=True)(ctx, *args)
+
+
+def lower_by_reference(ctx, *args, spec: CallSpec):
+    """A call of a role with a native body, computed by its reference instead (the
+    reference row of the target table; see .reference): inlined as `lower` inlines."""
+    entry = spec.entry
+    assert entry.reference is not None
+    call = checked(spec, role_function(entry.reference, spec), ctx.avals_out)
+    return mlir.lower_fun(batched_function(spec, call), multiple_results=True)(ctx, *args)

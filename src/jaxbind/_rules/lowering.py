@@ -41,6 +41,7 @@ from .._kwargs import data_blob, is_local, localized, not_data_reason
 from .._primitive import eager
 from .._spec import CallSpec
 from .effects import ORDERED
+from .jaxfn import lower_by_reference
 from .jaxlib07 import cpu_root_call_form
 from .partitioning import (
     NOT_MARKED,
@@ -50,6 +51,7 @@ from .partitioning import (
     rule_mark,
     to_sdy,
 )
+from .reference import lowers_by_reference
 from .targets import TARGETS, Target, pick, row
 
 __all__ = ["CPU_TARGET", "CUDA_KERNEL_TARGET", "CUDA_TARGET", "lower"]
@@ -63,7 +65,7 @@ CUDA_KERNEL_TARGET = pick("cuda", effect=False, kernel=True, partitioned=False).
 _EMBED_LIMIT = 16 * 1024
 
 # The plain lowering of each target (one per name: a name's rows share its attributes)
-_lower_ffi = {t.name: ffi.ffi_lowering(t.name) for t in TARGETS}
+_lower_ffi = {t.name: ffi.ffi_lowering(t.name) for t in TARGETS if t.custom_call}
 
 
 def _suffix_warning(name: str) -> str:
@@ -78,13 +80,16 @@ def _suffix_warning(name: str) -> str:
 
 
 def lower(platform: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
-    """A call of a role whose body is a callable or a kernel: the trampoline's custom call
-    on `platform` ("cpu" or "cuda"), of the target table's row (.targets) that the call
-    takes, by one path: the call's attributes, its operands in the form the row's
+    """A call of a role whose body is a callable or a kernel, lowered for `platform`, by
+    the target table's row (.targets) that the call takes: the reference row (the op's
+    JAX reference inlined, by .jaxfn: see .reference for when), or the trampoline's custom
+    call, by one path: the call's attributes, its operands in the form the row's
     platform needs (.jaxlib07), the custom call, then what its row and marking add (the
     rule, the batch marking, the run-once sharding of effects, the token)."""
     binding = spec.binding
     binding.body(spec.role)  # a role the op was given no body for: say so now, not when run
+    if not spec.hosted and lowers_by_reference(spec, platform):  # the REFERENCE row
+        return lower_by_reference(ctx, *args, spec=spec)
     exporting = for_export(ctx)
     if exporting and binding.default_name and "#" in binding.name:
         warnings.warn(_suffix_warning(binding.name), ExportedDefaultNameWarning, stacklevel=2)

@@ -1,8 +1,10 @@
-"""jaxbind's FFI targets, one table: a row per target and platform.
+"""jaxbind's lowering targets, one table: a row per target and platform.
 
-Every custom call jaxbind emits names a row of `TARGETS`, and everything that depends on
-the target reads that row: registration (`register_targets`, at import), the lowering
-(.lowering: `pick` chooses a call's row), effects (a call with side effects takes its
+Every call jaxbind lowers takes a row of `TARGETS`: the reference row (`REFERENCE`: no
+custom call, the op's JAX reference inlined, on any platform; .lowering takes it where
+.reference says so) or the row of an FFI target, and everything that depends on the
+target reads that row: registration (`register_targets`, at import), the lowering
+(.lowering: `pick` chooses a custom call's row), effects (a call with side effects takes its
 platform's row that is not batch partitionable, so XLA runs it once, on one device) and
 the partitioner (.spmd: a partitioned row's calls become, on each device, calls of its
 `per_device` row; a CUDA kernel's keep their command-buffer-compatible target).
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from .. import _ext
 from .._compat import ffi, register_batch_partitionable
 
-__all__ = ["TARGETS", "Target", "pick", "register_targets", "row", "target_names"]
+__all__ = ["REFERENCE", "TARGETS", "Target", "pick", "register_targets", "row", "target_names"]
 
 BOTH = ("instantiate", "execute")
 EXECUTE = ("execute",)
@@ -39,10 +41,12 @@ class Target:
 
     Attributes:
       name: the custom call's target name.
-      platform: "cpu" or "cuda", as JAX's lowering names it.
-      calls: which calls lower to it: "plain", "effect" (calls with side effects) or
-        "kernel" (calls of CUDA kernels, jaxbind.cuda_kernel).
-      handlers: the _ext function that gives its handlers, {stage: PyCapsule}.
+      platform: "cpu" or "cuda", as JAX's lowering names it ("any": the reference row).
+      calls: which calls lower to it: "plain", "effect" (calls with side effects),
+        "kernel" (calls of CUDA kernels, jaxbind.cuda_kernel) or "reference" (calls
+        computed by the op's JAX reference: no custom call).
+      handlers: the _ext function that gives its handlers, {stage: PyCapsule} ("": none,
+        the reference row).
       per_device: the row of a device's part of a partitioned call (its own name else).
     """
 
@@ -55,6 +59,11 @@ class Target:
     partitioner: bool = False
     command_buffers: bool = False
     per_device: str = ""
+
+    @property
+    def custom_call(self) -> bool:
+        """Whether its calls are custom calls (every row but the reference row)."""
+        return bool(self.handlers)
 
     @property
     def xla_platform(self) -> str:
@@ -82,12 +91,16 @@ TARGETS = (
         "jaxbind_cuda_kernel_partitioned", "cuda", "kernel", "cuda_kernel_handlers", EXECUTE,
         partitioner=True, command_buffers=True, per_device="jaxbind_cuda_kernel",
     ),
+    Target("", "any", "reference", "", ()),
 )  # fmt: skip
+REFERENCE = TARGETS[-1]
 
 
 def pick(platform: str, *, effect: bool, kernel: bool, partitioned: bool) -> Target:
-    """The row of a call: its platform's row for calls with side effects, else that of
-    CUDA kernels (on CUDA) or plain calls, partitioned by a declared rule or not."""
+    """The custom call's row of a call (one its op's reference does not compute: see
+    .reference.lowers_by_reference, and .lowering): its platform's row for calls with
+    side effects, else that of CUDA kernels (on CUDA) or plain calls, partitioned by a
+    declared rule or not."""
     calls = "effect" if effect else "kernel" if kernel and platform == "cuda" else "plain"
     for row in TARGETS:
         if row.platform == platform and row.calls == calls and row.partitioner == partitioned:
@@ -105,7 +118,7 @@ def row(name: str, platform: str) -> Target:
 
 def target_names() -> tuple[str, ...]:
     """Every target's name, once each (jax.export allows them)."""
-    return tuple(dict.fromkeys(r.name for r in TARGETS))
+    return tuple(dict.fromkeys(r.name for r in TARGETS if r.custom_call))
 
 
 def register_targets() -> None:
@@ -114,6 +127,8 @@ def register_targets() -> None:
     is not loaded (no GPU) and applies them when the CUDA plugin appears. (The
     partitioner of the partitioned rows is registered by .spmd, from this table.)"""
     for entry in TARGETS:
+        if not entry.custom_call:
+            continue
         ffi.register_ffi_target(
             entry.name, getattr(_ext, entry.handlers)(), platform=entry.xla_platform
         )

@@ -1,0 +1,220 @@
+"""Calls computed by an op's JAX reference: the reference row of the lowering.
+
+An op's reference (``reference=``, see jaxbind._references) computes f from JAX arrays.
+Every role of the op gets its own function from it, the role table's reference column
+(_roles.ReferenceRole): f is the reference; its JVP and VJP are JAX's (``jax.jvp``,
+``jax.vjp``); its transposes are ``jax.linear_transpose`` of it. `role_function` makes
+them. They serve twice:
+
+- as the body of a role the op declares no rule for (a derived rule): a JAX-function
+  body, traced into the program by .jaxfn like any other, so a forward-only op with a
+  reference differentiates, transposes and batches to any order;
+- in place of a native body, where `lowers_by_reference` says so (a platform the op has
+  no body for, the op's ``prefer_reference=``, the `use_reference` switch): the lowering
+  takes the target table's reference row, and .jaxfn inlines the role's function
+  (`checked` against the call's declared outputs), batched as the call is; the program
+  has no custom call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._compat import ShapedArray, lowering_platforms
+from .._errors import about
+from .._kernels.cuda import CudaKernel
+from .._references import mode
+from .._roles import ReferenceRole, for_call
+from .._spec import CallSpec
+from .abstract import declared_outputs
+
+__all__ = ["checked", "lowers_by_reference", "native_platforms", "platform_of", "role_function"]
+
+# Where a body that is a callable or a jaxbind.kernel runs (the target table's platforms)
+_NATIVE = ("cpu", "cuda")
+
+
+def native_platforms(body) -> tuple[str, ...]:
+    """The platforms a role's native body runs on: CUDA kernels on CUDA only."""
+    return ("cuda",) if isinstance(body, CudaKernel) else _NATIVE
+
+
+def lowers_by_reference(spec: CallSpec, platform: str) -> bool:
+    """Whether a call of `spec` lowered for `platform` is computed by the op's reference
+    (True) or by its native body (False); an error where neither can be."""
+    binding, entry = spec.binding, spec.entry
+    native = platform in native_platforms(binding.body(spec.role))
+    setting = mode()
+    if entry.reference is None:
+        if platform in binding.options.prefer_reference:
+            raise TypeError(
+                f"{about(binding.name)} has prefer_reference={binding.options.prefer_reference}"
+                f" but no JAX reference to run on {platform}; give it one (reference=..., "
+                "or op.def_reference), or drop prefer_reference"
+            )
+        if setting == "strict":
+            raise TypeError(
+                f"{about(binding.name)} has no JAX reference, and references only were "
+                "asked for (jaxbind.export(..., portable=True), use_reference(strict=True) "
+                "or JAXBIND_USE_REFERENCE=strict): a program without custom calls cannot "
+                "contain it. Give the op a reference (reference=..., or op.def_reference: a "
+                "JAX function of its arrays and keyword arguments that returns its outputs)"
+            )
+        if not native:
+            runs = " and ".join(native_platforms(binding.body(spec.role)))
+            raise NotImplementedError(
+                f"{about(binding.name)} cannot be lowered for {platform}: its body runs on "
+                f"{runs} only, and it has no JAX reference to run elsewhere. Give it one "
+                "(reference=..., or op.def_reference: a JAX function of its arrays and "
+                f"keyword arguments that returns its outputs), or lower for {runs} only"
+            )
+        return False
+    return setting != "off" or not native or platform in binding.options.prefer_reference
+
+
+def platform_of(ctx) -> str:
+    """The platform a lowering rule lowers for: the first of those sharing the rule (they
+    all lack a native body when they share the default rule)."""
+    return lowering_platforms(ctx)[0]
+
+
+def checked(spec: CallSpec, fn: Callable, avals_out) -> Callable:
+    """`fn`, with its results checked against what the call declares (per batch element:
+    the batch levels of the call's outputs are not the reference's)."""
+    levels = 0 if spec.batch_axes is None else spec.batch_axes.levels
+    out_axes = spec.out_batch_axes
+
+    def core(k, aval):
+        shape = list(aval.shape)
+        if out_axes is not None:
+            for axis in sorted(out_axes[k], reverse=True):
+                del shape[axis]
+        elif levels:
+            shape = shape[levels:]
+        return tuple(shape), np.dtype(aval.dtype)
+
+    def run(*args):
+        outs = fn(*args)
+        want = [core(k, a) for k, a in enumerate(avals_out)]
+        got = [(tuple(o.shape), np.dtype(o.dtype)) for o in outs]
+        if got != want:
+            raise TypeError(
+                f"{about(spec.name, spec.role)}: its JAX reference gave {_text(got)} for "
+                f"{spec.entry.role.describe()}, but the op declares {_text(want)}: the "
+                "reference must return the op's outputs, in order, with the declared shapes "
+                "and dtypes"
+            )
+        return outs
+
+    return run
+
+
+def _text(items) -> str:
+    return "[" + ", ".join(f"{d.name}{list(s)}" for s, d in items) + "]"
+
+
+# --- each role from the reference ---------------------------------------------------------
+
+
+def _outputs(result, name: str) -> list:
+    """The reference's result as a list of arrays (one array: one output)."""
+    if hasattr(result, "shape") and hasattr(result, "dtype"):
+        return [result]
+    if isinstance(result, (tuple, list)) and all(hasattr(r, "shape") for r in result):
+        return list(result)
+    raise TypeError(
+        f"{about(name)}: its JAX reference returned {type(result).__name__}; it must return "
+        "the op's outputs: an array, or a tuple or list of arrays, one per output"
+    )
+
+
+def _inexact(x) -> bool:
+    return jnp.issubdtype(x.dtype, jnp.inexact)
+
+
+def role_function(ref: ReferenceRole, spec: CallSpec) -> Callable[..., list]:
+    """Role ``ref.role`` of the op of `spec` computed from its reference, as a function of
+    one batch element's arguments, laid out as the role takes them (_roles.Args), with the
+    call's keyword arguments; it returns the role's outputs."""
+    binding = spec.binding
+    flat = for_call(ref.fn, spec.trees)
+    kwargs = spec.kwargs.to_dict()
+
+    def f(*args):
+        return _outputs(flat(*args, **kwargs), binding.name)
+
+    role, fixed, n = ref.role, binding.options.fixed, spec.n_fixed
+    if role.base == "f":
+        return f
+    if role.base == "jvp":
+        return lambda *args: _jvp(f, fixed, args[:n], args[n:])
+    if role.base == "vjp":
+        return lambda *args: _vjp(f, fixed, args[:n], args[n:])
+    unbatched = spec.unbatched()
+
+    def shapes(args) -> list:
+        avals = [ShapedArray(a.shape, a.dtype) for a in args]
+        return [jax.ShapeDtypeStruct(s, d) for s, d, _ in declared_outputs(unbatched, avals)]
+
+    if role.index is None:  # the transpose: fixed arguments, then f's cotangents
+
+        def transpose(*args):
+            known, cts = args[:n], args[n:]
+            t = jax.linear_transpose(lambda *xs: f(*known, *xs), *shapes(args))
+            return list(t(list(cts)))
+
+        return transpose
+    i, lead = role.index, spec.n_lead
+
+    def transpose_i(*args):  # f's other arguments, then its cotangents
+        rest, cts = args[:lead], args[lead:]
+        t = jax.linear_transpose(lambda x: f(*rest[:i], x, *rest[i:]), *shapes(args))
+        return list(t(list(cts)))
+
+    return transpose_i
+
+
+def _jvp(f: Callable, fixed: int, primals, tangents) -> list:
+    """Output tangents of f at `primals` along the tangents of its non-fixed arguments;
+    integer and boolean arguments and outputs have none (zeros of their dtype out)."""
+    moving = [k for k in range(fixed, len(primals)) if _inexact(primals[k])]
+
+    def along(*xs):
+        args = list(primals)
+        for k, x in zip(moving, xs):
+            args[k] = x
+        return f(*args)
+
+    if not moving:
+        outs = f(*primals)
+        return [jnp.zeros(o.shape, o.dtype) for o in outs]
+    outs, tans = jax.jvp(
+        along, tuple(primals[k] for k in moving), tuple(tangents[k - fixed] for k in moving)
+    )
+    return [t if _inexact(o) else jnp.zeros(o.shape, o.dtype) for o, t in zip(outs, tans)]
+
+
+def _vjp(f: Callable, fixed: int, primals, cotangents) -> list:
+    """Cotangents of f's non-fixed arguments from its outputs' `cotangents`; integer and
+    boolean arguments get zeros of their dtype, integer outputs' cotangents are ignored."""
+    moving = [k for k in range(fixed, len(primals)) if _inexact(primals[k])]
+
+    def along(*xs):
+        args = list(primals)
+        for k, x in zip(moving, xs):
+            args[k] = x
+        return f(*args)
+
+    outs, pull = jax.vjp(along, *(primals[k] for k in moving))
+    cts = [
+        c if _inexact(o) else np.zeros(o.shape, jax.dtypes.float0) for o, c in zip(outs, cotangents)
+    ]
+    got = dict(zip(moving, pull(cts)))
+    return [
+        got[k] if k in got else jnp.zeros(primals[k].shape, primals[k].dtype)
+        for k in range(fixed, len(primals))
+    ]
