@@ -50,7 +50,7 @@ def _from_environment() -> str:
 
 
 _STATE = define_jit_keyed_state(
-    "jaxbind_use_reference",
+    "jaxbind_references",  # (JAX reads $JAXBIND_REFERENCES too: the same values)
     MODES,
     _from_environment(),
     "Which body computes jaxbind ops: 'off' (native bodies where they run), 'on' (JAX "
