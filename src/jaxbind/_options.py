@@ -262,7 +262,7 @@ def declare(
     return checked, name, replace
 
 
-def _prefer_reference(what: str, name: str | None, options: Mapping[str, Any]) -> tuple:
+def _prefer_reference(what: str, name: str | None, options: Mapping[str, Any]) -> tuple[str, ...]:
     value = options.get("prefer_reference", ())
     if isinstance(value, str):
         value = (value,)
