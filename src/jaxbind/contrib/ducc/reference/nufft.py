@@ -155,6 +155,12 @@ def direct_sum(
         modes = [mode_numbers(n, modeord) for n in grid]
         per_point = t * math.prod(grid[:-1]) + sum(grid)
     size, count = _blocks(m, per_point, block)
+    if count == 1:  # one block: no loop
+        if nufft_type == 2:
+            return _type2_block(values, xs, modes, sign, scale)
+        if nufft_type == 1:
+            return _type1_block(values, xs, modes, sign, scale)
+        return _type3_block(values, xs, qs, sign)
     total = size * count
     xb = _padded(xs, total, count)  # (count, d, size); padded points are 0 ...
     if nufft_type == 2:
