@@ -80,7 +80,10 @@ def _type2_block(f, xs, modes, sign, scale):
     """``c[t, j] = sum_k f[t, k] e_jk`` for one block of points xs (d, B): (T, B)."""
     d = xs.shape[0]
     g = jnp.einsum(
-        "...l,bl->...b", f, _phases(xs[d - 1], modes[d - 1], sign, scale, f.dtype), precision=_HIGHEST
+        "...l,bl->...b",
+        f,
+        _phases(xs[d - 1], modes[d - 1], sign, scale, f.dtype),
+        precision=_HIGHEST,
     )
     for a in range(d - 2, -1, -1):  # (T, n_0..n_a, B) -> (T, n_0..n_{a-1}, B)
         g = jnp.einsum(
@@ -98,7 +101,10 @@ def _type1_block(c, xs, modes, sign, scale):
             "...b,bk->...kb", h, _phases(xs[a], modes[a], sign, scale, c.dtype), precision=_HIGHEST
         )
     return jnp.einsum(
-        "...b,bl->...l", h, _phases(xs[d - 1], modes[d - 1], sign, scale, c.dtype), precision=_HIGHEST
+        "...b,bl->...l",
+        h,
+        _phases(xs[d - 1], modes[d - 1], sign, scale, c.dtype),
+        precision=_HIGHEST,
     )
 
 
@@ -195,8 +201,17 @@ def direct_sum(
 # --- the ops ------------------------------------------------------------------------
 
 
-def nufft(coord, values, *, grid_shape, nufft_type, forward=True, periodicity=2 * np.pi,
-          fft_order=False, **_):
+def nufft(
+    coord,
+    values,
+    *,
+    grid_shape,
+    nufft_type,
+    forward=True,
+    periodicity=2 * np.pi,
+    fft_order=False,
+    **_,
+):
     """Reference of ``jaxducc0.nufft`` (`..nufft.get_nufft`): ``[result]``.
 
     `coord` ``(M, d)``, a row per point; `values` ``(M,)`` (type 1) or ``grid_shape``
@@ -290,9 +305,7 @@ def _finufft(kind, values, points, targets, *, sign, modeord, grid=None):
         args.append(qs.reshape((-1, *qs.shape[-2:])))
 
     def one(v, x, *q):
-        return direct_sum(
-            v, x, *q, nufft_type=kind, sign=sign, grid=grid, modeord=modeord
-        )[0]
+        return direct_sum(v, x, *q, nufft_type=kind, sign=sign, grid=grid, modeord=modeord)[0]
 
     out = jax.vmap(one)(*args)
     return out.reshape(lead + out.shape[1:])
@@ -307,23 +320,24 @@ def nufft1(output_shape, source, *points, iflag=1, eps=1e-6, opts=None):
     ``(..., *output_shape)``; ``opts.modeord`` is honoured, `eps` and the rest ignored."""
     del eps
     grid = tuple(int(n) for n in np.atleast_1d(output_shape))
-    points = [p for p in points if p is not None]
-    return _finufft(1, source, points, [], sign=1 if iflag >= 0 else -1, modeord=_opts(opts),
-                    grid=grid)
+    given = [p for p in points if p is not None]
+    return _finufft(
+        1, source, given, [], sign=1 if iflag >= 0 else -1, modeord=_opts(opts), grid=grid
+    )
 
 
 def nufft2(source, *points, iflag=-1, eps=1e-6, opts=None):
     """jax-finufft's ``nufft2`` in pure JAX: ``c[j] = sum_k f[k] exp(i sign(iflag) k·x_j)``,
     ``(..., M)``."""
     del eps
-    points = [p for p in points if p is not None]
-    return _finufft(2, source, points, [], sign=1 if iflag >= 0 else -1, modeord=_opts(opts))
+    given = [p for p in points if p is not None]
+    return _finufft(2, source, given, [], sign=1 if iflag >= 0 else -1, modeord=_opts(opts))
 
 
 def nufft3(source, *points, iflag=-1, eps=1e-6, opts=None):
     """jax-finufft's ``nufft3`` in pure JAX: sources ``x[, y[, z]]`` then as many targets
     ``s[, t[, u]]``; ``g[l] = sum_j c[j] exp(i sign(iflag) s_l·x_j)``, ``(..., K)``."""
     del eps, opts
-    points = [p for p in points if p is not None]
-    d = len(points) // 2
-    return _finufft(3, source, points[:d], points[d:], sign=1 if iflag >= 0 else -1, modeord=0)
+    given = [p for p in points if p is not None]
+    d = len(given) // 2
+    return _finufft(3, source, given[:d], given[d:], sign=1 if iflag >= 0 else -1, modeord=0)
