@@ -22,11 +22,13 @@ non-finite coordinate gives NaN where it enters the sum, as in the ops. Options 
 only tune the native computation (``eps``/``epsilon``, ``nthreads``, ``upsampfac``,
 ``sigma``, ``sigma_min``/``sigma_max``, ``verbosity``) are ignored: the sum is exact.
 
-Sizes where it is practical (one CPU core, double precision; see
-benchmarks/results/reference_fft_nufft.md): the time is about ``M · N`` complex
-multiply-adds, some 10^9 per second, so 10^4 points by a 64² grid takes tens of
-milliseconds and 10^5 points by 256² seconds; memory is one block of
-`BLOCK_ELEMENTS` complex numbers, whatever the size.
+Sizes where it is practical (measured on two cores, double precision, 2-D: see
+benchmarks/results/reference_fft_nufft.md): types 1 and 2 cost ``M · N`` complex
+multiply-adds in matrix products (about 10^9 a second): 10^3 points on 32² take ~2 ms,
+10^4 on 64² 50-100 ms, 3·10^4 on 128² ~0.3 s, ``grad`` 2-4 times that (30-150 times the
+native op). Type 3 costs an exponential per (source, target) pair, about 10^7 a second:
+10^4 sources to 10^3 targets take ~0.8 s. Memory is one block of `BLOCK_ELEMENTS`
+complex numbers whatever the size (and, under ``grad``, the inputs of each block).
 """
 
 from __future__ import annotations
