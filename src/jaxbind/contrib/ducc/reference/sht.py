@@ -27,8 +27,9 @@ Conventions (DUCC's, checked against ``ducc0.sht.synthesis`` in
 tests/contrib/test_references_wgridder_sht.py): spherical harmonics with the Condon-Shortley
 phase, ``_sY_lm = (-1)^s sqrt((2l+1)/(4 pi)) d^l_{m,-s}(theta) e^{i m phi}`` (for s = 0 the
 usual ``Y_lm``; the factor (-1)^s was found against DUCC: without it odd spins come out
-negated); for spin s > 0 the two components are Q, U = Re, Im of ``-sum (E_lm + i B_lm) _sY_lm`` over all m (the HEALPix /
-libsharp convention ``_{+-s}a_lm = -(E_lm +- i B_lm)``), with the entries of l < s unused.
+negated); for spin s > 0 the two components are Q, U = Re, Im of
+``-sum (E_lm + i B_lm) _sY_lm`` over all m (the HEALPix / libsharp convention
+``_{+-s}a_lm = -(E_lm +- i B_lm)``), with the entries of l < s unused.
 """
 
 from __future__ import annotations

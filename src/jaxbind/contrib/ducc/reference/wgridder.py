@@ -105,8 +105,7 @@ def wgridder(
         )
     if tuple(dirty.shape) != (npix_x, npix_y):
         raise ValueError(
-            f"jaxducc0.{OP} reference: image must be {(npix_x, npix_y)}, got "
-            f"{tuple(dirty.shape)}"
+            f"jaxducc0.{OP} reference: image must be {(npix_x, npix_y)}, got {tuple(dirty.shape)}"
         )
     nrows, nchan = uvw.shape[0], freq.shape[0]
     out = jnp.result_type(dirty.dtype, jnp.complex64)
@@ -133,8 +132,9 @@ def wgridder(
         if divide_by_n:
             image = image / jnp.asarray(nm1 + 1.0, real)
         lmn = jnp.asarray(
-            np.stack([np.broadcast_to(x[:, None], r2.shape), np.broadcast_to(y, r2.shape), -nm1])
-            .reshape(3, -1),
+            np.stack(
+                [np.broadcast_to(x[:, None], r2.shape), np.broadcast_to(y, r2.shape), -nm1]
+            ).reshape(3, -1),
             real,
         )  # (3, npix): the phase of a visibility is its (u, v, w) . lmn
         flat = image.reshape(-1).astype(cplx)
