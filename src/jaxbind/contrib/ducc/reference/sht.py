@@ -6,19 +6,20 @@ the Wigner-d recurrence that gives the spin-weighted harmonics at the ring colat
 the reference `healpix_sht` itself. It imports neither ducc0 nor the native op, so a program
 lowered with it runs where neither is installed.
 
-The synthesis is factored by ring, as DUCC's is, but with dense matrices in place of FFTs:
+The synthesis is factored by ring, as DUCC's is, with dense products in place of FFTs:
 
 1. per ring, the Fourier coefficients of the map along the ring (cos and sin of m phi, for
-   each m <= mmax) are ``Lambda @ (alm * S)``: ``Lambda`` (nrings, nreal) holds the
-   spin-weighted Legendre functions of each alm entry at each ring's colatitude, ``S``
-   (nreal, 2 (mmax + 1)) sends each entry to the Fourier term it feeds;
+   each m <= mmax) are, for each m, the spin-weighted Legendre functions at the ring's
+   colatitude (``Lambda``, (mmax + 1, nrings, lmax + 1)) times the alm of that m: one
+   batched matrix product per m;
 2. each pixel then sums its ring's terms against ``cos(m phi)`` and ``sin(m phi)`` at its
    own azimuth: a gather of the ring's row and a product with ``T`` (npix, 2 (mmax + 1)).
 
-Work is ``ncomp**2 * nrings * nreal * 2 (mmax + 1) + ncomp * npix * 2 (mmax + 1)``
-multiply-adds; the matrices take ``8 * (ncomp**2 * nrings * nreal + npix * 2 (mmax + 1))``
-bytes in float64 (half in float32). For nside = 32, lmax = mmax = 64 (spin 0): Lambda is
-127 x 4225 (4.3 MB), T is 12288 x 130 (12.8 MB); nside = 64, lmax = 128: 34 MB and 102 MB.
+Work is about ``2 ncomp**2 (mmax + 1) nrings (lmax + 1) + 2 ncomp npix (mmax + 1)``
+multiply-adds; the matrices take ``8 (2 (mmax + 1) nrings (lmax + 1) + 2 npix (mmax + 1))``
+bytes in float64 (half in float32; nrings = 4 nside - 1, npix = 12 nside**2). For
+nside = 32, lmax = mmax = 64: Lambda 2 x 4.3 MB, T 12.8 MB; nside = 64, lmax = 128:
+2 x 34 MB and 102 MB; nside = 128, lmax = 256: T alone is 0.8 GB, the practical end.
 The seeds of the recurrence are computed in logarithms, so nothing overflows; they
 underflow to zero (losing terms that matter) only beyond lmax of several hundred at small
 nside, far past where this reference is worth its time.
@@ -104,90 +105,85 @@ def _wigner_d(lmax, a, b, z):
     return out
 
 
-def _layout(lmax, mmax):
-    """For each entry of the real alm layout: its l, its m and whether it is an
-    imaginary part (the layout of `get_healpix_sht`: m = 0 first, then (re, im) pairs)."""
-    ell = [np.arange(lmax + 1)]
-    m = [np.zeros(lmax + 1, np.int64)]
-    imag = [np.zeros(lmax + 1, bool)]
-    for mm in range(1, mmax + 1):
-        ls = np.arange(mm, lmax + 1)
-        ell.append(np.repeat(ls, 2))
-        m.append(np.full(2 * ls.size, mm))
-        imag.append(np.tile([False, True], ls.size))
-    return np.concatenate(ell), np.concatenate(m), np.concatenate(imag)
+def _layout_index(lmax, mmax):
+    """Where (l, m) sits in the real alm layout of `get_healpix_sht` (m = 0 first, then
+    the (re, im) pairs of each m > 0): ``index[part, m, l]`` for part 0 (real) and 1
+    (imaginary), and ``present[part, m, l]``, 0.0 where there is no such entry (l < m, or
+    the imaginary part of m = 0; there index is 0)."""
+    index = np.zeros((2, mmax + 1, lmax + 1), np.int64)
+    present = np.zeros((2, mmax + 1, lmax + 1))
+    index[0, 0] = np.arange(lmax + 1)
+    present[0, 0] = 1.0
+    start = lmax + 1
+    for m in range(1, mmax + 1):
+        ls = np.arange(m, lmax + 1)
+        index[0, m, ls] = start + 2 * (ls - m)
+        index[1, m, ls] = start + 2 * (ls - m) + 1
+        present[:, m, ls] = 1.0
+        start += 2 * ls.size
+    return index, present
+
+
+# How a spin > 0 synthesis is assembled (see _matrices): (output component, 0 for the
+# cos(m phi) terms or 1 for sin(m phi), the function, input component, part, sign).
+_SPIN_TERMS = (
+    (0, 0, "f1", 0, 0, -1.0),
+    (0, 1, "f1", 0, 1, 1.0),
+    (0, 1, "f2", 1, 0, 1.0),
+    (0, 0, "f2", 1, 1, 1.0),
+    (1, 1, "f2", 0, 0, -1.0),
+    (1, 0, "f2", 0, 1, -1.0),
+    (1, 0, "f1", 1, 0, -1.0),
+    (1, 1, "f1", 1, 1, 1.0),
+)
 
 
 @functools.lru_cache(maxsize=16)
 def _matrices(nside, lmax, mmax, spin):
-    """The static float64 factors of the synthesis: ``(lam, sel, ring_of_pixel, trig)``.
+    """The static float64 factors of the synthesis: ``(index, present, funcs, terms,
+    ring_of_pixel, trig)``.
 
-    ``lam[o, c]`` (nrings, nreal) and ``sel[o, c]`` (nreal, 2 (mmax + 1)) take input
-    component c (E, B for spin > 0) to output component o (Q, U): the map's Fourier
-    coefficients on ring r are ``sum_c lam[o, c][r] @ (x[c][:, None] * sel[o, c])``,
-    columns m for cos(m phi) and mmax + 1 + m for sin(m phi); ``trig`` (npix, 2 (mmax+1))
-    holds those functions at every pixel.
+    The Fourier coefficients of output component o on ring r are, for each term
+    ``(o, t, name, c, part, sign)`` of `terms`, ``sign * funcs[name][m, r, :] @ A[c, part,
+    m, :]`` summed into column m (t = 0: the cos(m phi) terms) or mmax + 1 + m (t = 1: the
+    sin(m phi) terms), where ``A[c, part, m, l]`` is input component c's entry
+    ``x[c, index[part, m, l]] * present[part, m, l]``; ``funcs`` (mmax + 1, nrings,
+    lmax + 1) carry the spin-weighted Legendre functions with the layout's weights, and
+    ``trig`` (npix, 2 (mmax + 1)) holds cos(m phi), sin(m phi) at every pixel.
     """
     z, phi0, nphi, _ = healpix_rings(nside)
-    ell, m, imag = _layout(lmax, mmax)
-    nreal, ncol = ell.size, 2 * (mmax + 1)
-    norm = np.sqrt((2 * ell + 1) / (4 * np.pi))[:, None]
+    index, present = _layout_index(lmax, mmax)
+    norm = np.sqrt((2 * np.arange(lmax + 1) + 1) / (4 * np.pi))
+    ms = np.arange(mmax + 1)
     if spin == 0:
-        lam_m = np.zeros((nreal, z.size))  # Y_lm(theta, 0) of each entry's (l, m)
-        for mm in range(mmax + 1):
-            rows = m == mm
-            lam_m[rows] = _wigner_d(lmax, mm, 0, z)[ell[rows]]
-        lam_m *= norm
-        # map = sum_l a_l0 Y_l0 + 2 Re(a_lm e^{i m phi}) Y_lm(theta, 0), and the layout
-        # holds sqrt(2) Re a_lm, sqrt(2) Im a_lm: weights 1, sqrt(2) cos, -sqrt(2) sin
-        weight = np.where(m == 0, 1.0, np.where(imag, -np.sqrt(2.0), np.sqrt(2.0)))
-        col = np.where(imag, mmax + 1 + m, m)
-        lam = lam_m.T[None, None]
-        sel = np.zeros((1, 1, nreal, ncol))
-        sel[0, 0, np.arange(nreal), col] = weight
+        # Y_lm(theta, 0) = sqrt((2l+1)/(4 pi)) d^l_{m0}(theta); map = sum_l a_l0 Y_l0 +
+        # 2 Re(a_lm e^{i m phi}) Y_lm(theta, 0), and the layout holds sqrt(2) Re a_lm,
+        # sqrt(2) Im a_lm: weights 1 (m = 0), sqrt(2) cos and -sqrt(2) sin (m > 0)
+        lam = np.stack([_wigner_d(lmax, m, 0, z).T * norm for m in ms])
+        weight = np.where(ms == 0, 1.0, np.sqrt(2.0))[:, None, None]
+        funcs = {"cos": lam * weight, "sin": -np.sqrt(2.0) * lam}
+        terms = ((0, 0, "cos", 0, 0, 1.0), (0, 1, "sin", 0, 1, 1.0))
     else:
-        # lambda_+ = _sY_lm(theta, 0), lambda_- = (-1)^s _{-s}Y_lm(theta, 0); with
-        # F1 = lambda_+ + lambda_-, F2 = lambda_+ - lambda_-, a term m > 0 of
-        # -(E + iB) _sY_lm plus its m -> -m partner gives, for E = e1 + i e2, B = b1 + i b2:
+        # lambda_+ = _sY_lm(theta, 0) = (-1)^s sqrt((2l+1)/(4 pi)) d^l_{m,-s}(theta),
+        # lambda_- = (-1)^s _{-s}Y_lm(theta, 0); with F1 = lambda_+ + lambda_-,
+        # F2 = lambda_+ - lambda_-, a term m > 0 of -(E + iB) _sY_lm plus its m -> -m
+        # partner gives, for E = e1 + i e2, B = b1 + i b2 (the _SPIN_TERMS):
         #   Q = -F1 (e1 cos - e2 sin) + F2 (b2 cos + b1 sin)
         #   U = -F2 (e1 sin + e2 cos) - F1 (b1 cos - b2 sin)
-        # and at m = 0 (F2 = 0, F1 = 2 lambda_+) half of that.
-        f1 = np.zeros((nreal, z.size))
-        f2 = np.zeros((nreal, z.size))
-        for mm in range(mmax + 1):
-            rows = m == mm
-            # _sY_lm(theta, 0) = (-1)^s sqrt((2l+1)/(4 pi)) d^l_{m,-s}(theta)
-            plus = (-1) ** spin * _wigner_d(lmax, mm, -spin, z)[ell[rows]]
-            minus = _wigner_d(lmax, mm, spin, z)[ell[rows]]
-            f1[rows], f2[rows] = plus + minus, plus - minus
-        scale = np.where(m == 0, 0.5, 1.0 / np.sqrt(2.0))[:, None]
-        f1 *= norm * scale
-        f2 *= norm * scale
-        lam = np.stack([np.stack([f1.T, f2.T]), np.stack([f2.T, f1.T])])  # [o, c]
-        sel = np.zeros((2, 2, nreal, ncol))
-        k = np.arange(nreal)
-        cos, sin = m, mmax + 1 + m
-        re, im = ~imag, imag
-        # (o, c, entries, column, sign): Q from E with F1, Q from B with F2, U from E
-        # with F2, U from B with F1, per the two lines above
-        for o, c, rows, column, sign in (
-            (0, 0, re, cos, -1.0),
-            (0, 0, im, sin, 1.0),
-            (0, 1, re, sin, 1.0),
-            (0, 1, im, cos, 1.0),
-            (1, 0, re, sin, -1.0),
-            (1, 0, im, cos, -1.0),
-            (1, 1, re, cos, -1.0),
-            (1, 1, im, sin, 1.0),
-        ):
-            sel[o, c, k[rows], column[rows]] = sign
+        # and at m = 0 (F2 = 0, F1 = 2 lambda_+) half of that; the layout holds
+        # sqrt(2) e1 ... for m > 0.
+        plus = np.stack([(-1) ** spin * _wigner_d(lmax, m, -spin, z).T * norm for m in ms])
+        minus = np.stack([_wigner_d(lmax, m, spin, z).T * norm for m in ms])
+        scale = np.where(ms == 0, 0.5, 1.0 / np.sqrt(2.0))[:, None, None]
+        funcs = {"f1": (plus + minus) * scale, "f2": (plus - minus) * scale}
+        terms = _SPIN_TERMS
     ring_of_pixel = np.repeat(np.arange(z.size), nphi)
-    phi = phi0[ring_of_pixel] + (
-        np.arange(ring_of_pixel.size) - np.repeat(np.cumsum(nphi) - nphi, nphi)
-    ) * (2 * np.pi / nphi[ring_of_pixel])
-    ms = np.arange(mmax + 1)
+    first = np.repeat(np.cumsum(nphi) - nphi, nphi)
+    phi = phi0[ring_of_pixel] + (np.arange(ring_of_pixel.size) - first) * (
+        2 * np.pi / nphi[ring_of_pixel]
+    )
     trig = np.concatenate([np.cos(np.outer(phi, ms)), np.sin(np.outer(phi, ms))], axis=1)
-    return lam, sel, ring_of_pixel, trig
+    return index, present, funcs, terms, ring_of_pixel, trig
 
 
 def healpix_sht(alm, *, nside, lmax, mmax, spin, **options):
@@ -207,21 +203,29 @@ def healpix_sht(alm, *, nside, lmax, mmax, spin, **options):
             f"jaxducc0.{OP} reference: unexpected keyword arguments {sorted(unknown)}; "
             f"it takes nside, lmax, mmax, spin and {sorted(_IGNORED)}"
         )
-    lam, sel, ring_of_pixel, trig = _matrices(int(nside), int(lmax), int(mmax), int(spin))
-    ncomp = lam.shape[0]
-    if alm.ndim != 2 or alm.shape != (ncomp, sel.shape[2]):
+    index, present, funcs, terms, ring_of_pixel, trig = _matrices(
+        int(nside), int(lmax), int(mmax), int(spin)
+    )
+    ncomp = 1 if spin == 0 else 2
+    nreal = int(index.max()) + 1
+    if alm.ndim != 2 or alm.shape != (ncomp, nreal):
         raise ValueError(
-            f"jaxducc0.{OP} reference: expected alm of shape {(ncomp, sel.shape[2])} "
+            f"jaxducc0.{OP} reference: expected alm of shape {(ncomp, nreal)} "
             f"for lmax={lmax}, mmax={mmax}, spin={spin}, got {tuple(alm.shape)}"
         )
     dtype = alm.dtype
-    trig = jnp.asarray(trig, dtype)
-    rows = jnp.asarray(ring_of_pixel)
+    coeffs = alm[:, index] * jnp.asarray(present, dtype)  # (ncomp, part, m, l)
+    funcs = {name: jnp.asarray(f, dtype) for name, f in funcs.items()}
     maps = []
     for o in range(ncomp):
-        coeff = sum(
-            jnp.asarray(lam[o, c], dtype) @ (alm[c][:, None] * jnp.asarray(sel[o, c], dtype))
-            for c in range(ncomp)
-        )  # (nrings, 2 (mmax + 1)): the Fourier terms of each ring
-        maps.append(jnp.sum(coeff[rows] * trig, axis=1))
+        fourier = [0.0, 0.0]  # (m, nrings) for cos(m phi) and sin(m phi)
+        for out, t, name, c, part, sign in terms:
+            if out == o:
+                fourier[t] = fourier[t] + sign * jnp.einsum(
+                    "mrl,ml->mr", funcs[name], coeffs[c, part]
+                )
+        ring = jnp.concatenate(fourier, axis=0).T  # (nrings, 2 (mmax + 1))
+        # each pixel takes its ring's row (sorted indices: a faster gather on the CPU)
+        rows = jnp.take(ring, ring_of_pixel, axis=0, indices_are_sorted=True, mode="clip")
+        maps.append(jnp.sum(rows * jnp.asarray(trig, dtype), axis=1))
     return [jnp.stack(maps)]

@@ -123,8 +123,9 @@ def wgridder(
     )[None, :, None]
     image = dirty.astype(real)
 
-    def cycles(t):  # the phase in turns, reduced to [-1/2, 1/2] before the 2 pi
-        return t - jnp.round(t)
+    def rotation(turns):  # exp(-2 pi i turns), the turns first reduced to [-1/2, 1/2]
+        angle = (2 * np.pi) * (turns - jnp.round(turns))
+        return jax.lax.complex(jnp.cos(angle), -jnp.sin(angle)).astype(cplx)
 
     if do_wgridding:
         r2 = x[:, None] ** 2 + y[None, :] ** 2
@@ -140,8 +141,7 @@ def wgridder(
         flat = image.reshape(-1).astype(cplx)
 
         def block(coords):  # (rows, nchan, 3) -> (rows, nchan)
-            phase = cycles(coords @ lmn)
-            return jnp.exp((-2j * np.pi) * phase.astype(cplx)) @ flat
+            return rotation(coords @ lmn) @ flat
 
         per_row = nchan * npix_x * npix_y
     else:
@@ -149,8 +149,7 @@ def wgridder(
         image = image.astype(cplx)
 
         def block(coords):  # the phase factors: exp(-2 pi i u l) exp(-2 pi i v m)
-            ex = jnp.exp((-2j * np.pi) * cycles(coords[..., 0:1] * xs).astype(cplx))
-            ey = jnp.exp((-2j * np.pi) * cycles(coords[..., 1:2] * ys).astype(cplx))
+            ex, ey = rotation(coords[..., 0:1] * xs), rotation(coords[..., 1:2] * ys)
             return jnp.sum((ex @ image) * ey, axis=-1)
 
         per_row = nchan * (npix_x + 2 * npix_y)
