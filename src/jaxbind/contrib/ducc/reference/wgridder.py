@@ -1,0 +1,165 @@
+"""The pure-JAX reference of ``jaxducc0.wgridder`` (`get_wgridder`): the radio
+interferometric measurement equation summed directly over pixels, in DUCC's conventions.
+
+This module owns that sum and nothing else: no ducc0, no native op, so a program lowered
+with it runs where neither is installed. DUCC's ``dirty2vis`` computes, for row r (uvw in
+metres) and channel c (frequency in Hz),
+
+    vis[r, c] = sum_{i, j} dirty[i, j] / n(l_i, m_j)
+                * exp(-2 pi i f_c / C (u_r l_i + v_r m_j - w_r (n(l_i, m_j) - 1)))
+
+with ``C = 299792458`` m/s (DUCC's speed of light), pixel coordinates
+``l_i = (i - npix_x / 2) pixsize_x + center_x`` and ``m_j = (j - npix_y / 2) pixsize_y +
+center_y`` (absolute, not relative to the image centre, also in the w-term), and
+``n = sqrt(1 - l^2 - m^2)``, its ``n - 1`` computed as ``-r2 / (sqrt(1 - r2) + 1)``.
+``flip_w`` negates w. ``flip_u`` and ``flip_v`` are not quite "negate u, v", as DUCC's
+docstring says: they mirror the pixel grid about the image centre, which stays at
+``center_x``, ``center_y`` (``l_i = -(i - npix_x / 2) pixsize_x + center_x``); the two
+agree only for an image centred on the phase centre. ``divide_by_n=False`` drops the
+``1 / n``. Without ``do_wgridding`` both the w-term and the ``1 / n`` are gone, whatever
+``divide_by_n`` says (DUCC's behaviour, checked in
+tests/contrib/test_references_wgridder_sht.py).
+
+Cost and memory: ``nrows * nchan * npix_x * npix_y`` complex exponentials (with the
+w-term) or multiply-adds (without: the phase then factors into x and y, and the sum is a
+matrix product per block). Blocks of rows are summed one after the other (`jax.lax.map`),
+each holding about `_BLOCK_ELEMENTS` complex values, about 64 MiB in complex128, whatever
+the sizes. Practical sizes on a CPU (benchmarks/results/reference_wgridder_sht.md, 2
+cores): a 64 x 64 image and 10^4 visibilities take 1 s forward with the w-term (60 x the
+native op), 45 ms without; 128 x 128 and 10^4, 4 s; 256 x 256 and 10^5 visibilities would
+take minutes.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["wgridder"]
+
+OP = "wgridder"
+SPEED_OF_LIGHT = 299792458.0  # m/s, DUCC's value
+# Options of the native op that change how DUCC computes, not what.
+_IGNORED = frozenset(
+    {
+        "epsilon",
+        "nthreads",
+        "verbosity",
+        "sigma_min",
+        "sigma_max",
+        "allow_nshift",
+        "double_precision_accumulation",
+    }
+)
+_BLOCK_ELEMENTS = 1 << 22  # complex values per block of rows
+
+
+def _pixel_coordinates(npix, pixsize, center, flip):
+    """Direction cosines of the pixels along one axis; `flip` mirrors them about the
+    image centre (DUCC's flip_u, flip_v), the centre itself stays."""
+    return (-1.0 if flip else 1.0) * (np.arange(npix) - npix / 2) * pixsize + center
+
+
+def _blocks(nrows, per_row):
+    """Rows per block and the number of blocks, for a block of about _BLOCK_ELEMENTS."""
+    size = int(max(1, min(nrows, _BLOCK_ELEMENTS // max(per_row, 1))))
+    return size, -(-nrows // size)
+
+
+def wgridder(
+    uvw,
+    freq,
+    dirty,
+    *,
+    pixsize_x,
+    pixsize_y,
+    npix_x,
+    npix_y,
+    do_wgridding,
+    flip_u=False,
+    flip_v=False,
+    flip_w=False,
+    divide_by_n=True,
+    center_x=0.0,
+    center_y=0.0,
+    **options,
+):
+    """The reference of ``jaxducc0.wgridder``: dirty image -> visibilities.
+
+    Called as the op's callable is: ``uvw`` (nrows, 3) in metres, ``freq`` (nchan,) in
+    Hz, ``dirty`` (npix_x, npix_y) float32 or float64, and the keyword arguments
+    `get_wgridder` gives the op. It reads ``pixsize_x``, ``pixsize_y``, ``npix_x``,
+    ``npix_y``, ``do_wgridding``, ``flip_u``, ``flip_v``, ``flip_w``, ``divide_by_n``,
+    ``center_x`` and ``center_y`` (DUCC's defaults where absent), and ignores ``epsilon``,
+    ``nthreads``, ``verbosity``, ``sigma_min``, ``sigma_max``, ``allow_nshift`` and
+    ``double_precision_accumulation``. Returns ``[vis]``, (nrows, nchan), complex64 or
+    complex128 as ``dirty``; the phases are computed in the widest precision of the
+    three arrays. Linear in ``dirty``; JAX derives the transpose (DUCC's ``vis2dirty``
+    of the conjugated cotangent). A non-finite coordinate gives NaN where it enters, as
+    the op does; a frequency <= 0, which the op refuses when it runs, is computed here.
+    """
+    unknown = set(options) - _IGNORED
+    if unknown:
+        raise TypeError(
+            f"jaxducc0.{OP} reference: unexpected keyword arguments {sorted(unknown)}; "
+            "it takes get_wgridder's options"
+        )
+    if tuple(dirty.shape) != (npix_x, npix_y):
+        raise ValueError(
+            f"jaxducc0.{OP} reference: image must be {(npix_x, npix_y)}, got {tuple(dirty.shape)}"
+        )
+    nrows, nchan = uvw.shape[0], freq.shape[0]
+    out = jnp.result_type(dirty.dtype, jnp.complex64)
+    if nrows == 0 or nchan == 0:
+        return [jnp.zeros((nrows, nchan), out)]
+    real = jnp.result_type(uvw.dtype, freq.dtype, dirty.dtype)
+    cplx = jnp.result_type(real, jnp.complex64)
+
+    x = _pixel_coordinates(npix_x, pixsize_x, center_x, flip_u)
+    y = _pixel_coordinates(npix_y, pixsize_y, center_y, flip_v)
+    signs = np.array([1.0, 1.0, -1.0 if flip_w else 1.0])
+    # coordinates in wavelengths, (nrows, nchan, 3)
+    scaled = (uvw.astype(real) * jnp.asarray(signs, real))[:, None, :] * (
+        freq.astype(real) / SPEED_OF_LIGHT
+    )[None, :, None]
+    image = dirty.astype(real)
+
+    def rotation(turns):  # exp(-2 pi i turns), the turns first reduced to [-1/2, 1/2]
+        angle = (2 * np.pi) * (turns - jnp.round(turns))
+        return jax.lax.complex(jnp.cos(angle), -jnp.sin(angle)).astype(cplx)
+
+    if do_wgridding:
+        r2 = x[:, None] ** 2 + y[None, :] ** 2
+        nm1 = -r2 / (np.sqrt(1.0 - r2) + 1.0)  # n - 1, without the cancellation
+        if divide_by_n:
+            image = image / jnp.asarray(nm1 + 1.0, real)
+        lmn = jnp.asarray(
+            np.stack(
+                [np.broadcast_to(x[:, None], r2.shape), np.broadcast_to(y, r2.shape), -nm1]
+            ).reshape(3, -1),
+            real,
+        )  # (3, npix): the phase of a visibility is its (u, v, w) . lmn
+        flat = image.reshape(-1).astype(cplx)
+
+        def block(coords):  # (rows, nchan, 3) -> (rows, nchan)
+            return rotation(coords @ lmn) @ flat
+
+        per_row = nchan * npix_x * npix_y
+    else:
+        xs, ys = jnp.asarray(x, real), jnp.asarray(y, real)
+        image = image.astype(cplx)
+
+        def block(coords):  # the phase factors: exp(-2 pi i u l) exp(-2 pi i v m)
+            ex, ey = rotation(coords[..., 0:1] * xs), rotation(coords[..., 1:2] * ys)
+            return jnp.sum((ex @ image) * ey, axis=-1)
+
+        per_row = nchan * (npix_x + 2 * npix_y)
+    size, count = _blocks(nrows, per_row)
+    if count == 1:
+        vis = block(scaled)
+    else:
+        padded = jnp.pad(scaled, ((0, size * count - nrows), (0, 0), (0, 0)))
+        vis = jax.lax.map(block, padded.reshape(count, size, nchan, 3))
+        vis = vis.reshape(size * count, nchan)[:nrows]
+    return [vis.astype(out)]
