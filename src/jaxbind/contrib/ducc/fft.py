@@ -22,6 +22,7 @@ from ._common import (
     check_nthreads,
     ducc0,
 )
+from .reference import fft as reference_fft
 
 __all__ = ["c2c", "genuine_fht", "r2c", "c2r"]
 
@@ -128,12 +129,14 @@ def _as_ducc_types(kwargs):
 
 def _op(name, f, f_T, abstract, abstract_T):
     """A DUCC transform as a linear op: natively batched (batch axes become untransformed
-    DUCC axes), named jaxducc0.<name>, in the contrib's GPU mode."""
+    DUCC axes), named jaxducc0.<name>, in the contrib's GPU mode, with its JAX reference
+    (.reference.fft.<name>)."""
     return get_linear_call(
         f,
         f_T,
         abstract,
         abstract_T,
+        reference=getattr(reference_fft, name),
         func_can_batch=True,
         name=f"jaxducc0.{name}",
         platform_mode=_MODE,

@@ -20,6 +20,7 @@ from ._common import (
     check_sigma,
 )
 from .nufft_points import _transform
+from .reference import nufft as reference_nufft
 
 __all__ = ["get_nufft"]
 
@@ -103,6 +104,7 @@ _nufft_op = get_linear_call(
     _nufft_T,
     _nufft_abstract,
     _nufft_abstract_T,
+    reference=reference_nufft.nufft,
     first_n_args_fixed=1,
     name="jaxducc0.nufft",
     platform_mode=_MODE,

@@ -34,6 +34,7 @@ from ... import get_linear_call, load_kwargs, load_state, state
 from ._accuracy import default_upsampfac, working_precision
 from ._common import _MODE, _REAL, check_int, check_positive, ducc0
 from .finufft import _check_upsampfac, _settings, _sign
+from .reference import nufft as reference_nufft
 
 __all__ = ["NufftPlan"]
 
@@ -138,7 +139,14 @@ def _abstract_T(values, **kw):
 
 
 _op = get_linear_call(
-    _apply, _apply_T, _abstract, _abstract_T, name=NAME, platform_mode=_MODE, state=_ducc_plan
+    _apply,
+    _apply_T,
+    _abstract,
+    _abstract_T,
+    reference=reference_nufft.nufft_plan,
+    name=NAME,
+    platform_mode=_MODE,
+    state=_ducc_plan,
 )
 
 

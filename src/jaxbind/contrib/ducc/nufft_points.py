@@ -56,6 +56,7 @@ from ._common import (
     check_positive,
     ducc0,
 )
+from .reference import nufft as reference_nufft
 
 _NAN = complex(np.nan, np.nan)  # what a non-finite point gives where it enters
 
@@ -375,6 +376,7 @@ _op = get_nonlinear_call(
     (_jvp, _vjp),
     _abstract,
     None,
+    reference=reference_nufft.nufft_points,
     name=NAME,
     platform_mode=_MODE,
     linear_in=(0,),

@@ -11,6 +11,7 @@ import numpy as np
 
 from ... import get_linear_call, load_kwargs
 from ._common import _COMPLEX, _MODE, check_int, check_nthreads, ducc0
+from .reference import sht as reference_sht
 
 __all__ = [
     "get_healpix_sht",
@@ -140,7 +141,13 @@ def _sht_abstract_T(m, **kwargs):
 
 
 _healpix_sht = get_linear_call(
-    _sht, _sht_T, _sht_abstract, _sht_abstract_T, name="jaxducc0.healpix_sht", platform_mode=_MODE
+    _sht,
+    _sht_T,
+    _sht_abstract,
+    _sht_abstract_T,
+    reference=reference_sht.healpix_sht,
+    name="jaxducc0.healpix_sht",
+    platform_mode=_MODE,
 )
 
 

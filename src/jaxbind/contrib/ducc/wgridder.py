@@ -23,6 +23,7 @@ from ._common import (
     ducc0,
     sigma_range,
 )
+from .reference import wgridder as reference_wgridder
 
 _NAN = complex(np.nan, np.nan)  # what a non-finite point gives where it enters
 _FEW = 64  # channels checked in Python (below), not with NumPy
@@ -192,6 +193,7 @@ _wgridder = get_linear_call(
     _vis2dirty,
     _dirty2vis_abstract,
     _vis2dirty_abstract,
+    reference=reference_wgridder.wgridder,
     first_n_args_fixed=2,
     name="jaxducc0.wgridder",
     platform_mode=_MODE,
