@@ -10,9 +10,10 @@ with JAX alone, and the DUCC ops' references against their native bodies.
    ("cpu",) alone (target: at most 1.02x). Both artifacts are loaded back and called
    jitted, in alternating rounds.
 2. Portable artifacts. `jaxbind.export(..., portable=True)` of a DUCC FFT program and of a
-   NUFFT program (and a gradient of each), run by a fresh venv that has JAX and NumPy
-   only (``--fresh-venv DIR``, made with ``pip install jax==<this jax>`` if missing):
+   NUFFT program (and a gradient of each), run by a fresh venv that has JAX
+   only (``--fresh-venv DIR``: ``pip install jax==<this jax> flatbuffers``):
    their results against the native program's, in this process.
+   (jax.export.deserialize needs flatbuffers, which jax does not install: the venv has it.)
 3. Every jaxducc0 op's reference against its native body: a summary of what
    reference_fft_nufft.py and reference_wgridder_sht.py wrote (run them first): the range
    of reference/native time ratios over their sizes, and the largest difference.
@@ -102,14 +103,15 @@ except ImportError:
 
 
 def fresh_venv(path: pathlib.Path) -> pathlib.Path:
-    """A venv with JAX and NumPy only, at `path` (made if missing)."""
+    """A venv with JAX only, at `path` (made if missing): jax, its dependencies, and
+    flatbuffers, which jax.export.deserialize needs."""
     python = path / "bin" / "python"
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
-        subprocess.run(
-            [str(python), "-m", "pip", "install", "-q", f"jax=={jax.__version__}", "numpy"],
-            check=True,
-        )
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", f"jax=={jax.__version__}", "flatbuffers"],
+        check=True,
+    )
     return python
 
 
@@ -231,7 +233,7 @@ def main():
         payload["portable"] = rows
         lines += [
             "",
-            "## Portable artifacts, run in a fresh venv with JAX and NumPy only",
+            "## Portable artifacts, run in a fresh venv with JAX only (and flatbuffers)",
             "",
             f"The loading process: {rows[0]['environment']}. Exported for cpu, cuda and tpu "
             "with portable=True (no custom call); run there on the CPU, against the native "

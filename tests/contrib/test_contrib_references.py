@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from support.dtypes import global_x64
 from support.processes import run_python
 
 import jaxbind
@@ -112,7 +113,7 @@ def _cases():
 
 @pytest.fixture(scope="module")
 def cases():
-    with jax.enable_x64(True):
+    with global_x64(True):
         yield _cases()
 
 
@@ -125,14 +126,14 @@ NAMES = [
 
 
 def test_every_case_is_listed():
-    with jax.enable_x64(True):
+    with global_x64(True):
         assert sorted(NAMES) == sorted(_cases())
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_native_op_agrees_with_its_reference_within_its_epsilon(cases, name):
     fn, args, tolerance = cases[name]
-    with jax.enable_x64(True):
+    with global_x64(True):
         native, reference = _native_and_reference(fn, *args)
     assert _relative(reference, native) < tolerance
 
@@ -152,7 +153,7 @@ print(json.dumps([float(np.abs(np.asarray(o)).sum()) for o in out]))
 
 
 def test_portable_artifact_of_ducc_ops_runs_where_ducc0_cannot_be_imported(tmp_path):
-    with jax.enable_x64(True):
+    with global_x64(True):
         x = _complex(8, 6)
         points = jnp.asarray(RNG.uniform(-np.pi, np.pi, (2, 50)))
         values = _complex(50)

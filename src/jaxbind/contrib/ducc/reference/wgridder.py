@@ -140,26 +140,30 @@ def wgridder(
             ).reshape(3, -1),
             real,
         )  # (3, npix): the phase of a visibility is its (u, v, w) . lmn
-        flat = image.reshape(-1).astype(cplx)
+        image = image.reshape(-1).astype(cplx)
 
-        def block(coords):  # (rows, nchan, 3) -> (rows, nchan)
-            return rotation(coords @ lmn) @ flat
+        def block(coords, image):  # (rows, nchan, 3) -> (rows, nchan)
+            return rotation(coords @ lmn) @ image
 
         per_row = nchan * npix_x * npix_y
     else:
         xs, ys = jnp.asarray(x, real), jnp.asarray(y, real)
         image = image.astype(cplx)
 
-        def block(coords):  # the phase factors: exp(-2 pi i u l) exp(-2 pi i v m)
+        def block(coords, image):  # the phase factors: exp(-2 pi i u l) exp(-2 pi i v m)
             ex, ey = rotation(coords[..., 0:1] * xs), rotation(coords[..., 1:2] * ys)
             return jnp.sum((ex @ image) * ey, axis=-1)
 
         per_row = nchan * (npix_x + 2 * npix_y)
     size, count = _blocks(nrows, per_row)
     if count == 1:
-        vis = block(scaled)
+        vis = block(scaled, image)
     else:
         padded = jnp.pad(scaled, ((0, size * count - nrows), (0, 0), (0, 0)))
-        vis = jax.lax.map(block, padded.reshape(count, size, nchan, 3))
+        # The image goes through the loop as its carry, unchanged, not as a constant the
+        # loop closes over: jax 0.7 transposes only that form. Each block's phases are
+        # recomputed, not stored, under grad (checkpoint).
+        step = jax.checkpoint(lambda image, coords: (image, block(coords, image)))
+        _, vis = jax.lax.scan(step, image, padded.reshape(count, size, nchan, 3))
         vis = vis.reshape(size * count, nchan)[:nrows]
     return [vis.astype(out)]
