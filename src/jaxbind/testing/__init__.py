@@ -30,6 +30,7 @@ from . import (
     inputs,
     linearity,
     mesh,
+    reference,
     second_order,
     state,
     written,
@@ -49,6 +50,7 @@ FAMILIES: tuple[Family, ...] = (
     first_order.FAMILY,
     second_order.FAMILY,
     batching.FAMILY,
+    reference.FAMILY,
     mesh.FAMILY,
     state.FAMILY,  # last: it clears JAX's caches
 )
