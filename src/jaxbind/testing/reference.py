@@ -235,7 +235,9 @@ def _rule_rows(case: Case, rule: _Rule, ref) -> Iterator[CheckResult]:
 def _stacked(case: Case, x) -> np.ndarray:
     """`batch_size` versions of `x` (the first x itself), stacked along axis 0."""
     x = np.asarray(x)
-    versions = [x if b == 0 else x + 0.1 * b * random_like(x, case.rng) for b in range(case.batch_size)]
+    versions = [
+        x if b == 0 else x + 0.1 * b * random_like(x, case.rng) for b in range(case.batch_size)
+    ]
     return np.stack([np.asarray(v, x.dtype) for v in versions])
 
 
@@ -259,7 +261,7 @@ def _derived_rows(case: Case) -> Iterator[CheckResult]:
         if entry.derived:
             how = _HOW[Role.parse(role).base]
             index = Role.parse(role).index
-            how += "" if index is None else f" in argument {index}"
+            how += "" if index is None else f" with respect to argument {index}"
             yield derived(_DERIVED, entry.role.describe(), f"no body declared: {how}")
 
 
