@@ -362,3 +362,17 @@ def test_the_tolerance_is_the_computed_dtypes():
             report = check(op, *_xa(np.float64), verbose=False)
         rows = [r for r in report if r.check.startswith("native vs reference: ")]
         assert rows and {(r.dtype, r.tol) for r in rows} == {(dtype, tol)}, x64
+
+
+def test_a_reference_of_another_shape_or_dtype_fails_the_forward_row(enable_x64):
+    for name, reference, words in (
+        ("tests.ref_rows.ref_transposed", lambda x: jnp.fft.fft2(x).T, "its reference (4, 3)"),
+        ("tests.ref_rows.ref_widened", lambda x: jnp.fft.fft2(x).astype(complex), "complex128"),
+    ):
+        op = jaxbind.get_linear_call(
+            _fft2, _fft2, same_as_first, same_as_first, name=name, reference=reference
+        )
+        with pytest.raises(AssertionError) as info:
+            check(op, random((3, 4), np.complex64, 14), verbose=False)
+        (forward,) = [r for r in _failed_rows(info) if r.startswith("- native vs reference: fo")]
+        assert f"'{name}'" in forward and words in forward, forward
