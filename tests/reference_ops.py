@@ -214,7 +214,12 @@ def _flipsum_abstract_T(ct, batch_axes=None, **kwargs):
 
 
 flipsum = jaxbind.get_linear_call(
-    _flipsum, _flipsum_T, _flipsum_abstract, _flipsum_abstract_T, func_can_batch=True
+    _flipsum,
+    _flipsum_T,
+    _flipsum_abstract,
+    _flipsum_abstract_T,
+    func_can_batch=True,
+    reference=lambda x, y: flipsum_ref(x, y),  # checked against it (testing.check)
 )
 
 

@@ -60,6 +60,7 @@ TRACE_TIME = {
     "testing.first_order",
     "testing.second_order",
     "testing.batching",
+    "testing.reference",
     # the primitive's rules, grouped with their registration block
     "_rules",
     "_rules.abstract",

@@ -30,6 +30,7 @@ from . import (
     inputs,
     linearity,
     mesh,
+    reference,
     second_order,
     state,
     written,
@@ -49,6 +50,7 @@ FAMILIES: tuple[Family, ...] = (
     first_order.FAMILY,
     second_order.FAMILY,
     batching.FAMILY,
+    reference.FAMILY,
     mesh.FAMILY,
     state.FAMILY,  # last: it clears JAX's caches
 )
@@ -111,6 +113,13 @@ def check(
     - **vmap**: **vmap vs loop** for every role (f, transposes, JVP, VJP) with inputs
       batched at axis 0 and at their last axis (``out_axes`` 0 and -1), **vmap(grad) vs
       loop** and **grad(vmap) vs loop**;
+    - **native vs reference**, for ops with a JAX reference (``reference=``): f, called
+      directly, against the reference (**forward**, per output); every rule the op
+      declares against JAX's derivative of the reference (**jvp**, **vjp**, **transpose**
+      per argument); and f and each declared rule under ``vmap`` against the vmapped
+      reference (**vmap**). A rule the op declares no body for is computed from the
+      reference: a **derived from the reference** row (status "derived") names it. An
+      op without a reference gets one "not checked" row;
     - **sharding rule on a mesh**, for ops with ``sharding=`` given a ``mesh``: each
       factor in the arguments split over each mesh axis in turn, under ``jax.jit``,
       against one device: **mesh vs one device** (each output), **mesh jvp vs one

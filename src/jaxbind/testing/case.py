@@ -23,10 +23,11 @@ from .report import CheckResult, not_checked
 
 __all__ = ["Case", "Family", "as_computed", "pair", "random_like", "rel"]
 
-# Relative tolerances per precision: exact paths, dot products, finite differences.
+# Relative tolerances per precision: exact paths, dot products, finite differences, and
+# two implementations of one map (the native body against its JAX reference).
 _TOL = {
-    "single": dict(exact=1e-5, dot=1e-4, fd=3e-2),
-    "double": dict(exact=1e-11, dot=1e-10, fd=1e-5),
+    "single": dict(exact=1e-5, dot=1e-4, fd=3e-2, reference=1e-4),
+    "double": dict(exact=1e-11, dot=1e-10, fd=1e-5, reference=1e-10),
 }
 # Finite-difference steps per precision (times the input's scale, at least 1); `eps`
 # replaces them, and only them.
@@ -171,16 +172,18 @@ class Case:
             return [i for i in self.differentiable if i in self.binding.options.linear_in]
         return self.differentiable
 
-    def restricted(self, i: int) -> Callable:
-        """The op as a function of argument i alone, where it is declared linear: the other
-        arguments it is jointly linear in are zero (linear ops, linear_in), the rest as
-        given (the fixed ones, a multilinear op's other arguments)."""
+    def restricted(self, i: int, call: Callable | None = None) -> Callable:
+        """The op (or `call`, a function of the op's arguments) as a function of argument
+        i alone, where it is declared linear: the other arguments it is jointly linear in
+        are zero (linear ops, linear_in), the rest as given (the fixed ones, a
+        multilinear op's other arguments)."""
         zero = set(self.linear_args) if self.kind is not Kind.MULTILINEAR else set()
+        call = self.call if call is None else call
 
         def fn(xi):
             full = [np.zeros_like(a) if k in zero else a for k, a in enumerate(self.args)]
             full[i] = xi
-            return self.call(*full)
+            return call(*full)
 
         return fn
 
@@ -205,7 +208,7 @@ class Case:
 
     # --- tolerances and steps --------------------------------------------------------
     def tol(self, kind: str, dtype) -> float:
-        """The relative tolerance of checks of `kind` ("exact", "dot", "fd")."""
+        """The relative tolerance of checks of `kind` ("exact", "dot", "fd", "reference")."""
         return self.rtol if self.rtol is not None else _TOL[precision(dtype)][kind]
 
     def step(self, *xs) -> float:

@@ -2,7 +2,9 @@
 
 A row is "ok", "FAIL", or "not checked": a check that applies to the op but could not
 run (a role the op was not given, a function that failed before it) is a row that says
-why, never a silent pass.
+why, never a silent pass. A "derived" row names a rule the op was given no body for, which
+its JAX reference computes (JAX's derivative of the reference): a fact about the op, not
+a comparison that passed.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["CheckReport", "CheckResult", "not_checked"]
+__all__ = ["CheckReport", "CheckResult", "derived", "not_checked"]
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,7 @@ class CheckResult:
       tol: the tolerance; NaN if not checked.
       detail: the cause of a failure, why a row was not checked, or how it was computed.
       checked: False for a check that applies but could not run (see ``detail``).
+      derived: the row names a rule derived from the op's reference (not a comparison).
     """
 
     check: str
@@ -34,10 +37,13 @@ class CheckResult:
     tol: float
     detail: str = ""
     checked: bool = True
+    derived: bool = False
 
     @property
     def status(self) -> str:
-        """The status: "ok", "FAIL" or "not checked"."""
+        """The status: "ok", "FAIL", "not checked" or "derived"."""
+        if self.derived:
+            return "derived"
         if not self.checked:
             return "not checked"
         return "ok" if self.error <= self.tol else "FAIL"
@@ -53,6 +59,11 @@ def not_checked(check: str, target: str, why: str) -> CheckResult:
     return CheckResult(check, target, "-", math.nan, math.nan, why, checked=False)
 
 
+def derived(check: str, target: str, how: str) -> CheckResult:
+    """A row naming a rule that the op's reference computes (the op declared none)."""
+    return CheckResult(check, target, "-", math.nan, math.nan, how, checked=False, derived=True)
+
+
 class CheckReport(list[CheckResult]):
     """The rows of one `check` call; ``str(report)`` is a table."""
 
@@ -61,7 +72,11 @@ class CheckReport(list[CheckResult]):
 
     def not_checked(self) -> list[CheckResult]:
         """The checks that apply to the op but could not run, each saying why."""
-        return [r for r in self if not r.checked]
+        return [r for r in self if not r.checked and not r.derived]
+
+    def derived(self) -> list[CheckResult]:
+        """The rules the op was given no body for, which its reference computes."""
+        return [r for r in self if r.derived]
 
     def __str__(self) -> str:
         rows = [("check", "target", "dtype", "error", "tol", "")]
