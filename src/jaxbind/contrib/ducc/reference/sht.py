@@ -162,7 +162,10 @@ def _matrices(nside, lmax, mmax, spin):
         lam = np.stack([_wigner_d(lmax, m, 0, z).T * norm for m in ms])
         weight = np.where(ms == 0, 1.0, np.sqrt(2.0))[:, None, None]
         funcs = {"cos": lam * weight, "sin": -np.sqrt(2.0) * lam}
-        terms = ((0, 0, "cos", 0, 0, 1.0), (0, 1, "sin", 0, 1, 1.0))
+        terms: tuple[tuple[int, int, str, int, int, float], ...] = (
+            (0, 0, "cos", 0, 0, 1.0),
+            (0, 1, "sin", 0, 1, 1.0),
+        )
     else:
         # lambda_+ = _sY_lm(theta, 0) = (-1)^s sqrt((2l+1)/(4 pi)) d^l_{m,-s}(theta),
         # lambda_- = (-1)^s _{-s}Y_lm(theta, 0); with F1 = lambda_+ + lambda_-,
