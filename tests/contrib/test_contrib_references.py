@@ -176,3 +176,16 @@ def test_portable_artifact_of_ducc_ops_runs_where_ducc0_cannot_be_imported(tmp_p
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout.strip().splitlines()[-1])
     np.testing.assert_allclose(got, native, rtol=1e-8)
+
+
+def test_check_compares_an_approximate_op_with_its_reference_at_the_op_epsilon():
+    """A NUFFT at epsilon 1e-6 checked in float64: the reference rows allow DUCC its
+    epsilon (the reference's tolerance), and fail it at a tolerance below."""
+    with global_x64(True):
+        coord = jnp.asarray(RNG.uniform(-np.pi, np.pi, (300, 2)))
+        op = jaxducc0.get_nufft(coord, (16, 12), nufft_type=2, epsilon=1e-6)
+        grid = _complex(16, 12)
+        rows = [r for r in jaxbind.testing.check(op, grid, verbose=False) if "reference" in r.check]
+        assert rows and all(r.ok for r in rows), rows
+        with pytest.raises(AssertionError, match="differs from its reference"):
+            jaxbind.testing.check(op, grid, rtol=1e-12, verbose=False)
