@@ -8,12 +8,14 @@ when JAX moves one, the shim goes here and nowhere else.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import warnings
 from typing import Any
 
 import jax
 import jax.ffi as ffi  # public since jax 0.4.38
+from jax._src import config as _config  # enum_state: jax 0.7 - 0.12
 from jax._src import core as _core  # get_aval: jax 0.7 - 0.12
 from jax._src.interpreters import mlir as mlir_internal  # custom_call, ir_attribute: jax 0.7
 from jax._src.lib.mlir import ir  # jax 0.7 - 0.12
@@ -25,6 +27,7 @@ from jax.interpreters import ad, batching, mlir  # jax 0.7 - 0.12
 __all__ = [
     "FFI_SIDE_EFFECT",
     "InconclusiveDimensionOperation",
+    "STATES_KEY_TRACES",
     "NEWEST_TESTED_JAX",
     "ORDERED_IO_EFFECT",
     "Primitive",
@@ -154,6 +157,14 @@ def define_primitive(prim, *, impl, abstract_eval, lowerings, jvp, transpose, ba
     batching.primitive_batchers[prim] = batch
 
 
+# Whether a configuration state can be part of JAX's trace context (jax 0.8 - 0.12): in jax
+# 0.7 the trace context is a fixed list, and a state keys the C++ jit cache only, while
+# the traced and lowered programs behind it are cached by that list alone.
+STATES_KEY_TRACES = (
+    "include_in_trace_context" in inspect.signature(_config.enum_state).parameters
+)
+
+
 def define_jit_keyed_state(name: str, values: tuple[str, ...], default: str, help: str):
     """A JAX configuration state that is part of every jit's cache key (as jax_enable_x64
     is), so that programs traced under one value are not reused under another, eager
@@ -161,14 +172,10 @@ def define_jit_keyed_state(name: str, values: tuple[str, ...], default: str, hel
     (``with state("x"): ...``). jax._src.config.enum_state: include_in_trace_context=True
     with include_in_jit_key=True (jit's C++ dispatch) in jax 0.8 - 0.12, include_in_jit_key
     alone in jax 0.7 (which has no trace context)."""
-    import inspect
-
-    from jax._src import config
-
     keys = {"include_in_jit_key": True}
-    if "include_in_trace_context" in inspect.signature(config.enum_state).parameters:
+    if STATES_KEY_TRACES:
         keys["include_in_trace_context"] = True
-    return config.enum_state(name, values, default, help=help, **keys)
+    return _config.enum_state(name, values, default, help=help, **keys)
 
 
 def lowering_platforms(ctx) -> tuple[str, ...]:

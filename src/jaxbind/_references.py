@@ -15,7 +15,9 @@ call by call, from three things:
   without one is refused: `jaxbind.export(..., portable=True)` lowers so).
 
 The switch is a JAX configuration state in every jit's cache key, as jax_enable_x64
-is: a program traced under one setting is never reused under another. The environment
+is: a program traced under one setting is never reused under another. (jax 0.7 caches
+traces by a fixed list of its own states: there, entering and leaving the switch clear
+JAX's caches.) The environment
 variable ``JAXBIND_USE_REFERENCE`` sets it for a process ("1": on; "strict").
 """
 
@@ -25,7 +27,9 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-from ._compat import define_jit_keyed_state
+import jax
+
+from ._compat import STATES_KEY_TRACES, define_jit_keyed_state
 
 __all__ = ["MODES", "mode", "use_reference"]
 
@@ -85,5 +89,14 @@ def use_reference(enabled: bool = True, *, strict: bool = False) -> Iterator[Non
             f"jaxbind.use_reference: enabled and strict must be bools, got {enabled!r}, {strict!r}"
         )
     setting = ("strict" if strict else "on") if enabled else "off"
-    with _STATE(setting):
+    if setting == mode():
         yield
+        return
+    if not STATES_KEY_TRACES:  # jax 0.7: programs traced under the other setting go
+        jax.clear_caches()
+    try:
+        with _STATE(setting):
+            yield
+    finally:
+        if not STATES_KEY_TRACES:
+            jax.clear_caches()
