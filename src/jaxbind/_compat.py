@@ -160,9 +160,7 @@ def define_primitive(prim, *, impl, abstract_eval, lowerings, jvp, transpose, ba
 # Whether a configuration state can be part of JAX's trace context (jax 0.8 - 0.12): in jax
 # 0.7 the trace context is a fixed list, and a state keys the C++ jit cache only, while
 # the traced and lowered programs behind it are cached by that list alone.
-STATES_KEY_TRACES = (
-    "include_in_trace_context" in inspect.signature(_config.enum_state).parameters
-)
+STATES_KEY_TRACES = "include_in_trace_context" in inspect.signature(_config.enum_state).parameters
 
 
 def define_jit_keyed_state(name: str, values: tuple[str, ...], default: str, help: str):

@@ -178,9 +178,9 @@ def role_function(ref: ReferenceRole, spec: CallSpec) -> Callable[..., list]:
     return transpose_i
 
 
-def _jvp(f: Callable, fixed: int, primals, tangents) -> list:
-    """Output tangents of f at `primals` along the tangents of its non-fixed arguments;
-    integer and boolean arguments and outputs have none (zeros of their dtype out)."""
+def _moving(f: Callable, fixed: int, primals) -> tuple[list[int], Callable]:
+    """The positions of f's differentiable arguments (after the fixed ones; integer and
+    boolean ones have no tangents), and f as a function of those alone."""
     moving = [k for k in range(fixed, len(primals)) if _inexact(primals[k])]
 
     def along(*xs):
@@ -189,6 +189,13 @@ def _jvp(f: Callable, fixed: int, primals, tangents) -> list:
             args[k] = x
         return f(*args)
 
+    return moving, along
+
+
+def _jvp(f: Callable, fixed: int, primals, tangents) -> list:
+    """Output tangents of f at `primals` along the tangents of its non-fixed arguments;
+    integer and boolean arguments and outputs have none (zeros of their dtype out)."""
+    moving, along = _moving(f, fixed, primals)
     if not moving:
         outs = f(*primals)
         return [jnp.zeros(o.shape, o.dtype) for o in outs]
@@ -201,14 +208,7 @@ def _jvp(f: Callable, fixed: int, primals, tangents) -> list:
 def _vjp(f: Callable, fixed: int, primals, cotangents) -> list:
     """Cotangents of f's non-fixed arguments from its outputs' `cotangents`; integer and
     boolean arguments get zeros of their dtype, integer outputs' cotangents are ignored."""
-    moving = [k for k in range(fixed, len(primals)) if _inexact(primals[k])]
-
-    def along(*xs):
-        args = list(primals)
-        for k, x in zip(moving, xs):
-            args[k] = x
-        return f(*args)
-
+    moving, along = _moving(f, fixed, primals)
     outs, pull = jax.vjp(along, *(primals[k] for k in moving))
     cts = [
         c if _inexact(o) else np.zeros(o.shape, jax.dtypes.float0) for o, c in zip(outs, cotangents)

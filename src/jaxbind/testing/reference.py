@@ -281,6 +281,7 @@ def _reference_here(case: Case) -> str | None:
     """Why programs on this platform compute every role of the op by its reference (so
     that its native rules cannot be compared there), or None."""
     platform = jax.default_backend()
+    platform = "cuda" if platform == "gpu" else platform  # (as the lowering names it)
     options = case.binding.options
     if platform in options.prefer_reference:
         return (
