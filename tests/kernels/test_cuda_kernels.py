@@ -51,6 +51,28 @@ def test_a_cpu_program_that_calls_a_cuda_kernel_is_an_error_that_names_the_bindi
         jax.block_until_ready(jax.jit(lambda x: op(x, a=2.0)[0])(x))
 
 
+def _scale_reference(x, *, a):
+    return [a * x]
+
+
+def test_a_cuda_kernel_with_a_reference_runs_its_reference_in_cpu_programs():
+    kernel = jaxbind.cuda_kernel(
+        PTX, "scale", scalars=lambda y, x, *, a: (np.float32(a), np.int64(x.size))
+    )
+    op = jaxbind.get_linear_call(
+        kernel, kernel, shape, shape, reference=_scale_reference, name="cudak_cpu.reference"
+    )
+    x = jnp.arange(3.0, dtype=jnp.float32)
+    program = jax.jit(lambda x: op(x, a=2.0)[0])
+    assert "stablehlo.custom_call" not in program.lower(x).as_text()  # the CPU: the reference
+    np.testing.assert_allclose(program(x), 2 * x)
+    assert "jaxbind_cuda_kernel" in _cuda_text(lambda x: op(x, a=2.0)[0], x)  # CUDA: the kernel
+    with pytest.raises(NotImplementedError, match="runs on cuda only"):
+        jax.jit(lambda x: _scale("cudak_cpu.noref")[1](x, a=1.0)[0]).trace(x).lower(
+            lowering_platforms=("tpu",)
+        )
+
+
 def _launch(kernel, ins, outs, **values):
     describe = lambda arrays: tuple(
         (0, a.shape, jaxbind._kernels.abi.xla_code(a.dtype)) for a in arrays

@@ -47,7 +47,7 @@ def lowers_by_reference(spec: CallSpec, platform: str) -> bool:
     """Whether a call of `spec` lowered for `platform` is computed by the op's reference
     (True) or by its native body (False); an error where neither can be."""
     binding, entry = spec.binding, spec.entry
-    native = platform in native_platforms(binding.body(spec.role))
+    runs = native_platforms(binding.body(spec.role))
     setting = mode()
     if entry.reference is None:
         if platform in binding.options.prefer_reference:
@@ -64,16 +64,16 @@ def lowers_by_reference(spec: CallSpec, platform: str) -> bool:
                 "contain it. Give the op a reference (reference=..., or op.def_reference: a "
                 "JAX function of its arrays and keyword arguments that returns its outputs)"
             )
-        if not native:
-            runs = " and ".join(native_platforms(binding.body(spec.role)))
+        if platform not in _NATIVE:  # (a CUDA kernel on the CPU: its call says so if run)
             raise NotImplementedError(
                 f"{about(binding.name)} cannot be lowered for {platform}: its body runs on "
-                f"{runs} only, and it has no JAX reference to run elsewhere. Give it one "
-                "(reference=..., or op.def_reference: a JAX function of its arrays and "
-                f"keyword arguments that returns its outputs), or lower for {runs} only"
+                f"{' and '.join(runs)} only, and it has no JAX reference to run elsewhere. "
+                "Give it one (reference=..., or op.def_reference: a JAX function of its "
+                "arrays and keyword arguments that returns its outputs), or lower for "
+                f"{' and '.join(runs)} only"
             )
         return False
-    return setting != "off" or not native or platform in binding.options.prefer_reference
+    return setting != "off" or platform not in runs or platform in binding.options.prefer_reference
 
 
 def platform_of(ctx) -> str:
