@@ -75,6 +75,19 @@ def test_nufft_benchmarks_quick(tmp_path):
     assert "type 3 grad points" in proc.stdout or "jax-finufft is not installed" in proc.stdout
 
 
+def test_reference_benchmarks_quick(tmp_path):
+    for script in ("reference_fft_nufft", "reference_wgridder_sht"):  # (quick: no files)
+        proc = run_python(ROOT / "benchmarks" / f"{script}.py", "--quick", "--out", tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        # reference.py summarises what they wrote: the recorded results
+        shutil.copy(ROOT / "benchmarks" / "results" / f"{script}.json", tmp_path)
+    proc = run_python(ROOT / "benchmarks" / "reference.py", "--quick", "--out", tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = (tmp_path / "reference.md").read_text()
+    assert "| 1 |" in summary and "no (folded by XLA)" in summary
+    assert "| c2c | forward |" in summary and "| SHT | grad |" in summary
+
+
 def test_state_nufft_benchmark_quick():
     import pytest
 
