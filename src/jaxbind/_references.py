@@ -93,10 +93,17 @@ def use_reference(enabled: bool = True, *, strict: bool = False) -> Iterator[Non
         yield
         return
     if not STATES_KEY_TRACES:  # jax 0.7: programs traced under the other setting go
-        jax.clear_caches()
+        _clear_jax_caches()
     try:
         with _STATE(setting):
             yield
     finally:
         if not STATES_KEY_TRACES:
-            jax.clear_caches()
+            _clear_jax_caches()
+
+
+def _clear_jax_caches() -> None:
+    """jax 0.7: JAX's caches cleared, after the programs in flight have finished (a program
+    dispatched before, still running, keeps what its call sites need until it is done)."""
+    jax.block_until_ready(jax.live_arrays())
+    jax.clear_caches()
