@@ -335,7 +335,7 @@ def get_linear_call(
         the transpose is derived from it.
       **options: ``first_n_args_fixed``, ``func_can_batch``, ``name``, ``replace``,
         ``platform_mode``, ``input_output_aliases``, ``has_side_effect``, ``ordered``,
-        ``state``, ``sharding``, ``reduction``: see "Options" below.
+        ``state``, ``sharding``, ``reduction``, ``prefer_reference``: see "Options" below.
 
     Returns:
       An [`Op`][jaxbind.Op]. It supports ``jit``, ``jvp``, ``grad``/``vjp``,

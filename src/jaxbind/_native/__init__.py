@@ -155,11 +155,10 @@ class NativeOp:
         return fn
 
     def _wrapped_reference(self, fn: Callable):
-        if not callable(fn):
-            raise TypeError(
-                f"{about(self._explicit_name or getattr(self.fn, '__qualname__', 'op'))}: "
-                f"reference must be a JAX function, got {fn!r}"
-            )
+        """The user's reference, checked as both APIs check it, for pytrees."""
+        name = getattr(self, "name", None) or self._explicit_name
+        name = str(name or getattr(self.fn, "__qualname__", "op"))
+        check_reference(fn, name, self.options)
         return JaxDerivative(self, fn, Args.F, "the reference")
 
     def _check_nonlinear(self, what):
@@ -222,7 +221,6 @@ class NativeOp:
     def _refresh(self):
         """Give the registered binding the derivatives defined so far (before any call)."""
         binding = self._op.binding
-        check_reference(self._reference, self.name, self.options)
         roles = role_table(binding.kind, *self._bodies(), self._shapes, None, self._reference)
         check_state_key(self.name, self.options, roles)
         binding.roles = roles

@@ -37,6 +37,7 @@ from .ad import jvp_rule, transpose_rule
 from .effects import effects_of, explain_checkpoint
 from .partitioning import check_call, typed_results
 from .reference import platform_of
+from .targets import NATIVE_PLATFORMS
 
 __all__ = ["BODY_RULES", "BodyRules", "register_rules"]
 
@@ -111,8 +112,7 @@ def register_rules() -> None:
         impl=eager_impl,
         abstract_eval=abstract_eval,
         lowerings={
-            "cpu": _lowering("cpu"),
-            "cuda": _lowering("cuda"),
+            **{platform: _lowering(platform) for platform in NATIVE_PLATFORMS},
             None: _lowering(None),  # TPU, ROCm, plugins: the op's reference, if any
         },
         jvp=jvp_rule,

@@ -31,16 +31,22 @@ from .._references import mode
 from .._roles import ReferenceRole, for_call
 from .._spec import CallSpec
 from .abstract import declared_outputs
+from .targets import NATIVE_PLATFORMS
 
-__all__ = ["checked", "lowers_by_reference", "native_platforms", "platform_of", "role_function"]
-
-# Where a body that is a callable or a jaxbind.kernel runs (the target table's platforms)
-_NATIVE = ("cpu", "cuda")
+__all__ = [
+    "checked",
+    "lowers_by_reference",
+    "native_platforms",
+    "outputs",
+    "platform_of",
+    "role_function",
+]
 
 
 def native_platforms(body) -> tuple[str, ...]:
-    """The platforms a role's native body runs on: CUDA kernels on CUDA only."""
-    return ("cuda",) if isinstance(body, CudaKernel) else _NATIVE
+    """The platforms a role's native body runs on: those of the target table's custom
+    calls (a callable, a jaxbind.kernel), CUDA kernels on CUDA only."""
+    return ("cuda",) if isinstance(body, CudaKernel) else NATIVE_PLATFORMS
 
 
 def lowers_by_reference(spec: CallSpec, platform: str) -> bool:
@@ -64,7 +70,7 @@ def lowers_by_reference(spec: CallSpec, platform: str) -> bool:
                 "contain it. Give the op a reference (reference=..., or op.def_reference: a "
                 "JAX function of its arrays and keyword arguments that returns its outputs)"
             )
-        if platform not in _NATIVE:  # (a CUDA kernel on the CPU: its call says so if run)
+        if platform not in NATIVE_PLATFORMS:  # (a CUDA kernel on the CPU: errs if run)
             raise NotImplementedError(
                 f"{about(binding.name)} cannot be lowered for {platform}: its body runs on "
                 f"{' and '.join(runs)} only, and it has no JAX reference to run elsewhere. "
@@ -120,7 +126,7 @@ def _text(items) -> str:
 # --- each role from the reference ---------------------------------------------------------
 
 
-def _outputs(result, name: str) -> list:
+def outputs(result, name: str) -> list:
     """The reference's result as a list of arrays (one array: one output)."""
     if hasattr(result, "shape") and hasattr(result, "dtype"):
         return [result]
@@ -145,7 +151,7 @@ def role_function(ref: ReferenceRole, spec: CallSpec) -> Callable[..., list]:
     kwargs = spec.kwargs.to_dict()
 
     def f(*args):
-        return _outputs(flat(*args, **kwargs), binding.name)
+        return outputs(flat(*args, **kwargs), binding.name)
 
     role, fixed, n = ref.role, binding.options.fixed, spec.n_fixed
     if role.base == "f":

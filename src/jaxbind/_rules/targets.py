@@ -29,7 +29,16 @@ from dataclasses import dataclass
 from .. import _ext
 from .._compat import ffi, register_batch_partitionable
 
-__all__ = ["REFERENCE", "TARGETS", "Target", "pick", "register_targets", "row", "target_names"]
+__all__ = [
+    "NATIVE_PLATFORMS",
+    "REFERENCE",
+    "TARGETS",
+    "Target",
+    "pick",
+    "register_targets",
+    "row",
+    "target_names",
+]
 
 BOTH = ("instantiate", "execute")
 EXECUTE = ("execute",)
@@ -94,6 +103,9 @@ TARGETS = (
     Target("", "any", "reference", "", ()),
 )  # fmt: skip
 REFERENCE = TARGETS[-1]
+# The platforms with a custom call's row: where native bodies run (every other platform
+# has the reference row only)
+NATIVE_PLATFORMS = tuple(dict.fromkeys(t.platform for t in TARGETS if t.custom_call))
 
 
 def pick(platform: str, *, effect: bool, kernel: bool, partitioned: bool) -> Target:

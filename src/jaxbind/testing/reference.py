@@ -38,7 +38,7 @@ import numpy as np
 
 from .._references import use_reference
 from .._roles import Kind, Role, for_call
-from .._rules.reference import native_platforms
+from .._rules.reference import native_platforms, outputs
 from .case import Case, Family, needs_f, random_like, rel
 from .report import CheckResult, derived, not_checked
 
@@ -69,8 +69,7 @@ def _reference(case: Case) -> Callable[..., list]:
     fn = for_call(case.binding.reference, case.trees)
 
     def ref(*args):
-        out = fn(*(jnp.asarray(a) for a in args), **case.kwargs)
-        return [out] if hasattr(out, "shape") else list(out)
+        return outputs(fn(*(jnp.asarray(a) for a in args), **case.kwargs), case.binding.name)
 
     return ref
 
