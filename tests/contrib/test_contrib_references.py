@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from support.dtypes import global_x64
-from support.processes import run_python
+from support.processes import refusing_imports, run_python
 
 import jaxbind
 from jaxbind.contrib import jaxducc0
@@ -138,18 +138,15 @@ def test_native_op_agrees_with_its_reference_within_its_epsilon(cases, name):
     assert _relative(reference, native) < tolerance
 
 
-_LOAD = """
-import sys, importlib.abc
-class Refuse(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("jaxbind", "ducc0"):
-            raise ImportError(f"{name} is not installed here")
-sys.meta_path.insert(0, Refuse())
-import json, numpy as np, jax, jax.export
+_LOAD = (
+    refusing_imports("jaxbind", "ducc0")
+    + """
+import sys, json, numpy as np, jax, jax.export
 jax.config.update("jax_enable_x64", True)
 out = jax.export.deserialize(open(sys.argv[1], "rb").read()).call(*np.load(sys.argv[2]).values())
 print(json.dumps([float(np.abs(np.asarray(o)).sum()) for o in out]))
 """
+)
 
 
 def test_portable_artifact_of_ducc_ops_runs_where_ducc0_cannot_be_imported(tmp_path):

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.fft
-from support.processes import run_python
+from support.processes import refusing_imports, run_python
 
 import jaxbind
 
@@ -141,19 +141,16 @@ def test_op_without_a_reference_names_itself_the_platform_and_the_fix():
 # --- portable export ---------------------------------------------------------------------
 
 # Run in a process where importing jaxbind or ducc0 fails: the artifact needs JAX only.
-_LOAD_WITHOUT_JAXBIND = """
-import sys, importlib.abc
-class Refuse(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("jaxbind", "ducc0"):
-            raise ImportError(f"{name} is not installed here")
-sys.meta_path.insert(0, Refuse())
-import json, numpy as np, jax, jax.export
+_LOAD_WITHOUT_JAXBIND = (
+    refusing_imports("jaxbind", "ducc0")
+    + """
+import sys, json, numpy as np, jax, jax.export
 blob = open(sys.argv[1], "rb").read()
 args = [np.asarray(a, dtype=d) for a, d in json.load(open(sys.argv[2]))]
 out = jax.export.deserialize(blob).call(*args)
 print(json.dumps([np.asarray(o).tolist() for o in (out if isinstance(out, tuple) else [out])]))
 """
+)
 
 
 def test_portable_artifact_has_no_custom_call_and_runs_where_jaxbind_is_not_installed(tmp_path):

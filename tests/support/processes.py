@@ -54,6 +54,21 @@ def join_cpu_processes(process_id: int, port: int, count: int = 2) -> None:
     )
 
 
+def refusing_imports(*packages: str) -> str:
+    """Python source that makes importing any of the top-level `packages` fail, as if they
+    were not installed: the first lines of a script that must run without them."""
+    return textwrap.dedent(
+        f"""
+        import importlib.abc, sys
+        class _Refuse(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in {packages!r}:
+                    raise ImportError(f"{{name}} is not installed here")
+        sys.meta_path.insert(0, _Refuse())
+        """
+    )
+
+
 def run_script(directory, code, *args, name="script.py", **kwargs) -> subprocess.CompletedProcess:
     """`code` (dedented) written to `directory`/`name`, then run by run_python (which takes
     the keyword arguments)."""
