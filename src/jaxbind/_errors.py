@@ -196,11 +196,11 @@ class Words:
                 argnum = "" if role.index is None else f"(argnum={role.index})"
                 return (
                     f"define it with the op's @op.def_transpose{argnum} decorator, or give "
-                    "the op a JAX reference (reference=, @op.def_reference) to derive it from"
+                    f"the op a JAX reference ({self.give_reference()}) to derive it from"
                 )
             return (
                 f"define it with the op's @op.def_{role.base} decorator, or give the op a JAX "
-                "reference (reference=, @op.def_reference) to derive it from"
+                f"reference ({self.give_reference()}) to derive it from"
             )
         if role.base == "T":
             where = "f_T" if role.index is None else f"f_T[{role.index}]"
@@ -212,6 +212,12 @@ class Words:
             f"pass it to get_nonlinear_call as f_{role.base}, or give the op a JAX reference "
             "(reference=) to derive it from"
         )
+
+    def give_reference(self) -> str:
+        """How the user gives an op its JAX reference."""
+        if self.native:
+            return "reference= in the decorator, or @op.def_reference"
+        return "reference= to get_linear_call / get_nonlinear_call"
 
     def differentiable_derivatives(self) -> str:
         """How to make a nonlinear op's JVP and VJP differentiable in turn."""

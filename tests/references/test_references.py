@@ -402,3 +402,16 @@ def test_an_op_with_side_effects_refuses_a_reference():
         jaxbind.get_nonlinear_call(
             _product, (None, None), lambda a, b: ((a.shape, a.dtype),), reference=3
         )
+
+
+def test_errors_name_the_way_each_api_gives_a_reference():
+    op = product_13(name="tests.references.words.noref", reference=False)
+    with pytest.raises(NotImplementedError, match="reference= to get_linear_call"):
+        jax.jit(lambda a, b: op(a, b)[0]).trace(A, B).lower(lowering_platforms=("tpu",))
+
+    @jaxbind.nonlinear_op(shape=lambda a: a, name="tests.references.words.native")
+    def native(a):
+        return np.sin(a)
+
+    with pytest.raises(NotImplementedError, match="@op.def_reference"):
+        jax.jit(native).trace(A).lower(lowering_platforms=("tpu",))

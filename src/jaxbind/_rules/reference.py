@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._compat import ShapedArray, lowering_platforms
-from .._errors import about
+from .._errors import about, words
 from .._kernels.cuda import CudaKernel
 from .._references import mode
 from .._roles import ReferenceRole, for_call
@@ -59,23 +59,24 @@ def lowers_by_reference(spec: CallSpec, platform: str) -> bool:
         if platform in binding.options.prefer_reference:
             raise TypeError(
                 f"{about(binding.name)} has prefer_reference={binding.options.prefer_reference}"
-                f" but no JAX reference to run on {platform}; give it one (reference=..., "
-                "or op.def_reference), or drop prefer_reference"
+                f" but no JAX reference to run on {platform}; give it one "
+                f"({words(binding.options).give_reference()}), or drop prefer_reference"
             )
         if setting == "strict":
             raise TypeError(
                 f"{about(binding.name)} has no JAX reference, and references only were "
                 "asked for (jaxbind.export(..., portable=True), use_reference(strict=True) "
                 "or JAXBIND_USE_REFERENCE=strict): a program without custom calls cannot "
-                "contain it. Give the op a reference (reference=..., or op.def_reference: a "
-                "JAX function of its arrays and keyword arguments that returns its outputs)"
+                "contain it. Give the op a reference "
+                f"({words(binding.options).give_reference()}: a JAX function of its arrays "
+                "and keyword arguments that returns its outputs)"
             )
         if platform not in NATIVE_PLATFORMS:  # (a CUDA kernel on the CPU: errs if run)
             raise NotImplementedError(
                 f"{about(binding.name)} cannot be lowered for {platform}: its body runs on "
                 f"{' and '.join(runs)} only, and it has no JAX reference to run elsewhere. "
-                "Give it one (reference=..., or op.def_reference: a JAX function of its "
-                "arrays and keyword arguments that returns its outputs), or lower for "
+                f"Give it one ({words(binding.options).give_reference()}: a JAX function of "
+                "its arrays and keyword arguments that returns its outputs), or lower for "
                 f"{' and '.join(runs)} only"
             )
         return False

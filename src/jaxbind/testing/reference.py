@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._errors import words
 from .._references import use_reference
 from .._roles import Kind, Role, for_call
 from .._rules.reference import native_platforms, outputs
@@ -59,7 +60,7 @@ _HOW = {
 
 def _applies(case: Case) -> bool | str:
     if case.binding.reference is None:
-        return "the op has no reference (reference=, or op.def_reference)"
+        return f"the op has no reference ({words(case.binding.options).give_reference()})"
     return needs_f(case)
 
 
