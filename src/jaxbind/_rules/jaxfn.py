@@ -93,7 +93,8 @@ def _check(spec: CallSpec, avals, outs) -> None:
     """What a JVP or VJP given as a JAX function returned, against what it must return.
 
     A JVP returns the tangents of the op's outputs: shaped as the abstract function
-    declares the outputs at the primals. A VJP returns the cotangents of the primals
+    declares the outputs at the primals. A transpose returns what its own abstract
+    function declares (or the primals' shapes). A VJP returns the cotangents of the primals
     that are not fixed: shaped as those primals. (jax.custom_jvp checks the same.)
     """
     binding, n = spec.binding, spec.n_fixed  # for these roles: the number of primals
@@ -103,6 +104,9 @@ def _check(spec: CallSpec, avals, outs) -> None:
         what = f"the tangents of the op's outputs ({words(binding.options).shapes} at the primals)"
         f_spec = spec.derive("f", binding.options.fixed, None, None)
         want = [(shape, dtype) for shape, dtype, _ in declared_outputs(f_spec, avals[:n])]
+    elif spec.entry.role.base == "T":  # a transpose: shaped as its declaration says
+        what = "the cotangents of the op's inputs that are not fixed"
+        want = [(shape, dtype) for shape, dtype, _ in declared_outputs(spec, avals)]
     else:
         what = "the cotangents of its inputs that are not fixed"
         want = [(tuple(a.shape), np.dtype(a.dtype)) for a in avals[binding.options.fixed : n]]

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import jax
 import numpy as np
 
 from .._roles import for_call
+from .._rules.reference import native_platforms
 from .._state import outside_programs
 from .case import Case, Family, short
 from .report import CheckResult, not_checked
@@ -42,6 +44,17 @@ def outputs_for(case: Case, inputs, fill) -> tuple:
         np.array(inputs[shared[k]], dtype=av.dtype) if k in shared else fill(av)
         for k, av in enumerate(case.out_avals)
     )
+
+
+def _runs_here(case: Case) -> bool | str:
+    """True, or why f's body cannot be called directly on this machine's platform (a CUDA
+    kernel on the CPU): the families that need its direct call say so, and do not fail."""
+    platform = "cuda" if jax.default_backend() == "gpu" else jax.default_backend()
+    platforms = native_platforms(case.binding.body("f"))
+    if platform in platforms:
+        return True
+    case.failed = f"its body runs in {' and '.join(platforms)} programs only, not on {platform}"
+    return f"the function's {case.failed}"
 
 
 def _rows(case: Case) -> Iterator[CheckResult]:
@@ -92,6 +105,6 @@ FAMILY = Family(
     checks=("callable runs", "abstract vs callable: written"),
     roles=frozenset({"f"}),
     options=frozenset({"aliases", "native"}),
-    applies=lambda case: True,
+    applies=_runs_here,
     rows=_rows,
 )

@@ -1,0 +1,167 @@
+"""The conformance matrix: kinds of body × APIs × dtypes × options × transformations.
+
+Every axis is a table here, and the cells are their product. A cell builds one op
+(bodies.build), applies one transformation to it and to its pure-JAX twin (forms.py), and
+gives one of:
+
+- the twin's answer (forward values also against NumPy), within the dtype's tolerance;
+- an error naming the op, where the matrix says the op refuses (`refusal`);
+- an error of any kind where JAX refuses the twin as well (e.g. a Hessian in complex inputs);
+
+never a crash, a hang or another number. test_matrix.py runs the cells; CI runs a sample
+that covers every pair of values of the axes (`sample`), JAXBIND_MATRIX=full runs all.
+test_matrix_coverage.py ties the axes to the project's own tables: a new kind of body,
+target or option fails it until a row here covers it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+from dataclasses import dataclass
+
+import jax
+
+from jaxbind._roles import Body
+
+from .forms import FORMS
+
+# --- the axes --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BodyKind:
+    """A kind of body: what computes the op's roles (see bodies.py).
+
+    Attributes:
+      body: the project's kind of the f role's body (jaxbind._roles.Body).
+      kernel_class: the class of its compiled bodies ("" for none).
+      rules: how the derivative roles are given ("declared": of the same kind, "jax":
+        JAX functions, "derived": none, derived from the reference).
+      reference: whether the op has a JAX reference.
+    """
+
+    body: Body
+    kernel_class: str = ""
+    rules: str = "declared"
+    reference: bool = True
+
+
+BODY_KINDS = {
+    "callable": BodyKind(Body.CALLABLE),
+    "numba": BodyKind(Body.KERNEL, "Kernel"),
+    "c": BodyKind(Body.KERNEL, "Kernel"),
+    "jax": BodyKind(Body.CALLABLE, rules="jax"),
+    "derived": BodyKind(Body.CALLABLE, rules="derived"),
+    "cuda": BodyKind(Body.KERNEL, "CudaKernel"),  # on a CPU-only machine: the reference runs
+    "cuda_noref": BodyKind(Body.KERNEL, "CudaKernel", reference=False),  # refused, by name
+}
+
+APIS = ("jaxbind13", "native")
+
+DTYPES = tuple(FORMS)  # the forms: linear and nonlinear per float dtype; int32, bool, mixed
+
+# Options the cells vary: each a variant of the op's definition (bodies.build's `options`)
+OPTION_VARIANTS = {
+    "plain": {},
+    "prefer_reference": {"prefer_reference": ("cpu",)},
+}
+
+# The options a cell does not vary, and where their combinations are tested instead
+OPTIONS_ELSEWHERE = {
+    "fixed": "tests/ops/test_fixed_spellings.py, tests/ops/test_linear.py (fixed arguments)",
+    "vectorized": "tests/ops/test_batching.py (native batching of every role)",
+    "platform_mode": "tests/gpu (GPU only; read at run time)",
+    "aliases": "tests/runtime/test_aliasing.py",
+    "effect": "tests/runtime/test_effects.py (an op with effects takes no reference)",
+    "linear_in": "tests/ops/test_linear_in.py",
+    "native": "tests/ops/test_batching.py",
+    "state": "tests/state",
+    "state_key": "tests/state",
+    "sharding": "tests/sharding (a declared rule); the matrix's shard_map splits plain ops",
+}
+
+TRANSFORMS = (
+    "eager",
+    "jit",
+    "grad",
+    "jvp",
+    "vjp",
+    "vmap",
+    "vmap_grad",
+    "hessian",
+    "linear_transpose",
+    "export",  # saved, loaded in a fresh process (matrix_cases.py)
+    "shard_map",  # on 4 CPU devices, in a process of its own (matrix_cases.py)
+    "portable",
+    "use_reference",
+    "use_reference_strict",
+    "use_reference_in_trace",
+    "replace",  # redefined with replace=True after a program was compiled
+    "check",  # jaxbind.testing.check passes
+)
+IN_SUBPROCESS = ("export", "shard_map")
+
+
+@dataclass(frozen=True)
+class Cell:
+    kind: str
+    api: str
+    dtype: str
+    option: str
+    transform: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.kind}-{self.api}-{self.dtype}-{self.option}-{self.transform}"
+
+    @property
+    def name(self) -> str:
+        """The op's name (unique per cell: replace redefines it)."""
+        return "conformance." + self.id.replace("/", "_")
+
+    def refusal(self) -> str | None:
+        """Why the op must refuse this cell with an error naming it (None: it must not)."""
+        if not BODY_KINDS[self.kind].reference and self.transform != "check":
+            # (check reports each row "not checked" on a CPU: nothing runs the kernel there)
+            return "a CUDA kernel without a reference cannot run in a CPU program"
+        return None
+
+
+def all_cells() -> list[Cell]:
+    return [Cell(*c) for c in itertools.product(BODY_KINDS, APIS, DTYPES, OPTION_VARIANTS, TRANSFORMS)]
+
+
+def sample(seed: int) -> list[Cell]:
+    """Cells that cover every pair of values of any two axes, drawn greedily in a seeded
+    order (so each CI lane runs another sample)."""
+    cells = all_cells()
+    random.Random(seed).shuffle(cells)
+    axes = ("kind", "api", "dtype", "option", "transform")
+
+    def pairs(cell):
+        values = [(a, getattr(cell, a)) for a in axes]
+        return set(itertools.combinations(values, 2))
+
+    uncovered = set().union(*(pairs(c) for c in cells))
+    chosen = []
+    while uncovered:
+        best = max(cells, key=lambda c: len(pairs(c) & uncovered))
+        chosen.append(best)
+        uncovered -= pairs(best)
+    return chosen
+
+
+def cells_to_run() -> list[Cell]:
+    if os.environ.get("JAXBIND_MATRIX", "sample") == "full":
+        return all_cells()
+    seed = os.environ.get("JAXBIND_MATRIX_SEED")
+    return sample(int(seed) if seed else _lane_seed())
+
+
+def _lane_seed() -> int:
+    """Each setup (Python, JAX) draws its own sample, the same on every run."""
+    import sys
+
+    return sum(map(ord, f"{sys.version_info[:2]} {jax.__version__}"))

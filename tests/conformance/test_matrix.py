@@ -1,0 +1,56 @@
+"""The conformance matrix (matrix.py): each cell gives the pure-JAX twin's answer, or an error
+naming the op where the matrix says it refuses. CI runs a sample covering every pair of
+values of two axes (another per setup); JAXBIND_MATRIX=full runs every cell."""
+
+import json
+
+import jax
+import pytest
+from support.processes import run_cases
+
+import jaxbind
+from conformance.matrix import IN_SUBPROCESS, cells_to_run
+from conformance.transforms import _op, check_cell, judge, outcome
+from conformance.forms import FORMS
+
+CELLS = cells_to_run()
+HERE = [c for c in CELLS if c.transform not in IN_SUBPROCESS]
+AWAY = [c for c in CELLS if c.transform in IN_SUBPROCESS]
+
+
+@pytest.mark.parametrize("cell", HERE, ids=lambda c: c.id)
+def test_cell(cell, enable_x64):
+    check_cell(cell)
+
+
+@pytest.fixture(scope="module")
+def away(tmp_path_factory):
+    """The cells that run in a process of their own, all in one run of matrix_cases.py:
+    exports saved here (an export that fails here is judged here), loaded there; shard_map
+    on 4 CPU devices there."""
+    where = tmp_path_factory.mktemp("matrix")
+    judged_here = {}
+    run_there = []
+    with jax.experimental.enable_x64():
+        for cell in AWAY:
+            if cell.transform == "export":
+                xs = FORMS[cell.dtype].inputs_for(seed=0)
+                saved = outcome(lambda: jaxbind.export(jax.jit(_op(cell).call))(*xs).serialize())
+                if saved[0] == "error":
+                    judged_here[cell.id] = saved
+                    continue
+                (where / f"{cell.name}.bin").write_bytes(saved[1])
+            run_there.append(cell)
+    (where / "cells.json").write_text(json.dumps([c.__dict__ for c in run_there]))
+    found = run_cases("conformance/matrix_cases.py", str(where)) if run_there else {}
+    return judged_here, found
+
+
+@pytest.mark.parametrize("cell", AWAY, ids=lambda c: c.id)
+def test_cell_in_its_own_process(cell, away):
+    judged_here, found = away
+    if cell.id in judged_here:  # the export failed in this process: was that a refusal?
+        judge(cell, judged_here[cell.id], ("value", None))
+        return
+    assert cell.id in found, f"matrix_cases.py reported nothing for {cell.id}"
+    assert found[cell.id]["ok"], found[cell.id]["detail"]
