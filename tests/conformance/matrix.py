@@ -35,43 +35,48 @@ class BodyKind:
     """A kind of body: what computes the op's roles (see bodies.py).
 
     Attributes:
-      body: the project's kind of the f role's body (jaxbind._roles.Body).
+      bodies: the project's kinds of body (jaxbind._roles.Body) among its roles' bodies.
       kernel_class: the class of its compiled bodies ("" for none).
       rules: how the derivative roles are given ("declared": of the same kind, "jax":
         JAX functions, "derived": none, derived from the reference).
       reference: whether the op has a JAX reference.
     """
 
-    body: Body
+    bodies: tuple[Body, ...]
     kernel_class: str = ""
     rules: str = "declared"
     reference: bool = True
 
 
 BODY_KINDS = {
-    "callable": BodyKind(Body.CALLABLE),
-    "numba": BodyKind(Body.KERNEL, "Kernel"),
-    "c": BodyKind(Body.KERNEL, "Kernel"),
-    "jax": BodyKind(Body.CALLABLE, rules="jax"),
-    "derived": BodyKind(Body.CALLABLE, rules="derived"),
-    "cuda": BodyKind(Body.KERNEL, "CudaKernel"),  # on a CPU-only machine: the reference runs
-    "cuda_noref": BodyKind(Body.KERNEL, "CudaKernel", reference=False),  # refused, by name
+    "callable": BodyKind((Body.CALLABLE,)),
+    "numba": BodyKind((Body.KERNEL,), "Kernel"),
+    "c": BodyKind((Body.KERNEL,), "Kernel"),
+    "jax": BodyKind((Body.CALLABLE, Body.JAX), rules="jax"),
+    "derived": BodyKind((Body.CALLABLE, Body.JAX), rules="derived"),  # rules: the reference's
+    "cuda": BodyKind((Body.KERNEL,), "CudaKernel"),  # on a CPU-only machine: the reference runs
+    "cuda_noref": BodyKind((Body.KERNEL,), "CudaKernel", reference=False),  # refused, by name
 }
 
 APIS = ("jaxbind13", "native")
 
 DTYPES = tuple(FORMS)  # the forms: linear and nonlinear per float dtype; int32, bool, mixed
 
-# Options the cells vary: each a variant of the op's definition (bodies.build's `options`)
+# Options the cells vary: each a variant of the op's definition, per API (the options it
+# passes to bodies.build; None: the API has no cell of it, see `why`)
 OPTION_VARIANTS = {
-    "plain": {},
-    "prefer_reference": {"prefer_reference": ("cpu",)},
+    "plain": {"jaxbind13": {}, "native": {}},
+    "prefer_reference": {
+        "jaxbind13": {"prefer_reference": ("cpu",)},
+        "native": {"prefer_reference": ("cpu",)},
+    },
+    # (func_can_batch's abstract functions place batch axes themselves: tests/ops/test_batching.py)
+    "vectorized": {"jaxbind13": None, "native": {"vectorized": True}},
 }
 
 # The options a cell does not vary, and where their combinations are tested instead
 OPTIONS_ELSEWHERE = {
     "fixed": "tests/ops/test_fixed_spellings.py, tests/ops/test_linear.py (fixed arguments)",
-    "vectorized": "tests/ops/test_batching.py (native batching of every role)",
     "platform_mode": "tests/gpu (GPU only; read at run time)",
     "aliases": "tests/runtime/test_aliasing.py",
     "effect": "tests/runtime/test_effects.py (an op with effects takes no reference)",
@@ -80,6 +85,20 @@ OPTIONS_ELSEWHERE = {
     "state": "tests/state",
     "state_key": "tests/state",
     "sharding": "tests/sharding (a declared rule); the matrix's shard_map splits plain ops",
+}
+
+# The rows of the lowering table (jaxbind._rules.targets.TARGETS, by name and platform) and
+# what exercises each: the matrix's own cells, or tests elsewhere where a cell cannot run here
+TARGET_ROWS = {
+    ("jaxbind_cpu", "cpu"): "matrix: every kind with a body that runs on the CPU",
+    ("jaxbind_cpu_effect", "cpu"): "tests/runtime/test_effects.py (an op with effects takes no reference)",
+    ("jaxbind_partitioned", "cpu"): "tests/sharding/test_partitioning.py (a declared rule)",
+    ("jaxbind_cuda", "cuda"): "tests/gpu/test_gpu.py (needs a GPU)",
+    ("jaxbind_cuda_effect", "cuda"): "tests/gpu/test_gpu.py (needs a GPU)",
+    ("jaxbind_partitioned", "cuda"): "tests/sharding/cuda_rule_cases.py (lowered for CUDA on a CPU)",
+    ("jaxbind_cuda_kernel", "cuda"): "tests/gpu/test_gpu_kernels.py (needs a GPU)",
+    ("jaxbind_cuda_kernel_partitioned", "cuda"): "tests/gpu/test_gpu_kernels.py (needs a GPU)",
+    ("", "any"): "matrix: the kinds cuda and derived; portable, use_reference*; prefer_reference",
 }
 
 TRANSFORMS = (
@@ -123,14 +142,21 @@ class Cell:
 
     def refusal(self) -> str | None:
         """Why the op must refuse this cell with an error naming it (None: it must not)."""
-        if not BODY_KINDS[self.kind].reference and self.transform != "check":
+        kind = BODY_KINDS[self.kind]
+        if self.option == "vectorized" and kind.kernel_class:
+            return "a compiled kernel batches through jaxbind.kernel(batches=True), not vectorized="
+        if not kind.reference and self.transform != "check":
             # (check reports each row "not checked" on a CPU: nothing runs the kernel there)
             return "a CUDA kernel without a reference cannot run in a CPU program"
         return None
 
 
 def all_cells() -> list[Cell]:
-    return [Cell(*c) for c in itertools.product(BODY_KINDS, APIS, DTYPES, OPTION_VARIANTS, TRANSFORMS)]
+    return [
+        Cell(*c)
+        for c in itertools.product(BODY_KINDS, APIS, DTYPES, OPTION_VARIANTS, TRANSFORMS)
+        if OPTION_VARIANTS[c[3]][c[1]] is not None
+    ]
 
 
 def sample(seed: int) -> list[Cell]:

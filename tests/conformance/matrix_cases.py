@@ -37,9 +37,11 @@ def shard_map(f, mesh, spec):
 
 def loaded(cell: Cell, folder: pathlib.Path):
     xs = FORMS[cell.dtype].inputs_for(seed=0)
-    _op(cell)  # the op defined in this process, under the name the program calls
+    built = _op(cell)  # the op defined in this process, under the name the program calls
     exported = jax.export.deserialize(bytearray((folder / f"{cell.name}.bin").read_bytes()))
-    return exported.call(*xs)
+    result = exported.call(*xs)
+    del built  # (kept alive until here: a binding lives as long as its op)
+    return result
 
 
 def sharded(cell: Cell):

@@ -6,6 +6,7 @@ import json
 
 import jax
 import pytest
+from support.dtypes import global_x64
 from support.processes import run_cases
 
 import jaxbind
@@ -31,7 +32,7 @@ def away(tmp_path_factory):
     where = tmp_path_factory.mktemp("matrix")
     judged_here = {}
     run_there = []
-    with jax.experimental.enable_x64():
+    with global_x64(True):
         for cell in AWAY:
             if cell.transform == "export":
                 xs = FORMS[cell.dtype].inputs_for(seed=0)

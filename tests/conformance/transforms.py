@@ -151,7 +151,7 @@ def assert_same(got, want, where: str):
 
 
 def _op(cell: Cell, base: float = BASE, replace: bool = False) -> Built:
-    options = OPTION_VARIANTS[cell.option]
+    options = OPTION_VARIANTS[cell.option][cell.api]
     return build(
         cell.kind, cell.api, cell.dtype, name=cell.name, base=base, replace=replace, options=options
     )
@@ -248,8 +248,9 @@ def judge(cell: Cell, got, want) -> None:
 
 
 def outcome(fn):
+    """("value", what fn returns, computed), or ("error", what it raised)."""
     try:
-        return ("value", fn())
+        return ("value", jax.block_until_ready(fn()))
     except Exception as e:
         return ("error", e)
 
