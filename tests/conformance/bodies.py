@@ -312,15 +312,18 @@ def _abstract(dtypes):
 
 
 def build(
-    kind: str, api: str, form_key: str, *, name: str, base: float = BASE, replace=False, options=None
-):
-    """The op of one row: kind of body × API × form, named `name`."""
+    kind: str, api: str, form_key: str, *, name: str, base: float = BASE, replace=False,
+    options=None, reference=None,
+):  # fmt: skip
+    """The op of one row: kind of body × API × form, named `name` (`reference`: another
+    reference than the form's twin)."""
     form = FORMS[form_key]
     calls: list = []
     with_reference = kind != "cuda_noref"
     body_kind = "cuda" if kind == "cuda_noref" else kind
     bodies = _bodies_13(body_kind, form, base, calls)
-    reference = _reference(form, base, api) if with_reference else None
+    if reference is None and with_reference:
+        reference = _reference(form, base, api)
     options = {"name": name, "replace": replace, **(options or {})}
     if api == "jaxbind13":
         if form.linear:

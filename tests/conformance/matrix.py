@@ -170,12 +170,14 @@ def sample(seed: int) -> list[Cell]:
         values = [(a, getattr(cell, a)) for a in axes]
         return set(itertools.combinations(values, 2))
 
-    uncovered = set().union(*(pairs(c) for c in cells))
+    covers = [pairs(c) for c in cells]
+    uncovered = set().union(*covers)
     chosen = []
-    while uncovered:
-        best = max(cells, key=lambda c: len(pairs(c) & uncovered))
-        chosen.append(best)
-        uncovered -= pairs(best)
+    for need in range(len(next(iter(covers))), 0, -1):  # cells that add the most pairs first
+        for cell, its in zip(cells, covers):
+            if len(its & uncovered) >= need:
+                chosen.append(cell)
+                uncovered -= its
     return chosen
 
 

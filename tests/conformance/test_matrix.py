@@ -3,6 +3,7 @@ naming the op where the matrix says it refuses. CI runs a sample covering every 
 values of two axes (another per setup); JAXBIND_MATRIX=full runs every cell."""
 
 import json
+import os
 
 import jax
 import pytest
@@ -11,10 +12,13 @@ from support.processes import run_cases
 
 import jaxbind
 from conformance.matrix import IN_SUBPROCESS, cells_to_run
-from conformance.transforms import _op, check_cell, judge, outcome
+from conformance.misuses import all_misuses
+from conformance.misuses import sample as sample_misuses
+from conformance.transforms import _op, check_cell, check_misuse, judge, outcome
 from conformance.forms import FORMS
 
 CELLS = cells_to_run()
+MISUSES = all_misuses() if os.environ.get("JAXBIND_MATRIX") == "full" else sample_misuses(len(CELLS))
 HERE = [c for c in CELLS if c.transform not in IN_SUBPROCESS]
 AWAY = [c for c in CELLS if c.transform in IN_SUBPROCESS]
 
@@ -55,3 +59,8 @@ def test_cell_in_its_own_process(cell, away):
         return
     assert cell.id in found, f"matrix_cases.py reported nothing for {cell.id}"
     assert found[cell.id]["ok"], found[cell.id]["detail"]
+
+
+@pytest.mark.parametrize("case", MISUSES, ids=lambda c: c.id)
+def test_misuse(case, enable_x64):
+    check_misuse(case)

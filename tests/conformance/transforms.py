@@ -260,3 +260,52 @@ def check_cell(cell: Cell) -> None:
     want = outcome(lambda: expected(cell, xs, batched))
     got = outcome(lambda: actual(cell, xs, batched))
     judge(cell, got, want)
+
+
+# --- the matrix of mistakes ---------------------------------------------------------------------
+
+
+def check_misuse(case) -> None:
+    """A wrongly defined op (misuses.py): the right answer or an error naming it; check
+    fails it."""
+    from .misuses import build_misuse
+
+    form = FORMS[case.form_key]
+    xs, batched = form.inputs_for(seed=0), form.inputs_for(seed=1, batch=3)
+    twin = lambda *a: form.twin(*a, c=C_VALUE, base=BASE)  # noqa: E731
+    where = f"misuse {case.id}"
+    t = case.transform
+
+    def op_side():
+        built = build_misuse(case)
+        F = built.call
+        if t == "check":
+            jaxbind.testing.check(built.op, *xs, c=C_VALUE, verbose=False)
+            raise AssertionError(f"{where}: jaxbind.testing.check passed a wrong op")
+        if t == "portable":
+            exported = jaxbind.export(jax.jit(F), portable=True)(*xs)
+            return jax.export.deserialize(exported.serialize()).call(*xs)
+        if t.startswith("use_reference"):
+            with switch(t):
+                return jax.jit(F)(*xs)
+        return run(t, F, xs, batched)
+
+    if t == "check":
+        try:
+            op_side()
+        except AssertionError as e:
+            assert "check passed a wrong op" not in str(e), str(e)
+            assert case.name in str(e), f"{where}: check's failure does not name the op: {e}"
+        return
+    got = outcome(op_side)
+    if t in ("portable", "use_reference", "use_reference_strict"):
+        want = outcome(lambda: jax.jit(twin)(*xs))
+    else:
+        want = outcome(lambda: run(t, twin, xs, batched))
+    if got[0] == "error":
+        assert case.name in str(got[1]), (
+            f"{where}: the error does not name the op: {type(got[1]).__name__}: {got[1]}"
+        )
+        return
+    assert want[0] == "value", f"{where}: JAX refuses the twin, the op gives a value"
+    assert_same(got[1], want[1], where)
