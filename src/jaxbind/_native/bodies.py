@@ -130,7 +130,15 @@ class _Callable(_Body):
         leaves = BatchAxes(batch).to_front(args, np.moveaxis) if batch else list(args)
         user_args = split(leaves, arg_trees)
         if self.takes_out:
-            self.fn(*user_args, out=jax.tree.unflatten(out_tree, list(out)), **kwargs)
+            returned = self.fn(*user_args, out=jax.tree.unflatten(out_tree, list(out)), **kwargs)
+            if returned is not None:  # its results would be lost: the outputs stay unwritten
+                raise TypeError(
+                    f"{self.what} takes out= but returned a {type(returned).__name__} instead "
+                    "of None. A callable with an out= parameter writes each result into it "
+                    "(out[...] = result; out[k][...] or out['key'][...] for several) and "
+                    "returns nothing; write into out, or drop the out= parameter and return "
+                    "the results"
+                )
             return
         result = self.fn(*user_args, **kwargs)
         try:
