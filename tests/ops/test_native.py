@@ -184,8 +184,8 @@ def _out_routes():
     tr = jaxbind.linear_op(shape=_shape_of, name="tests.native_out_T")(lambda x: 2 * x)
     tr.def_transpose(_returns_despite_out)
     nl = jaxbind.nonlinear_op(shape=_shape_of, name="tests.native_out_rules")(jnp.sin)
-    nl.def_jvp(lambda x, t, *, out: np.cos(x) * t)
-    nl.def_vjp(lambda x, ct, *, out: np.cos(x) * ct)
+    nl.def_jvp(lambda primals, tangents, *, out: np.cos(primals[0]) * tangents[0])
+    nl.def_vjp(lambda primals, ct, *, out: (np.cos(primals[0]) * ct,))
     d = jaxbind.nonlinear_op(
         shape=lambda x: {"a": jax.ShapeDtypeStruct(x.shape, x.dtype)}, name="tests.native_out_dict"
     )(lambda x, *, out: {"a": 2 * x})

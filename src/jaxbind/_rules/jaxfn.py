@@ -26,7 +26,7 @@ from .._roles import ReferenceRole, for_call
 from .._spec import CallSpec
 from .abstract import declared_outputs
 from .batching import batch_looped
-from .reference import checked, role_function
+from .reference import checked, not_reentered, role_function
 
 __all__ = ["batch", "batched_function", "lower", "lower_by_reference", "output_avals"]
 
@@ -138,4 +138,5 @@ def lower_by_reference(ctx, *args, spec: CallSpec):
     entry = spec.entry
     assert entry.reference is not None
     call = checked(spec, role_function(entry.reference, spec), ctx.avals_out)
-    return mlir.lower_fun(batched_function(spec, call), multiple_results=True)(ctx, *args)
+    with not_reentered(spec.binding, entry.role, "lowered"):
+        return mlir.lower_fun(batched_function(spec, call), multiple_results=True)(ctx, *args)
