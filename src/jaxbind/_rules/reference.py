@@ -205,7 +205,7 @@ def not_reentered(binding, role, stage: str) -> Iterator[None]:
     try:
         yield
     except RecursionError as exc:  # JAX's own guard came first: its cache of output shapes
-        if not str(exc).startswith("Recursively calling") or getattr(exc, "_jaxbind_noted", 0):
+        if not str(exc).startswith("Recursively calling") or getattr(exc, "_jaxbind_noted", False):
             raise
         raise _reentered(binding, role, stage) from None
     finally:

@@ -1,6 +1,7 @@
 """Second derivatives of nonlinear ops whose JVP or VJP is a JAX function (so that JAX
-differentiates it) or is derived to second order from the op's reference, over the differentiable arguments jointly; a complex argument counts as
-its real and imaginary parts, so that complex arguments are checked as real ones are.
+differentiates it) or is derived to second order from the op's reference, over the
+differentiable arguments jointly; a complex argument counts as its real and imaginary
+parts, so that complex arguments are checked as real ones are.
 
 - through the VJP (forward over reverse), for ``phi(x) = Re <u, f(x)>``:
   **hessian symmetry** ``<w, H v> = <v, H w>`` and **hessian-vector product vs finite
