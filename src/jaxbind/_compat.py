@@ -49,6 +49,7 @@ __all__ = [
     "explicitly_sharded",
     "ffi",
     "for_export",
+    "host_callbacks",
     "lowering_platforms",
     "hlo",
     "hlo_sharding",
@@ -186,6 +187,15 @@ def define_jit_keyed_state(name: str, values: tuple[str, ...], default: str, hel
     if STATES_KEY_TRACES:
         keys["include_in_trace_context"] = True
     return _config.State(name, default, help, parser=parser, **keys)
+
+
+def host_callbacks(ctx) -> int:
+    """How many host callbacks and keep-alives (what jax.pure_callback and io_callback, custom
+    calls back into Python, leave; jaxbind's native lowering adds keep-alives too) the module
+    a lowering rule lowers into has so far (ModuleContext.host_callbacks and .keepalives:
+    jax 0.7 - 0.12)."""
+    module = ctx.module_context
+    return len(module.host_callbacks) + len(module.keepalives)
 
 
 def tracing() -> bool:

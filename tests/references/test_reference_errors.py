@@ -209,3 +209,26 @@ def test_derived_tangents_and_cotangents_take_the_dtypes_of_outputs_and_inputs()
     want_a, want_b = jax.vjp(_mixed_reference, a, b)[1](jnp.ones(3, jnp.float64))
     np.testing.assert_allclose(ca, want_a, rtol=1e-6)
     np.testing.assert_allclose(cb, want_b, rtol=1e-12)
+
+
+@pytest.mark.parametrize("strict", ["portable export", "use_reference(strict=True)"])
+@pytest.mark.parametrize("api", APIS)
+def test_a_reference_that_calls_back_into_python_is_refused_where_references_only_are_asked(
+    api, strict
+):
+    """A pure_callback is a custom call: not in a portable artifact (JAX's own refusal,
+    "serialization of host_callbacks", named no op)."""
+    name, f = _op(api, _callback)
+
+    def run():
+        if strict == "portable export":
+            return _portable(f, X)
+        with jaxbind.use_reference(strict=True):
+            return jax.jit(f)(X)
+
+    with pytest.raises(
+        TypeError, match=rf"'{name}' \(the function\): its JAX reference calls back"
+    ):
+        run()
+    with jaxbind.use_reference():  # where custom calls may stay, it runs
+        np.testing.assert_allclose(jax.jit(f)(X), np.sin(X), rtol=1e-6)

@@ -37,6 +37,7 @@ from .targets import NATIVE_PLATFORMS
 
 __all__ = [
     "checked",
+    "named_failures",
     "not_reentered",
     "lowers_by_reference",
     "native_platforms",
@@ -279,14 +280,22 @@ def _named(fn: Callable[..., list], binding, role) -> Callable[..., list]:
     role (JAX's linear_transpose and vjp fail after the reference has returned)."""
 
     def run(*args):
-        try:
+        with named_failures(binding, role):
             return fn(*args)
-        except Exception as exc:
-            if not getattr(exc, "_jaxbind_noted", False):
-                add_context(exc, _failed(binding, role))
-            raise _noted(exc) from None
 
     return run
+
+
+@contextlib.contextmanager
+def named_failures(binding, role) -> Iterator[None]:
+    """A failure inside (of the reference, or of JAX on what it traced: a pure_callback
+    differentiated or exported) with a note naming the op and the role, once."""
+    try:
+        yield
+    except Exception as exc:
+        if not getattr(exc, "_jaxbind_noted", False):
+            add_context(exc, _failed(binding, role))
+        raise _noted(exc) from None
 
 
 def _moving(f: Callable, fixed: int, primals) -> tuple[list[int], Callable]:
