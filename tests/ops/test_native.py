@@ -215,6 +215,15 @@ def test_a_callable_with_out_that_returns_its_result_is_refused_naming_the_op(ro
     assert "write into out, or drop the out= parameter and return the results" in text, text
 
 
+def test_a_callable_that_returns_its_out_argument_wrote_its_results():
+    """NumPy's ufuncs take out= and return it: np.sin as a body is no mistake."""
+    x = jnp.arange(1.0, 4.0)
+    op = jaxbind.nonlinear_op(shape=_shape_of, name="tests.native_ufunc")(np.sin)
+    for run in (op, jax.jit(op)):
+        np.testing.assert_allclose(run(x), np.sin(x), rtol=1e-12)
+    np.testing.assert_allclose(jax.vmap(op)(jnp.stack([x, -x])), np.sin([x, -x]), rtol=1e-12)
+
+
 def test_both_apis_refuse_a_callable_that_returns_where_it_should_write():
     x = jnp.arange(1.0, 4.0)
     calls = jaxbind.get_linear_call(

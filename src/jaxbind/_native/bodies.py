@@ -79,6 +79,13 @@ def _takes_out(fn: Callable) -> bool:
         return False
 
 
+def _wrote(returned, out) -> bool:
+    """Whether what a callable with out= returned is its out argument (NumPy's ufuncs,
+    np.sin(x, out=out), return it), rather than results it did not write."""
+    leaves = jax.tree.leaves(returned)
+    return len(leaves) == len(out) and all(r is o for r, o in zip(leaves, out))
+
+
 class _Body:
     """One body or shape function of a native op, made for calls by `for_trees`: the call's
     pytree structure decides how its flat arrays are grouped into the user's pytrees."""
@@ -130,8 +137,9 @@ class _Callable(_Body):
         leaves = BatchAxes(batch).to_front(args, np.moveaxis) if batch else list(args)
         user_args = split(leaves, arg_trees)
         if self.takes_out:
-            returned = self.fn(*user_args, out=jax.tree.unflatten(out_tree, list(out)), **kwargs)
-            if returned is not None:  # its results would be lost: the outputs stay unwritten
+            outs = jax.tree.unflatten(out_tree, list(out))
+            returned = self.fn(*user_args, out=outs, **kwargs)
+            if returned is not None and not _wrote(returned, out):  # (a ufunc returns out)
                 raise TypeError(
                     f"{self.what} takes out= but returned a {type(returned).__name__} instead "
                     "of None. A callable with an out= parameter writes each result into it "
