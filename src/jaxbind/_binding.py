@@ -203,8 +203,9 @@ class Binding:
             entry = self.roles[name]
             if entry.body is None:
                 continue
-            if not entry.kind.traced:
-                return 1
+            if not entry.kind.traced:  # a callable: the reference, if any, goes further
+                inner.append(0 if entry.reference is None else float("inf"))
+                continue
             body = entry.body
             inner.append(body.binding.order() if isinstance(body, OpBase) else float("inf"))
         return 1 + min(inner, default=0)

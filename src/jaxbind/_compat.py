@@ -49,6 +49,7 @@ __all__ = [
     "explicitly_sharded",
     "ffi",
     "for_export",
+    "host_callbacks",
     "lowering_platforms",
     "hlo",
     "hlo_sharding",
@@ -69,6 +70,7 @@ __all__ = [
     "sdy_sharding_rule",
     "set_sharding",
     "tuple_sharding",
+    "tracing",
     "zero_tangent",
 ]
 
@@ -167,13 +169,40 @@ def define_jit_keyed_state(name: str, values: tuple[str, ...], default: str, hel
     """A JAX configuration state that is part of every jit's cache key (as jax_enable_x64
     is), so that programs traced under one value are not reused under another, eager
     calls and lowering caches included; the state is its own context manager
-    (``with state("x"): ...``). jax._src.config.enum_state: include_in_trace_context=True
+    (``with state("x"): ...``). jax._src.config.State: include_in_trace_context=True
     with include_in_jit_key=True (jit's C++ dispatch) in jax 0.8 - 0.12, include_in_jit_key
-    alone in jax 0.7 (which has no trace context)."""
+    alone in jax 0.7 (which has no trace context).
+
+    Made as JAX's enum_state makes a state, but not registered as a JAX option: enum_state
+    would read the environment variable ``name.upper()`` (and refuse at import any value
+    outside `values`), and jax.config.update would set it behind the caller's back. The
+    caller reads its own environment variable into `default`; no other is read."""
+
+    def parser(value):
+        if not isinstance(value, str) or value not in values:
+            raise ValueError(f"{name}: {value!r} is not one of {values}")
+        return value
+
     keys = {"include_in_jit_key": True}
     if STATES_KEY_TRACES:
         keys["include_in_trace_context"] = True
-    return _config.enum_state(name, values, default, help=help, **keys)
+    return _config.State(name, default, help, parser=parser, **keys)
+
+
+def host_callbacks(ctx) -> int:
+    """How many host callbacks and keep-alives (what jax.pure_callback and io_callback, custom
+    calls back into Python, leave; jaxbind's native lowering adds keep-alives too) the module
+    a lowering rule lowers into has so far (ModuleContext.host_callbacks and .keepalives:
+    jax 0.7 - 0.12)."""
+    module = ctx.module_context
+    return len(module.host_callbacks) + len(module.keepalives)
+
+
+def tracing() -> bool:
+    """Whether JAX is tracing a function now (jit, grad, vmap, eval_shape, ...): a value set
+    here would be read only when the traced program is lowered, after the trace (jax._src.core
+    trace_state_clean: jax 0.7 - 0.12)."""
+    return not _core.trace_state_clean()
 
 
 def lowering_platforms(ctx) -> tuple[str, ...]:

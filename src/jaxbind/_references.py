@@ -18,7 +18,10 @@ The switch is a JAX configuration state in every jit's cache key, as jax_enable_
 is: a program traced under one setting is never reused under another. (jax 0.7 caches
 traces by a fixed list of its own states: there, entering and leaving the switch clear
 JAX's caches.) The environment
-variable ``JAXBIND_USE_REFERENCE`` sets it for a process ("1": on; "strict").
+variable ``JAXBIND_USE_REFERENCE`` sets it for a process ("1": on; "strict"); it is the
+only one read (the state is not a JAX option, whose name JAX would read as another).
+Entered inside a traced function, the switch would change nothing (the calls are lowered
+after the trace): there it raises.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from collections.abc import Iterator
 
 import jax
 
-from ._compat import STATES_KEY_TRACES, define_jit_keyed_state
+from ._compat import STATES_KEY_TRACES, define_jit_keyed_state, tracing
 
 __all__ = ["MODES", "mode", "use_reference"]
 
@@ -53,8 +56,10 @@ def _from_environment() -> str:
     )
 
 
+# (the state's name is not a JAX option and makes JAX read no environment variable: the
+# one variable is JAXBIND_USE_REFERENCE, read above)
 _STATE = define_jit_keyed_state(
-    "jaxbind_references",  # (JAX reads $JAXBIND_REFERENCES too: the same values)
+    "jaxbind_use_reference",
     MODES,
     _from_environment(),
     "Which body computes jaxbind ops: 'off' (native bodies where they run), 'on' (JAX "
@@ -77,7 +82,9 @@ def use_reference(enabled: bool = True, *, strict: bool = False) -> Iterator[Non
     ones. Ops without a reference keep their native body, unless ``strict=True``,
     which refuses them (naming the op): a program traced so contains no custom call.
     ``enabled=False`` turns the switch off inside the block. Programs traced outside
-    are not affected; the setting is part of jit's cache key. The environment variable
+    are not affected; the setting is part of jit's cache key. Enter it around a call of a
+    transformed function, not inside the function: entered while JAX traces (jit, grad,
+    vmap), where the setting would change, it raises. The environment variable
     ``JAXBIND_USE_REFERENCE`` (1 or strict) turns it on for a whole process.
 
     Example:
@@ -92,6 +99,15 @@ def use_reference(enabled: bool = True, *, strict: bool = False) -> Iterator[Non
     if setting == mode():
         yield
         return
+    if tracing():  # the calls traced here are lowered after the trace, outside the block
+        raise RuntimeError(
+            f"jaxbind.use_reference({_spelled(enabled, strict)}) was entered inside a "
+            "function that JAX is tracing (under jit, grad, vmap, eval_shape or export), "
+            "where it would be ignored: which body runs is decided when the traced program "
+            "is lowered, after the block has closed. Enter it outside, around the call of "
+            f"the transformed function: with jaxbind.use_reference({_spelled(enabled, strict)})"
+            ": y = jax.jit(f)(x)"
+        )
     if not STATES_KEY_TRACES:  # jax 0.7: programs traced under the other setting go
         _clear_jax_caches()
     try:
@@ -100,6 +116,10 @@ def use_reference(enabled: bool = True, *, strict: bool = False) -> Iterator[Non
     finally:
         if not STATES_KEY_TRACES:
             _clear_jax_caches()
+
+
+def _spelled(enabled: bool, strict: bool) -> str:
+    return "strict=True" if enabled and strict else "" if enabled else "False"
 
 
 def _clear_jax_caches() -> None:

@@ -1,6 +1,8 @@
 """The JAX-native API (linear_op, multilinear_op, nonlinear_op) against the JAXbind one."""
 
 import dataclasses
+import functools
+import re
 import textwrap
 
 import jax
@@ -160,6 +162,77 @@ def test_returning_a_result_of_the_wrong_shape_or_structure_is_a_clear_error():
 
     with pytest.raises(Exception, match=r"tests\.native_bad_tree.*structure"):
         jax.block_until_ready(bad_tree(jnp.ones(3)))
+
+
+def _returns_despite_out(x, *, out):
+    return 2 * x  # the mistake: the result is returned, not written into out
+
+
+def _shape_of(x, *rest, **kwargs):
+    return jax.ShapeDtypeStruct(x.shape, x.dtype)
+
+
+# every route by which a callable with out= runs: eager, jit, vmap (jaxbind's loop and the
+# op's own batching), and each rule body (transpose, JVP, VJP); the ops made once
+@functools.cache
+def _out_routes():
+    x = jnp.arange(1.0, 4.0)
+    lin = jaxbind.linear_op(shape=_shape_of, name="tests.native_out_returned")(_returns_despite_out)
+    vec = jaxbind.linear_op(shape=_shape_of, vectorized=True, name="tests.native_out_vec")(
+        lambda x, *, out, batch_axes=None: 2 * x
+    )
+    tr = jaxbind.linear_op(shape=_shape_of, name="tests.native_out_T")(lambda x: 2 * x)
+    tr.def_transpose(_returns_despite_out)
+    nl = jaxbind.nonlinear_op(shape=_shape_of, name="tests.native_out_rules")(jnp.sin)
+    nl.def_jvp(lambda primals, tangents, *, out: np.cos(primals[0]) * tangents[0])
+    nl.def_vjp(lambda primals, ct, *, out: (np.cos(primals[0]) * ct,))
+    d = jaxbind.nonlinear_op(
+        shape=lambda x: {"a": jax.ShapeDtypeStruct(x.shape, x.dtype)}, name="tests.native_out_dict"
+    )(lambda x, *, out: {"a": 2 * x})
+    xs = jnp.stack([x, x + 1])
+    return {
+        "eager": (lambda: lin(x), "the function"),
+        "jit": (lambda: jax.jit(lin)(x), "the function"),
+        "vmap": (lambda: jax.vmap(lin)(xs), "the function"),
+        "vmap, vectorized": (lambda: jax.vmap(vec)(xs), "the function"),
+        "dict output": (lambda: d(x), "the function"),
+        "transpose": (lambda: jax.grad(lambda x: tr(x).sum())(x), "the transpose"),
+        "jvp": (lambda: jax.jvp(nl, (x,), (x,)), "the JVP"),
+        "vjp": (lambda: jax.grad(lambda x: nl(x).sum())(x), "the VJP"),
+    }
+
+
+@pytest.mark.parametrize("route", list(_out_routes()))
+def test_a_callable_with_out_that_returns_its_result_is_refused_naming_the_op(route):
+    """Not the uninitialised outputs it would leave: an error naming the op and the role,
+    as the 1.3 API refuses a callable that returns a value."""
+    call, role = _out_routes()[route]
+    with pytest.raises(Exception) as info:
+        jax.block_until_ready(call())
+    text = str(info.value)
+    assert re.search(r"'tests\.native_out_\w+' \(" + role, text), text
+    assert "takes out= but returned a" in text and "instead of None" in text, text
+    assert "write into out, or drop the out= parameter and return the results" in text, text
+
+
+def test_a_callable_that_returns_its_out_argument_wrote_its_results():
+    """NumPy's ufuncs take out= and return it: np.sin as a body is no mistake."""
+    x = jnp.arange(1.0, 4.0)
+    op = jaxbind.nonlinear_op(shape=_shape_of, name="tests.native_ufunc")(np.sin)
+    for run in (op, jax.jit(op)):
+        np.testing.assert_allclose(run(x), np.sin(x), rtol=1e-12)
+    np.testing.assert_allclose(jax.vmap(op)(jnp.stack([x, -x])), np.sin([x, -x]), rtol=1e-12)
+
+
+def test_both_apis_refuse_a_callable_that_returns_where_it_should_write():
+    x = jnp.arange(1.0, 4.0)
+    calls = jaxbind.get_linear_call(
+        lambda out, args, kd: 2 * args[0], None, same_as_first, name="tests.calls_returns"
+    )
+    native = jaxbind.linear_op(shape=_shape_of, name="tests.native_returns")(_returns_despite_out)
+    for op, name in ((calls, "calls_returns"), (native, "native_returns")):
+        with pytest.raises(Exception, match=rf"'tests\.{name}'.*instead of None"):
+            jax.block_until_ready(op(x))
 
 
 def test_definitions_after_the_first_call_and_misuse_are_errors():

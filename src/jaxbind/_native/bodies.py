@@ -79,6 +79,13 @@ def _takes_out(fn: Callable) -> bool:
         return False
 
 
+def _wrote(returned, out) -> bool:
+    """Whether what a callable with out= returned is its out argument (NumPy's ufuncs,
+    np.sin(x, out=out), return it), rather than results it did not write."""
+    leaves = jax.tree.leaves(returned)
+    return len(leaves) == len(out) and all(r is o for r, o in zip(leaves, out))
+
+
 class _Body:
     """One body or shape function of a native op, made for calls by `for_trees`: the call's
     pytree structure decides how its flat arrays are grouped into the user's pytrees."""
@@ -130,7 +137,16 @@ class _Callable(_Body):
         leaves = BatchAxes(batch).to_front(args, np.moveaxis) if batch else list(args)
         user_args = split(leaves, arg_trees)
         if self.takes_out:
-            self.fn(*user_args, out=jax.tree.unflatten(out_tree, list(out)), **kwargs)
+            outs = jax.tree.unflatten(out_tree, list(out))
+            returned = self.fn(*user_args, out=outs, **kwargs)
+            if returned is not None and not _wrote(returned, out):  # (a ufunc returns out)
+                raise TypeError(
+                    f"{self.what} takes out= but returned a {type(returned).__name__} instead "
+                    "of None. A callable with an out= parameter writes each result into it "
+                    "(out[...] = result; out[k][...] or out['key'][...] for several) and "
+                    "returns nothing; write into out, or drop the out= parameter and return "
+                    "the results"
+                )
             return
         result = self.fn(*user_args, **kwargs)
         try:

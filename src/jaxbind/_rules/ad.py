@@ -22,6 +22,7 @@ from .._primitive import bind
 from .._roles import Kind, describe_role
 from .._spec import BatchAxes, CallSpec
 from .jaxfn import batched_function
+from .reference import role_function
 
 __all__ = ["jvp_rule", "transpose_rule"]
 
@@ -110,7 +111,8 @@ def _fixed_error(spec: CallSpec, index: int, action: str) -> Exception:
             f"only; a derivative of order {order + 1} needs {describe_role(spec.role)} of "
             f"'{binding.name}' differentiated with respect to its primal input {index}. To "
             f"differentiate further, {words(binding.options).differentiable_derivatives()}; "
-            "or write the function in JAX"
+            f"or give the op a JAX reference ({words(binding.options).give_reference()}), "
+            "from which the higher orders are derived; or write the function in JAX"
         )
     return TypeError(
         f"{about(binding.name)} argument {index} is fixed ({words(binding.options).fixed}="
@@ -121,13 +123,23 @@ def _fixed_error(spec: CallSpec, index: int, action: str) -> Exception:
 
 def _differentiable_primal(spec: CallSpec, index: int) -> bool:
     """Whether a primal argument of a JVP or VJP role can be differentiated (second order):
-    where JAX sees the role's computation."""
-    return index >= spec.binding.options.fixed and spec.entry.kind.traced
+    where JAX sees the role's computation, or the op's reference can derive it."""
+    entry = spec.entry
+    return index >= spec.binding.options.fixed and (
+        entry.kind.traced or entry.reference is not None
+    )
 
 
 def _jvp_in_primals(spec: CallSpec, primals, tangents, which):
-    """Derivative of a JVP/VJP role given as a JAX function along the primals' tangents."""
-    fn = batched_function(spec)
+    """Derivative of a JVP/VJP role along the primals' tangents: JAX's, of the role's JAX
+    function, or of the role derived from the op's reference where its body is not JAX
+    code (a callable: it computes the first order, the reference every order above)."""
+    entry = spec.entry
+    if entry.kind.traced:
+        fn = batched_function(spec)
+    else:
+        assert entry.reference is not None
+        fn = batched_function(spec, role_function(entry.reference, spec))
 
     def along(*values):
         args = list(primals)

@@ -20,13 +20,14 @@ import jax
 import numpy as np
 from jax.numpy import moveaxis
 
-from .._compat import ShapedArray, mlir, output_aval
-from .._errors import words
+from .._compat import ShapedArray, host_callbacks, mlir, output_aval
+from .._errors import about, words
+from .._references import mode
 from .._roles import ReferenceRole, for_call
 from .._spec import CallSpec
 from .abstract import declared_outputs
 from .batching import batch_looped
-from .reference import checked, role_function
+from .reference import checked, named_failures, not_reentered, role_function
 
 __all__ = ["batch", "batched_function", "lower", "lower_by_reference", "output_avals"]
 
@@ -142,4 +143,16 @@ def lower_by_reference(ctx, *args, spec: CallSpec):
     entry = spec.entry
     assert entry.reference is not None
     call = checked(spec, role_function(entry.reference, spec), ctx.avals_out)
-    return mlir.lower_fun(batched_function(spec, call), multiple_results=True)(ctx, *args)
+    before = host_callbacks(ctx)
+    with not_reentered(spec.binding, entry.role, "lowered"):
+        with named_failures(spec.binding, entry.role):
+            outs = mlir.lower_fun(batched_function(spec, call), multiple_results=True)(ctx, *args)
+    if host_callbacks(ctx) > before and mode() == "strict":
+        raise TypeError(
+            f"{about(spec.name, spec.role)}: its JAX reference calls back into Python "
+            "(jax.pure_callback or io_callback: a custom call), and references only were "
+            "asked for (jaxbind.export(..., portable=True), use_reference(strict=True) or "
+            "JAXBIND_USE_REFERENCE=strict): a program without custom calls cannot contain "
+            "it. Write the reference in JAX (jax.numpy, lax)"
+        )
+    return outs

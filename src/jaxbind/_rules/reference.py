@@ -18,14 +18,16 @@ them. They serve twice:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .._compat import ShapedArray, lowering_platforms
-from .._errors import about, words
+from .._errors import about, add_context, words
 from .._kernels.cuda import CudaKernel
 from .._references import mode
 from .._roles import ReferenceRole, for_call
@@ -35,6 +37,8 @@ from .targets import NATIVE_PLATFORMS
 
 __all__ = [
     "checked",
+    "named_failures",
+    "not_reentered",
     "lowers_by_reference",
     "native_platforms",
     "outputs",
@@ -109,15 +113,20 @@ def checked(spec: CallSpec, fn: Callable, avals_out) -> Callable:
         want = [core(k, a) for k, a in enumerate(avals_out)]
         got = [(tuple(o.shape), np.dtype(o.dtype)) for o in outs]
         if got != want:
-            raise TypeError(
-                f"{about(spec.name, spec.role)}: its JAX reference gave {_text(got)} for "
-                f"{spec.entry.role.describe()}, but the op declares {_text(want)}: the "
-                "reference must return the op's outputs, in order, with the declared shapes "
-                "and dtypes"
-            )
+            raise TypeError(_mismatch(spec.binding, spec.entry.role, got, want))
         return outs
 
     return run
+
+
+def _mismatch(binding, role, got, want) -> str:
+    """The error of a reference whose outputs are not the op's: both lists, and the fix."""
+    return (
+        f"{about(binding.name, role.text)}: its JAX reference gave {_text(got)} for "
+        f"{role.describe()}, but the op declares {_text(want)}: the reference "
+        f"({words(binding.options).give_reference()}) must return the op's outputs, in "
+        "order, with the declared shapes and dtypes"
+    )
 
 
 def _text(items) -> str:
@@ -148,19 +157,14 @@ def role_function(ref: ReferenceRole, spec: CallSpec) -> Callable[..., list]:
     one batch element's arguments, laid out as the role takes them (_roles.Args), with the
     call's keyword arguments; it returns the role's outputs."""
     binding = spec.binding
-    flat = for_call(ref.fn, spec.trees)
-    kwargs = spec.kwargs.to_dict()
-
-    def f(*args):
-        return outputs(flat(*args, **kwargs), binding.name)
-
     role, fixed, n = ref.role, binding.options.fixed, spec.n_fixed
+    f = _reference(ref, spec)
     if role.base == "f":
         return f
     if role.base == "jvp":
-        return lambda *args: _jvp(f, fixed, args[:n], args[n:])
+        return _named(lambda *args: _jvp(f, fixed, args[:n], args[n:]), binding, role)
     if role.base == "vjp":
-        return lambda *args: _vjp(f, fixed, args[:n], args[n:])
+        return _named(lambda *args: _vjp(f, fixed, args[:n], args[n:]), binding, role)
     unbatched = spec.unbatched()
 
     def shapes(args) -> list:
@@ -174,7 +178,7 @@ def role_function(ref: ReferenceRole, spec: CallSpec) -> Callable[..., list]:
             t = jax.linear_transpose(lambda *xs: f(*known, *xs), *shapes(args))
             return list(t(list(cts)))
 
-        return transpose
+        return _named(transpose, binding, role)
     i, lead = role.index, spec.n_lead
 
     def transpose_i(*args):  # f's other arguments, then its cotangents
@@ -182,7 +186,116 @@ def role_function(ref: ReferenceRole, spec: CallSpec) -> Callable[..., list]:
         t = jax.linear_transpose(lambda x: f(*rest[:i], x, *rest[i:]), *shapes(args))
         return list(t(list(cts)))
 
-    return transpose_i
+    return _named(transpose_i, binding, role)
+
+
+# per stage ("traced", "lowered"): the bindings whose reference this thread traces or
+# lowers now (a reference that calls its own op would otherwise do so again, without end)
+_active = threading.local()
+
+
+@contextlib.contextmanager
+def not_reentered(binding, role, stage: str) -> Iterator[None]:
+    """While the reference of `binding` is `stage` (traced, or lowered: traced, then its
+    program lowered, the op's own calls in it included) for `role`: a RecursionError naming
+    the op where it is so again inside."""
+    active = _active.__dict__.setdefault(stage, [])
+    if any(b is binding for b in active):
+        raise _reentered(binding, role, stage)
+    active.append(binding)
+    try:
+        yield
+    except RecursionError as exc:  # JAX's own guard came first: its cache of output shapes
+        if not str(exc).startswith("Recursively calling") or getattr(exc, "_jaxbind_noted", False):
+            raise
+        raise _reentered(binding, role, stage) from None
+    finally:
+        active.pop()
+
+
+def _reentered(binding, role, stage: str) -> BaseException:
+    return _noted(
+        RecursionError(
+            f"{about(binding.name)}: its JAX reference calls the op itself ({stage} for "
+            f"{role.describe()}), which would compute it by the same reference again, "
+            "without end. A reference computes the op in JAX (jax.numpy, lax, other ops) "
+            "without calling it"
+        )
+    )
+
+
+def _reference(ref: ReferenceRole, spec: CallSpec) -> Callable[..., list]:
+    """The op's reference as a function of f's arguments (one batch element), with the
+    call's keyword arguments: its outputs checked against the op's declaration (f's
+    abstract function at these arguments) as it is traced, whatever role it serves; any
+    failure names the op and the role; a reference that calls its own op is refused."""
+    binding, role = spec.binding, ref.role
+    flat = for_call(ref.fn, spec.trees)
+    kwargs = spec.kwargs.to_dict()
+    f_spec = spec.derive("f", binding.options.fixed, None, None)
+    f_role = binding.roles["f"].role
+
+    def f(*args):
+        with not_reentered(binding, role, "traced"):
+            try:
+                outs = outputs(flat(*args, **kwargs), binding.name)
+            except RecursionError:
+                raise  # (not_reentered words it)
+            except Exception as exc:
+                if not getattr(exc, "_jaxbind_noted", False):
+                    add_context(exc, _failed(binding, role))
+                raise _noted(exc) from None
+        avals = [ShapedArray(np.shape(a), a.dtype) for a in args]
+        want = [(tuple(s), _dtype(d)) for s, d, _ in declared_outputs(f_spec, avals)]
+        got = [(tuple(o.shape), _dtype(o.dtype)) for o in outs]
+        if got != want:
+            raise _noted(TypeError(_mismatch(binding, f_role, got, want)))
+        return outs
+
+    return f
+
+
+def _dtype(d) -> np.dtype:
+    return np.dtype(jax.dtypes.canonicalize_dtype(d))
+
+
+def _failed(binding, role) -> str:
+    where = "" if role.base == "f" else f", traced for {role.describe()} derived from it"
+    return (
+        f"{about(binding.name, role.text)}: its JAX reference failed{where}. A reference "
+        f"({words(binding.options).give_reference()}) is JAX code that JAX can trace, "
+        "differentiate and transpose (jax.numpy, lax; not jax.pure_callback), taking the "
+        "op's arrays and keyword arguments and returning its outputs as the op declares them"
+    )
+
+
+def _noted(exc: BaseException) -> BaseException:
+    """`exc`, marked as naming the op already (the roles around it add no second note)."""
+    exc._jaxbind_noted = True  # type: ignore[attr-defined]
+    return exc
+
+
+def _named(fn: Callable[..., list], binding, role) -> Callable[..., list]:
+    """A role's function derived from the reference, whose failures name the op and the
+    role (JAX's linear_transpose and vjp fail after the reference has returned)."""
+
+    def run(*args):
+        with named_failures(binding, role):
+            return fn(*args)
+
+    return run
+
+
+@contextlib.contextmanager
+def named_failures(binding, role) -> Iterator[None]:
+    """A failure inside (of the reference, or of JAX on what it traced: a pure_callback
+    differentiated or exported) with a note naming the op and the role, once."""
+    try:
+        yield
+    except Exception as exc:
+        if not getattr(exc, "_jaxbind_noted", False):
+            add_context(exc, _failed(binding, role))
+        raise _noted(exc) from None
 
 
 def _moving(f: Callable, fixed: int, primals) -> tuple[list[int], Callable]:

@@ -206,6 +206,14 @@ class Case:
         """Whether JAX differentiates `role`'s body itself (a JAX function): second order."""
         return self.binding.has(role) and self.binding.role(role).kind is Body.JAX
 
+    def twice_differentiable(self, role: str) -> bool:
+        """Whether JAX differentiates `role` (second order): its body is a JAX function, or
+        the op's reference derives the role's own derivative (its body computes the first
+        order only)."""
+        return self.traced(role) or (
+            self.binding.has(role) and self.binding.role(role).reference is not None
+        )
+
     # --- tolerances and steps --------------------------------------------------------
     def tol(self, kind: str, dtype) -> float:
         """The relative tolerance of checks of `kind` ("exact", "dot", "fd", "reference")."""

@@ -1,6 +1,7 @@
 """Second derivatives of nonlinear ops whose JVP or VJP is a JAX function (so that JAX
-differentiates it), over the differentiable arguments jointly; a complex argument counts as
-its real and imaginary parts, so that complex arguments are checked as real ones are.
+differentiates it) or is derived to second order from the op's reference, over the
+differentiable arguments jointly; a complex argument counts as its real and imaginary
+parts, so that complex arguments are checked as real ones are.
 
 - through the VJP (forward over reverse), for ``phi(x) = Re <u, f(x)>``:
   **hessian symmetry** ``<w, H v> = <v, H w>`` and **hessian-vector product vs finite
@@ -26,19 +27,19 @@ from .report import CheckResult, not_checked
 def _applies(case: Case) -> bool | str:
     if case.kind is not Kind.NONLINEAR or not case.differentiable:
         return False  # linear ops: zero
-    if not (case.traced("vjp") or case.traced("jvp")):
-        return False  # callables and kernels: first order only (JAX says so if asked)
+    if not (case.twice_differentiable("vjp") or case.twice_differentiable("jvp")):
+        return False  # callables and kernels without a reference: first order only
     return needs_f(case)
 
 
 def _rows(case: Case) -> Iterator[CheckResult]:
-    if case.traced("vjp"):
+    if case.twice_differentiable("vjp"):
         if case.missing("jvp"):
             why = f"{case.missing('jvp')}, which the forward pass over the gradient calls"
             yield not_checked("hessian-vector product vs finite differences", "-", why)
         else:
             yield from _through_vjp(case)
-    if case.traced("jvp"):
+    if case.twice_differentiable("jvp"):
         yield from _through_jvp(case)
 
 
