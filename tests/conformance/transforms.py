@@ -199,7 +199,7 @@ def actual(cell: Cell, xs, batched):
         try:
             again = compiled(*xs)  # the program of the first definition
         except Exception as e:  # or an error naming the op
-            if cell.name not in str(e):
+            if cell.name not in message(e):
                 raise
             again = old
         return again, jax.jit(_grad_fn(second.call, xs))(*xs)
@@ -224,6 +224,17 @@ def actual(cell: Cell, xs, batched):
     return run(t, F, xs, batched)
 
 
+def message(error: BaseException) -> str:
+    """All an error says to a user reading its traceback: its text, its notes, and those of
+    the errors it was raised from."""
+    parts, seen = [], set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        parts += [str(error), *getattr(error, "__notes__", ())]
+        error = error.__cause__ or error.__context__
+    return "\n".join(parts)
+
+
 def judge(cell: Cell, got, want) -> None:
     """Raise AssertionError unless the op's outcome `got` fits the twin's `want` (each
     ("value", v) or ("error", exception))."""
@@ -237,11 +248,11 @@ def judge(cell: Cell, got, want) -> None:
     refusal = cell.refusal()
     if refusal is not None:
         assert got[0] == "error", f"{where}: the op must refuse ({refusal}), it gives a value"
-        assert cell.name in str(got[1]), f"{where}: the refusal does not name the op: {got[1]}"
+        assert cell.name in message(got[1]), f"{where}: the refusal does not name the op: {got[1]}"
         return
     if got[0] == "error":
         error = got[1]
-        if cell.transform == "use_reference_in_trace" and "use_reference" in str(error):
+        if cell.transform == "use_reference_in_trace" and "use_reference" in message(error):
             return  # refused inside a trace, saying where to put the switch
         raise AssertionError(f"{where}: {type(error).__name__}: {error}") from error
     assert_same(got[1], want[1], where)
@@ -295,7 +306,7 @@ def check_misuse(case) -> None:
             op_side()
         except AssertionError as e:
             assert "check passed a wrong op" not in str(e), str(e)
-            assert case.name in str(e), f"{where}: check's failure does not name the op: {e}"
+            assert case.name in message(e), f"{where}: check's failure does not name the op: {e}"
         return
     got = outcome(op_side)
     if t in ("portable", "use_reference", "use_reference_strict"):
@@ -303,7 +314,7 @@ def check_misuse(case) -> None:
     else:
         want = outcome(lambda: run(t, twin, xs, batched))
     if got[0] == "error":
-        assert case.name in str(got[1]), (
+        assert case.name in message(got[1]), (
             f"{where}: the error does not name the op: {type(got[1]).__name__}: {got[1]}"
         )
         return
