@@ -16,7 +16,7 @@ from typing import Any
 import jax
 import jax.ffi as ffi  # public since jax 0.4.38
 from jax._src import config as _config  # enum_state: jax 0.7 - 0.12
-from jax._src import core as _core  # get_aval: jax 0.7 - 0.12
+from jax._src import core as _core  # jax 0.7 - 0.12
 from jax._src.interpreters import mlir as mlir_internal  # custom_call, ir_attribute: jax 0.7
 from jax._src.lib.mlir import ir  # jax 0.7 - 0.12
 from jax._src.lib.mlir.dialects import hlo  # jax 0.7 - 0.12
@@ -37,6 +37,7 @@ __all__ = [
     "ad",
     "all_reduce_sum",
     "auto_partitioned_devices",
+    "aval_of",
     "batching",
     "check_jax_version",
     "collect_jax_garbage",
@@ -188,9 +189,15 @@ def for_export(ctx) -> bool:
     return bool(getattr(params, "for_export", False))
 
 
+# The abstract value of an array or tracer: core.typeof in jax 0.7 - 0.12 (also public as
+# jax.typeof); core.get_aval, its older name, in jax 0.7 - 0.9 only (gone by 0.10).
+aval_of = getattr(_core, "typeof", None) or _core.get_aval
+
+
 def zero_tangent(primal) -> ad.Zero:
-    """A symbolic zero tangent for `primal` (Zero.from_primal_value left in 0.12)."""
-    return ad.Zero(_core.get_aval(primal).to_tangent_aval())
+    """A symbolic zero tangent for `primal`: float0 for integer and boolean arrays, as JAX
+    gives its own integer outputs (Zero.from_primal_value: jax 0.7 - 0.9, gone in 0.10)."""
+    return ad.Zero(aval_of(primal).to_tangent_aval())
 
 
 def config_use_shardy() -> bool:

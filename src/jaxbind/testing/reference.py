@@ -40,7 +40,7 @@ from .._errors import words
 from .._references import use_reference
 from .._roles import Kind, Role, for_call
 from .._rules.reference import native_platforms, outputs
-from .case import Case, Family, needs_f, random_like, rel
+from .case import Case, Family, cotangent, needs_f, random_like, rel
 from .report import CheckResult, derived, not_checked
 
 _FORWARD = "native vs reference: forward"
@@ -201,7 +201,7 @@ def _rules(case: Case) -> Iterator[_Rule]:
                 def vjp(fn, i=i):
                     def run(xi, *u):
                         _, pull = jax.vjp(lambda d: fn(*_merged(args, i, d)), xi)
-                        return list(pull([jnp.asarray(c) for c in u]))
+                        return list(pull([cotangent(c) for c in u]))
 
                     return run
 
@@ -220,7 +220,7 @@ def _rules(case: Case) -> Iterator[_Rule]:
             def transpose(fn, i=i):
                 def run(*u):
                     t = jax.linear_transpose(case.restricted(i, fn), jnp.asarray(args[i]))
-                    return list(t([jnp.asarray(c) for c in u]))
+                    return list(t([cotangent(c) for c in u]))
 
                 return run
 
