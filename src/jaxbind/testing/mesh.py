@@ -29,7 +29,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from .._rules.partitioning import declared
