@@ -298,7 +298,9 @@ def test_jax_finufft_opts_checked_the_same_way():
         jaxducc0.nufft2(f, x, x, opts=Opts(gpu_spreadinterponly=True))
     a = jaxducc0.nufft2(f, x, x, opts=Opts(upsampfac=1.25, modeord=True, nthreads=1))
     b = jaxducc0.nufft2(f, x, x, opts=jaxducc0.Opts(upsampfac=1.25, modeord=True, nthreads=1))
-    c = jaxducc0.nufft2(f, x, x, opts=Opts(fftw=FftwFlags.Measure, spread_sort=0, upsampfac=1.25, modeord=True))
+    c = jaxducc0.nufft2(
+        f, x, x, opts=Opts(fftw=FftwFlags.Measure, spread_sort=0, upsampfac=1.25, modeord=True)
+    )
     assert jnp.array_equal(a, b) and jnp.array_equal(a, c)
 
 

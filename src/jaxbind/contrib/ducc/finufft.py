@@ -22,15 +22,15 @@ with float64 points.
 grid runs from the most negative mode, 1: FFT order), ``nthreads`` (0: all) and
 ``upsampfac`` (DUCC's oversampling factor, pinned; 0: FINUFFT's choice from the type,
 the grid and eps) are honoured; the options that tune FINUFFT's speed or messages are
-accepted and have no effect; ``gpu_spreadinterponly=True`` is refused. Since the oversampling factor, and with it DUCC's kernel, never depends on the
-points, a point's value does not depend on the other points of the call (type 3: only
-through their extent). An ``eps`` finer than
-DUCC can reach is clamped to the finest it can; in single precision, one finer than
-single precision's kernels reach is computed in double precision and rounded back.
-Non-finite coordinates give NaN where they enter the sum (every output of a type-1
-transform, the outputs at those points of a type 2). Everything is differentiable in
-the values and in the points (see `.nufft_points`), to any order, and
-batches under ``vmap``.
+accepted and have no effect; ``gpu_spreadinterponly=True`` is refused. Since the
+oversampling factor, and with it DUCC's kernel, never depends on the points, a point's
+value does not depend on the other points of the call (type 3: only through their
+extent). An ``eps`` finer than DUCC can reach is clamped to the finest it can; in
+single precision, one finer than single precision's kernels reach is computed in
+double precision and rounded back. Non-finite coordinates give NaN where they enter
+the sum (every output of a type-1 transform, the outputs at those points of a type 2).
+Everything is differentiable in the values and in the points (see `.nufft_points`), to
+any order, and batches under ``vmap``.
 """
 
 from __future__ import annotations
