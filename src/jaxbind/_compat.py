@@ -44,6 +44,7 @@ __all__ = [
     "config_use_shardy",
     "define_primitive",
     "define_jit_keyed_state",
+    "enable_x64",
     "explain_checkpoint_effects",
     "explicit_mesh",
     "explicit_spec",
@@ -198,6 +199,17 @@ def zero_tangent(primal) -> ad.Zero:
     """A symbolic zero tangent for `primal`: float0 for integer and boolean arrays, as JAX
     gives its own integer outputs (Zero.from_primal_value: jax 0.7 - 0.9, gone in 0.10)."""
     return ad.Zero(aval_of(primal).to_tangent_aval())
+
+
+def enable_x64():
+    """A context in which jax_enable_x64 is on, for this thread only: jax.enable_x64(True)
+    in jax 0.8 - 0.12; jax.experimental.enable_x64() in jax 0.7."""
+    scope = getattr(jax, "enable_x64", None)
+    if callable(scope):
+        return scope(True)
+    from jax import experimental
+
+    return experimental.enable_x64()  # jax 0.7 only
 
 
 def config_use_shardy() -> bool:

@@ -193,5 +193,7 @@ def check(
     if verbose:
         print(f"jaxbind.testing.check('{name}'):\n{report}")
     if report.failures():
-        raise AssertionError(report.message(name))
+        error = AssertionError(report.message(name))
+        error.report = report  # type: ignore[attr-defined]  # every row, for a caller to read
+        raise error
     return report

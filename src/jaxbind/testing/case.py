@@ -143,6 +143,7 @@ class Case:
     failed: str | None = None
     watch: Any = None  # the run time's Watch of the op's state (see .state), or None
     mesh: Any = None  # a jax.sharding.Mesh to check a sharding rule on (see .mesh), or None
+    memo: dict = field(default_factory=dict)  # what a family measured once per case
 
     # --- the op ----------------------------------------------------------------------
     @property
