@@ -319,3 +319,148 @@ def _native_pair_T(ct, *, k=1.0):
 
 def native_pair_ref(d, k=1.0):
     return (k * d["a"], 2 * k * d["b"])
+
+
+# --- integer and boolean outputs: a sort with its int32 permutation and a bool mask ------
+# sort_with_order(x) = (x sorted, the int32 permutation that sorts it, sorted x > 0); the
+# last two have float0 tangents. Declared rules, rules derived from the reference, and
+# the same in the JAX-native API.
+def sort_with_order_ref(x):
+    p = jnp.argsort(x, stable=True).astype(jnp.int32)
+    return x[p], p, x[p] > 0
+
+
+def _order(x):
+    return np.argsort(x, kind="stable")
+
+
+def _sort_with_order(out, args, kwargs_dump):
+    (x,) = args
+    p = _order(x)
+    out[0][...], out[1][...], out[2][...] = x[p], p, x[p] > 0
+
+
+def _sort_with_order_jvp(out, args, kwargs_dump):
+    x, dx = args
+    out[0][...], out[1][...], out[2][...] = dx[_order(x)], 0, False
+
+
+def _sort_with_order_vjp(out, args, kwargs_dump):
+    x, ct, ct_order, ct_mask = args  # zeros of int32 and bool: those outputs have no tangents
+    assert ct_order.dtype == np.int32 and ct_mask.dtype == np.bool_
+    out[0][...] = 0
+    out[0][_order(x)] = ct
+
+
+def _sort_with_order_abstract(x, **kwargs):
+    return ((x.shape, x.dtype), (x.shape, np.int32), (x.shape, np.bool_))
+
+
+sort_with_order = jaxbind.get_nonlinear_call(
+    _sort_with_order,
+    (_sort_with_order_jvp, _sort_with_order_vjp),
+    _sort_with_order_abstract,
+    reference=sort_with_order_ref,
+    name="reference_ops.sort_with_order",
+)
+sort_with_order_derived = jaxbind.get_nonlinear_call(
+    _sort_with_order,
+    (None, None),
+    _sort_with_order_abstract,
+    reference=sort_with_order_ref,
+    name="reference_ops.sort_with_order_derived",
+)
+
+
+def _sort_with_order_shape(x):
+    return (
+        jax.ShapeDtypeStruct(x.shape, x.dtype),
+        jax.ShapeDtypeStruct(x.shape, np.int32),
+        jax.ShapeDtypeStruct(x.shape, np.bool_),
+    )
+
+
+def _native_sort(x):
+    p = _order(x)
+    return x[p], p.astype(np.int32), x[p] > 0
+
+
+native_sort_with_order = jaxbind.nonlinear_op(
+    shape=_sort_with_order_shape,
+    reference=sort_with_order_ref,
+    name="reference_ops.native_sort_with_order",
+)(_native_sort)
+
+
+@native_sort_with_order.def_jvp
+def _native_sort_jvp(primals, tangents):
+    ((x,), (dx,)) = primals, tangents
+    return dx[_order(x)], np.zeros(x.shape, np.int32), np.zeros(x.shape, bool)
+
+
+@native_sort_with_order.def_vjp
+def _native_sort_vjp(primals, cotangents):
+    (x,), (ct, ct_order, ct_mask) = primals, cotangents
+    assert ct_order.dtype == np.int32 and ct_mask.dtype == np.bool_
+    out = np.zeros_like(x)
+    out[_order(x)] = ct
+    return (out,)
+
+
+native_sort_with_order_derived = jaxbind.nonlinear_op(
+    shape=_sort_with_order_shape,
+    reference=sort_with_order_ref,
+    name="reference_ops.native_sort_with_order_derived",
+)(_native_sort)
+
+
+# --- a boolean input that is not fixed, an int32 output: f(x, m) = (where(m, x^2, 0), sum m)
+def masked_square_ref(x, m):
+    return jnp.where(m, x**2, 0), m.sum().astype(jnp.int32)
+
+
+def _masked_square(out, args, kwargs_dump):
+    x, m = args
+    out[0][...], out[1][...] = np.where(m, x**2, 0), m.sum()
+
+
+@jaxbind.jax_function
+def _masked_square_jvp(x, m, dx, dm):
+    return [jnp.where(m, 2 * x * dx, 0), jnp.zeros((), jnp.int32)]
+
+
+@jaxbind.jax_function
+def _masked_square_vjp(x, m, ct, ct_count):
+    return [jnp.where(m, 2 * x * ct, 0), jnp.zeros(m.shape, bool)]
+
+
+masked_square = jaxbind.get_nonlinear_call(
+    _masked_square,
+    (_masked_square_jvp, _masked_square_vjp),
+    lambda x, m, **kwargs: ((x.shape, x.dtype), ((), np.int32)),
+    reference=masked_square_ref,
+    name="reference_ops.masked_square",
+)
+
+
+# --- linear in x, with fixed int32 indices: y = x[idx] --------------------------------------
+def _gather(out, args, kwargs_dump):
+    idx, x = args
+    out[0][...] = x[idx]
+
+
+def _gather_T(out, args, kwargs_dump):
+    idx, ct = args
+    out[0][...] = 0
+    np.add.at(out[0], idx, ct)
+
+
+gather = jaxbind.get_linear_call(
+    _gather,
+    _gather_T,
+    lambda idx, x, **kwargs: ((idx.shape, x.dtype),),
+    lambda idx, ct, n, **kwargs: (((n,), ct.dtype),),
+    first_n_args_fixed=1,
+    reference=lambda idx, x, n: x[idx],
+    name="reference_ops.gather",
+)

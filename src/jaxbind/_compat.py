@@ -16,7 +16,7 @@ from typing import Any
 import jax
 import jax.ffi as ffi  # public since jax 0.4.38
 from jax._src import config as _config  # enum_state: jax 0.7 - 0.12
-from jax._src import core as _core  # get_aval: jax 0.7 - 0.12
+from jax._src import core as _core  # jax 0.7 - 0.12
 from jax._src.interpreters import mlir as mlir_internal  # custom_call, ir_attribute: jax 0.7
 from jax._src.lib.mlir import ir  # jax 0.7 - 0.12
 from jax._src.lib.mlir.dialects import hlo  # jax 0.7 - 0.12
@@ -37,12 +37,14 @@ __all__ = [
     "ad",
     "all_reduce_sum",
     "auto_partitioned_devices",
+    "aval_of",
     "batching",
     "check_jax_version",
     "collect_jax_garbage",
     "config_use_shardy",
     "define_primitive",
     "define_jit_keyed_state",
+    "enable_x64",
     "explain_checkpoint_effects",
     "explicit_mesh",
     "explicit_spec",
@@ -217,9 +219,26 @@ def for_export(ctx) -> bool:
     return bool(getattr(params, "for_export", False))
 
 
+# The abstract value of an array or tracer: core.typeof in jax 0.7 - 0.12 (also public as
+# jax.typeof); core.get_aval, its older name, in jax 0.7 - 0.9 only (gone by 0.10).
+aval_of = getattr(_core, "typeof", None) or _core.get_aval
+
+
 def zero_tangent(primal) -> ad.Zero:
-    """A symbolic zero tangent for `primal` (Zero.from_primal_value left in 0.12)."""
-    return ad.Zero(_core.get_aval(primal).to_tangent_aval())
+    """A symbolic zero tangent for `primal`: float0 for integer and boolean arrays, as JAX
+    gives its own integer outputs (Zero.from_primal_value: jax 0.7 - 0.9, gone in 0.10)."""
+    return ad.Zero(aval_of(primal).to_tangent_aval())
+
+
+def enable_x64():
+    """A context in which jax_enable_x64 is on, for this thread only: jax.enable_x64(True)
+    in jax 0.8 - 0.12; jax.experimental.enable_x64() in jax 0.7."""
+    scope = getattr(jax, "enable_x64", None)
+    if callable(scope):
+        return scope(True)
+    from jax import experimental
+
+    return experimental.enable_x64()  # jax 0.7 only
 
 
 def config_use_shardy() -> bool:

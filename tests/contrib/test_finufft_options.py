@@ -1,9 +1,13 @@
 """The jax-finufft drop-in (jaxducc0.nufft1/2/3) as jax-finufft behaves: a point's value
 does not depend on which other points share the call, the oversampling factor is FINUFFT's
-(``upsampfac``), and every option of jax-finufft's ``Opts`` is honoured or refused.
+(``upsampfac``), and every option of jax-finufft's ``Opts`` is honoured, accepted without
+effect (those that only tune FINUFFT's speed or messages) or refused (those that would
+change the map).
 """
 
 from __future__ import annotations
+
+import warnings
 
 import ducc0
 import jax
@@ -11,6 +15,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from support.arrays import random_complex
+from support.finufft_opts import (
+    DebugLevel,
+    FftwFlags,
+    FinufftStyleOpts,
+    GpuMethod,
+    SpreadSort,
+    SpreadThread,
+)
 from test_nufft import dense1, dense2, dense3
 
 from jaxbind.contrib import jaxducc0
@@ -176,7 +188,7 @@ def test_nufft_plan_honours_upsampfac():
         assert _rel(plan(f), jaxducc0.nufft2(f, x, y, eps=1e-6, opts=opts)) < 1e-14
 
 
-# --- every option: honoured or refused -----------------------------------------------
+# --- every option: honoured, accepted without effect, or refused ----------------------
 
 
 @pytest.mark.parametrize(
@@ -184,43 +196,89 @@ def test_nufft_plan_honours_upsampfac():
     [
         ("upsampfac", 1.33, "no DUCC kernel"),
         ("upsampfac", 0.9, "must be > 1"),
-        ("debug", 1, "verbosity"),
-        ("spread_debug", 1, "verbosity"),
-        ("showwarn", True, "remove it"),
-        ("fftw", 0, "remove it"),
-        ("spread_sort", 0, "remove it"),
-        ("spread_kerevalmeth", False, "polynomial"),
-        ("spread_kerpad", False, "remove it"),
-        ("spread_thread", 1, "remove it"),
-        ("maxbatchsize", 4, "remove it"),
-        ("spread_nthr_atomic", 2, "remove it"),
-        ("spread_max_sp_size", 100, "remove it"),
-        ("gpu_upsampfac", 1.25, "upsampfac"),
-        ("gpu_method", 2, "host"),
-        ("gpu_sort", False, "host"),
-        ("gpu_binsizex", 8, "host"),
-        ("gpu_obinsizez", 8, "host"),
-        ("gpu_maxsubprobsize", 64, "host"),
-        ("gpu_kerevalmeth", False, "host"),
-        ("gpu_spreadinterponly", True, "host"),
-        ("gpu_maxbatchsize", 2, "host"),
-        ("gpu_debug", 1, "host"),
+        ("gpu_spreadinterponly", True, "spread or interpolate only"),
+        ("gpu_spreadinterponly", 1, "spread or interpolate only"),
     ],
 )
-def test_finufft_option_refused_naming_op_option_and_alternative(name, value, match):
+def test_option_that_changes_the_map_refused_naming_op_and_option(name, value, match):
     opts = jaxducc0.Opts(**{name: value})
     f = jnp.ones((8, 8), complex)
     with pytest.raises(ValueError, match=match) as info:
         jaxducc0.nufft2(f, jnp.zeros(3), jnp.zeros(3), opts=opts)
     assert "jaxducc0.nufft2" in str(info.value) and f"opts.{name}" in str(info.value)
+    x = np.zeros(3)
+    with pytest.raises(ValueError, match=match):
+        jaxducc0.NufftPlan(2, (8, 8), x, x, opts=opts)
+
+
+# FINUFFT's speed and message options at values published code gives them (jax-finufft's
+# enums are ints: FftwFlags.Measure is FFTW_MEASURE, 0; SpreadSort.NoSort 0; SpreadThread
+# .Sequential 1; GpuMethod.Shared 2; DebugLevel.Verbose 1)
+SPEED_ONLY = [
+    ("fftw", FftwFlags.Measure),
+    ("fftw", FftwFlags.Patient),
+    ("spread_sort", SpreadSort.NoSort),
+    ("spread_sort", SpreadSort.Sort),
+    ("spread_kerevalmeth", 0),
+    ("spread_kerevalmeth", False),
+    ("spread_kerpad", False),
+    ("spread_thread", SpreadThread.Sequential),
+    ("maxbatchsize", 4),
+    ("spread_nthr_atomic", 2),
+    ("spread_max_sp_size", 100),
+    ("debug", DebugLevel.Verbose),
+    ("spread_debug", 2),
+    ("showwarn", True),
+    ("gpu_upsampfac", 1.25),
+    ("gpu_method", GpuMethod.Shared),
+    ("gpu_sort", False),
+    ("gpu_binsizex", 8),
+    ("gpu_binsizey", 8),
+    ("gpu_binsizez", 8),
+    ("gpu_obinsizex", 8),
+    ("gpu_obinsizey", 8),
+    ("gpu_obinsizez", 8),
+    ("gpu_maxsubprobsize", 64),
+    ("gpu_kerevalmeth", False),
+    ("gpu_maxbatchsize", 2),
+    ("gpu_debug", 1),
+]
+
+
+def test_every_option_is_honoured_refused_or_listed_as_speed_only():
+    from jaxbind.contrib.ducc.finufft import _HONOURED, _NO_EFFECT, _REFUSED, FINUFFT_DEFAULTS
+
+    assert sorted(FINUFFT_DEFAULTS) == sorted(FinufftStyleOpts.__dataclass_fields__)
+    assert sorted(_NO_EFFECT) == sorted({name for name, _ in SPEED_ONLY})
+    assert sorted([*_HONOURED, *_REFUSED, *_NO_EFFECT]) == sorted(FINUFFT_DEFAULTS)
+
+
+@pytest.mark.parametrize("name,value", SPEED_ONLY, ids=[f"{n}={v!r}" for n, v in SPEED_ONLY])
+@pytest.mark.parametrize("opts_class", [FinufftStyleOpts, jaxducc0.Opts], ids=["like", "own"])
+def test_speed_only_option_accepted_without_effect_or_warning(opts_class, name, value):
+    rng = np.random.default_rng(9)
+    f, c = random_complex(rng, (8, 6)), random_complex(rng, (40,))
+    x, y = _points(rng, 2, 40)
+    opts = opts_class(**{name: value}, modeord=True)
+    plain = opts_class(modeord=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # clients run with warnings as errors
+        for call in (
+            lambda o: jaxducc0.nufft2(f, x, y, eps=1e-8, opts=o),
+            lambda o: jaxducc0.nufft1((8, 6), c, x, y, eps=1e-8, opts=o),
+            lambda o: jaxducc0.nufft3(c, x, y, 2 * x, y / 3, eps=1e-8, opts=o),
+            lambda o: jaxducc0.NufftPlan(1, (8, 6), np.asarray(x), np.asarray(y), opts=o)(c),
+        ):
+            assert jnp.array_equal(call(opts), call(plain))
 
 
 def test_options_at_their_jax_finufft_defaults_are_accepted():
     from jaxbind.contrib.ducc.finufft import FINUFFT_DEFAULTS
 
     f = jnp.ones((8, 8), complex)
-    got = jaxducc0.nufft2(f, jnp.zeros(3), jnp.zeros(3), opts=jaxducc0.Opts(**FINUFFT_DEFAULTS))
-    assert jnp.allclose(got, 64)
+    for opts in (jaxducc0.Opts(**FINUFFT_DEFAULTS), FinufftStyleOpts(), None):
+        got = jaxducc0.nufft2(f, jnp.zeros(3), jnp.zeros(3), opts=opts)
+        assert jnp.allclose(got, 64)
 
 
 def test_unknown_option_name_refused():
@@ -230,17 +288,20 @@ def test_unknown_option_name_refused():
 
 def test_jax_finufft_opts_checked_the_same_way():
     pytest.importorskip("jax_finufft")
-    from jax_finufft.options import NestedOpts, Opts
+    from jax_finufft.options import FftwFlags, NestedOpts, Opts
 
     f = jnp.ones((8, 8), complex)
     x = jnp.zeros(3)
-    with pytest.raises(ValueError, match="opts.spread_sort"):
-        jaxducc0.nufft2(f, x, x, opts=Opts(spread_sort=0))
     with pytest.raises(ValueError, match="NestedOpts"):
         jaxducc0.nufft2(f, x, x, opts=NestedOpts(type2=Opts(modeord=True)))
+    with pytest.raises(ValueError, match="opts.gpu_spreadinterponly"):
+        jaxducc0.nufft2(f, x, x, opts=Opts(gpu_spreadinterponly=True))
     a = jaxducc0.nufft2(f, x, x, opts=Opts(upsampfac=1.25, modeord=True, nthreads=1))
     b = jaxducc0.nufft2(f, x, x, opts=jaxducc0.Opts(upsampfac=1.25, modeord=True, nthreads=1))
-    assert jnp.array_equal(a, b)
+    c = jaxducc0.nufft2(
+        f, x, x, opts=Opts(fftw=FftwFlags.Measure, spread_sort=0, upsampfac=1.25, modeord=True)
+    )
+    assert jnp.array_equal(a, b) and jnp.array_equal(a, c)
 
 
 def test_eps_finer_than_the_given_upsampfac_reaches_is_refused():

@@ -16,9 +16,9 @@ import jax
 import jax.numpy as jnp
 from jax.numpy import moveaxis
 
-from .._compat import ad, instantiate_zeros, is_undefined_primal, zero_tangent
+from .._compat import ad, aval_of, instantiate_zeros, is_undefined_primal, zero_tangent
 from .._errors import about, words
-from .._primitive import bind
+from .._primitive import PRIMITIVE, bind
 from .._roles import Kind, describe_role
 from .._spec import BatchAxes, CallSpec
 from .jaxfn import batched_function
@@ -174,6 +174,25 @@ def _output_tangents(outs, tans):
     return [t if _has_tangent(o) else zero_tangent(o) for o, t in zip(outs, tans)]
 
 
+def _is_float0(ct) -> bool:
+    aval = ct.aval if type(ct) is ad.Zero else ct
+    return aval.dtype == jax.dtypes.float0
+
+
+def _cotangent_args(cts, args, spec: CallSpec) -> list:
+    """Cotangents as a role's callable receives them: those of integer and boolean outputs
+    (float0 in JAX, always zero) as zeros of the output's own dtype, as tangents of such
+    inputs are given (_tangent_arg)."""
+    if not any(_is_float0(c) for c in cts):
+        return [instantiate_zeros(c) for c in cts]
+    avals = [a.aval if is_undefined_primal(a) else aval_of(a) for a in args]
+    outs, _ = PRIMITIVE.abstract_eval(*avals, spec=spec)
+    return [
+        jnp.zeros(o.shape, o.dtype) if _is_float0(c) else instantiate_zeros(c)
+        for o, c in zip(outs, cts)
+    ]
+
+
 def jvp_rule(primals, tangents, *, spec: CallSpec):
     n = spec.n_fixed
     in_primals = []  # second order: tangents of a JVP's or VJP's primal arguments
@@ -248,7 +267,7 @@ def transpose_rule(cts, *args, spec: CallSpec):
         return [None] * len(args)
     if all(type(c) is ad.Zero for c in cts):
         return [None] * len(args)
-    cts = [instantiate_zeros(c) for c in cts]
+    cts = _cotangent_args(cts, args, spec)
     n, ba, oba = spec.n_fixed, spec.batch_axes, spec.out_batch_axes
 
     partner = spec.entry.partner

@@ -159,7 +159,7 @@ def check(
 
     Raises:
       AssertionError: naming each failed check, its target, dtype and error, followed by
-        the whole table.
+        the whole table; its ``report`` attribute is the `CheckReport`.
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(
@@ -193,5 +193,7 @@ def check(
     if verbose:
         print(f"jaxbind.testing.check('{name}'):\n{report}")
     if report.failures():
-        raise AssertionError(report.message(name))
+        error = AssertionError(report.message(name))
+        error.report = report  # type: ignore[attr-defined]  # every row, for a caller to read
+        raise error
     return report

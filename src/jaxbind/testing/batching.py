@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._roles import Kind, Role
-from .case import Case, Family, inexact, needs_f, random_like, rel, short
+from .case import Case, Family, cotangent, inexact, needs_f, random_like, rel, short
 from .report import CheckResult, not_checked
 
 
@@ -98,7 +98,8 @@ def _runs(case: Case) -> Iterator[_Run | CheckResult]:
     def transpose(*a):
         prim = _merged([None] * m, rest, a[: len(rest)])
         f = lambda *ys: at(prim, lin, ys)
-        return list(jax.linear_transpose(f, *(args[i] for i in lin))(list(a[len(rest) :])))
+        cts = [cotangent(c, av.dtype) for c, av in zip(a[len(rest) :], case.out_avals)]
+        return list(jax.linear_transpose(f, *(args[i] for i in lin))(cts))
 
     ins = [*(args[k] for k in rest), *cts]
     yield _Run(

@@ -21,7 +21,7 @@ from .._kwargs import KwargsDump, encode_kwargs
 from .._roles import Body, Kind, Role
 from .report import CheckResult, not_checked
 
-__all__ = ["Case", "Family", "as_computed", "pair", "random_like", "rel"]
+__all__ = ["Case", "Family", "as_computed", "cotangent", "pair", "random_like", "rel"]
 
 # Relative tolerances per precision: exact paths, dot products, finite differences, and
 # two implementations of one map (the native body against its JAX reference).
@@ -46,12 +46,35 @@ def precision(dtype) -> str:
     return "double" if np.dtype(dtype) in (np.float64, np.complex128) else "single"
 
 
+def _numbers(a) -> np.ndarray:
+    """`a` as complex numbers; a float0 tangent (of an integer or boolean value: always
+    zero, and no numbers) as zeros of its shape."""
+    a = np.asarray(a)
+    if a.dtype == jax.dtypes.float0:
+        return np.zeros(a.shape, np.complex128)
+    return np.asarray(a, np.complex128)
+
+
+def cotangent(c, dtype=None):
+    """`c` as a cotangent JAX takes for an output of `dtype` (default: c's own): a JAX
+    array for an inexact output; float0 zeros for an integer or boolean one, which has no
+    tangents (the checks seed such outputs with zeros of their own dtype)."""
+    if has_tangent(c.dtype if dtype is None else dtype):
+        return jax.numpy.asarray(c)
+    return np.zeros(np.shape(c), jax.dtypes.float0)  # c may be traced (under vmap)
+
+
+def has_tangent(dtype) -> bool:
+    """Whether values of `dtype` have tangents (integer and boolean ones have float0)."""
+    return np.issubdtype(np.dtype(dtype), np.inexact)
+
+
 def rel(a, b, same_nonfinite: bool = False) -> float:
     """max |a - b| relative to the larger of max |a| and max |b| (inf: shapes differ, or a
     value is not finite, e.g. an output that was never written). `same_nonfinite`: for
     two runs of one computation, a NaN or infinity that both have agrees."""
     with np.errstate(invalid="ignore", over="ignore"):
-        a, b = np.asarray(a, np.complex128), np.asarray(b, np.complex128)
+        a, b = _numbers(a), _numbers(b)
     if a.shape != b.shape:
         return np.inf
     if same_nonfinite:
@@ -68,11 +91,11 @@ def rel(a, b, same_nonfinite: bool = False) -> float:
 
 def pair(a, b) -> float:
     """JAX's (unconjugated) real pairing of tangents and cotangents: Re sum(a * b)."""
-    return float(np.real(np.sum(np.asarray(a, np.complex128) * np.asarray(b, np.complex128))))
+    return float(np.real(np.sum(_numbers(a) * _numbers(b))))
 
 
 def norm(a) -> float:
-    return float(np.linalg.norm(np.asarray(a, np.complex128).ravel()))
+    return float(np.linalg.norm(_numbers(a).ravel()))
 
 
 def random_like(x, rng):
@@ -120,6 +143,7 @@ class Case:
     failed: str | None = None
     watch: Any = None  # the run time's Watch of the op's state (see .state), or None
     mesh: Any = None  # a jax.sharding.Mesh to check a sharding rule on (see .mesh), or None
+    memo: dict = field(default_factory=dict)  # what a family measured once per case
 
     # --- the op ----------------------------------------------------------------------
     @property

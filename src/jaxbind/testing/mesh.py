@@ -29,11 +29,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from .._rules.partitioning import declared
-from .case import Case, Family, needs_f, random_like, rel
+from .case import Case, Family, cotangent, needs_f, random_like, rel
 from .collectives import collectives
 from .report import CheckResult, not_checked
 
@@ -107,7 +106,7 @@ def _rows(case: Case) -> Iterator[CheckResult]:
             return case.call(*full)
 
         _, vjp = jax.vjp(fn, *(a[i] for i in rev))
-        return vjp([jnp.asarray(c) for c in u])
+        return vjp([cotangent(c) for c in u])
 
     with jax.default_device(jax.devices()[0]):
         one = [np.asarray(y) for y in case.call(*args)]

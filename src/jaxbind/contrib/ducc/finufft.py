@@ -21,16 +21,16 @@ with float64 points.
 ``opts`` is any object with jax-finufft's option names: ``modeord`` (0: the
 grid runs from the most negative mode, 1: FFT order), ``nthreads`` (0: all) and
 ``upsampfac`` (DUCC's oversampling factor, pinned; 0: FINUFFT's choice from the type,
-the grid and eps) are honoured; every other option is refused unless at jax-finufft's
-default. Since the oversampling factor, and with it DUCC's kernel, never depends on the
-points, a point's value does not depend on the other points of the call (type 3: only
-through their extent). An ``eps`` finer than
-DUCC can reach is clamped to the finest it can; in single precision, one finer than
-single precision's kernels reach is computed in double precision and rounded back.
-Non-finite coordinates give NaN where they enter the sum (every output of a type-1
-transform, the outputs at those points of a type 2). Everything is differentiable in
-the values and in the points (see `.nufft_points`), to any order, and
-batches under ``vmap``.
+the grid and eps) are honoured; the options that tune FINUFFT's speed or messages are
+accepted and have no effect; ``gpu_spreadinterponly=True`` is refused. Since the
+oversampling factor, and with it DUCC's kernel, never depends on the points, a point's
+value does not depend on the other points of the call (type 3: only through their
+extent). An ``eps`` finer than DUCC can reach is clamped to the finest it can; in
+single precision, one finer than single precision's kernels reach is computed in
+double precision and rounded back. Non-finite coordinates give NaN where they enter
+the sum (every output of a type-1 transform, the outputs at those points of a type 2).
+Everything is differentiable in the values and in the points (see `.nufft_points`), to
+any order, and batches under ``vmap``.
 """
 
 from __future__ import annotations
@@ -51,7 +51,11 @@ __all__ = ["Opts", "nufft1", "nufft2", "nufft3"]
 
 
 # jax-finufft's options (its ``Opts`` fields) at their defaults there: the drop-in accepts
-# each at this value; `_HONOURED` ones at any value, the others nowhere else (`_REFUSED`)
+# each at this value. `_HONOURED` ones change the numbers and are followed; the others only
+# tune FINUFFT's or cuFINUFFT's speed or messages (the results agree to eps whatever they
+# are), so every value is accepted and has no effect under DUCC (`_NO_EFFECT`), silently:
+# clients run with warnings as errors. `_REFUSED` ones would change the numbers in a way
+# DUCC cannot follow: refused at any value but the default.
 FINUFFT_DEFAULTS: dict[str, Any] = dict(
     modeord=False,
     nthreads=0,
@@ -83,41 +87,28 @@ FINUFFT_DEFAULTS: dict[str, Any] = dict(
     gpu_debug=0,
 )
 _HONOURED = ("modeord", "nthreads", "upsampfac")
-_TUNING = "it tunes FINUFFT's own spreader or FFTW, which DUCC replaces with its own; remove it"
-_DIAGNOSTICS = (
-    "FINUFFT's diagnostics are not DUCC's; remove it (jaxducc0.get_nufft(..., verbosity=1) "
-    "prints DUCC's)"
-)
-_GPU = (
-    "it tunes cuFINUFFT, which the drop-in does not use (DUCC runs on the host, in GPU "
-    "programs too); remove it"
-)
 _REFUSED = {
-    "debug": _DIAGNOSTICS,
-    "spread_debug": _DIAGNOSTICS,
-    "showwarn": "FINUFFT's warnings are not DUCC's; remove it (an eps finer than DUCC "
-    "reaches is clamped, see docs/nufft.md)",
-    "spread_kerevalmeth": "DUCC always evaluates its kernels as polynomials (FINUFFT's "
-    "Horner method, the default True); remove it",
-    "gpu_upsampfac": "the drop-in runs DUCC on the host, in GPU programs too; give the "
-    "oversampling factor as upsampfac",
-    **{
-        k: _TUNING
-        for k in FINUFFT_DEFAULTS
-        if k.startswith(("spread_", "fftw", "maxbatch"))
-        and k not in ("spread_debug", "spread_kerevalmeth")
-    },
-    **{k: _GPU for k in FINUFFT_DEFAULTS if k.startswith("gpu_") and k != "gpu_upsampfac"},
+    # cuFINUFFT then only spreads or interpolates (no FFT, no deconvolution): another map
+    "gpu_spreadinterponly": "it makes cuFINUFFT spread or interpolate only, which is not "
+    "a NUFFT and which DUCC does not offer; remove it",
 }
+# FINUFFT's messages (debug, spread_debug, showwarn), its spreader's and FFTW's tuning
+# (fftw, spread_*, maxbatchsize: spread_kerevalmeth picks how the same kernel is evaluated),
+# and cuFINUFFT's options (gpu_*: jax-finufft reads them only on GPUs, where the drop-in runs
+# DUCC on the host; gpu_upsampfac is the GPU's oversampling factor, as jax-finufft's CPU
+# path ignores it).
+_NO_EFFECT = tuple(k for k in FINUFFT_DEFAULTS if k not in _HONOURED and k not in _REFUSED)
 
 
 class Opts:
     """Options with jax-finufft's names (its ``Opts`` fields, at its defaults).
 
-    ``modeord``, ``nthreads`` and ``upsampfac`` are honoured; every other option may be
-    given at jax-finufft's default only (so existing ``Opts(...)`` calls that spell a
-    default out run): another value is refused when a transform is called, naming the
-    option and what to do instead. An unknown name is a TypeError here.
+    ``modeord``, ``nthreads`` and ``upsampfac`` are honoured. The options that only tune
+    FINUFFT's or cuFINUFFT's speed or messages (``fftw``, ``spread_*``, ``maxbatchsize``,
+    ``debug``, ``showwarn``, the ``gpu_*`` ones) are accepted at any value and have no
+    effect under DUCC, without a warning. ``gpu_spreadinterponly=True``, which would
+    change the map, is refused when a transform is called, naming the option. An unknown
+    name is a TypeError here.
     """
 
     def __init__(self, **options: Any):
@@ -144,8 +135,9 @@ def _same(value, default) -> bool:
 
 
 def _settings(fn: str, opts) -> tuple[int, int, float]:
-    """``(modeord, nthreads, upsampfac)`` of `opts` (None: FINUFFT's defaults); every
-    other jax-finufft option must be at its default."""
+    """``(modeord, nthreads, upsampfac)`` of `opts` (None: FINUFFT's defaults); the
+    options that would change the numbers otherwise must be at their defaults, those
+    that tune speed or messages are ignored (`_NO_EFFECT`)."""
     if opts is not None and any(hasattr(opts, k) for k in ("forward", "backward", "type1")):
         raise ValueError(
             f"jaxducc0.{fn}: opts is a jax-finufft NestedOpts (options per type and direction); "

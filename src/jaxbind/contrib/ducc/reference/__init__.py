@@ -10,10 +10,17 @@ approximate ops (the NUFFTs, the gridder) carry ``tolerance(**kwargs)``, how far
 from them at the call's ``epsilon``, which jaxbind.testing.check reads (`by_epsilon`).
 """
 
+# How far DUCC's results may be from the exact ones, in multiples of the call's epsilon, by
+# the checker's measure (the largest elementwise difference relative to the largest
+# element). Measured over epsilon 1e-3 to 1e-12 in single and double precision (types 1-3
+# in 1-D and 2-D, get_nufft, the gridder with and without the w-term): at most 0.83 times
+# epsilon above rounding, so 3 leaves room while a 10-fold loss of accuracy fails.
+EPSILON_FACTOR = 3.0
+
 
 def by_epsilon(**kwargs) -> float:
     """The tolerance of a reference of an op that computes to the relative accuracy
-    ``epsilon`` (or ``eps``) in the L2 norm: 100 times it, as the checker compares the
-    largest elementwise difference relative to the largest element."""
+    ``epsilon`` (or ``eps``): EPSILON_FACTOR times it. (jaxbind.testing.check allows
+    rounding besides: an epsilon finer than the precision holds is not asked of it.)"""
     eps = kwargs.get("epsilon", kwargs.get("eps"))
-    return 0.0 if eps is None else 100.0 * float(eps)
+    return 0.0 if eps is None else EPSILON_FACTOR * float(eps)
