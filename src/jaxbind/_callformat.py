@@ -138,6 +138,12 @@ class CallAttributes:
                 raise ValueError(
                     "custom call lacks the attribute 'definition' that call format 4 requires"
                 )
+            if fmt >= 4 and not definition:
+                raise ValueError(
+                    "custom call has an empty 'definition' attribute, but call format 4 "
+                    "requires the record of the op's definition the program was made for "
+                    "(the program was modified or corrupted): export it again"
+                )
             if fmt < 4 and definition:
                 raise ValueError(f"call format {fmt} has no definition attribute")
             attributes = cls(

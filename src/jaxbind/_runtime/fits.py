@@ -98,7 +98,7 @@ class DefinitionCheck:
     # --- step 1 ------------------------------------------------------------------------
     def attributes(self) -> str | None:
         """What differs between the call's attributes and the binding, or None."""
-        if self.call.definition:
+        if self.call.format >= 4:  # (CallAttributes.read refuses an empty record)
             kwargs = self.dump.to_dict()
             if self.binding.options.vectorized:
                 kwargs.pop("batch_axes", None)
