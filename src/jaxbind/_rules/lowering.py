@@ -196,10 +196,17 @@ def _definition(spec: CallSpec, mark: RuleMark, cuda_kernel: bool) -> str:
     """The call's ``definition`` attribute (see jaxbind._definition): the op's options
     the program bakes in, and the rule of a call partitioned by it (with the shapes of
     f's arguments it was worked out for)."""
+    binding = spec.binding
     if mark.rule is None:
-        return record(spec.binding.options, cuda_kernel)
+        return record(binding.options, cuda_kernel, inlined=binding.inlined())
     declared = mark.rule.declared
-    return record(spec.binding.options, cuda_kernel, declared.record(), mark.rule.shapes)
+    return record(
+        binding.options,
+        cuda_kernel,
+        declared.record(),
+        mark.rule.shapes,
+        inlined=binding.inlined(),
+    )
 
 
 def _partitioning(mark: RuleMark, target: Target) -> str:
