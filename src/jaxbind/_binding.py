@@ -19,7 +19,6 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ._definition import inlined
 from ._errors import about, words
 from ._options import Options
 from ._roles import Kind, OpBase, Role, RoleDef, missing_role, same_values
@@ -76,8 +75,8 @@ class Binding:
     )
     # whether the name is the callable's qualified name (set when registered)
     default_name: bool = field(default=True, repr=False, compare=False)
-    # (roles, _definition.inlined(roles)): worked out once per role table
-    _inlined: tuple | None = field(default=None, init=False, repr=False, compare=False)
+    # (roles, the identity of their inlined code): _definition.inlined's, once per role table
+    inlined_cache: tuple | None = field(default=None, init=False, repr=False, compare=False)
     __weakref__: object = field(default=None, init=False, repr=False, compare=False)
 
     def callables(self) -> tuple:
@@ -89,15 +88,6 @@ class Binding:
         """The op's JAX reference (f's; every role's reference column derives from it)."""
         ref = self.roles["f"].reference
         return None if ref is None else ref.fn
-
-    def inlined(self) -> str | None:
-        """The identity of the op's code that programs inline at trace time (its JAX
-        reference, its rules given as JAX functions), recorded in every call and compared
-        at run time (see _definition.inlined); None if it has none."""
-        roles, cached = self.roles, self._inlined
-        if cached is None or cached[0] is not roles:
-            cached = self._inlined = (roles, inlined(roles))
-        return cached[1]
 
     @property
     def f(self) -> Callable:

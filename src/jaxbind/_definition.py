@@ -229,11 +229,20 @@ def option_fields() -> tuple[str, ...]:
 # --- the identity of inlined code ---------------------------------------------------------
 
 
-def inlined(roles: Mapping[str, RoleDef]) -> str | None:
+def inlined(binding) -> str | None:
     """The identity of the op's code that a program may inline at trace time (its JAX
     reference, and each rule given as a JAX function or a jaxbind op), as a digest; None
     if the op has none. Equal for equal code closing over equal values, in any process
-    and Python version where the source is found."""
+    and Python version where the source is found. Worked out once per role table of the
+    binding (_binding.Binding.inlined_cache): recorded at every lowering, compared at
+    every site's instantiation."""
+    roles, cached = binding.roles, binding.inlined_cache
+    if cached is None or cached[0] is not roles:
+        cached = binding.inlined_cache = (roles, _inlined(roles))
+    return cached[1]
+
+
+def _inlined(roles: Mapping[str, RoleDef]) -> str | None:
     parts: list = []
     reference = next((e.reference.fn for e in roles.values() if e.reference is not None), None)
     if reference is not None:

@@ -34,7 +34,7 @@ from .._compat import (
     run_once_sharding,
     set_sharding,
 )
-from .._definition import record
+from .._definition import inlined, record
 from .._errors import ExportedDefaultNameWarning, about
 from .._kernels.cuda import CudaKernel
 from .._kwargs import data_blob, is_local, localized, not_data_reason
@@ -198,14 +198,14 @@ def _definition(spec: CallSpec, mark: RuleMark, cuda_kernel: bool) -> str:
     f's arguments it was worked out for)."""
     binding = spec.binding
     if mark.rule is None:
-        return record(binding.options, cuda_kernel, inlined=binding.inlined())
+        return record(binding.options, cuda_kernel, inlined=inlined(binding))
     declared = mark.rule.declared
     return record(
         binding.options,
         cuda_kernel,
         declared.record(),
         mark.rule.shapes,
-        inlined=binding.inlined(),
+        inlined=inlined(binding),
     )
 
 

@@ -34,7 +34,7 @@ import numpy as np
 from .._avals import XLA_ELEMENT_TYPES, check_result
 from .._callformat import CallAttributes
 from .._compat import ShapedArray
-from .._definition import differences
+from .._definition import differences, inlined
 from .._errors import about, words
 from .._kernels.cuda import CudaKernel
 from .._roles import Args, Role, RoleDef
@@ -108,7 +108,7 @@ class DefinitionCheck:
                 self.binding.options,
                 isinstance(self.binding.body(self.role), CudaKernel),
                 kwargs,
-                self.binding.inlined(),
+                inlined(self.binding),
             )
             return f"{'; '.join(found)}. {_AGAIN}" if found else None
         fixed, n = self.binding.options.fixed, self.call.n_fixed
