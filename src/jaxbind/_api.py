@@ -78,9 +78,7 @@ class Op(OpBase):
         """Pickled by reference, as a function is: the module that made it (or its
         function's) and its name there (see _pickling)."""
         f = self.binding.roles["f"].body
-        return reduce(
-            self, self.name, [(self._home, None), (getattr(f, "__module__", None), None)]
-        )
+        return reduce(self, self.name, [(self._home, None), (getattr(f, "__module__", None), None)])
 
     def __copy__(self):  # an op is its name's definition: copies are itself, as for functions
         return self

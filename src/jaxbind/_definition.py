@@ -351,7 +351,7 @@ def _names(code: types.CodeType) -> set[str]:
 def _constants(code: types.CodeType) -> list:
     """The names and constants of `code` and the code nested in it, as the source gives
     them (what the interpreter adds, None and the code objects, left out)."""
-    found = [list(code.co_names)]
+    found: list = [list(code.co_names)]
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             found.append(_constants(const))

@@ -314,7 +314,7 @@ def test_an_exported_grad_loaded_after_the_reference_changed_fails_naming_the_op
     blob = jaxbind.export(g)(X).serialize()
     op = _scaled_with_reference("native", name, 2.0, replace=True)
     np.testing.assert_allclose(jax.export.deserialize(blob).call(X), 8 * X)
-    op = _scaled_with_reference("native", name, 3.0, replace=True)  # noqa: F841 (kept alive)
+    op = _scaled_with_reference("native", name, 3.0, replace=True)  # (kept: held weakly)
     with pytest.raises(Exception, match=rf"'{name}'.*inlined the op's JAX reference"):
         jax.block_until_ready(jax.export.deserialize(blob).call(X))
 
@@ -337,7 +337,7 @@ def test_a_jvp_given_as_a_jax_function_that_changes_fails_naming_the_op():
     np.testing.assert_allclose(jvp(X, X)[1], 2 * X)
     op = make(2.0, replace=True)
     np.testing.assert_allclose(jvp(X, X)[1], 2 * X)
-    op = make(3.0, replace=True)  # noqa: F841 (kept alive)
+    op = make(3.0, replace=True)  # (kept: the registry holds bindings weakly)
     with pytest.raises(Exception, match=rf"'{name}'.*rules given as JAX functions"):
         jax.block_until_ready(jvp(X, X))
 

@@ -23,7 +23,6 @@ import jax.numpy as jnp
 
 import jaxbind
 
-
 KEPT: list = []
 
 

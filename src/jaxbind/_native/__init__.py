@@ -100,7 +100,8 @@ class NativeOp:
     def __reduce__(self):
         """Pickled by reference, as the function it decorates would be: its module and
         qualified name (see _pickling)."""
-        return reduce(self, self.name, [(self.__module__, self.__qualname__)])
+        qualname = getattr(self, "__qualname__", None)  # (the function's, update_wrapper)
+        return reduce(self, self.name, [(self.__module__, qualname)])
 
     def __copy__(self):  # an op is its name's definition: copies are itself, as for functions
         return self
