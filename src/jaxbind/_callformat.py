@@ -91,9 +91,13 @@ class CallAttributes:
         n_inputs: int,
         n_fixed: int,
         trees: bytes = b"",
-        definition: str = "",
+        *,
+        definition: str,
     ) -> CallAttributes:
-        """The attributes the lowering writes for one call (this format)."""
+        """The attributes the lowering writes for one call (this format, whose
+        `definition` record is never empty: see `read`)."""
+        if not definition:
+            raise ValueError(f"jaxbind: a call of '{binding}' needs its definition record")
         return cls(
             binding, role, kwargs, loop.levels, loop.flags(n_inputs), n_fixed, trees, definition
         )

@@ -148,7 +148,7 @@ def lower(platform: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
         len(args) - (token is not None),
         spec.n_fixed,
         trees,
-        _definition(spec, mark, kernel),
+        definition=_definition(spec, mark, kernel),
     )
     attributes = call.ffi_attributes()
     if mark.rule is not None:
