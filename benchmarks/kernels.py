@@ -76,6 +76,7 @@ from _harness import (  # noqa: E402
 
 import jaxbind  # noqa: E402
 from jaxbind._callformat import NO_LOOP, CallAttributes  # noqa: E402
+from jaxbind._definition import record  # noqa: E402
 from jaxbind._kwargs import encode_kwargs  # noqa: E402
 
 N, ITERATIONS = 16, 1000
@@ -115,9 +116,16 @@ def _kernel_floor(address: int):
     out = jax.ShapeDtypeStruct((N,), jnp.float32)
     call = jax.ffi.ffi_call("jaxbind_bench_kernel_floor", out)
     dict_call = jax.ffi.ffi_call("jaxbind_bench_kernel_floor_dict", out)
-    # every attribute a jaxbind call of this op carries (call format 3), and `fn`
+    # every attribute a jaxbind call of this op carries (call format 4), and `fn`
+    binding = jaxbind._binding.lookup("bench.kernel_affine")
     attrs = CallAttributes.of_call(
-        "bench.kernel_affine", "f", encode_kwargs({}).blob, NO_LOOP, 1, 0
+        binding.name,
+        "f",
+        encode_kwargs({}).blob,
+        NO_LOOP,
+        1,
+        0,
+        definition=record(binding.options, False),
     ).ffi_attributes()
     return (
         lambda x: call(x, fn=np.int64(address)),

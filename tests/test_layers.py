@@ -45,6 +45,7 @@ TRACE_TIME = {
     "_spec",
     "_export",
     "_references",
+    "_pickling",
     # jaxbind.testing.check: the entry point, its report and case, one module per row family
     "testing",
     "testing.report",

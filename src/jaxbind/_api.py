@@ -16,6 +16,7 @@ from ._compat import register_cache
 from ._errors import about, words
 from ._kwargs import KwargsDump, encode_kwargs
 from ._options import OPTION_DOCS, CallOptions, Options, declare, state_key_positions
+from ._pickling import caller_module, reduce
 from ._primitive import IMPL_CALLS, PRIMITIVE, bind, eager, nested
 from ._roles import Body, Kind, OpBase, role_table
 from ._rules.partitioning import check_declaration
@@ -54,6 +55,7 @@ class Op(OpBase):
 
     def __init__(self, binding: Binding):
         self.binding = binding
+        self._home: str | None = None  # the module that made it (get_*_call's caller)
         # Jitted binds for eager calls, per call site. Held by the op, not the
         # binding: their executables keep the binding alive, so a cache on the
         # binding would be a cycle through XLA that the garbage collector cannot
@@ -71,6 +73,18 @@ class Op(OpBase):
 
     def __repr__(self):
         return f"<jaxbind {self.binding.kind.value} op '{self.binding.name}'>"
+
+    def __reduce__(self):
+        """Pickled by reference, as a function is: the module that made it (or its
+        function's) and its name there (see _pickling)."""
+        f = self.binding.roles["f"].body
+        return reduce(self, self.name, [(self._home, None), (getattr(f, "__module__", None), None)])
+
+    def __copy__(self):  # an op is its name's definition: copies are itself, as for functions
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
 
     def __call__(self, /, *args, **kwargs) -> list[jax.Array]:
         # Fast path, the common eager call: no keyword arguments, all inputs
@@ -361,7 +375,9 @@ def get_linear_call(
     checked = state_key_positions(
         checked, abstract, name or _default_name(f), "its abstract function"
     )
-    return make_op(kind, f, f_T, None, abstract, abstract_T, checked, name, replace, reference)
+    op = make_op(kind, f, f_T, None, abstract, abstract_T, checked, name, replace, reference)
+    op._home = caller_module(1)  # where a pickle looks for it by name
+    return op
 
 
 def get_nonlinear_call(
@@ -414,7 +430,7 @@ def get_nonlinear_call(
         checked, abstract, name or _default_name(f), "its abstract function"
     )
     derivatives = tuple(f_derivative)
-    return make_op(
+    op = make_op(
         Kind.NONLINEAR,
         f,
         None,
@@ -426,6 +442,8 @@ def get_nonlinear_call(
         replace,
         reference,
     )
+    op._home = caller_module(1)  # where a pickle looks for it by name
+    return op
 
 
 for _fn in (get_linear_call, get_nonlinear_call):

@@ -75,6 +75,8 @@ class Binding:
     )
     # whether the name is the callable's qualified name (set when registered)
     default_name: bool = field(default=True, repr=False, compare=False)
+    # (roles, the identity of their inlined code): _definition.inlined's, once per role table
+    inlined_cache: tuple | None = field(default=None, init=False, repr=False, compare=False)
     __weakref__: object = field(default=None, init=False, repr=False, compare=False)
 
     def callables(self) -> tuple:

@@ -91,9 +91,13 @@ class CallAttributes:
         n_inputs: int,
         n_fixed: int,
         trees: bytes = b"",
-        definition: str = "",
+        *,
+        definition: str,
     ) -> CallAttributes:
-        """The attributes the lowering writes for one call (this format)."""
+        """The attributes the lowering writes for one call (this format, whose
+        `definition` record is never empty: see `read`)."""
+        if not definition:
+            raise ValueError(f"jaxbind: a call of '{binding}' needs its definition record")
         return cls(
             binding, role, kwargs, loop.levels, loop.flags(n_inputs), n_fixed, trees, definition
         )
@@ -137,6 +141,12 @@ class CallAttributes:
             if fmt >= 4 and "definition" not in found:
                 raise ValueError(
                     "custom call lacks the attribute 'definition' that call format 4 requires"
+                )
+            if fmt >= 4 and not definition:
+                raise ValueError(
+                    "custom call has an empty 'definition' attribute, but call format 4 "
+                    "requires the record of the op's definition the program was made for "
+                    "(the program was modified or corrupted): export it again"
                 )
             if fmt < 4 and definition:
                 raise ValueError(f"call format {fmt} has no definition attribute")

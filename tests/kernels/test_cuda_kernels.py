@@ -37,18 +37,44 @@ def test_calls_lower_to_the_cuda_kernel_target_in_both_apis_and_every_role():
         shape=lambda x, *, a: jax.ShapeDtypeStruct(x.shape, x.dtype), name="cudak_cpu.native"
     )(jaxbind.cuda_kernel(PTX, "scale", scalars=lambda y, x, *, a: (np.float32(a), x.size)))
     assert "jaxbind_cuda_kernel" in _cuda_text(lambda x: native(x, a=1.0), x)
-    # on the CPU, the ordinary target: its error says where the kernel runs (below)
-    cpu = jax.jit(lambda x: op(x, a=2.0)[0]).trace(x).lower(lowering_platforms=("cpu",))
-    assert "jaxbind_cuda_kernel" not in cpu.as_text()
+    # on the CPU, without a reference: refused when lowered (below)
     safety = {str(c) for c in jaxbind.export_safety_checks()}
     assert any("jaxbind_cuda_kernel" in c for c in safety)
 
 
-def test_a_cpu_program_that_calls_a_cuda_kernel_is_an_error_that_names_the_binding():
-    _, op = _scale("cudak_cpu.on_cpu")
-    with pytest.raises(Exception, match=r"cudak_cpu.on_cpu.*runs in GPU programs only"):
-        x = jax.device_put(jnp.ones(3, jnp.float32), jax.devices("cpu")[0])
-        jax.block_until_ready(jax.jit(lambda x: op(x, a=2.0)[0])(x))
+CPU_REFUSED = r"'{}'.*cannot be lowered for cpu: its body runs on cuda only.*reference="
+
+
+@pytest.mark.parametrize("api", ["native", "jaxbind13"])
+def test_a_cpu_program_that_calls_a_cuda_kernel_without_reference_is_refused_when_lowered(api):
+    """No custom call that could only fail when run: the lowering names the op, the
+    platform and the fix, in every role and under vmap, lowered or run eagerly."""
+    name = f"cudak_cpu.on_cpu.{api}"
+    if api == "native":
+        kernel = jaxbind.cuda_kernel(
+            PTX, "scale", scalars=lambda y, x, *, a: (np.float32(a), np.int64(x.size))
+        )
+        native = jaxbind.linear_op(
+            shape=lambda x, *, a: jax.ShapeDtypeStruct(x.shape, x.dtype), name=name
+        )(kernel)
+        native.def_transpose(kernel)
+        call = lambda x: native(x, a=2.0)
+    else:
+        _, op = _scale(name)
+        call = lambda x: op(x, a=2.0)[0]
+    x = jax.device_put(jnp.ones(3, jnp.float32), jax.devices("cpu")[0])
+    refused = CPU_REFUSED.format(name)
+    grad = jax.grad(lambda x: jnp.sum(call(x)))
+    for fn, arg in ((call, x), (grad, x), (jax.vmap(call), jnp.ones((2, 3), jnp.float32))):
+        with pytest.raises(NotImplementedError, match=refused):
+            jax.jit(fn).trace(arg).lower(lowering_platforms=("cpu",))
+    with pytest.raises(NotImplementedError, match=refused):
+        jax.block_until_ready(jax.jit(call)(x))
+    with pytest.raises(NotImplementedError, match=refused):
+        call(x)  # eager
+    with pytest.raises(NotImplementedError, match=refused):  # an artifact for both
+        jaxbind.export(jax.jit(call), platforms=("cpu", "cuda"))(x)
+    assert "jaxbind_cuda_kernel" in _cuda_text(call, x)  # CUDA lowering: unchanged
 
 
 def _scale_reference(x, *, a):

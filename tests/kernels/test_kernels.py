@@ -343,6 +343,7 @@ def test_crafted_calls_never_reach_a_kernel_with_wrong_buffers(clib):
     """A program is a file: one that names a kernel op with buffers its abstract function
     does not declare, or names no registered op, fails with an error naming it, and the
     kernel never sees the buffers (it would read or write out of bounds)."""
+    from jaxbind import _definition
     from jaxbind._callformat import NO_LOOP, CallAttributes
     from jaxbind._kwargs import encode_kwargs
     from jaxbind._rules.lowering import CPU_TARGET
@@ -359,8 +360,10 @@ def test_crafted_calls_never_reach_a_kernel_with_wrong_buffers(clib):
     ]
     for name, ins, outs in cases:
         n = len(ins)
+        found = jaxbind._binding.lookup(name)
+        record = "{}" if found is None else _definition.record(found.options, False)
         attrs = CallAttributes.of_call(
-            name, "f", encode_kwargs({"factor": 2.0}).blob, NO_LOOP, n, 0
+            name, "f", encode_kwargs({"factor": 2.0}).blob, NO_LOOP, n, 0, definition=record
         ).ffi_attributes()
         call = jax.ffi.ffi_call(CPU_TARGET, [jax.ShapeDtypeStruct(s, d) for s, d in outs])
         args = [np.ones(s, d) for s, d in ins]
@@ -419,12 +422,15 @@ def test_a_digest_resolved_twice_keeps_one_site():
     """Two threads' first calls of one site may both resolve it: they must end up with the
     same site, or the one the trampoline forgets stays alive in another thread's cache
     after replace=True (and keeps calling the replaced kernel)."""
+    from jaxbind import _definition
     from jaxbind._callformat import NO_LOOP, CallAttributes
     from jaxbind._kwargs import encode_kwargs
     from jaxbind._runtime.digest_route import resolve_site
 
     op = jaxbind.get_linear_call(scale, None, same_as_last, name="tests.kernel_resolved_twice")
-    call = CallAttributes.of_call(op.name, "f", encode_kwargs({"factor": 2.0}).blob, NO_LOOP, 1, 0)
+    record = _definition.record(op.binding.options, False)
+    blob = encode_kwargs({"factor": 2.0}).blob
+    call = CallAttributes.of_call(op.name, "f", blob, NO_LOOP, 1, 0, definition=record)
     found = {"jaxbind_format": call.format, "binding": call.binding, "role": call.role}
     found.update(kwargs=call.kwargs, site=call.digest, loop_levels=call.levels)
     found.update(loop_batched=call.flags, n_fixed=call.n_fixed, trees=call.trees)

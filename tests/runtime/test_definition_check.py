@@ -254,3 +254,106 @@ def test_program_traced_with_other_native_batching_fails(before):
     op = make(not before, replace=True)
     with pytest.raises(Exception, match=rf"func_can_batch={before}.*func_can_batch={not before}"):
         jax.block_until_ready(fn(jnp.ones((2, 3))))
+
+
+# --- code a program inlined at trace time -------------------------------------------------
+
+
+def _scaled_with_reference(api: str, name: str, scale: float, replace: bool = False):
+    """A linear op scale * x with no transpose of its own: grad inlines the transpose
+    derived from its JAX reference (scale * x, closing over `scale`); one array out."""
+    reference = lambda x, **kw: scale * x
+    if api == "native":
+        return jaxbind.linear_op(shape=SAME, name=name, replace=replace, reference=reference)(
+            lambda x: scale * np.asarray(x)
+        )
+
+    def f(out, args, kd):
+        out[0][...] = scale * np.asarray(args[0])
+
+    abstract = lambda x, **kw: ((x.shape, x.dtype),)
+    op = jaxbind.get_linear_call(f, None, abstract, name=name, replace=replace, reference=reference)
+    return lambda x: op(x)[0]
+
+
+@pytest.mark.parametrize("api", ["native", "jaxbind13"])
+def test_grad_compiled_before_the_reference_changes_fails_naming_the_op(api):
+    """Body and reference go from 2 x to 3 x: the old program's forward would run the new
+    body (3 x) and its derived transpose the old reference's (2 x), giving 12 x where
+    d/dx (2x)^2 is 8 x and d/dx (3x)^2 is 18 x. It fails instead, naming the op."""
+    name = f"tests.defcheck.reference.{api}"
+    op = _scaled_with_reference(api, name, 2.0)
+    grad = jax.jit(jax.grad(lambda x: jnp.sum(op(x) ** 2)))
+    np.testing.assert_allclose(grad(X), 8 * X)
+    op = _scaled_with_reference(api, name, 3.0, replace=True)
+    with pytest.raises(Exception, match=rf"'{name}'.*inlined the op's JAX reference") as err:
+        jax.block_until_ready(grad(X))
+    assert AGAIN in str(err.value)
+    jax.clear_caches()  # traced again, the program runs the new definition throughout
+    np.testing.assert_allclose(grad(X), 18 * X)
+
+
+@pytest.mark.parametrize("api", ["native", "jaxbind13"])
+def test_a_redefinition_with_an_equal_reference_keeps_old_programs(api):
+    """Equal code closing over equal values is the same reference (as a body defined again
+    is the same body): the old program runs on."""
+    name = f"tests.defcheck.same_reference.{api}"
+    op = _scaled_with_reference(api, name, 2.0)
+    grad = jax.jit(jax.grad(lambda x: jnp.sum(op(x) ** 2)))
+    np.testing.assert_allclose(grad(X), 8 * X)
+    op = _scaled_with_reference(api, name, 2.0, replace=True)
+    np.testing.assert_allclose(grad(X), 8 * X)
+
+
+def test_an_exported_grad_loaded_after_the_reference_changed_fails_naming_the_op():
+    """An artifact carries the identity of the reference whose derived transpose it holds:
+    loaded where the op has another one, it fails; where it has an equal one, it runs."""
+    name = "tests.defcheck.reference.exported"
+    op = _scaled_with_reference("native", name, 2.0)
+    g = jax.jit(jax.grad(lambda x: jnp.sum(op(x) ** 2)))
+    blob = jaxbind.export(g)(X).serialize()
+    op = _scaled_with_reference("native", name, 2.0, replace=True)
+    np.testing.assert_allclose(jax.export.deserialize(blob).call(X), 8 * X)
+    op = _scaled_with_reference("native", name, 3.0, replace=True)  # (kept: held weakly)
+    with pytest.raises(Exception, match=rf"'{name}'.*inlined the op's JAX reference"):
+        jax.block_until_ready(jax.export.deserialize(blob).call(X))
+
+
+def test_a_jvp_given_as_a_jax_function_that_changes_fails_naming_the_op():
+    """A rule given as a JAX function is inlined at trace time as a derived one is: a
+    forward-mode program whose JVP the op no longer has fails."""
+    name = "tests.defcheck.jax_jvp"
+
+    def make(scale, replace=False):
+        @jaxbind.nonlinear_op(shape=SAME, name=name, replace=replace)
+        def op(x):
+            return scale * np.asarray(x)
+
+        op.def_jvp(jaxbind.jax_function(lambda primals, tangents: scale * tangents[0]))
+        return op
+
+    op = make(2.0)
+    jvp = jax.jit(lambda x, t: jax.jvp(op, (x,), (t,)))
+    np.testing.assert_allclose(jvp(X, X)[1], 2 * X)
+    op = make(2.0, replace=True)
+    np.testing.assert_allclose(jvp(X, X)[1], 2 * X)
+    op = make(3.0, replace=True)  # (kept: the registry holds bindings weakly)
+    with pytest.raises(Exception, match=rf"'{name}'.*rules given as JAX functions"):
+        jax.block_until_ready(jvp(X, X))
+
+
+def test_code_identity_is_by_code_and_values_never_by_address():
+    """The identity a program records: equal for a function defined again with equal
+    values (another object), different for other closed-over values or other code."""
+    from jaxbind._definition import identity
+
+    def make(scale, offset=0.0):
+        return lambda x: scale * x + offset
+
+    assert identity(make(2.0)) == identity(make(2.0))
+    assert identity(make(2.0)) != identity(make(3.0))
+    assert identity(make(2.0)) != identity(make(2.0, np.float32(1.0)))
+    assert identity(make(np.arange(3.0))) == identity(make(np.arange(3.0)))
+    assert identity(make(np.arange(3.0))) != identity(make(np.arange(3.0) + 1))
+    assert identity(lambda x: 2 * x) != identity(lambda x: 3 * x)
+    assert str(id(make)) not in repr(identity(make))

@@ -43,8 +43,12 @@ def _raw_call(x, **attrs):
     return jax.block_until_ready(call(x, **attrs))
 
 
-def _attrs(binding, role="f", fmt=4, definition=""):
-    """A hand-made call's attributes (valid digest), as a program carries them."""
+def _attrs(binding, role="f", fmt=4, definition=None):
+    """A hand-made call's attributes (valid digest), as a program carries them (format 4's
+    record: the binding's definition as it is now, unless `definition`)."""
+    if definition is None:
+        found = jaxbind._binding.lookup(binding)
+        definition = "{}" if found is None else _definition.record(found.options, False)
     blob = _kwargs.encode_kwargs({"row": binding}).blob  # a site of its own
     attrs = dict(
         jaxbind_format=np.int32(fmt),

@@ -230,6 +230,7 @@ def test_host_mode_runs_the_same_batch_loop_on_host_copies(monkeypatch):
 def _stateful(name, made, key=()):
     """A 1.3-API op whose callable doubles its input plus its state's offset, and the
     attributes XLA's instantiate stage would hand Python for its f."""
+    from jaxbind import _definition
     from jaxbind._callformat import NO_LOOP, CallAttributes
     from jaxbind._kwargs import encode_kwargs
 
@@ -250,7 +251,9 @@ def _stateful(name, made, key=()):
         replace=True,
         platform_mode="host",
     )
-    call = CallAttributes.of_call(name, "f", encode_kwargs({"shift": 1.0}).blob, NO_LOOP, 1, 0)
+    record = _definition.record(op.binding.options, False)
+    blob = encode_kwargs({"shift": 1.0}).blob
+    call = CallAttributes.of_call(name, "f", blob, NO_LOOP, 1, 0, definition=record)
     return op, {
         k: (v.tobytes() if isinstance(v, np.ndarray) else v)
         for k, v in call.ffi_attributes().items()

@@ -30,10 +30,14 @@ def _attrs(
     flags=b"\0",
     n_fixed=0,
     trees=b"",
-    definition="",
+    definition=None,
 ):
-    """Call attributes as a program of call format `fmt` carries them (valid digest)."""
+    """Call attributes as a program of call format `fmt` carries them (valid digest; for
+    format 4, the record of the binding's definition as it is now, unless `definition`)."""
     blob = blob if blob is not None else _kwargs.encode_kwargs({}).blob
+    if definition is None:
+        found = jaxbind._binding.lookup(binding) if fmt >= 4 else None
+        definition = "{}" if found is None else _definition.record(found.options, False)
     attrs = dict(
         jaxbind_format=np.int32(fmt),
         binding=binding,
@@ -135,6 +139,23 @@ def test_a_call_whose_recorded_definition_differs_is_refused():
         attrs = _attrs("tests.double", fmt=4, blob=fresh)
         del attrs["definition"]
         _raw_call(jnp.arange(3.0), **attrs)
+
+
+def test_a_format_4_call_with_an_empty_definition_record_is_refused():
+    """An empty record is no record: format 4 requires one, and a call without it never
+    reaches the body, whatever the op now declares (here, aliases the program lacks)."""
+    inplace = jaxbind.get_linear_call(
+        ops.double,
+        ops.double,
+        ops.same_as_first,
+        ops.same_as_first,
+        name="tests.double_inplace",
+        input_output_aliases={0: 0},
+    )
+    assert inplace is not None
+    for name in ("tests.double", "tests.double_inplace"):
+        with pytest.raises(Exception, match=f"'{name}'.*empty 'definition' attribute.*format 4"):
+            _raw_call(jnp.arange(3.0), **_attrs(name, fmt=4, definition=""))
 
 
 def test_outputs_that_differ_from_the_abstract_function_are_refused():

@@ -74,9 +74,10 @@ def cuda_kernel(
 
     Returns:
       A body to give wherever a callable goes (``f``, ``f_T``, ``def_transpose``, ...).
-      It runs in GPU programs only; a CPU program that calls it fails with an error that
-      names the binding (and so does ``jaxbind.testing.check``, which calls bodies on
-      host arrays).
+      It runs in GPU programs only: in a program lowered for the CPU, the op's JAX
+      reference (``reference=``) runs instead, and an op without one is an error when the
+      program is lowered, naming the binding and the platform (as is
+      ``jaxbind.testing.check``, which calls bodies on host arrays).
     """
     what = f"jaxbind.cuda_kernel: {name or entry!r}"
     if not isinstance(entry, str) or not entry:
@@ -190,7 +191,8 @@ class CudaKernel:
     def __call__(self, out, args, kwargs_dump) -> None:
         raise TypeError(
             f"jaxbind: {self!r} runs in GPU programs only: it was called on the CPU (a CPU "
-            "program, or jaxbind.testing on host arrays). Run the program on a CUDA device "
+            "program lowered before jaxbind refused it, or jaxbind.testing on host arrays). "
+            "Run the program on a CUDA device "
             "(jax.device_put its inputs there); for CPU programs, define another op whose "
             "body is a Python callable or a jaxbind.kernel"
         )

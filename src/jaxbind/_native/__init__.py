@@ -45,6 +45,7 @@ from .._api import Op, check_reference, check_state_key, make_op
 from .._errors import about, add_context, refused_arguments
 from .._kwargs import KwargsDump
 from .._options import OPTION_DOCS, OpOptions, Options, declare, state_key_positions
+from .._pickling import reduce
 from .._roles import Args, Body, JaxFunction, Kind, is_jax_function, jax_function, role_table
 from .bodies import JaxDerivative, Shapes, body, check_declared
 from .trees import _tree_numbered, call_trees, structures  # noqa: F401 (pickles name it here)
@@ -95,6 +96,18 @@ class NativeOp:
 
     def __repr__(self):
         return f"<jaxbind native {self.kind} op '{self.name}'>"
+
+    def __reduce__(self):
+        """Pickled by reference, as the function it decorates would be: its module and
+        qualified name (see _pickling)."""
+        qualname = getattr(self, "__qualname__", None)  # (the function's, update_wrapper)
+        return reduce(self, self.name, [(self.__module__, qualname)])
+
+    def __copy__(self):  # an op is its name's definition: copies are itself, as for functions
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
 
     # --- derivatives -------------------------------------------------------------------
     def _define(self, what: str):

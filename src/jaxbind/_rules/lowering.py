@@ -34,7 +34,7 @@ from .._compat import (
     run_once_sharding,
     set_sharding,
 )
-from .._definition import record
+from .._definition import inlined, record
 from .._errors import ExportedDefaultNameWarning, about
 from .._kernels.cuda import CudaKernel
 from .._kwargs import data_blob, is_local, localized, not_data_reason
@@ -148,7 +148,7 @@ def lower(platform: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
         len(args) - (token is not None),
         spec.n_fixed,
         trees,
-        _definition(spec, mark, kernel),
+        definition=_definition(spec, mark, kernel),
     )
     attributes = call.ffi_attributes()
     if mark.rule is not None:
@@ -196,10 +196,17 @@ def _definition(spec: CallSpec, mark: RuleMark, cuda_kernel: bool) -> str:
     """The call's ``definition`` attribute (see jaxbind._definition): the op's options
     the program bakes in, and the rule of a call partitioned by it (with the shapes of
     f's arguments it was worked out for)."""
+    binding = spec.binding
     if mark.rule is None:
-        return record(spec.binding.options, cuda_kernel)
+        return record(binding.options, cuda_kernel, inlined=inlined(binding))
     declared = mark.rule.declared
-    return record(spec.binding.options, cuda_kernel, declared.record(), mark.rule.shapes)
+    return record(
+        binding.options,
+        cuda_kernel,
+        declared.record(),
+        mark.rule.shapes,
+        inlined=inlined(binding),
+    )
 
 
 def _partitioning(mark: RuleMark, target: Target) -> str:

@@ -75,7 +75,7 @@ def lowers_by_reference(spec: CallSpec, platform: str) -> bool:
                 f"({words(binding.options).give_reference()}: a JAX function of its arrays "
                 "and keyword arguments that returns its outputs)"
             )
-        if platform not in NATIVE_PLATFORMS:  # (a CUDA kernel on the CPU: errs if run)
+        if platform not in runs:  # TPU, ROCm, plugins; a CUDA kernel on the CPU
             raise NotImplementedError(
                 f"{about(binding.name)} cannot be lowered for {platform}: its body runs on "
                 f"{' and '.join(runs)} only, and it has no JAX reference to run elsewhere. "

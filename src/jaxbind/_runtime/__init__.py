@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import threading
 
 import jax
 
@@ -30,7 +31,7 @@ from .. import _ext
 from .._avals import XLA_ELEMENT_TYPES
 from .._callformat import FORMAT
 from .._compat import collect_jax_garbage
-from . import gpu
+from . import gpu, state
 from .digest_route import resolve_site
 from .report import escaped_views, format_callback_error
 from .sites import instantiate_site
@@ -45,6 +46,15 @@ def install() -> None:
     _ext.set_view_hooks(collect_jax_garbage, escaped_views)
     _ext.set_check_outputs(os.environ.get("JAXBIND_CHECK_OUTPUTS", "0") not in ("", "0"))
     atexit.register(_shutdown)
+    # The first sign of exit Python gives: its main thread has ended (threading calls
+    # these hooks before it joins the non-daemon threads, and before any atexit hook).
+    # Python's own, private (concurrent.futures uses it); 3.9 and later.
+    register_exit = getattr(threading, "_register_atexit", None)
+    try:
+        if register_exit is not None:
+            register_exit(state.mark_exit)
+    except RuntimeError:  # imported while the interpreter exits
+        state.mark_exit()
 
 
 def check_outputs(on: bool = True) -> bool:
@@ -71,7 +81,9 @@ def check_outputs(on: bool = True) -> bool:
 def _shutdown() -> None:
     """At interpreter exit: programs with effects that were dispatched and not waited for
     run first (JAX waits for them at exit too, but later: atexit runs jaxbind's hook
-    before JAX's, which was registered first); then handlers stop calling Python."""
+    before JAX's, which was registered first); then handlers stop calling Python, and
+    no state is torn down (JAX's hook, next, frees the executables)."""
+    state.mark_exit()
     try:
         jax.effects_barrier()
     except Exception:  # a failed program has reported its own error

@@ -10,8 +10,9 @@ is the error, and no body runs:
 1. `attributes` (the call's attributes alone, once per site): the role is one the
    binding has, with a callable body (see .sites); the definition the program was
    made for is the binding's: every option the lowering baked in (aliases, effects,
-   the fixed count, native batching, the state, the API, a CUDA kernel's target, and
-   the rule a partitioned call was split by; see jaxbind._definition). Programs of call
+   the fixed count, native batching, the state, the API, a CUDA kernel's target, the
+   code the program inlined (the op's JAX reference and rules given as JAX functions),
+   and the rule a partitioned call was split by; see jaxbind._definition). Programs of call
    formats 1 to 3 carry no such record: for them, the fixed arguments and native
    batching are compared.
 2. `buffers` (once per new buffer signature): the number of inputs and outputs is what
@@ -33,7 +34,7 @@ import numpy as np
 from .._avals import XLA_ELEMENT_TYPES, check_result
 from .._callformat import CallAttributes
 from .._compat import ShapedArray
-from .._definition import differences
+from .._definition import differences, inlined
 from .._errors import about, words
 from .._kernels.cuda import CudaKernel
 from .._roles import Args, Role, RoleDef
@@ -98,7 +99,7 @@ class DefinitionCheck:
     # --- step 1 ------------------------------------------------------------------------
     def attributes(self) -> str | None:
         """What differs between the call's attributes and the binding, or None."""
-        if self.call.definition:
+        if self.call.format >= 4:  # (CallAttributes.read refuses an empty record)
             kwargs = self.dump.to_dict()
             if self.binding.options.vectorized:
                 kwargs.pop("batch_axes", None)
@@ -107,6 +108,7 @@ class DefinitionCheck:
                 self.binding.options,
                 isinstance(self.binding.body(self.role), CudaKernel),
                 kwargs,
+                inlined(self.binding),
             )
             return f"{'; '.join(found)}. {_AGAIN}" if found else None
         fixed, n = self.binding.options.fixed, self.call.n_fixed

@@ -19,7 +19,8 @@ _FORMAT2_TREES = ("jaxbind_in", "jaxbind_out")
 
 def upgraded(call: CallAttributes, vectorized: bool) -> CallAttributes:
     """`call` in the current format's terms (itself, for format 3 and later); `vectorized`:
-    the binding batches natively. `n_fixed` stays None for format 1."""
+    the binding batches natively. `n_fixed` stays None for format 1, and `format` is the
+    call's own (the definition check reads it)."""
     if call.format >= 3:
         return call
     values, trees, loop = decode_kwargs(call.kwargs).to_dict(), b"", call.loop
@@ -34,7 +35,9 @@ def upgraded(call: CallAttributes, vectorized: bool) -> CallAttributes:
         loop = _format1_loop(values.pop("batch_axes"))
     kwargs = encode_kwargs(values).blob if len(values) < given else call.kwargs
     flags = loop.flags(len(loop.batched))
-    return CallAttributes(call.binding, call.role, kwargs, loop.levels, flags, call.n_fixed, trees)
+    return CallAttributes(
+        call.binding, call.role, kwargs, loop.levels, flags, call.n_fixed, trees, format=call.format
+    )
 
 
 def _format1_loop(batch_axes: object) -> Loop:

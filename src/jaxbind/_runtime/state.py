@@ -32,7 +32,7 @@ from .._state import StateDef, _watches, setting_up, setup_reentered, teardown_m
 from .._state import thread_stack as _stack
 from .report import user_traceback
 
-__all__ = ["Lease", "StatefulBody", "lease_for", "live_states"]
+__all__ = ["Lease", "StatefulBody", "exiting", "lease_for", "live_states", "mark_exit"]
 
 _KEYS = 4  # key values a lease keeps set up (a small LRU)
 
@@ -165,7 +165,7 @@ class StateObjects:
             for obj in objects:
                 w.noted(self, "teardown", obj)
         teardown = self.sdef.teardown
-        if teardown is None or sys.is_finalizing():
+        if teardown is None or exiting():
             return
         for obj in objects:
             try:
@@ -207,6 +207,29 @@ def _release(state: StateObjects) -> None:
         if _registry.get(state.key) is state:
             del _registry[state.key]
     state.close()
+
+
+# Set when the interpreter begins to exit: its main thread has ended (threading's exit
+# hook, before it joins the other threads) or jaxbind's atexit hook ran.
+_main_ended = threading.Event()
+
+
+def mark_exit() -> None:
+    """The interpreter's main thread has ended (see `exiting`)."""
+    _main_ended.set()
+
+
+def exiting() -> bool:
+    """Whether the interpreter has begun to exit: its main thread has ended and so has
+    every other thread it waits for (from then on atexit hooks run, JAX's among them,
+    which frees executables, while daemon threads may still run programs), or it is
+    finalizing. No teardown runs from then on (docs/state.md)."""
+    if sys.is_finalizing():
+        return True
+    if not _main_ended.is_set():
+        return False
+    main = threading.main_thread()
+    return not any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not main)
 
 
 def live_states() -> int:
@@ -292,7 +315,7 @@ class Lease:
             return state
 
     def __del__(self):
-        if sys.is_finalizing():
+        if exiting():
             return
         for state in self.placed.values():
             _release(state)
