@@ -48,7 +48,13 @@ def formulas(form: Form) -> dict[str, str]:
 
 
 def numpy_formula(formula: str, form: Form, ins, s: float) -> tuple:
-    """A formula by NumPy (the callable bodies), outputs in the role's dtypes."""
+    """A formula by NumPy (the callable bodies), outputs in the role's dtypes, each shaped as
+    the inputs broadcast together (a vectorized op's inputs may be batched or not)."""
+    shape = np.broadcast_shapes(*(np.shape(i) for i in ins))
+    return tuple(np.broadcast_to(o, shape) for o in _numpy_formula(formula, form, ins, s))
+
+
+def _numpy_formula(formula: str, form: Form, ins, s: float) -> tuple:
     if formula == "scale":
         return (s * ins[0],)
     if formula == "square":
@@ -86,7 +92,7 @@ def jax_formula(formula: str, form: Form, ins, s: float) -> tuple:
     if formula == "mixed_jvp":
         x, t = ins
         return (2 * s * x * t, jnp.zeros(x.shape, jnp.int32), jnp.zeros(x.shape, bool))
-    return numpy_formula(formula, form, ins, s)  # elementwise arithmetic: the same text
+    return _numpy_formula(formula, form, ins, s)  # elementwise arithmetic: the same text
 
 
 # --- numba: one function per formula, key dtype and base ---------------------------------

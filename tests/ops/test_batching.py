@@ -230,3 +230,36 @@ def test_batch_axes_round_trip():
     assert BatchAxes.leading(2, 3).all_leading and not layout.all_leading
     assert (layout[:1] + layout[2:]).axes == ((3, 1), (2, 0))
     assert layout.pick([2]).axes == ((2, 0),)
+
+
+def test_jacfwd_of_a_natively_batched_op_batches_its_jvp_at_unbatched_primals():
+    """jacfwd batches the tangents alone; the JVP's outputs, declared at the primals, carry
+    that batch (found by the conformance matrix: they were declared unbatched)."""
+
+    @jaxbind.nonlinear_op(
+        shape=lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), vectorized=True,
+        name="tests.vectorized_square",
+    )  # fmt: skip
+    def square(x):
+        return x * x
+
+    square.def_jvp(lambda p, t: 2 * p[0] * t[0])
+    square.def_vjp(lambda p, ct: (2 * p[0] * ct,))
+
+    def _sq(out, args, kwargs_dump):
+        out[0][...] = args[0] ** 2
+
+    def _sq_d(out, args, kwargs_dump):
+        x, t = args
+        out[0][...] = 2 * x * t
+
+    def _abstract(x, batch_axes=None, **kwargs):
+        return ((x.shape, x.dtype, 0 if batch_axes and batch_axes[0] else None),)
+
+    square13 = jaxbind.get_nonlinear_call(
+        _sq, (_sq_d, _sq_d), _abstract, _abstract, func_can_batch=True,
+        name="tests.vectorized_square13",
+    )  # fmt: skip
+    x = np.arange(1.0, 5.0, dtype=np.float32)
+    np.testing.assert_allclose(jax.jacfwd(square)(x), np.diag(2 * x))
+    np.testing.assert_allclose(jax.jacfwd(lambda x: square13(x)[0])(x), np.diag(2 * x))

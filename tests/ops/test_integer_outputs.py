@@ -108,6 +108,15 @@ def test_hessian_through_integer_outputs_with_derived_rules():
         np.testing.assert_allclose(jax.hessian(f(op))(X), want, rtol=1e-6)
 
 
+def test_hessian_through_integer_outputs_with_callable_rules_and_a_reference():
+    """The callables compute the first order, the reference the second: their terms are
+    added for the float outputs only (an integer output's tangent is float0; found by the
+    conformance matrix)."""
+    f = lambda op: lambda x: jnp.sum(op(x)[0] ** 2 * W)
+    want = jax.hessian(f(sort_with_order_ref))(X)
+    np.testing.assert_allclose(jax.hessian(f(sort_with_order))(X), want, rtol=1e-6)
+
+
 def test_boolean_input_and_integer_output_with_jax_function_rules():
     """A boolean argument after the fixed ones has float0 tangents and cotangents; the
     JAX-function rules make second derivatives."""

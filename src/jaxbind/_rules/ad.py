@@ -222,11 +222,17 @@ def jvp_rule(primals, tangents, *, spec: CallSpec):
     else:  # multilinear: product rule, one term per argument with a tangent
         for i in live:
             term = bind(spec, *primals[:i], tangents[i], *primals[i + 1 :])
-            tans = term if tans is None else [a + b for a, b in zip(tans, term)]
+            tans = term if tans is None else _summed(outs, tans, term)
     if in_primals:
         more = _jvp_in_primals(spec, primals, tangents, in_primals)
-        tans = more if tans is None else [a + b for a, b in zip(tans, more)]
+        tans = more if tans is None else _summed(outs, tans, more)
     return outs, _output_tangents(outs, tans)
+
+
+def _summed(outs, a, b):
+    """Two terms of the outputs' tangents added; an integer or boolean output's tangent is
+    float0 (its terms: zeros of its dtype, or float0), so it is not added."""
+    return [x + y if _has_tangent(o) else x for o, x, y in zip(outs, a, b)]
 
 
 def _transpose_nonlinear(cts, args, lin, spec: CallSpec):

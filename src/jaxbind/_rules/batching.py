@@ -87,7 +87,8 @@ def _align(args, dims, spec: CallSpec):
     order, so callables can line inputs up level by level. Inputs that were never
     batched keep no batch axes if they are fixed (parameters shared by the whole
     batch); non-fixed inputs are broadcast, because the transpose must give each
-    of them a cotangent per batch element.
+    of them a cotangent per batch element, and so are a JVP's primals, at which its
+    outputs are declared.
     """
     old = spec.batch_axes or BatchAxes.none(len(args))
     # sizes of the earlier levels; `axes` count positions without the new axis at `d`
@@ -100,9 +101,12 @@ def _align(args, dims, spec: CallSpec):
         (),
     )
     size = next(a.shape[d] for a, d in zip(args, dims) if d is not not_mapped)
+    # the JVP's outputs are declared at the primals alone (f's abstract function): they carry
+    # the batch of its tangents only if the primals do (jacfwd batches tangents alone)
+    every = spec.entry.args.shaped_like_f
     new_axes = []
     for i, (x, axes, d) in enumerate(zip(args, old, dims)):
-        batch_it = d is not not_mapped or axes or i >= spec.n_fixed
+        batch_it = d is not not_mapped or axes or i >= spec.n_fixed or every
         if batch_it and not axes and levels:  # add the earlier levels, outermost first
             x = jax.lax.broadcast(x, tuple(reversed(levels)))
             axes = tuple(reversed(range(len(levels))))

@@ -90,7 +90,9 @@ def _run(case: Case, role: str, inputs, outputs) -> tuple[list, dict]:
     copies = [np.array(a) for a in inputs]  # writable: nothing stops a write but the body
     if entry.kind is Body.JAX:
         arrays = [jnp.asarray(c) for c in copies]
-        jax.block_until_ready(for_call(body, case.trees)(*arrays, **case.dump.to_dict()))
+        # (as a program calls it: JAX batches a JAX function, so it gets no batch_axes)
+        kwargs = {k: v for k, v in case.dump.to_dict().items() if k != "batch_axes"}
+        jax.block_until_ready(for_call(body, case.trees)(*arrays, **kwargs))
         return [np.asarray(a) for a in arrays], {}
     dump = case.fresh_dump()  # its own arrays: a write shows in this call only
     label = f"'{case.binding.name}' ({entry.role.describe()})"
