@@ -72,7 +72,7 @@ def test_no_install_line_fetches_jaxbind_from_the_package_index(path):
     assert not bad, (
         f"{path.relative_to(ROOT)} tells readers to install jaxbind from the package index, "
         f"which gives JAXbind 1.3.1, not this project: {bad}. Install from the clone: "
-        "pip install . (extras: pip install \".[ducc]\")"
+        'pip install . (extras: pip install ".[ducc]")'
     )
 
 
@@ -108,14 +108,16 @@ def _needs(script: pathlib.Path) -> set[str]:
     return needs
 
 
-QUICKSTART = re.compile(r"""pip install ["']\.\[(\w+)\]["']\s*&&\s*\S*python\S*\s+(demos/\S+\.py)""")
+QUICKSTART = re.compile(
+    r"""pip install ["']\.\[(\w+)\]["']\s*&&\s*\S*python\S*\s+(demos/\S+\.py)"""
+)
 
 
 @pytest.mark.parametrize("page", ["README.md", "docs/getting-started.md"])
 def test_the_quickstart_installs_what_its_demo_imports(page):
     text = (ROOT / page).read_text(encoding="utf-8")
     runs = QUICKSTART.findall(text)
-    assert runs, f"{page}: no quickstart line (pip install \".[extra]\" && python demos/...)"
+    assert runs, f'{page}: no quickstart line (pip install ".[extra]" && python demos/...)'
     base = _names(PROJECT["dependencies"]) | {"jaxbind"}
     for extra, demo in runs:
         given = base | _names(PROJECT["optional-dependencies"][extra])

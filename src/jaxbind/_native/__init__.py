@@ -35,6 +35,7 @@ decorators here; the call's pytree structure in `trees`; the bodies in `bodies`)
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable
 from typing import Any, Unpack
 
@@ -43,7 +44,7 @@ import jax.numpy as jnp
 
 from .._api import Op, check_reference, check_state_key, make_op
 from .._errors import about, add_context, refused_arguments
-from .._kwargs import KwargsDump
+from .._kwargs import KwargsDump, encode_kwargs
 from .._options import OPTION_DOCS, OpOptions, Options, declare, state_key_positions
 from .._roles import Args, Body, JaxFunction, Kind, is_jax_function, jax_function, role_table
 from .bodies import JaxDerivative, Shapes, body, check_declared
@@ -52,6 +53,8 @@ from .trees import _tree_numbered, call_trees, structures  # noqa: F401 (pickles
 __all__ = ["NativeOp", "linear_op", "multilinear_op", "nonlinear_op"]
 
 ShapeFn = Callable[..., Any]
+_EAGER = "native eager call"  # (_EAGER, kwargs dump): a key among the op's eager programs
+_NO_KWARGS = encode_kwargs({})
 
 
 class NativeOp:
@@ -282,9 +285,64 @@ class NativeOp:
 
     def __call__(self, *args, **kwargs):
         self._called = True
+        # The common eager call: every argument a concrete JAX array (as Op.__call__'s fast
+        # path takes it). One jitted call of `_traced` per set of keyword arguments does it
+        # all: JAX's C++ dispatch finds the program by the arguments' types, and the shape
+        # function and the pytrees run only when it traces a new one. Keyword arguments are
+        # told apart by their encoding (as the 1.3 API's calls are: 1 and 1.0 differ).
+        if len(args) > self.fixed and all(_concrete(a) for a in args):
+            eager = self._eager_call(kwargs)
+            if eager is not None:
+                try:
+                    return eager(*args)
+                except RecursionError as exc:  # nested eager calls: see _primitive.nested
+                    if not str(exc).startswith("Recursively calling jit"):
+                        raise
+        return self._traced(*args, **kwargs)
+
+    def _traced(self, *args, **kwargs):
         leaves, kwargs, trees = self.protocol_call(*args, **kwargs)
         results = self._op.apply(leaves, kwargs, trees)
-        return jax.tree.unflatten(structures(trees)[1], results)
+        return structures(trees)[1].unflatten(results)
+
+    def _eager_call(self, kwargs: dict):
+        """The jitted call of `_traced` with these keyword arguments, kept with the op's
+        eager programs (cleared with them: jax.clear_caches()); None for keyword arguments
+        that do not encode (the call then reports them as any call does)."""
+        if kwargs:
+            try:
+                dump = encode_kwargs(kwargs, where=f"'{self.name}'")
+            except Exception:
+                return None
+        else:
+            dump = _NO_KWARGS
+        calls = self._op._eager_calls
+        fn = calls.get((_EAGER, dump))
+        if fn is not None:
+            return fn
+        op = weakref.ref(self)  # (the op's programs do not keep it alive)
+
+        def traced(*args):
+            native = op()
+            assert native is not None  # (only its own calls run this program)
+            return native._traced(*args, **dump.to_dict())
+
+        traced.__name__ = traced.__qualname__ = self.name
+        traced._apply_primitive = True  # type: ignore[attr-defined]  # as _primitive.eager's
+        if len(calls) >= 64:  # as _primitive.eager bounds them
+            calls.clear()
+        fn = calls[(_EAGER, dump)] = jax.jit(traced)
+        return fn
+
+
+def _concrete(arg) -> bool:
+    """Whether an argument is a concrete JAX array, or a pytree of them (not traced)."""
+    if isinstance(arg, jax.Array):
+        return not isinstance(arg, jax.core.Tracer)
+    return all(
+        isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer)
+        for x in jax.tree.leaves(arg)
+    )
 
 
 Decorator = Callable[[Callable], "NativeOp"]

@@ -7,15 +7,19 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import jax
 import numpy as np
+from jax.tree_util import treedef_is_leaf
 
 from .._api import check_body_runs
 from .._avals import shown
 from .._errors import about, refused_arguments
 from .._kwargs import KwargsDump, load_kwargs
+from .._kwargs.copies import shared_values
 from .._roles import Args, Body
 from .._spec import BatchAxes
 from .._state import current_state
@@ -120,7 +124,85 @@ class _Callable(_Body):
             )
 
     def for_trees(self, trees: KwargsDump) -> Callable:
-        return functools.partial(self._run, *self.trees(trees))
+        """The callable for one call site: `_run`, made once for the site's pytrees, with a
+        short path for the common call (see `_shortcut`)."""
+        arg_trees, out_tree = self.trees(trees)
+        general = functools.partial(self._run, arg_trees, out_tree)
+        if self.native.options.state is not None:
+            return general
+        return self._shortcut(arg_trees, out_tree, general)
+
+    def _shortcut(self, arg_trees, out_tree, general: Callable) -> Callable:
+        """The site's callable, at the cost of the 1.3 API's own where it can be: keyword
+        arguments that every call may share (no copies; see `_shared_kwargs`) and no batch
+        axes; the pytrees built by their own structures (an argument that is one array is
+        the array itself, as is one output). Other calls, and results that are not exactly
+        the output's array type, take `general` (`_run`), which checks and copies them."""
+        fn, one_out = self.fn, treedef_is_leaf(out_tree)
+        one_arg = len(arg_trees) == 1 and treedef_is_leaf(arg_trees[0])
+        if all(treedef_is_leaf(t) for t in arg_trees):
+            user_args = None
+        else:
+            ends = list(itertools.accumulate(t.num_leaves for t in arg_trees))
+            spans = [(t, end - t.num_leaves, end) for t, end in zip(arg_trees, ends)]
+
+            def user_args(args):
+                return [t.unflatten(args[start:end]) for t, start, end in spans]
+
+        # The last dump a call gave, and its shared keyword arguments: one tuple, read once
+        # per call (threads may call a site at once).
+        seen: tuple = (None, None)
+
+        def kwargs_of(kwargs_dump):
+            nonlocal seen
+            kwargs = _shared_kwargs(kwargs_dump)
+            seen = (kwargs_dump, kwargs)
+            return kwargs
+
+        if self.takes_out:
+
+            def run(out, args, kwargs_dump):
+                last = seen
+                kwargs = last[1] if kwargs_dump is last[0] else kwargs_of(kwargs_dump)
+                if kwargs is None:
+                    return general(out, args, kwargs_dump)
+                if one_arg and one_out and not kwargs:  # Python's quickest call
+                    fn(args[0], out=out[0])
+                    return
+                if user_args is not None:
+                    args = user_args(args)
+                fn(*args, out=out[0] if one_out else out_tree.unflatten(out), **kwargs)
+
+        else:
+
+            def run(out, args, kwargs_dump):
+                last = seen
+                kwargs = last[1] if kwargs_dump is last[0] else kwargs_of(kwargs_dump)
+                if kwargs is None:
+                    return general(out, args, kwargs_dump)
+                if one_arg and not kwargs:
+                    result = fn(args[0])
+                else:
+                    result = fn(*(args if user_args is None else user_args(args)), **kwargs)
+                if one_out:
+                    o = out[0]
+                    if type(result) is np.ndarray and result.shape == o.shape:
+                        if result.dtype is o.dtype or result.dtype == o.dtype:
+                            o[...] = result
+                            return
+                    self._store(out_tree, out, result)
+                    return
+                try:
+                    results = out_tree.flatten_up_to(result)
+                except (TypeError, ValueError):
+                    results = ()
+                if len(results) == len(out) and all(map(_exact, out, results)):
+                    for o, r in zip(out, results):
+                        o[...] = r
+                else:
+                    self._store(out_tree, out, result)  # checked, copied, or reported
+
+        return run
 
     def _run(self, arg_trees, out_tree, out, args, kwargs_dump):
         kwargs = load_kwargs(kwargs_dump)
@@ -130,9 +212,13 @@ class _Callable(_Body):
         leaves = BatchAxes(batch).to_front(args, np.moveaxis) if batch else list(args)
         user_args = split(leaves, arg_trees)
         if self.takes_out:
-            self.fn(*user_args, out=jax.tree.unflatten(out_tree, list(out)), **kwargs)
+            self.fn(*user_args, out=out_tree.unflatten(out), **kwargs)
             return
-        result = self.fn(*user_args, **kwargs)
+        self._store(out_tree, out, self.fn(*user_args, **kwargs))
+
+    def _store(self, out_tree, out, result) -> None:
+        """Copy a body's `result` into XLA's buffers `out`, checked against the outputs'
+        structure, shapes and dtypes (errors say what to return)."""
         try:
             results = out_tree.flatten_up_to(result)
         except (TypeError, ValueError) as exc:
@@ -178,6 +264,25 @@ class _Callable(_Body):
         if self._declared_by_user():
             return "the shape function declares"
         return "the primal arguments (whose cotangents it returns) give"
+
+
+def _exact(o, r) -> bool:
+    """Whether a result is a NumPy array of exactly its output's shape and dtype."""
+    if type(r) is not np.ndarray or r.shape != o.shape:
+        return False
+    return r.dtype is o.dtype or r.dtype == o.dtype
+
+
+def _shared_kwargs(kwargs_dump) -> Mapping[str, Any] | None:
+    """The keyword arguments of a dump, if every call may get the same objects (no dicts,
+    lists or sets in them, which each call gets fresh: see KwargsDump.to_dict), and there
+    are no batch axes among them; else None."""
+    if not isinstance(kwargs_dump, KwargsDump) or kwargs_dump._cycles:
+        return None
+    values = kwargs_dump._values
+    if "batch_axes" in values or not shared_values(values):
+        return None
+    return values
 
 
 def body(native, fn, args: Args, what: str, index=None):
