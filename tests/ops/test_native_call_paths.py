@@ -160,3 +160,26 @@ def test_arguments_that_are_not_jax_arrays_or_are_traced_take_the_general_path()
     np.testing.assert_array_equal(op(np.ones(2)), [2.0, 2.0])  # NumPy: converted
     jaxpr = str(jax.make_jaxpr(op)(jnp.ones(2)))  # traced: the primitive itself, no program
     assert "jaxbind[" in jaxpr and "pjit" not in jaxpr
+
+
+def test_none_arguments_and_ops_without_outputs_keep_every_array_in_its_place():
+    seen = []
+
+    @jaxbind.linear_op(shape=lambda a, none, b: _like(b), name="tests.native_paths.none_arg")
+    def skip_none(a, none, b):
+        assert none is None
+        return np.asarray(a) + 10 * np.asarray(b)
+
+    @jaxbind.linear_op(
+        shape=lambda x: None, has_side_effect=True, name="tests.native_paths.no_outputs"
+    )
+    def effect(x):
+        seen.append(float(np.asarray(x)[0]))
+
+    a, b = jnp.ones(2), jnp.full(2, 2.0)
+    for got in (skip_none(a, None, b), jax.jit(skip_none)(a, None, b)):
+        np.testing.assert_array_equal(got, [21.0, 21.0])
+    assert effect(a) is None
+    jax.jit(effect)(b)
+    jax.effects_barrier()
+    assert seen == [1.0, 2.0]

@@ -138,9 +138,9 @@ class _Callable(_Body):
         axes; the pytrees built by their own structures (an argument that is one array is
         the array itself, as is one output). Other calls, and results that are not exactly
         the output's array type, take `general` (`_run`), which checks and copies them."""
-        fn, one_out = self.fn, treedef_is_leaf(out_tree)
-        one_arg = len(arg_trees) == 1 and treedef_is_leaf(arg_trees[0])
-        if all(treedef_is_leaf(t) for t in arg_trees):
+        fn, one_out = self.fn, _one_array(out_tree)
+        one_arg = len(arg_trees) == 1 and _one_array(arg_trees[0])
+        if all(_one_array(t) for t in arg_trees):
             user_args = None
         else:
             ends = list(itertools.accumulate(t.num_leaves for t in arg_trees))
@@ -185,12 +185,10 @@ class _Callable(_Body):
                 else:
                     result = fn(*(args if user_args is None else user_args(args)), **kwargs)
                 if one_out:
-                    o = out[0]
-                    if type(result) is np.ndarray and result.shape == o.shape:
-                        if result.dtype is o.dtype or result.dtype == o.dtype:
-                            o[...] = result
-                            return
-                    self._store(out_tree, out, result)
+                    if _exact(out[0], result):
+                        out[0][...] = result
+                    else:
+                        self._store(out_tree, out, result)  # checked, copied, or reported
                     return
                 try:
                     results = out_tree.flatten_up_to(result)
@@ -266,9 +264,15 @@ class _Callable(_Body):
         return "the primal arguments (whose cotangents it returns) give"
 
 
+def _one_array(tree) -> bool:
+    """Whether a pytree structure is one array (not None, which is a leaf of no arrays)."""
+    return tree.num_leaves == 1 and treedef_is_leaf(tree)
+
+
 def _exact(o, r) -> bool:
-    """Whether a result is a NumPy array of exactly its output's shape and dtype."""
-    if type(r) is not np.ndarray or r.shape != o.shape:
+    """Whether a result is a NumPy array of exactly its output's shape and dtype, and the
+    output a NumPy array (a GPU call's CudaArray takes `_Callable._store`'s path)."""
+    if type(r) is not np.ndarray or type(o) is not np.ndarray or r.shape != o.shape:
         return False
     return r.dtype is o.dtype or r.dtype == o.dtype
 
