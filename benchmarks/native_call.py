@@ -112,14 +112,19 @@ def measure(case, arg, calls_of, mode, rounds, calls, iters):
     for fn in variants.values():
         jax.block_until_ready(fn())
     times = alternating(variants, rounds=rounds, iters=iters, warmup=2)
-    samples = {f: [s / per_call for s in t.samples] for f, t in times.items()}
     row = dict(case=case, mode=mode, rounds=rounds, calls_per_round=iters * per_call)
     for form in FORMS:
-        row[form] = dict(median_s=statistics.median(samples[form]), samples_s=samples[form])
-        if form != FORMS[0]:
-            diffs = [a - b for a, b in zip(samples[form], samples[FORMS[0]])]
+        wall = [s / per_call for s in times[form].samples]
+        cpu = [s / per_call for s in times[form].cpu]
+        row[form] = dict(median_s=statistics.median(wall), samples_s=wall, cpu_samples_s=cpu)
+    for form in FORMS[1:]:  # paired, round by round, with the 1.3 body
+        for clock, key in (("", "samples_s"), ("cpu_", "cpu_samples_s")):
+            diffs = [a - b for a, b in zip(row[form][key], row[FORMS[0]][key])]
             q = statistics.quantiles(diffs, n=4) if len(diffs) > 1 else [diffs[0]] * 3
-            row[form].update(diff_s=statistics.median(diffs), diff_q1_s=q[0], diff_q3_s=q[2])
+            row[form].update(
+                {f"{clock}diff_s": statistics.median(diffs), f"{clock}diff_q1_s": q[0]}
+            )
+            row[form][f"{clock}diff_q3_s"] = q[2]
     return row
 
 
@@ -138,20 +143,23 @@ def main():
     us = lambda s: f"{s * 1e6:.2f} µs"
     lines = [
         f"{run_line(meta)}. {rounds} alternating rounds per row; a jitted loop runs {calls} "
-        "calls. Per call: medians over rounds; native − 1.3: the paired difference, median "
-        "(interquartile range).",
+        "calls. Per call: medians over rounds of the wall time; native − 1.3: the paired "
+        "difference, median (interquartile range), in wall time and in this process's CPU "
+        "time (less disturbed by other processes on a shared machine).",
         "",
-        "| case | mode | 1.3 API | native, out= | native, returns | out= − 1.3 | returns − 1.3 |",
-        "|---|---|---|---|---|---|---|",
+        "| case | mode | 1.3 API | native, out= | native, returns | out= − 1.3 | out= − 1.3, CPU "
+        "| returns − 1.3 | returns − 1.3, CPU |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         cells = [us(r[f]["median_s"]) for f in FORMS]
         for f in FORMS[1:]:
-            d = r[f]
-            cells.append(
-                f"{d['diff_s'] * 1e6:+.2f} ({d['diff_q1_s'] * 1e6:+.2f} to "
-                f"{d['diff_q3_s'] * 1e6:+.2f}) µs"
-            )
+            for clock in ("", "cpu_"):
+                d = r[f]
+                cells.append(
+                    f"{d[clock + 'diff_s'] * 1e6:+.2f} ({d[clock + 'diff_q1_s'] * 1e6:+.2f} to "
+                    f"{d[clock + 'diff_q3_s'] * 1e6:+.2f}) µs"
+                )
         lines.append(f"| {r['case']} | {r['mode']} | " + " | ".join(cells) + " |")
     text = "\n".join(lines) + "\n"
     print(text)

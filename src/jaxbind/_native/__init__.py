@@ -53,7 +53,9 @@ from .trees import _tree_numbered, call_trees, structures  # noqa: F401 (pickles
 __all__ = ["NativeOp", "linear_op", "multilinear_op", "nonlinear_op"]
 
 ShapeFn = Callable[..., Any]
-_EAGER = "native eager call"  # (_EAGER, kwargs dump): a key among the op's eager programs
+# The keys of its eager programs among the op's: _EAGER without keyword arguments, else
+# (_EAGER, their dump)
+_EAGER = "native eager call"
 _NO_KWARGS = encode_kwargs({})
 
 
@@ -285,11 +287,25 @@ class NativeOp:
 
     def __call__(self, *args, **kwargs):
         self._called = True
-        # The common eager call: every argument a concrete JAX array (as Op.__call__'s fast
-        # path takes it). One jitted call of `_traced` per set of keyword arguments does it
-        # all: JAX's C++ dispatch finds the program by the arguments' types, and the shape
-        # function and the pytrees run only when it traces a new one. Keyword arguments are
-        # told apart by their encoding (as the 1.3 API's calls are: 1 and 1.0 differ).
+        # An eager call, every argument a concrete JAX array or a pytree of them: one jitted
+        # call of `_traced` per set of keyword arguments does it all. JAX's C++ dispatch
+        # finds the program by the arguments' types; the shape function and the pytrees
+        # run only when it traces a new one. Keyword arguments are told apart by their
+        # encoding (as the 1.3 API's calls are: 1 and 1.0 differ). First the commonest
+        # call, as Op.__call__ takes it: arrays, no keyword arguments.
+        if not kwargs:
+            for a in args:
+                if not isinstance(a, jax.Array) or isinstance(a, jax.core.Tracer):
+                    break
+            else:
+                if len(args) > self.fixed:
+                    eager = self._op._eager_calls.get(_EAGER) or self._eager_call(kwargs)
+                    try:
+                        return eager(*args)
+                    except RecursionError as exc:  # nested eager calls: _primitive.nested
+                        if not str(exc).startswith("Recursively calling jit"):
+                            raise
+                        return self._traced(*args)
         if len(args) > self.fixed and all(_concrete(a) for a in args):
             eager = self._eager_call(kwargs)
             if eager is not None:
@@ -317,7 +333,8 @@ class NativeOp:
         else:
             dump = _NO_KWARGS
         calls = self._op._eager_calls
-        fn = calls.get((_EAGER, dump))
+        key = (_EAGER, dump) if kwargs else _EAGER
+        fn = calls.get(key)
         if fn is not None:
             return fn
         op = weakref.ref(self)  # (the op's programs do not keep it alive)
@@ -331,7 +348,7 @@ class NativeOp:
         traced._apply_primitive = True  # type: ignore[attr-defined]  # as _primitive.eager's
         if len(calls) >= 64:  # as _primitive.eager bounds them
             calls.clear()
-        fn = calls[(_EAGER, dump)] = jax.jit(traced)
+        fn = calls[key] = jax.jit(traced)
         return fn
 
 

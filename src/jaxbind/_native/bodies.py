@@ -124,20 +124,27 @@ class _Callable(_Body):
             )
 
     def for_trees(self, trees: KwargsDump) -> Callable:
-        """The callable for one call site: `_run`, made once for the site's pytrees, with a
-        short path for the common call (see `_shortcut`)."""
+        """The callable for calls with this pytree structure: `_run`, made for it once."""
+        arg_trees, out_tree = self.trees(trees)
+        return functools.partial(self._run, arg_trees, out_tree)
+
+    def for_site(self, trees: KwargsDump, kwargs_dump: KwargsDump) -> Callable:
+        """The callable for one call site, which hands every call the site's keyword
+        arguments (`kwargs_dump`): with a short path for the common call (`_shortcut`)."""
         arg_trees, out_tree = self.trees(trees)
         general = functools.partial(self._run, arg_trees, out_tree)
-        if self.native.options.state is not None:
+        shared = _shared_kwargs(kwargs_dump)
+        if shared is None or self.native.options.state is not None:
             return general
-        return self._shortcut(arg_trees, out_tree, general)
+        return self._shortcut(arg_trees, out_tree, general, kwargs_dump, shared)
 
-    def _shortcut(self, arg_trees, out_tree, general: Callable) -> Callable:
-        """The site's callable, at the cost of the 1.3 API's own where it can be: keyword
-        arguments that every call may share (no copies; see `_shared_kwargs`) and no batch
-        axes; the pytrees built by their own structures (an argument that is one array is
-        the array itself, as is one output). Other calls, and results that are not exactly
-        the output's array type, take `general` (`_run`), which checks and copies them."""
+    def _shortcut(self, arg_trees, out_tree, general: Callable, site_dump, shared) -> Callable:
+        """The site's callable at the cost of the 1.3 API's own, for a site whose keyword
+        arguments every call may share (`shared`: no copies, no batch axes; see
+        `_shared_kwargs`): the pytrees built by their structures alone (an argument that
+        is one array is the array itself, as is one output), the checks made once here.
+        A call with other keyword arguments than the site's, and results that are not
+        exactly the outputs' arrays, take `general` (`_run`), which checks and copies."""
         fn, one_out = self.fn, _one_array(out_tree)
         one_arg = len(arg_trees) == 1 and _one_array(arg_trees[0])
         if all(_one_array(t) for t in arg_trees):
@@ -149,51 +156,48 @@ class _Callable(_Body):
             def user_args(args):
                 return [t.unflatten(args[start:end]) for t, start, end in spans]
 
-        # The last dump a call gave, and its shared keyword arguments: one tuple, read once
-        # per call (threads may call a site at once).
-        seen: tuple = (None, None)
+        if self.takes_out and one_arg and one_out and not shared:
 
-        def kwargs_of(kwargs_dump):
-            nonlocal seen
-            kwargs = _shared_kwargs(kwargs_dump)
-            seen = (kwargs_dump, kwargs)
-            return kwargs
+            def run(out, args, kwargs_dump):  # the most common call, at Python's quickest
+                if kwargs_dump is not site_dump:
+                    return general(out, args, kwargs_dump)
+                fn(args[0], out=out[0])
 
-        if self.takes_out:
+        elif self.takes_out:
 
             def run(out, args, kwargs_dump):
-                last = seen
-                kwargs = last[1] if kwargs_dump is last[0] else kwargs_of(kwargs_dump)
-                if kwargs is None:
+                if kwargs_dump is not site_dump:
                     return general(out, args, kwargs_dump)
-                if one_arg and one_out and not kwargs:  # Python's quickest call
-                    fn(args[0], out=out[0])
-                    return
                 if user_args is not None:
                     args = user_args(args)
-                fn(*args, out=out[0] if one_out else out_tree.unflatten(out), **kwargs)
+                fn(*args, out=out[0] if one_out else out_tree.unflatten(out), **shared)
+
+        elif one_arg and one_out and not shared:
+
+            def run(out, args, kwargs_dump):
+                if kwargs_dump is not site_dump:
+                    return general(out, args, kwargs_dump)
+                result = fn(args[0])
+                o = out[0]
+                if type(result) is np.ndarray and type(o) is np.ndarray:
+                    if result.shape == o.shape and (result.dtype is o.dtype or _same(result, o)):
+                        o[...] = result
+                        return
+                self._store(out_tree, out, result)  # checked, copied, or reported
 
         else:
 
             def run(out, args, kwargs_dump):
-                last = seen
-                kwargs = last[1] if kwargs_dump is last[0] else kwargs_of(kwargs_dump)
-                if kwargs is None:
+                if kwargs_dump is not site_dump:
                     return general(out, args, kwargs_dump)
-                if one_arg and not kwargs:
-                    result = fn(args[0])
-                else:
-                    result = fn(*(args if user_args is None else user_args(args)), **kwargs)
+                result = fn(*(args if user_args is None else user_args(args)), **shared)
                 if one_out:
-                    if _exact(out[0], result):
-                        out[0][...] = result
-                    else:
-                        self._store(out_tree, out, result)  # checked, copied, or reported
-                    return
-                try:
-                    results = out_tree.flatten_up_to(result)
-                except (TypeError, ValueError):
-                    results = ()
+                    results = [result]
+                else:
+                    try:
+                        results = out_tree.flatten_up_to(result)
+                    except (TypeError, ValueError):
+                        results = []
                 if len(results) == len(out) and all(map(_exact, out, results)):
                     for o, r in zip(out, results):
                         o[...] = r
@@ -269,19 +273,23 @@ def _one_array(tree) -> bool:
     return tree.num_leaves == 1 and treedef_is_leaf(tree)
 
 
+def _same(r, o) -> bool:
+    return r.dtype == o.dtype
+
+
 def _exact(o, r) -> bool:
     """Whether a result is a NumPy array of exactly its output's shape and dtype, and the
     output a NumPy array (a GPU call's CudaArray takes `_Callable._store`'s path)."""
     if type(r) is not np.ndarray or type(o) is not np.ndarray or r.shape != o.shape:
         return False
-    return r.dtype is o.dtype or r.dtype == o.dtype
+    return r.dtype is o.dtype or _same(r, o)
 
 
 def _shared_kwargs(kwargs_dump) -> Mapping[str, Any] | None:
     """The keyword arguments of a dump, if every call may get the same objects (no dicts,
     lists or sets in them, which each call gets fresh: see KwargsDump.to_dict), and there
     are no batch axes among them; else None."""
-    if not isinstance(kwargs_dump, KwargsDump) or kwargs_dump._cycles:
+    if type(kwargs_dump) is not KwargsDump or kwargs_dump._cycles:
         return None
     values = kwargs_dump._values
     if "batch_axes" in values or not shared_values(values):
