@@ -146,9 +146,15 @@ class _Callable(_Body):
         A call with other keyword arguments than the site's, and results that are not
         exactly the outputs' arrays, take `general` (`_run`), which checks and copies."""
         fn, one_out = self.fn, _one_array(out_tree)
-        one_arg = len(arg_trees) == 1 and _one_array(arg_trees[0])
+        tree = arg_trees[0] if arg_trees else jax.tree.structure(None)
+        one_arg = len(arg_trees) == 1 and _one_array(tree)
         if all(_one_array(t) for t in arg_trees):
             user_args = None
+        elif len(arg_trees) == 1:  # one pytree
+
+            def user_args(args):
+                return (tree.unflatten(args),)
+
         else:
             ends = list(itertools.accumulate(t.num_leaves for t in arg_trees))
             spans = [(t, end - t.num_leaves, end) for t, end in zip(arg_trees, ends)]
@@ -162,6 +168,13 @@ class _Callable(_Body):
                 if kwargs_dump is not site_dump:
                     return general(out, args, kwargs_dump)
                 fn(args[0], out=out[0])
+
+        elif self.takes_out and one_out and len(arg_trees) == 1:  # one pytree in, one array out
+
+            def run(out, args, kwargs_dump):
+                if kwargs_dump is not site_dump:
+                    return general(out, args, kwargs_dump)
+                fn(tree.unflatten(args), out=out[0], **shared)
 
         elif self.takes_out:
 
