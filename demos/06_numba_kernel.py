@@ -7,7 +7,7 @@
 # functions that write their outputs in place; `jaxbind.kernel` compiles them to kernels
 # that run without the GIL and without Python, and `first_n_args_fixed=1` makes them one
 # linear op in `w`. Checked against pure JAX under `jit`, `linear_transpose`, `grad` and
-# `vmap`. Needs numba (`pip install "jaxbind[kernels]"`).
+# `vmap`. Needs numba (`pip install ".[kernels]"` in the clone).
 
 # %%
 import jax

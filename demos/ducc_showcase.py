@@ -182,7 +182,7 @@ try:
     import matplotlib.pyplot as plt
 except ImportError:
     plt = None
-    print("matplotlib not installed (pip install 'jaxbind[demo]'): no figure written")
+    print("matplotlib not installed (pip install '.[demo]' in the clone): no figure written")
 
 if plt is not None:
     th, ph = np.meshgrid(

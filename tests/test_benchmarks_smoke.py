@@ -61,6 +61,20 @@ def test_overhead_and_inplace_quick(tmp_path):
     assert row["mbytes"] == 8 and row["eager_s"] > 0
 
 
+def test_native_call_benchmark_quick(tmp_path):
+    proc = run_python(
+        ROOT / "benchmarks" / "native_call.py", "--quick", "--out", tmp_path, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads((tmp_path / "native_call.json").read_text())["results"]
+    assert {(r["case"], r["mode"]) for r in rows} == {
+        (case, mode) for case in ("double", "pair") for mode in ("loop", "eager")
+    }
+    for r in rows:
+        assert r["1.3 API"]["median_s"] > 0 and "cpu_diff_s" in r["native, out="]
+    assert "| double | loop |" in (tmp_path / "native_call.md").read_text()
+
+
 def test_nufft_benchmarks_quick(tmp_path):
     import pytest
 

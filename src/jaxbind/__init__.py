@@ -59,8 +59,8 @@ Testing:
 
 Contrib:
     jaxbind.contrib.jaxducc0
-        DUCC's FFTs, spherical harmonics, gridder and NUFFTs as ops (pip install
-        "jaxbind[ducc]"); jax-finufft's nufft1/2/3 calls
+        DUCC's FFTs, spherical harmonics, gridder and NUFFTs as ops (ducc0: pip install
+        ".[ducc]" in the clone); jax-finufft's nufft1/2/3 calls
 
 Documentation: docs/index.md in the source tree (mkdocs serve), or the README.
 """

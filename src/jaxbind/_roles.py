@@ -379,13 +379,19 @@ def with_reference(entry: RoleDef, reference: Callable) -> RoleDef:
     return dataclasses.replace(entry, body=body, reference=ref)
 
 
-def for_call(fn: Callable, trees) -> Callable:
+def for_call(fn: Callable, trees, kwargs_dump=None) -> Callable:
     """`fn` (a body or an abstract function) as it runs a call whose pytree structure is
     `trees` (see CallSpec.trees; None for calls without one): the JAX-native API's
-    functions take the structure through their ``for_trees`` method."""
+    functions take the structure through their ``for_trees`` method. A call site's body
+    given the site's keyword arguments (`kwargs_dump`, which every call of the site gets)
+    takes both through ``for_site`` where it has one."""
     if trees is None:
         return fn
-    bind = getattr(fn.fn if isinstance(fn, JaxFunction) else fn, "for_trees", None)
+    target = fn.fn if isinstance(fn, JaxFunction) else fn
+    for_site = getattr(target, "for_site", None) if kwargs_dump is not None else None
+    if for_site is not None:
+        return for_site(trees, kwargs_dump)
+    bind = getattr(target, "for_trees", None)
     if bind is None:
         raise TypeError(f"jaxbind: {fn!r} takes no pytree structure, but the call has one")
     return bind(trees)

@@ -12,7 +12,9 @@ import pytest
 from jax.test_util import check_grads
 from support.arrays import assert_close, random, tol
 
-ducc0 = pytest.importorskip("ducc0", reason="ducc0 is not installed (pip install 'jaxbind[ducc]')")
+ducc0 = pytest.importorskip(
+    "ducc0", reason="ducc0 is not installed (in the clone: pip install '.[ducc]')"
+)
 
 from jaxbind.contrib import jaxducc0  # noqa: E402
 

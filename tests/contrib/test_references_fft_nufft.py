@@ -20,7 +20,7 @@ import pytest
 from jax.test_util import check_grads
 from support.arrays import norm_relative_error, normal
 
-pytest.importorskip("ducc0", reason="ducc0 is not installed (pip install 'jaxbind[ducc]')")
+pytest.importorskip("ducc0", reason="ducc0 is not installed (in the clone: pip install '.[ducc]')")
 
 from jaxbind.contrib import jaxducc0
 from jaxbind.contrib.ducc.reference import fft as ref_fft

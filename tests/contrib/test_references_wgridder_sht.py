@@ -16,7 +16,9 @@ import pytest
 from support.arrays import norm_relative_error, random
 from support.dtypes import global_x64
 
-ducc0 = pytest.importorskip("ducc0", reason="ducc0 is not installed (pip install 'jaxbind[ducc]')")
+ducc0 = pytest.importorskip(
+    "ducc0", reason="ducc0 is not installed (in the clone: pip install '.[ducc]')"
+)
 
 from jaxbind.contrib.ducc import reference  # noqa: E402
 from jaxbind.contrib.ducc.reference.sht import healpix_rings, healpix_sht  # noqa: E402

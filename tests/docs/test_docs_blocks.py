@@ -16,19 +16,21 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 BLOCK = re.compile(r"^```(\{[^}\n]*\}|python)[^\n]*\n(.*?)^```", re.M | re.S)
 
-# What `pip install jaxbind` brings, by import name; jaxbind.contrib needs the ducc extra.
-BASE = {"jax", "jaxlib", "numpy", "ml_dtypes", "jaxbind"}
-IMPORT_NAMES = {"pytest_markdown_docs": "pytest-markdown-docs"}
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def _names(requirements) -> set[str]:
+    return {re.match(r"[A-Za-z0-9_.-]+", r)[0].lower().replace("-", "_") for r in requirements}
+
+
+# What installing jaxbind (`pip install .`) brings, by import name; jaxbind.contrib needs the
+# ducc extra.
+BASE = _names(PROJECT["dependencies"]) | {"jaxbind"}
 
 
 def _extras() -> dict[str, set[str]]:
     """The import names each extra installs."""
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    extras = {}
-    for extra, requirements in project["optional-dependencies"].items():
-        names = {re.match(r"[A-Za-z0-9_.-]+", r)[0].lower().replace("-", "_") for r in requirements}
-        extras[extra] = names
-    return extras
+    return {e: _names(r) for e, r in PROJECT["optional-dependencies"].items()}
 
 
 def _python_blocks(page: pathlib.Path):
@@ -40,7 +42,9 @@ def _python_blocks(page: pathlib.Path):
 
 
 def _imports(source: str) -> set[str]:
-    found = set()
+    """The packages a block needs: those it imports, and flatbuffers for a serialized
+    export (jax.export imports it only then, and JAX does not install it)."""
+    found = {"flatbuffers"} if re.search(r"\bserialize\(|\bdeserialize\(", source) else set()
     for line in source.splitlines():
         m = re.match(r"\s*import ([\w., ]+)|\s*from ([\w.]+) import", line)
         if m is None:
@@ -67,7 +71,7 @@ def test_optional_imports_come_from_an_extra_the_page_names(page):
             missing[module] = where
     assert not missing, (
         f"{page.name} imports {sorted(missing)} without naming an extra that installs them "
-        f'(extras that do: {missing}); name one on the page, e.g. pip install "jaxbind[...]"'
+        f'(extras that do: {missing}); name one on the page, e.g. pip install ".[...]" in the clone'
     )
 
 

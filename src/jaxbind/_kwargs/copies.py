@@ -14,7 +14,16 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["copied", "copy_array", "freeze", "fresh", "frozen_copy", "is_namedtuple", "masked"]
+__all__ = [
+    "copied",
+    "copy_array",
+    "freeze",
+    "fresh",
+    "frozen_copy",
+    "is_namedtuple",
+    "masked",
+    "shared_values",
+]
 
 
 def is_namedtuple(value) -> bool:
@@ -55,6 +64,22 @@ def fresh(value):
     if kind is set:
         return value.copy()  # its elements are hashable: nothing in them to copy
     return value
+
+
+def _unchanging(value) -> bool:
+    """Whether `fresh` would give `value` an equal value with nothing to change in it: no
+    dict, list or set anywhere in it (through tuples)."""
+    if type(value) in _COPIED:
+        return False
+    if isinstance(value, tuple):
+        return all(_unchanging(v) for v in value)
+    return True
+
+
+def shared_values(values) -> bool:
+    """Whether a dump's values may go to every call as they are, instead of `fresh`
+    copies: none holds a dict, list or set that a callable could change."""
+    return all(_unchanging(v) for v in values.values())
 
 
 def copied(value, leaf: Callable, memo: dict):

@@ -35,6 +35,7 @@ decorators here; the call's pytree structure in `trees`; the bodies in `bodies`)
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable
 from typing import Any, Unpack
 
@@ -43,7 +44,7 @@ import jax.numpy as jnp
 
 from .._api import Op, check_reference, check_state_key, make_op
 from .._errors import about, add_context, refused_arguments
-from .._kwargs import KwargsDump
+from .._kwargs import KwargsDump, encode_kwargs
 from .._options import OPTION_DOCS, OpOptions, Options, declare, state_key_positions
 from .._pickling import reduce
 from .._roles import Args, Body, JaxFunction, Kind, is_jax_function, jax_function, role_table
@@ -53,6 +54,10 @@ from .trees import _tree_numbered, call_trees, structures  # noqa: F401 (pickles
 __all__ = ["NativeOp", "linear_op", "multilinear_op", "nonlinear_op"]
 
 ShapeFn = Callable[..., Any]
+# The keys of its eager programs among the op's: _EAGER without keyword arguments, else
+# (_EAGER, their dump)
+_EAGER = "native eager call"
+_NO_KWARGS = encode_kwargs({})
 
 
 class NativeOp:
@@ -295,9 +300,79 @@ class NativeOp:
 
     def __call__(self, *args, **kwargs):
         self._called = True
+        # An eager call, every argument a concrete JAX array or a pytree of them: one jitted
+        # call of `_traced` per set of keyword arguments does it all. JAX's C++ dispatch
+        # finds the program by the arguments' types; the shape function and the pytrees
+        # run only when it traces a new one. Keyword arguments are told apart by their
+        # encoding (as the 1.3 API's calls are: 1 and 1.0 differ). First the commonest
+        # call, as Op.__call__ takes it: arrays, no keyword arguments.
+        if not kwargs:
+            for a in args:
+                if not isinstance(a, jax.Array) or isinstance(a, jax.core.Tracer):
+                    break
+            else:
+                if len(args) > self.fixed:
+                    eager = self._op._eager_calls.get(_EAGER) or self._eager_call(kwargs)
+                    try:
+                        return eager(*args)
+                    except RecursionError as exc:  # nested eager calls: _primitive.nested
+                        if not str(exc).startswith("Recursively calling jit"):
+                            raise
+                        return self._traced(*args)
+        if len(args) > self.fixed and all(_concrete(a) for a in args):
+            eager = self._eager_call(kwargs)
+            if eager is not None:
+                try:
+                    return eager(*args)
+                except RecursionError as exc:  # nested eager calls: see _primitive.nested
+                    if not str(exc).startswith("Recursively calling jit"):
+                        raise
+        return self._traced(*args, **kwargs)
+
+    def _traced(self, *args, **kwargs):
         leaves, kwargs, trees = self.protocol_call(*args, **kwargs)
         results = self._op.apply(leaves, kwargs, trees)
-        return jax.tree.unflatten(structures(trees)[1], results)
+        return structures(trees)[1].unflatten(results)
+
+    def _eager_call(self, kwargs: dict):
+        """The jitted call of `_traced` with these keyword arguments, kept with the op's
+        eager programs (cleared with them: jax.clear_caches()); None for keyword arguments
+        that do not encode (the call then reports them as any call does)."""
+        if kwargs:
+            try:
+                dump = encode_kwargs(kwargs, where=f"'{self.name}'")
+            except Exception:
+                return None
+        else:
+            dump = _NO_KWARGS
+        calls = self._op._eager_calls
+        key = (_EAGER, dump) if kwargs else _EAGER
+        fn = calls.get(key)
+        if fn is not None:
+            return fn
+        op = weakref.ref(self)  # (the op's programs do not keep it alive)
+
+        def traced(*args):
+            native = op()
+            assert native is not None  # (only its own calls run this program)
+            return native._traced(*args, **dump.to_dict())
+
+        traced.__name__ = traced.__qualname__ = self.name
+        traced._apply_primitive = True  # type: ignore[attr-defined]  # as _primitive.eager's
+        if len(calls) >= 64:  # as _primitive.eager bounds them
+            calls.clear()
+        fn = calls[key] = jax.jit(traced)
+        return fn
+
+
+def _concrete(arg) -> bool:
+    """Whether an argument is a concrete JAX array, or a pytree of them (not traced)."""
+    if isinstance(arg, jax.Array):
+        return not isinstance(arg, jax.core.Tracer)
+    return all(
+        isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer)
+        for x in jax.tree.leaves(arg)
+    )
 
 
 Decorator = Callable[[Callable], "NativeOp"]

@@ -7,15 +7,19 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import jax
 import numpy as np
+from jax.tree_util import treedef_is_leaf
 
 from .._api import check_body_runs
 from .._avals import shown
 from .._errors import about, refused_arguments
 from .._kwargs import KwargsDump, load_kwargs
+from .._kwargs.copies import shared_values
 from .._roles import Args, Body
 from .._spec import BatchAxes
 from .._state import current_state
@@ -127,7 +131,106 @@ class _Callable(_Body):
             )
 
     def for_trees(self, trees: KwargsDump) -> Callable:
-        return functools.partial(self._run, *self.trees(trees))
+        """The callable for calls with this pytree structure: `_run`, made for it once."""
+        arg_trees, out_tree = self.trees(trees)
+        return functools.partial(self._run, arg_trees, out_tree)
+
+    def for_site(self, trees: KwargsDump, kwargs_dump: KwargsDump) -> Callable:
+        """The callable for one call site, which hands every call the site's keyword
+        arguments (`kwargs_dump`): with a short path for the common call (`_shortcut`)."""
+        arg_trees, out_tree = self.trees(trees)
+        general = functools.partial(self._run, arg_trees, out_tree)
+        shared = _shared_kwargs(kwargs_dump)
+        if shared is None or self.native.options.state is not None:
+            return general
+        return self._shortcut(arg_trees, out_tree, general, kwargs_dump, shared)
+
+    def _shortcut(self, arg_trees, out_tree, general: Callable, site_dump, shared) -> Callable:
+        """The site's callable at the cost of the 1.3 API's own, for a site whose keyword
+        arguments every call may share (`shared`: no copies, no batch axes; see
+        `_shared_kwargs`): the pytrees built by their structures alone (an argument that
+        is one array is the array itself, as is one output), the checks made once here.
+        A call with other keyword arguments than the site's, and results that are not
+        exactly the outputs' arrays, take `general` (`_run`), which checks and copies."""
+        fn, one_out = self.fn, _one_array(out_tree)
+        tree = arg_trees[0] if arg_trees else jax.tree.structure(None)
+        one_arg = len(arg_trees) == 1 and _one_array(tree)
+        if all(_one_array(t) for t in arg_trees):
+            user_args = None
+        elif len(arg_trees) == 1:  # one pytree
+
+            def user_args(args):
+                return (tree.unflatten(args),)
+
+        else:
+            ends = list(itertools.accumulate(t.num_leaves for t in arg_trees))
+            spans = [(t, end - t.num_leaves, end) for t, end in zip(arg_trees, ends)]
+
+            def user_args(args):
+                return [t.unflatten(args[start:end]) for t, start, end in spans]
+
+        if self.takes_out and one_arg and one_out and not shared:
+
+            def run(out, args, kwargs_dump):  # the most common call, at Python's quickest
+                if kwargs_dump is not site_dump:
+                    return general(out, args, kwargs_dump)
+                returned = fn(args[0], out=out[0])
+                if returned is not None:
+                    self._returned(returned, out)
+
+        elif self.takes_out and one_out and len(arg_trees) == 1:  # one pytree in, one array out
+
+            def run(out, args, kwargs_dump):
+                if kwargs_dump is not site_dump:
+                    return general(out, args, kwargs_dump)
+                returned = fn(tree.unflatten(args), out=out[0], **shared)
+                if returned is not None:
+                    self._returned(returned, out)
+
+        elif self.takes_out:
+
+            def run(out, args, kwargs_dump):
+                if kwargs_dump is not site_dump:
+                    return general(out, args, kwargs_dump)
+                if user_args is not None:
+                    args = user_args(args)
+                returned = fn(*args, out=out[0] if one_out else out_tree.unflatten(out), **shared)
+                if returned is not None:
+                    self._returned(returned, out)
+
+        elif one_arg and one_out and not shared:
+
+            def run(out, args, kwargs_dump):
+                if kwargs_dump is not site_dump:
+                    return general(out, args, kwargs_dump)
+                result = fn(args[0])
+                o = out[0]
+                if type(result) is np.ndarray and type(o) is np.ndarray:
+                    if result.shape == o.shape and (result.dtype is o.dtype or _same(result, o)):
+                        o[...] = result
+                        return
+                self._store(out_tree, out, result)  # checked, copied, or reported
+
+        else:
+
+            def run(out, args, kwargs_dump):
+                if kwargs_dump is not site_dump:
+                    return general(out, args, kwargs_dump)
+                result = fn(*(args if user_args is None else user_args(args)), **shared)
+                if one_out:
+                    results = [result]
+                else:
+                    try:
+                        results = out_tree.flatten_up_to(result)
+                    except (TypeError, ValueError):
+                        results = []
+                if len(results) == len(out) and all(map(_exact, out, results)):
+                    for o, r in zip(out, results):
+                        o[...] = r
+                else:
+                    self._store(out_tree, out, result)  # checked, copied, or reported
+
+        return run
 
     def _run(self, arg_trees, out_tree, out, args, kwargs_dump):
         kwargs = load_kwargs(kwargs_dump)
@@ -137,18 +240,27 @@ class _Callable(_Body):
         leaves = BatchAxes(batch).to_front(args, np.moveaxis) if batch else list(args)
         user_args = split(leaves, arg_trees)
         if self.takes_out:
-            outs = jax.tree.unflatten(out_tree, list(out))
-            returned = self.fn(*user_args, out=outs, **kwargs)
-            if returned is not None and not _wrote(returned, out):  # (a ufunc returns out)
-                raise TypeError(
-                    f"{self.what} takes out= but returned a {type(returned).__name__} instead "
-                    "of None. A callable with an out= parameter writes each result into it "
-                    "(out[...] = result; out[k][...] or out['key'][...] for several) and "
-                    "returns nothing; write into out, or drop the out= parameter and return "
-                    "the results"
-                )
+            returned = self.fn(*user_args, out=out_tree.unflatten(out), **kwargs)
+            if returned is not None:
+                self._returned(returned, out)
             return
-        result = self.fn(*user_args, **kwargs)
+        self._store(out_tree, out, self.fn(*user_args, **kwargs))
+
+    def _returned(self, returned, out) -> None:
+        """A callable that takes out= returned `returned` (not None): refused, unless it is
+        what it wrote into (a ufunc given out= returns it)."""
+        if not _wrote(returned, out):
+            raise TypeError(
+                f"{self.what} takes out= but returned a {type(returned).__name__} instead "
+                "of None. A callable with an out= parameter writes each result into it "
+                "(out[...] = result; out[k][...] or out['key'][...] for several) and "
+                "returns nothing; write into out, or drop the out= parameter and return "
+                "the results"
+            )
+
+    def _store(self, out_tree, out, result) -> None:
+        """Copy a body's `result` into XLA's buffers `out`, checked against the outputs'
+        structure, shapes and dtypes (errors say what to return)."""
         try:
             results = out_tree.flatten_up_to(result)
         except (TypeError, ValueError) as exc:
@@ -194,6 +306,35 @@ class _Callable(_Body):
         if self._declared_by_user():
             return "the shape function declares"
         return "the primal arguments (whose cotangents it returns) give"
+
+
+def _one_array(tree) -> bool:
+    """Whether a pytree structure is one array (not None, which is a leaf of no arrays)."""
+    return tree.num_leaves == 1 and treedef_is_leaf(tree)
+
+
+def _same(r, o) -> bool:
+    return r.dtype == o.dtype
+
+
+def _exact(o, r) -> bool:
+    """Whether a result is a NumPy array of exactly its output's shape and dtype, and the
+    output a NumPy array (a GPU call's CudaArray takes `_Callable._store`'s path)."""
+    if type(r) is not np.ndarray or type(o) is not np.ndarray or r.shape != o.shape:
+        return False
+    return r.dtype is o.dtype or _same(r, o)
+
+
+def _shared_kwargs(kwargs_dump) -> Mapping[str, Any] | None:
+    """The keyword arguments of a dump, if every call may get the same objects (no dicts,
+    lists or sets in them, which each call gets fresh: see KwargsDump.to_dict), and there
+    are no batch axes among them; else None."""
+    if type(kwargs_dump) is not KwargsDump or kwargs_dump._cycles:
+        return None
+    values = kwargs_dump._values
+    if "batch_axes" in values or not shared_values(values):
+        return None
+    return values
 
 
 def body(native, fn, args: Args, what: str, index=None):

@@ -17,7 +17,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without ducc0
     raise ImportError(
         "jaxbind.contrib.jaxducc0 needs the ducc0 package; install it with "
-        "pip install 'jaxbind[ducc]'"
+        "pip install 'ducc0>=0.34' (jaxbind's ducc extra: pip install '.[ducc]' in its clone)"
     ) from exc
 
 # DUCC runs on the CPU: inside GPU programs, jaxbind copies the operands to the host
