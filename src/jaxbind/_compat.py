@@ -165,6 +165,9 @@ def define_primitive(prim, *, impl, abstract_eval, lowerings, jvp, transpose, ba
 # 0.7 the trace context is a fixed list, and a state keys the C++ jit cache only, while
 # the traced and lowered programs behind it are cached by that list alone.
 STATES_KEY_TRACES = "include_in_trace_context" in inspect.signature(_config.enum_state).parameters
+# Whether a configuration state takes a parser that returns the value (jax 0.8 - 0.12), or a
+# validator that only raises (jax 0.7)
+STATE_TAKES_PARSER = "parser" in inspect.signature(_config.State.__init__).parameters
 
 
 def define_jit_keyed_state(name: str, values: tuple[str, ...], default: str, help: str):
@@ -188,7 +191,9 @@ def define_jit_keyed_state(name: str, values: tuple[str, ...], default: str, hel
     keys = {"include_in_jit_key": True}
     if STATES_KEY_TRACES:
         keys["include_in_trace_context"] = True
-    return _config.State(name, default, help, parser=parser, **keys)
+    if STATE_TAKES_PARSER:  # a parser that returns the value (jax 0.8 - 0.12)
+        return _config.State(name, default, help, parser=parser, **keys)
+    return _config.State(name, default, help, validator=parser, **keys)  # jax 0.7: a validator
 
 
 def host_callbacks(ctx) -> int:
