@@ -201,8 +201,7 @@ def _c_function(formula: str, form: Form, base: float) -> str:
         "keyed": "y0[i] = S * in0[i] * in1[i]; y1[i] = "
         + ("2 * in1[i] + 1;" if form.name == "int32" else "!in1[i];"),
         "keyed_d": "y0[i] = S * in2[i] * in1[i]; y1[i] = 0;",
-        "mixed": "y0[i] = S * in0[i] * in0[i]; y1[i] = (int32_t)floor(in0[i]); "
-        "y2[i] = in0[i] > 0;",
+        "mixed": "y0[i] = S * in0[i] * in0[i]; y1[i] = (int32_t)floor(in0[i]); y2[i] = in0[i] > 0;",
         "mixed_jvp": "y0[i] = 2 * S * in0[i] * in1[i]; y1[i] = 0; y2[i] = 0;",
         "mixed_vjp": "y0[i] = 2 * S * in0[i] * in1[i];",
     }[formula]
@@ -245,7 +244,9 @@ def c_library() -> ctypes.CDLL:
     (where / "k.c").write_text(_C_PRELUDE + "\n\n".join(functions))
     so = where / "libconformance.so"
     include = f"-I{jaxbind.kernel_include_dir()}"
-    subprocess.run([cc, "-O1", "-shared", "-fPIC", include, str(where / "k.c"), "-o", str(so)], check=True)
+    subprocess.run(
+        [cc, "-O1", "-shared", "-fPIC", include, str(where / "k.c"), "-o", str(so)], check=True
+    )
     return ctypes.CDLL(str(so))
 
 
@@ -356,7 +357,7 @@ def _sds(dtypes, like):
 def _native(kind, form, base, calls, reference, options):
     """The op in the JAX-native API: callables return their results; kernels as they are."""
     roles = formulas(form)
-    shape = lambda *xs, c: _sds(form.outputs, xs[0])  # noqa: E731
+    shape = lambda *xs, c: _sds(form.outputs, xs[0])
     decorator = jaxbind.linear_op if form.linear else jaxbind.nonlinear_op
 
     def one(res):
@@ -382,7 +383,9 @@ def _native(kind, form, base, calls, reference, options):
 
         op.def_jvp(wrap(lambda p, t, *, c: one(lib(roles["jvp"], form, (*p, *t), base * c))))
         op.def_vjp(
-            wrap(lambda p, ct, *, c: lib(roles["vjp"], form, (*p, *as_tuple(ct)), base * c)[: len(p)])
+            wrap(
+                lambda p, ct, *, c: lib(roles["vjp"], form, (*p, *as_tuple(ct)), base * c)[: len(p)]
+            )
         )
         return op
     kernels = {role: _kernel(kind, formula, form, base) for role, formula in roles.items()}

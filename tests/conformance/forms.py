@@ -84,13 +84,11 @@ class Form:
         return (s * x if self.linear else s * x * x,)
 
 
+FLOATS = ("float32", "float64", "complex64", "complex128")
 FORMS = {
-    **{f"linear/{d}": Form(d, True, (d,), (d,)) for d in ("float32", "float64", "complex64", "complex128")},
-    **{
-        f"nonlinear/{d}": Form(d, False, (d,), (d,))
-        for d in ("float32", "float64", "complex64", "complex128")
-    },
+    **{f"linear/{d}": Form(d, True, (d,), (d,)) for d in FLOATS},
+    **{f"nonlinear/{d}": Form(d, False, (d,), (d,)) for d in FLOATS},
     "nonlinear/int32": Form("int32", False, ("float32", "int32"), ("float32", "int32")),
     "nonlinear/bool": Form("bool", False, ("float32", "bool"), ("float32", "bool")),
     "nonlinear/mixed": Form("mixed", False, ("float64",), ("float64", "int32", "bool")),
-}  # fmt: skip
+}

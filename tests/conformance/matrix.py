@@ -91,11 +91,17 @@ OPTIONS_ELSEWHERE = {
 # what exercises each: the matrix's own cells, or tests elsewhere where a cell cannot run here
 TARGET_ROWS = {
     ("jaxbind_cpu", "cpu"): "matrix: every kind with a body that runs on the CPU",
-    ("jaxbind_cpu_effect", "cpu"): "tests/runtime/test_effects.py (an op with effects takes no reference)",
+    (
+        "jaxbind_cpu_effect",
+        "cpu",
+    ): "tests/runtime/test_effects.py (an op with effects takes no reference)",
     ("jaxbind_partitioned", "cpu"): "tests/sharding/test_partitioning.py (a declared rule)",
     ("jaxbind_cuda", "cuda"): "tests/gpu/test_gpu.py (needs a GPU)",
     ("jaxbind_cuda_effect", "cuda"): "tests/gpu/test_gpu.py (needs a GPU)",
-    ("jaxbind_partitioned", "cuda"): "tests/sharding/cuda_rule_cases.py (lowered for CUDA on a CPU)",
+    (
+        "jaxbind_partitioned",
+        "cuda",
+    ): "tests/sharding/cuda_rule_cases.py (lowered for CUDA on a CPU)",
     ("jaxbind_cuda_kernel", "cuda"): "tests/gpu/test_gpu_kernels.py (needs a GPU)",
     ("jaxbind_cuda_kernel_partitioned", "cuda"): "tests/gpu/test_gpu_kernels.py (needs a GPU)",
     ("", "any"): "matrix: the kinds cuda and derived; portable, use_reference*; prefer_reference",

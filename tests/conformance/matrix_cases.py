@@ -10,20 +10,18 @@ os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
 ).strip()
 
-import json  # noqa: E402
-import pathlib  # noqa: E402
-import traceback  # noqa: E402
+import json
+import pathlib
+import traceback
 
-import jax  # noqa: E402
+import jax
 
 jax.config.update("jax_enable_x64", True)
 
-from jax.sharding import Mesh, PartitionSpec  # noqa: E402
-
-from conformance.bodies import C_VALUE  # noqa: E402
 from conformance.forms import FORMS  # noqa: E402
 from conformance.matrix import Cell  # noqa: E402
 from conformance.transforms import _op, _twin, judge, outcome  # noqa: E402
+from jax.sharding import Mesh, PartitionSpec  # noqa: E402
 
 
 def shard_map(f, mesh, spec):

@@ -7,18 +7,20 @@ import os
 
 import jax
 import pytest
-from support.dtypes import global_x64
-from support.processes import run_cases
-
-import jaxbind
+from conformance.forms import FORMS
 from conformance.matrix import IN_SUBPROCESS, cells_to_run
 from conformance.misuses import all_misuses
 from conformance.misuses import sample as sample_misuses
 from conformance.transforms import _op, check_cell, check_misuse, judge, outcome
-from conformance.forms import FORMS
+from support.dtypes import global_x64
+from support.processes import run_cases
+
+import jaxbind
 
 CELLS = cells_to_run()
-MISUSES = all_misuses() if os.environ.get("JAXBIND_MATRIX") == "full" else sample_misuses(len(CELLS))
+MISUSES = (
+    all_misuses() if os.environ.get("JAXBIND_MATRIX") == "full" else sample_misuses(len(CELLS))
+)
 HERE = [c for c in CELLS if c.transform not in IN_SUBPROCESS]
 AWAY = [c for c in CELLS if c.transform in IN_SUBPROCESS]
 

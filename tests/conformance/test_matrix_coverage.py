@@ -5,7 +5,6 @@ matrix.py covers it (or names the tests that do, where a cell cannot run on this
 import inspect
 import pathlib
 
-import jaxbind
 from conformance.matrix import (
     APIS,
     BODY_KINDS,
@@ -16,6 +15,8 @@ from conformance.matrix import (
     all_cells,
     sample,
 )
+
+import jaxbind
 from jaxbind import _definition, _kernels
 from jaxbind._kernels import cuda
 from jaxbind._roles import Body

@@ -255,6 +255,9 @@ def judge(cell: Cell, got, want) -> None:
     if refusal is not None:
         assert got[0] == "error", f"{where}: the op must refuse ({refusal}), it gives a value"
         assert cell.name in message(got[1]), f"{where}: the refusal does not name the op: {got[1]}"
+        assert not isinstance(got[1], jax.errors.JaxRuntimeError), (
+            f"{where}: refused only when the program ran, not when it was made: {got[1]}"
+        )
         return
     if got[0] == "error":
         error = got[1]
@@ -287,7 +290,7 @@ def check_misuse(case) -> None:
 
     form = FORMS[case.form_key]
     xs, batched = form.inputs_for(seed=0), form.inputs_for(seed=1, batch=3)
-    twin = lambda *a: form.twin(*a, c=C_VALUE, base=BASE)  # noqa: E731
+    twin = lambda *a: form.twin(*a, c=C_VALUE, base=BASE)
     where = f"misuse {case.id}"
     t = case.transform
 
