@@ -14,11 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
-from ._binding import Binding
 from ._callformat import NO_LOOP, Loop
-from ._kwargs import KwargsDump
-from ._roles import RoleDef
+
+if TYPE_CHECKING:  # annotations only (no floor: tests/test_layers.py)
+    from ._binding import Binding
+    from ._kwargs import KwargsDump
+    from ._roles import RoleDef
 
 __all__ = ["BatchAxes", "CallSpec"]
 
