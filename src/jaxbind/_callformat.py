@@ -1,6 +1,7 @@
 """The call format: how a program names one jaxbind call, written by the lowering and
-read by the runtime (and by the trampoline in cpp/, whose ``CallAttributes`` struct
-mirrors `CallAttributes`).
+read by the runtime. The trampoline (cpp/callformat.h) reads only the header every call
+starts with, its format and site digest; what the attributes mean, and every check of
+them, is here (`CallAttributes`).
 
 A compiled or exported program names its jaxbind calls by these FFI attributes
 (call format 4; the trampoline checks ``jaxbind_format`` first):
@@ -42,7 +43,7 @@ MAX_FIXED = 4096
 
 
 class Loop(NamedTuple):
-    """jaxbind's own batch loop over one call (see _rules.batching._batch_looped).
+    """jaxbind's own batch loop over one call (see _rules.batching.batch_looped).
 
     The leading ``levels`` axes of every output, and of each input whose flag in
     ``batched`` is set, form the batch; the callable is called once per batch

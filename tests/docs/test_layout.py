@@ -1,5 +1,6 @@
 """docs/layout.md, the code map, names every module of the package and every folder of
-the test suite, and names nothing that is gone.
+the test suite, and names nothing that is gone; and the package's comments and docstrings
+(and the trampoline's) point at modules, names and files that exist.
 
 The map is one code block. A line that starts at its left edge names a path from the
 repository root (``src/jaxbind/_spec.py``, ``src/jaxbind/_rules/``, ``tests/``); the
@@ -8,6 +9,7 @@ lines indented by two spaces below a folder's line name what is in that folder
 its folder (its ``__init__``), or its ``__init__.py``.
 """
 
+import importlib
 import pathlib
 import re
 
@@ -90,3 +92,62 @@ def test_layout_names_every_test_folder():
 def test_layout_names_nothing_that_is_gone():
     gone = sorted(path for path in _named() if path.rstrip("/") and not (ROOT / path).exists())
     assert not gone, f"docs/layout.md names paths that do not exist: {', '.join(gone)}"
+
+
+# --- pointers: what the package's comments and docstrings name exists ---------------------
+
+_DOTTED = re.compile(r"(?<![\w./])(?:jaxbind\.)?(_[a-z]\w*(?:\.\w+)+)")
+_PATH = re.compile(r"(?<![\w/.])((?:src|tests|cpp|docs|benchmarks|demos)/[\w./-]*\w)")
+_IN_PACKAGE = re.compile(r"(?<![\w/.])(_[a-z]\w*/[\w/]*\w\.py)")  # _runtime/report.py
+
+
+def _sources():
+    yield from sorted(PACKAGE.rglob("*.py"))
+    yield from sorted((ROOT / "cpp").glob("*.*"))
+    yield from sorted((PACKAGE / "include").rglob("*.h"))
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def _resolves(dotted: str, modules: dict) -> bool | None:
+    """Whether `dotted` (``_rules.batching.batch_looped``) names a module of the package
+    and something in it; None if it names no module of the package."""
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        module = ".".join(parts[:i])
+        if module in modules:
+            obj = importlib.import_module(f"jaxbind.{module}")
+            for name in parts[i:]:
+                if not hasattr(obj, name):  # an attribute set in a body (self.name = ...)
+                    return (
+                        re.search(rf"\b{re.escape(name)}\b", modules[module].read_text())
+                        is not None
+                    )
+                obj = getattr(obj, name)
+            return True
+    return None
+
+
+def test_comments_point_at_what_exists():
+    modules = _modules()
+    stale = []
+    for path in _sources():
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            where = f"{path.relative_to(ROOT)}:{number}"
+            for match in _DOTTED.finditer(line):
+                dotted = match.group(1).rstrip(".")
+                if dotted.split(".")[0] in modules and _resolves(dotted, modules) is False:
+                    stale.append(f"{where}: {dotted}")
+            for match in _PATH.finditer(line):
+                if not (ROOT / match.group(1)).exists():
+                    stale.append(f"{where}: {match.group(1)}")
+            for match in _IN_PACKAGE.finditer(line):
+                if not (PACKAGE / match.group(1)).exists():
+                    stale.append(f"{where}: {match.group(1)}")
+    assert not stale, "comments name what is gone:\n" + "\n".join(stale)
