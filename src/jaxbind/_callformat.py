@@ -38,7 +38,9 @@ import numpy as np
 __all__ = ["FORMAT", "CallAttributes", "Loop", "NO_LOOP"]
 
 FORMAT = 4
-MAX_LEVELS = 64  # batch levels of jaxbind's own loop
+# batch levels of jaxbind's own loop: the trampoline's Loop::kMaxLevels (cpp/call.h; the
+# two agree: tests/runtime/test_trampoline.py)
+MAX_LEVELS = 64
 MAX_FIXED = 4096
 
 
