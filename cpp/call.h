@@ -143,7 +143,7 @@ class AcceptedSignatures {
 // of every output, and of each input whose flag in `batched` is set, form a batch; the
 // body is called once per batch element. levels == 0: one plain call.
 struct Loop {
-  static constexpr int kMaxLevels = 64;
+  static constexpr int kMaxLevels = 64;  // Python's _callformat.MAX_LEVELS (tested equal)
   int levels = 0;
   std::vector<uint8_t> batched;
 

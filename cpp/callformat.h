@@ -1,6 +1,7 @@
 // The call format: the attributes of one jaxbind custom call, as the lowering writes
-// them. The C++ mirror of jaxbind/_callformat.py (CallAttributes), which says what
-// each attribute means; the Python side checks them and computes the digest.
+// them. C++ reads only the header every call starts with (its format and site digest,
+// `Header`); jaxbind/_callformat.py (CallAttributes) says what each attribute means,
+// reads and checks them, and computes the digest.
 #pragma once
 
 #include <cstdint>

@@ -62,6 +62,10 @@ int site_traverse(PyObject *self, visitproc visit, void *arg) {
   return 0;
 }
 
+// What the collector breaks a cycle with: what site_traverse visits but `label` (a str:
+// it leads nowhere, and messages still read it), and the last call's views besides (kept
+// only when the callable kept none of them: arrays over XLA's buffers, holding nothing
+// of the user's, so site_traverse has no need to visit them).
 int site_clear(PyObject *self) {
   Site &s = site_of(self);
   for (nb::object *held : {&s.description, &s.callable, &s.kwargs_dump, &s.accept}) held->reset();

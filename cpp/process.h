@@ -52,7 +52,7 @@ struct Process {
   nb::object formatter;        // (label, type, value, traceback) -> str
   nb::object gpu_plan;         // (description, stream, device, inputs, outputs) -> a GPU plan
   nb::object collect_garbage;  // drops JAX's lingering references to host arrays
-  nb::object escaped;          // views that outlived their call; see _runtime.escaped_views
+  nb::object escaped;          // views that outlived their call; see _runtime/report.py
 };
 
 // Created by init() and deliberately never destroyed: XLA threads may still

@@ -356,20 +356,20 @@ def _sort_with_order_abstract(x, **kwargs):
     return ((x.shape, x.dtype), (x.shape, np.int32), (x.shape, np.bool_))
 
 
-sort_with_order = jaxbind.get_nonlinear_call(
-    _sort_with_order,
-    (_sort_with_order_jvp, _sort_with_order_vjp),
-    _sort_with_order_abstract,
-    reference=sort_with_order_ref,
-    name="reference_ops.sort_with_order",
+def _sort_with_order_op(rules, name):
+    return jaxbind.get_nonlinear_call(
+        _sort_with_order,
+        rules,
+        _sort_with_order_abstract,
+        reference=sort_with_order_ref,
+        name=f"reference_ops.{name}",
+    )
+
+
+sort_with_order = _sort_with_order_op(
+    (_sort_with_order_jvp, _sort_with_order_vjp), "sort_with_order"
 )
-sort_with_order_derived = jaxbind.get_nonlinear_call(
-    _sort_with_order,
-    (None, None),
-    _sort_with_order_abstract,
-    reference=sort_with_order_ref,
-    name="reference_ops.sort_with_order_derived",
-)
+sort_with_order_derived = _sort_with_order_op((None, None), "sort_with_order_derived")
 
 
 def _sort_with_order_shape(x):

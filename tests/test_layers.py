@@ -7,11 +7,14 @@ what the trampoline calls while XLA runs a program. A run-time module that impor
 trace-time one (or the reverse) would tie the hot path to tracing, or tracing to the
 trampoline; only the package's face (``__init__``) wires the two together.
 
-Within the layers, the import graph stays flat: no chain of imports is longer than
-`MAX_FLOORS` modules (a module's floor is one above the highest it loads with it: its
-imports outside function bodies; an import inside a function, such as numba's code
-generator, loaded where a numba kernel is first checked, is no floor), and the graph of
-every import, at any depth, has no cycle.
+Within the layers, the import graph stays flat, measured two ways so that the
+yardstick cannot move unnoticed: by the imports a module loads with it (its imports
+outside function bodies; an import inside a function, such as numba's code generator,
+loaded where a numba kernel is first checked, is no floor) no chain is longer than
+`MAX_FLOORS` modules, and by every import at any depth no chain is longer than
+`MAX_FLOORS_EVERY_IMPORT` (a module's floor is one above the highest it imports). The
+graph of every import has no cycle. Imports under ``if TYPE_CHECKING:`` (for
+annotations only; Python never runs them) count in neither.
 """
 
 import ast
@@ -111,7 +114,8 @@ COMMON = {
 }
 
 
-MAX_FLOORS = 9
+MAX_FLOORS = 8  # by the imports a module loads with it
+MAX_FLOORS_EVERY_IMPORT = 10  # by every import, at any depth (today's figure: a rise fails)
 
 
 def _path(module: str) -> pathlib.Path:
@@ -124,17 +128,30 @@ def _path(module: str) -> pathlib.Path:
     )
 
 
+def _type_checking(node: ast.AST) -> bool:
+    """`node` is an ``if TYPE_CHECKING:`` block (imports for annotations only, which
+    Python never runs: no floor and no edge of the graph)."""
+    if not isinstance(node, ast.If):
+        return False
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
 def _nodes(tree: ast.AST, loaded: bool):
-    """Every node of `tree`; with `loaded`, none inside a function body."""
-    if not loaded:
-        yield from ast.walk(tree)
-        return
+    """Every node of `tree` but those of ``if TYPE_CHECKING:`` blocks; with `loaded`,
+    none inside a function body either."""
     todo = [tree]
     while todo:
         node = todo.pop()
         yield node
         for child in ast.iter_child_nodes(node):
-            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            if _type_checking(child):
+                todo.extend(child.orelse)
+            elif not (
+                loaded and isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            ):
                 todo.append(child)
 
 
@@ -229,12 +246,23 @@ def _floors(loaded: bool = True) -> dict[str, int]:
     return floors
 
 
+def _tallest(floors: dict[str, int]) -> str:
+    return ", ".join(m for m, f in sorted(floors.items(), key=lambda x: (-x[1], x[0]))[:3])
+
+
 def test_import_graph_is_flat_and_acyclic():
-    _floors(loaded=False)  # every import, at any depth: no cycle
+    every = _floors(loaded=False)  # every import, at any depth: no cycle
     floors = _floors()
-    top = max(floors.values())
-    assert top <= MAX_FLOORS, f"the package's imports are {top} floors tall: " + ", ".join(
-        m for m, f in sorted(floors.items(), key=lambda x: -x[1])[:3]
+    top, top_every = max(floors.values()), max(every.values())
+    print(
+        f"import floors: {top} by module-level imports (at most {MAX_FLOORS}), "
+        f"{top_every} by every import (at most {MAX_FLOORS_EVERY_IMPORT})"
+    )
+    assert top <= MAX_FLOORS, (
+        f"the package's imports are {top} floors tall (module-level): {_tallest(floors)}"
+    )
+    assert top_every <= MAX_FLOORS_EVERY_IMPORT, (
+        f"the package's imports are {top_every} floors tall (every import): {_tallest(every)}"
     )
     # the bottom floor holds the values everything shares; nothing there imports jaxbind
     assert {"_roles", "_sharding", "_kwargs.dtypes", "_kwargs.copies"} <= {

@@ -1,6 +1,7 @@
 """The call format: how a program names one jaxbind call, written by the lowering and
-read by the runtime (and by the trampoline in cpp/, whose ``CallAttributes`` struct
-mirrors `CallAttributes`).
+read by the runtime. The trampoline (cpp/callformat.h) reads only the header every call
+starts with, its format and site digest; what the attributes mean, and every check of
+them, is here (`CallAttributes`).
 
 A compiled or exported program names its jaxbind calls by these FFI attributes
 (call format 4; the trampoline checks ``jaxbind_format`` first):
@@ -37,12 +38,14 @@ import numpy as np
 __all__ = ["FORMAT", "CallAttributes", "Loop", "NO_LOOP"]
 
 FORMAT = 4
-MAX_LEVELS = 64  # batch levels of jaxbind's own loop
+# batch levels of jaxbind's own loop: the trampoline's Loop::kMaxLevels (cpp/call.h; the
+# two agree: tests/runtime/test_trampoline.py)
+MAX_LEVELS = 64
 MAX_FIXED = 4096
 
 
 class Loop(NamedTuple):
-    """jaxbind's own batch loop over one call (see _rules.batching._batch_looped).
+    """jaxbind's own batch loop over one call (see _rules.batching.batch_looped).
 
     The leading ``levels`` axes of every output, and of each input whose flag in
     ``batched`` is set, form the batch; the callable is called once per batch

@@ -18,7 +18,6 @@ import jax
 from ._compat import Primitive
 from ._errors import about
 from ._spec import CallSpec
-from ._state import refuse_setup_reentry
 
 __all__ = ["IMPL_CALLS", "PRIMITIVE", "bind", "eager", "eager_impl", "nested"]
 
@@ -28,8 +27,10 @@ PRIMITIVE.multiple_results = True
 
 def bind(spec, *args):
     """Bind the jaxbind primitive for `spec` (a CallSpec) to `args` (refused inside a
-    setup of the state this call would use: see _state.refuse_setup_reentry)."""
-    refuse_setup_reentry(spec.binding, spec.kwargs, f"'{spec.binding.name}'")
+    setup of the state this call would use: see _state.StateDef.refuse_reentry)."""
+    sdef = spec.binding.options.state
+    if sdef is not None:
+        sdef.refuse_reentry(spec.kwargs, f"'{spec.binding.name}'")
     with jax.named_scope(spec.binding.name):
         return PRIMITIVE.bind(*args, spec=spec)
 

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
-from ._binding import Binding
 from ._callformat import NO_LOOP, Loop
-from ._kwargs import KwargsDump
-from ._roles import RoleDef
+
+if TYPE_CHECKING:  # annotations only (no floor: tests/test_layers.py)
+    from ._binding import Binding
+    from ._kwargs import KwargsDump
+    from ._roles import RoleDef
 
 __all__ = ["BatchAxes", "CallSpec"]
 
@@ -121,7 +124,7 @@ class CallSpec:
     # Output (shape, dtype)s without batch axes, for a transpose or VJP whose binding
     # has no abstract function for it: the transpose rule knows them (the primals').
     out_hint: tuple | None = None
-    # The call's pytree structure (JAX-native API; see _native.Trees), or None.
+    # The call's pytree structure (JAX-native API; see _native.trees.call_trees), or None.
     trees: object = None
     # Run by the host callback that carries the binding's effect (see _rules.lowering,
     # effects under Shardy): this call has no effect of its own.

@@ -26,7 +26,6 @@ __all__ = [
     "current_state",
     "load_state",
     "outside_programs",
-    "refuse_setup_reentry",
     "setting_up",
     "setup_reentered",
     "state",
@@ -87,6 +86,23 @@ class StateDef:
                 "or give the setup parameter a default"
             )
         return chosen
+
+    def refuse_reentry(self, kwargs_dump, label: str) -> None:
+        """At a bind of an op with this state and keyword arguments `kwargs_dump` (a
+        KwargsDump): ValueError if a setup running on this thread is making the state
+        this call would use (this declaration, with equal setup arguments). For a state
+        with key= the key values are not known at the bind; the run time refuses such a
+        call instead. (A method, so the primitive reaches it through the op's options
+        without importing this module.)"""
+        setups = getattr(_local, "setups", None)
+        if not setups or self.key:
+            return
+        try:
+            frozen = encode_kwargs(self.arguments(kwargs_dump.to_dict(), label), "state setup").blob
+        except TypeError:
+            return  # (the call fails later, naming the missing argument)
+        if any(s is self and f == frozen for s, f in setups):
+            raise ValueError(setup_reentered(label, self))
 
 
 @overload
@@ -296,23 +312,6 @@ def setup_reentered(label: str, sdef: StateDef) -> str:
         "A setup must not call an op that uses the state it is making: compute what it "
         "needs with NumPy or plain JAX, or call the op before or after, outside the setup"
     )
-
-
-def refuse_setup_reentry(binding, kwargs_dump, label: str) -> None:
-    """At the bind of `binding` with keyword arguments `kwargs_dump` (a KwargsDump):
-    ValueError if a setup running on this thread is making the state this call would
-    use (its declaration, with equal setup arguments). For a state with key= the key
-    values are not known at the bind; the run time refuses such a call instead."""
-    setups = getattr(_local, "setups", None)
-    sdef = binding.options.state
-    if not setups or sdef is None or sdef.key:
-        return
-    try:
-        frozen = encode_kwargs(sdef.arguments(kwargs_dump.to_dict(), label), "state setup").blob
-    except TypeError:
-        return  # (the call fails later, naming the missing argument)
-    if any(s is sdef and f == frozen for s, f in setups):
-        raise ValueError(setup_reentered(label, sdef))
 
 
 def teardown_message(label: str, sdef: StateDef, exc: BaseException) -> str:

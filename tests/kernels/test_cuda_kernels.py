@@ -1,6 +1,6 @@
 """CUDA kernels (jaxbind.cuda_kernel) as far as a machine without a GPU can check them:
 the options, the lowering to the command-buffer-compatible target, each signature's
-launch, and the errors of a CPU program. Launches on a GPU: tests/gpu/test_cuda_kernels.py.
+launch, and the errors of a CPU program. Launches on a GPU: tests/gpu/test_gpu_kernels.py.
 """
 
 import jax

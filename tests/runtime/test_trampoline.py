@@ -250,6 +250,27 @@ def test_extension_reports_its_build():
     assert len(_ext.ffi_api_version) == 2
 
 
+def test_python_and_the_trampoline_allow_the_same_batch_levels():
+    """_callformat.MAX_LEVELS is the trampoline's own limit (C++'s Loop::kMaxLevels, which
+    the extension does not export): a site of that many levels is made, and one more is
+    refused by the attributes' reader and by the trampoline alike."""
+    from jaxbind._runtime.sites import SiteDescription
+
+    def site(levels):
+        description = SiteDescription(
+            "tests.levels", "'tests.levels' (f)", None, None, levels, (True,), "device",
+            lambda ins, outs: None, None, None,
+        )  # fmt: skip
+        return _ext.Site(description)
+
+    most = _callformat.MAX_LEVELS
+    site(most)
+    with pytest.raises(ValueError, match="batch levels are out of range"):
+        site(most + 1)
+    with pytest.raises(Exception, match=rf"batch levels \({most + 1}\) are out of range"):
+        _raw_call(jnp.ones(3), **_attrs(fmt=4, levels=most + 1, flags=b"\1"))
+
+
 # The trampoline reuses a site's array views from one call to the next (only the
 # data pointer changes). These check that reuse never hands a callable a stale view.
 

@@ -276,6 +276,13 @@ def _pokes_kwarg(out, args, kd):
     _poke(jaxbind.load_kwargs(kd)["weights"], 7.0)
 
 
+def _failure(op, *args, **options) -> str:
+    """The message of the check of `op` on `args`, which fails."""
+    with pytest.raises(AssertionError) as info:
+        check(op, *args, verbose=False, **options)
+    return str(info.value)
+
+
 def _row(text: str, check_name: str, target: str) -> bool:
     return f"- {check_name} [{target}" in text.split("\n\n")[0]
 
@@ -284,9 +291,7 @@ def test_catches_a_callable_that_writes_its_input(enable_x64):
     op = jaxbind.get_linear_call(
         _copy_pokes_input, copy_last, same_as_first, None, name="tests.pokes_f"
     )
-    with pytest.raises(AssertionError) as info:
-        check(op, random((4,), seed=1), verbose=False)
-    text = str(info.value)
+    text = _failure(op, random((4,), seed=1))
     assert "'tests.pokes_f' failed" in text
     assert _row(text, "inputs unchanged", "the function: input 0, float64]")
     assert "the function wrote 100% of its input 0" in text
@@ -296,9 +301,7 @@ def test_catches_a_transpose_that_writes_its_cotangent(enable_x64):
     op = jaxbind.get_linear_call(
         copy_last, _transpose_pokes_cotangent, same_as_first, None, name="tests.pokes_T"
     )
-    with pytest.raises(AssertionError) as info:
-        check(op, random((4,), seed=2), verbose=False)
-    text = str(info.value)
+    text = _failure(op, random((4,), seed=2))
     assert _row(text, "inputs unchanged", "the transpose: input 0, float64]")
     assert not _row(text, "inputs unchanged", "the function")
 
@@ -321,9 +324,7 @@ def test_catches_a_native_jvp_that_writes_a_primal(enable_x64):
     def _(primals, cotangent):
         return (np.cos(primals[0]) * cotangent,)
 
-    with pytest.raises(AssertionError) as info:
-        check(sin, random((5,), seed=3), verbose=False)
-    text = str(info.value)
+    text = _failure(sin, random((5,), seed=3))
     assert _row(text, "inputs unchanged", "the JVP: input 0, float64]")
     assert "the JVP wrote 20% of its input 0" in text
     assert not _row(text, "inputs unchanged", "the VJP")
@@ -333,9 +334,7 @@ def test_catches_a_write_into_an_array_keyword_argument(enable_x64):
     op = jaxbind.get_linear_call(
         _pokes_kwarg, copy_last, same_as_first, None, name="tests.pokes_kwarg"
     )
-    with pytest.raises(AssertionError) as info:
-        check(op, random((3,), seed=4), weights=np.ones(2), verbose=False)
-    text = str(info.value)
+    text = _failure(op, random((3,), seed=4), weights=np.ones(2))
     assert _row(text, "inputs unchanged", "the function: keyword argument 'weights'")
     assert "wrote 100% of keyword argument 'weights'" in text
 
@@ -363,9 +362,7 @@ def clobber_lib(tmp_path_factory):
 def test_catches_a_c_kernel_that_writes_its_input(enable_x64, clobber_lib, how):
     k = c_kernel(clobber_lib, how, "copy_then_clobber")
     op = jaxbind.get_linear_call(copy_last, k, same_as_first, None, name=f"tests.clobber_{how}")
-    with pytest.raises(AssertionError) as info:
-        check(op, random((4,), seed=5), verbose=False)
-    text = str(info.value)
+    text = _failure(op, random((4,), seed=5))
     assert _row(text, "inputs unchanged", "the transpose: input 0, float64]")
 
 
@@ -429,9 +426,7 @@ def test_linearity_row_names_the_cause(enable_x64, f, row, why):
     op = jaxbind.get_linear_call(
         f, copy_last, same_as_first, None, name=f"tests.not_linear{f.__name__}"
     )
-    with pytest.raises(AssertionError) as info:
-        check(op, random((5,), seed=8), verbose=False)
-    text = str(info.value)
+    text = _failure(op, random((5,), seed=8))
     assert _row(text, row, "argument 0, float64]")
     assert why in text
 
@@ -443,9 +438,7 @@ def test_linearity_of_a_multilinear_op_is_per_argument(enable_x64):
     op = jaxbind.get_linear_call(
         add, (copy_last, copy_last), same_as_first, name="tests.sum_as_bilinear"
     )
-    with pytest.raises(AssertionError) as info:
-        check(op, random((3,), seed=9), random((3,), seed=10), verbose=False)
-    text = str(info.value)
+    text = _failure(op, random((3,), seed=9), random((3,), seed=10))
     assert _row(text, "linearity: f(0) = 0", "argument 0")
     assert _row(text, "linearity: f(0) = 0", "argument 1")
 
