@@ -93,6 +93,7 @@ COMMON = {
     "_kernels.source",
     "_kernels.state",
     "_options",
+    "_where",
     "_sharding",
     # keyword arguments: the dump and its blobs (__init__), the JSON form as one table of
     # kinds (codec), a dtype's form, values held in this process, the copies a dump keeps

@@ -188,7 +188,7 @@ def check_body_runs(what: str, fn, name, options: Options) -> None:
     """A generator or async function returns without running its body: its results
     would never be written. Refused here, as the trampoline refuses a return value."""
     target = fn.func if isinstance(fn, functools.partial) else fn
-    if options.state is not None and Body.of(fn) is Body.KERNEL:  # it must see the state
+    if options.state is not None and Body.of(fn).compiled:  # it must see the state
         fn.check_state(f"jaxbind: {what} of '{name or _default_name(fn)}'")
     if (
         inspect.isgeneratorfunction(target)
@@ -206,7 +206,7 @@ def check_body_runs(what: str, fn, name, options: Options) -> None:
 def _default_name(f) -> str:
     """``module.qualname`` of the function (a numba kernel's Python function; a kernel of
     another kind by its own name, ``kernel.<name>``), not of the kernel's class."""
-    if Body.of(f) is Body.KERNEL:
+    if Body.of(f).compiled:
         fn = getattr(f, "_fn", None)
         if fn is None:
             return f"kernel.{f.name}"
@@ -257,10 +257,10 @@ def make_op(
     if name is None:
         name = _default_name(f)
     roles = role_table(kind, f, transposes, derivatives, abstract, abstract_T, reference)
-    if options.vectorized and any(r.kind is Body.KERNEL for r in roles.values()):
+    if options.vectorized and any(r.kind.compiled for r in roles.values()):
         raise TypeError(f"{about(name)} has {words(options).kernel_batching()}")
     f_body = roles["f"].body
-    if options.aliases and roles["f"].kind is Body.KERNEL and f_body.reduction is not None:
+    if options.aliases and roles["f"].kind.compiled and f_body.reduction is not None:
         aliases = ", ".join(f"{i}: {o}" for i, o in options.aliases)
         raise ValueError(
             f"{about(name)}: input_output_aliases={{{aliases}}} lets outputs share inputs' "
@@ -281,7 +281,7 @@ def check_reference(reference, name: str, options: Options) -> None:
     """A reference is a function (of JAX arrays), and the op computes only outputs."""
     if reference is None:
         return
-    if not callable(reference) or Body.of(reference) is Body.KERNEL:
+    if not callable(reference) or Body.of(reference).compiled:
         raise TypeError(
             f"{about(name)}: reference must be a JAX function of the op's arrays and keyword "
             f"arguments that returns its outputs, got {reference!r}"
@@ -304,7 +304,7 @@ def check_state_key(name: str, options: Options, roles: dict) -> None:
     if sdef is None or not options.state_key:
         return
     for entry in roles.values():
-        if entry.body is None or entry.kind is Body.JAX:
+        if entry.body is None or entry.kind.traced:
             continue
         for k, p, at in zip(
             sdef.key, options.state_key, entry.positions(options.state_key, options.fixed)

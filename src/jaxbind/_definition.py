@@ -44,7 +44,7 @@ import numpy as np
 
 from ._errors import words
 from ._options import Options
-from ._roles import Body, JaxFunction, OpBase, ReferenceRole, RoleDef
+from ._roles import Body, JaxFunction, OpBase, RoleDef
 
 __all__ = [
     "CHOSEN_AT_LOWERING",
@@ -249,7 +249,7 @@ def _inlined(roles: Mapping[str, RoleDef]) -> str | None:
         parts.append(["reference", identity(reference)])
     for name in sorted(roles):
         entry = roles[name]
-        if entry.kind is Body.JAX and not isinstance(entry.body, ReferenceRole):
+        if entry.kind is Body.JAX:
             parts.append([name, identity(entry.body)])
     if not parts:
         return None

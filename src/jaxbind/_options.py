@@ -20,6 +20,7 @@ from typing import Any, TypedDict
 
 import numpy as np
 
+from ._roles import NATIVE_PLATFORMS
 from ._sharding import RuleError, Sharding
 
 __all__ = [
@@ -270,10 +271,11 @@ def _prefer_reference(what: str, name: str | None, options: Mapping[str, Any]) -
         platforms = tuple(value)
     except TypeError:
         platforms = None
-    if platforms is None or not all(p in ("cpu", "cuda") for p in platforms):
+    if platforms is None or not all(p in NATIVE_PLATFORMS for p in platforms):
+        native = " and ".join(f'"{p}"' for p in NATIVE_PLATFORMS)  # (the table of body kinds)
         raise ValueError(
             f"{_op(what, name)}: prefer_reference must be a sequence of the platforms where "
-            'the op has a native body, "cpu" and "cuda" (elsewhere its reference runs '
+            f"the op has a native body, {native} (elsewhere its reference runs "
             f"anyway), got {value!r}"
         )
     if platforms and (options.get("has_side_effect") or options.get("ordered")):

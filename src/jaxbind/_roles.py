@@ -10,10 +10,12 @@ function (the shapes of its outputs), its argument layout (`Args`) and its
 transpose partner. `role_table` builds the table from what either API was
 given; the rules read it and never ask which API made the op.
 
-A body is one of the `Body` kinds: a Python callable, which the trampoline
-calls while the program runs; a compiled kernel, which it calls without the GIL; or a
-JAX function, which is traced into the program.
-The rules for each kind are grouped in ``jaxbind._rules`` (one set per kind).
+A body is one of the `Body` kinds, a table with a row per kind: a Python callable, which
+the trampoline calls while the program runs; a compiled kernel, which it calls without
+the GIL; a CUDA kernel, which it launches on a GPU; a JAX function, which is traced into
+the program; or the role derived from the op's reference, traced as well. What runs a
+call on a platform is asked of _where.runs; the rules for each kind are grouped in
+``jaxbind._rules`` (one set per kind).
 
 Roles travel as text (in the CallSpec and in a program's ``role`` attribute) and are
 parsed once into a `Role`.
@@ -29,10 +31,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = [
+    "ANYWHERE",
     "Args",
     "Body",
     "JaxFunction",
     "Kind",
+    "NATIVE_PLATFORMS",
     "OpBase",
     "ReferenceRole",
     "Role",
@@ -43,6 +47,7 @@ __all__ = [
     "jax_function",
     "role_table",
     "same_values",
+    "XLA_PLATFORMS",
 ]
 
 
@@ -134,6 +139,10 @@ def same_values(a, b) -> bool:
 # --- bodies ----------------------------------------------------------------------------
 
 
+# The platforms of a body traced into the program (Body.platforms): any the program has
+ANYWHERE = ("any",)
+
+
 class OpBase:
     """What every jaxbind op is (the Op class of _api derives from it). An op is a JAX
     function, so it can be the body of another op's derivative."""
@@ -217,25 +226,56 @@ def is_jax_function(fn) -> bool:
 
 
 class Body(enum.Enum):
-    """What computes a role, and so which set of rules applies to its calls."""
+    """The kinds of body, one table as the lowering's targets are one (_rules.targets):
+    what computes a role, and so which set of rules applies to its calls
+    (_rules.BODY_RULES) and what runs a call of it on each platform (_where.runs, the one
+    function that reads the platforms).
 
-    CALLABLE = "callable"  # a Python callable, called by the trampoline at run time
-    KERNEL = "kernel"  # compiled code (see _kernels), called by the trampoline without the GIL
-    JAX = "jax"  # a JAX function, traced into the program at trace time
+    Columns:
+      platforms: where it runs itself, as JAX's lowering names platforms (`ANYWHERE`: it is
+        traced into the program, so it runs wherever the program does);
+      calls: the target table's ``calls`` column of its custom call ("": none, traced);
+      traced: JAX sees its computation (and so differentiates, batches and partitions it);
+      compiled: compiled code the trampoline runs without the GIL (see _kernels: a
+        kernel's class declares its kind, ``body_kind``).
+    """
+
+    # fmt: off
+    #              value          platforms        calls     traced compiled
+    CALLABLE    = ("callable",    ("cpu", "cuda"), "plain",  False, False)
+    KERNEL      = ("kernel",      ("cpu", "cuda"), "plain",  False, True)  # jaxbind.kernel
+    CUDA_KERNEL = ("cuda_kernel", ("cuda",),       "kernel", False, True)  # .cuda_kernel
+    JAX         = ("jax",         ANYWHERE,        "",       True,  False)  # jax_function, op
+    DERIVED     = ("derived",     ANYWHERE,        "",       True,  False)  # from the reference
+    # fmt: on
+
+    platforms: tuple[str, ...]
+    calls: str
+    traced: bool
+    compiled: bool
+
+    def __new__(cls, value: str, platforms: tuple, calls: str, traced: bool, compiled: bool):
+        kind = object.__new__(cls)
+        kind._value_ = value
+        kind.platforms, kind.calls, kind.traced, kind.compiled = platforms, calls, traced, compiled
+        return kind
 
     @staticmethod
     def of(fn) -> Body:
         """The kind of `fn`: a body that is not a Python callable says so (a compiled
-        kernel's class has ``body_kind = Body.KERNEL``, see _kernels)."""
+        kernel's class has ``body_kind``, see _kernels)."""
         declared = getattr(type(fn), "body_kind", None)
         if isinstance(declared, Body):
             return declared
+        if isinstance(fn, ReferenceRole):
+            return Body.DERIVED
         return Body.JAX if is_jax_function(fn) else Body.CALLABLE
 
-    @property
-    def traced(self) -> bool:
-        """Whether JAX sees the body's own computation (and so differentiates it)."""
-        return self is Body.JAX
+
+# The platforms where some kind of body runs itself (every other platform runs traced
+# bodies and references only), and the names XLA registers targets under on each
+NATIVE_PLATFORMS = tuple(dict.fromkeys(p for k in Body if not k.traced for p in k.platforms))
+XLA_PLATFORMS = {"cpu": "cpu", "cuda": "CUDA"}
 
 
 # --- argument layouts --------------------------------------------------------------------

@@ -35,27 +35,31 @@ class BodyKind:
     """A kind of body: what computes the op's roles (see bodies.py).
 
     Attributes:
-      bodies: the project's kinds of body (jaxbind._roles.Body) among its roles' bodies.
+      body: f's kind of body, its row of the project's table (jaxbind._roles.Body): where
+        it runs (its platforms) decides whether a cell can run on this CPU.
+      bodies: the project's kinds of body among all its roles' bodies.
       kernel_class: the class of its compiled bodies ("" for none).
       rules: how the derivative roles are given ("declared": of the same kind, "jax":
         JAX functions, "derived": none, derived from the reference).
       reference: whether the op has a JAX reference.
     """
 
+    body: Body
     bodies: tuple[Body, ...]
     kernel_class: str = ""
     rules: str = "declared"
     reference: bool = True
 
 
+_CALLABLE, _KERNEL, _CUDA = Body.CALLABLE, Body.KERNEL, Body.CUDA_KERNEL
 BODY_KINDS = {
-    "callable": BodyKind((Body.CALLABLE,)),
-    "numba": BodyKind((Body.KERNEL,), "Kernel"),
-    "c": BodyKind((Body.KERNEL,), "Kernel"),
-    "jax": BodyKind((Body.CALLABLE, Body.JAX), rules="jax"),
-    "derived": BodyKind((Body.CALLABLE, Body.JAX), rules="derived"),  # rules: the reference's
-    "cuda": BodyKind((Body.KERNEL,), "CudaKernel"),  # on a CPU-only machine: the reference runs
-    "cuda_noref": BodyKind((Body.KERNEL,), "CudaKernel", reference=False),  # refused, by name
+    "callable": BodyKind(_CALLABLE, (_CALLABLE,)),
+    "numba": BodyKind(_KERNEL, (_KERNEL,), "Kernel"),
+    "c": BodyKind(_KERNEL, (_KERNEL,), "Kernel"),
+    "jax": BodyKind(_CALLABLE, (_CALLABLE, Body.JAX), rules="jax"),
+    "derived": BodyKind(_CALLABLE, (_CALLABLE, Body.DERIVED), rules="derived"),
+    "cuda": BodyKind(_CUDA, (_CUDA,), "CudaKernel"),  # on a CPU-only machine: the reference runs
+    "cuda_noref": BodyKind(_CUDA, (_CUDA,), "CudaKernel", reference=False),  # refused, by name
 }
 
 APIS = ("jaxbind13", "native")
@@ -151,9 +155,9 @@ class Cell:
         kind = BODY_KINDS[self.kind]
         if self.option == "vectorized" and kind.kernel_class:
             return "a compiled kernel batches through jaxbind.kernel(batches=True), not vectorized="
-        if not kind.reference and self.transform != "check":
+        if not kind.reference and "cpu" not in kind.body.platforms and self.transform != "check":
             # (check reports each row "not checked" on a CPU: nothing runs the kernel there)
-            return "a CUDA kernel without a reference cannot run in a CPU program"
+            return "a body that does not run on the CPU, without a reference, cannot run there"
         return None
 
 

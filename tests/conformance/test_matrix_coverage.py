@@ -5,6 +5,8 @@ matrix.py covers it (or names the tests that do, where a cell cannot run on this
 import inspect
 import pathlib
 
+import pytest
+from conformance.bodies import build
 from conformance.matrix import (
     APIS,
     BODY_KINDS,
@@ -12,6 +14,7 @@ from conformance.matrix import (
     OPTIONS_ELSEWHERE,
     TARGET_ROWS,
     TRANSFORMS,
+    Cell,
     all_cells,
     sample,
 )
@@ -21,6 +24,7 @@ from jaxbind import _definition, _kernels
 from jaxbind._kernels import cuda
 from jaxbind._roles import Body
 from jaxbind._rules.targets import TARGETS
+from jaxbind._where import runs
 
 TESTS = pathlib.Path(__file__).resolve().parent.parent
 
@@ -34,6 +38,23 @@ def _named_tests_exist(text: str) -> None:
 
 def test_every_kind_of_body_is_a_row():
     assert {b for k in BODY_KINDS.values() for b in k.bodies} == set(Body)
+    assert all(k.body in k.bodies for k in BODY_KINDS.values())
+
+
+@pytest.mark.parametrize("kind", sorted(BODY_KINDS))
+@pytest.mark.parametrize("api", APIS)
+def test_each_row_builds_ops_of_its_kinds_and_refuses_where_the_project_refuses(kind, api):
+    """A row's op has the kinds of body the row names (the project's table says so, by
+    Body.of), and a cell expects a refusal on the CPU exactly where jaxbind._where.runs
+    refuses the op there."""
+    row = BODY_KINDS[kind]
+    op = build(kind, api, "nonlinear/float32", name=f"conformance.kinds.{kind}.{api}").op
+    binding = op.binding
+    assert {binding.role(r).kind for r in binding.roles} == set(row.bodies)
+    here = runs(binding, "f", "cpu")
+    assert here.kind is row.body
+    refused = Cell(kind, api, "nonlinear/float32", "plain", "jit").refusal() is not None
+    assert (here.row == "refused") == refused, here
 
 
 def test_every_kernel_class_is_a_row():

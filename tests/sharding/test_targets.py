@@ -10,6 +10,7 @@ import pytest
 from support.processes import run_python
 
 import jaxbind
+from jaxbind._roles import NATIVE_PLATFORMS, XLA_PLATFORMS, Body
 from jaxbind._rules import spmd, targets
 from jaxbind._rules.targets import TARGETS, pick
 
@@ -48,14 +49,16 @@ def test_each_partitioned_row_calls_a_row_like_itself_on_each_device():
         assert device.handlers == row.handlers
 
 
-@pytest.mark.parametrize("platform", ["cpu", "cuda"])
-def test_every_kind_of_call_has_a_row(platform):
-    for effect, kernel, partitioned in [(1, 0, 0), (0, 1, 0), (0, 1, 1), (0, 0, 0), (0, 0, 1)]:
-        row = pick(
-            platform, effect=bool(effect), kernel=bool(kernel), partitioned=bool(partitioned)
-        )
-        assert row.platform == platform and row.partitioner == bool(partitioned)
-        assert row.command_buffers == (kernel and not effect and platform == "cuda")
+@pytest.mark.parametrize("kind", [k for k in Body if not k.traced], ids=lambda k: k.value)
+def test_every_kind_of_body_has_a_row_on_each_platform_it_runs_on(kind):
+    for platform in kind.platforms:
+        for effect, partitioned in [(1, 0), (0, 0), (0, 1)]:
+            row = pick(platform, kind, effect=bool(effect), partitioned=bool(partitioned))
+            assert row.platform == platform and row.partitioner == bool(partitioned)
+            assert row.command_buffers == (kind is Body.CUDA_KERNEL and not effect)
+    # and a platform with custom calls' rows is one where a kind of body runs itself
+    assert {t.platform for t in TARGETS if t.custom_call} == set(NATIVE_PLATFORMS)
+    assert set(XLA_PLATFORMS) == set(NATIVE_PLATFORMS)
 
 
 def test_a_program_made_before_the_per_device_target_reads_as_the_plain_one():

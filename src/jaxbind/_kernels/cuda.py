@@ -156,7 +156,7 @@ class CudaKernel:
       entry: the kernel function's name in it.
     """
 
-    body_kind = Body.KERNEL  # what the rules see: compiled code the trampoline runs
+    body_kind = Body.CUDA_KERNEL  # what the rules see: compiled code the trampoline launches
     batches = False  # launched once per batch element by jaxbind's loop
     reduction = None
     origin = "CUDA kernel"

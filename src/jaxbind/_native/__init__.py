@@ -387,7 +387,7 @@ def _decorator(
         where = str(name or getattr(fn, "__qualname__", "op"))
         # (a kernel's function takes its outputs first: the shape function names the
         # op's arguments)
-        if Body.of(fn) is Body.KERNEL:
+        if Body.of(fn).compiled:
             keyed = state_key_positions(checked, shape, where, "the op's shape function")
         else:
             keyed = state_key_positions(checked, fn, where, "the op's function")

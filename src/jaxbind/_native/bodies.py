@@ -61,7 +61,7 @@ def check_declared(name: str, declared, effectful: bool) -> None:
 
 def check_takes_state(name: str, what: str, fn) -> None:
     """An op given ``state=``: each body takes it (a ``state`` parameter, or ``**kwargs``)."""
-    if Body.of(fn) is Body.KERNEL:
+    if Body.of(fn).compiled:
         fn.check_state(f"{about(name)} ({what})")
         return
     try:
@@ -347,7 +347,7 @@ def body(native, fn, args: Args, what: str, index=None):
     )
     if native.options.state is not None:
         check_takes_state(name, what, fn)
-    if Body.of(fn) is Body.KERNEL:
+    if Body.of(fn).compiled:
         return fn
     check_body_runs(what, fn, name, native.options)
     return _Callable(native, fn, args, what, index=index)

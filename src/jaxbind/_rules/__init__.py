@@ -12,8 +12,9 @@ the role's body (see _roles.Body), one set per kind of body:
 - a JAX function: traced into the program (jaxfn); a role the op gave no body but
   whose reference derives it (reference) is one.
 
-The lowering is registered for CPU and CUDA, where native bodies run, and for every
-other platform (JAX's default rule), where only a reference can.
+The lowering is registered for CPU and CUDA, where native bodies run (_roles.Body's
+platforms), and for every other platform (JAX's default rule), where only traced bodies
+and references can; jaxbind._where.runs says which computes a call.
 
 Each generic rule takes the role from the CallSpec parameter and reads the binding's
 role table. `register_rules` gives them to JAX once, at import; no binding adds or
@@ -23,21 +24,18 @@ removes anything in JAX's tables.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .._compat import define_primitive, explain_checkpoint_effects
 from .._errors import about
-from .._kernels import Kernel
-from .._kernels.cuda import CudaKernel
 from .._primitive import PRIMITIVE, eager_impl
-from .._roles import Body
+from .._roles import NATIVE_PLATFORMS, Body
 from .._spec import CallSpec
 from . import abstract, batching, jaxfn, lowering
 from .ad import jvp_rule, transpose_rule
 from .effects import effects_of, explain_checkpoint
 from .partitioning import check_call, typed_results
 from .reference import platform_of
-from .targets import NATIVE_PLATFORMS
 
 __all__ = ["BODY_RULES", "BodyRules", "register_rules"]
 
@@ -56,8 +54,8 @@ def _kernel_output_avals(spec: CallSpec, avals):
     outs = abstract.output_avals(spec, avals)
     binding = spec.binding
     shape_fns = [r.abstract for r in binding.roles.values() if r.abstract is not None]
-    kernel = binding.body(spec.role)
-    assert isinstance(kernel, (Kernel, CudaKernel))
+    kernel: Any = binding.body(spec.role)  # a Kernel or a CudaKernel
+    assert spec.entry.kind.compiled
     kernel.check_call(
         spec.kwargs.names(),
         len(avals),
@@ -73,7 +71,10 @@ BODY_RULES = {
     Body.CALLABLE: BodyRules(abstract.output_avals, batching.batch_rule, lowering.lower),
     # the same custom call: the trampoline finds a kernel behind the site, not a callable
     Body.KERNEL: BodyRules(_kernel_output_avals, batching.batch_rule, lowering.lower),
+    Body.CUDA_KERNEL: BodyRules(_kernel_output_avals, batching.batch_rule, lowering.lower),
     Body.JAX: BodyRules(jaxfn.output_avals, jaxfn.batch, jaxfn.lower),
+    # the role's function made from the op's reference: a JAX function like any other
+    Body.DERIVED: BodyRules(jaxfn.output_avals, jaxfn.batch, jaxfn.lower),
 }
 
 

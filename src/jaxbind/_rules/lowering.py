@@ -35,11 +35,13 @@ from .._compat import (
     set_sharding,
 )
 from .._definition import inlined, record
-from .._errors import ExportedDefaultNameWarning, about
-from .._kernels.cuda import CudaKernel
+from .._errors import ExportedDefaultNameWarning
 from .._kwargs import data_blob, is_local, localized, not_data_reason
 from .._primitive import eager
+from .._references import mode
+from .._roles import Body
 from .._spec import CallSpec
+from .._where import runs
 from .effects import ORDERED
 from .jaxfn import lower_by_reference
 from .jaxlib07 import cpu_root_call_form
@@ -51,15 +53,14 @@ from .partitioning import (
     rule_mark,
     to_sdy,
 )
-from .reference import lowers_by_reference
 from .targets import TARGETS, Target, pick, row
 
 __all__ = ["CPU_TARGET", "CUDA_KERNEL_TARGET", "CUDA_TARGET", "lower"]
 
 # The plain rows' names (tests and tools call them directly)
-CPU_TARGET = pick("cpu", effect=False, kernel=False, partitioned=False).name
-CUDA_TARGET = pick("cuda", effect=False, kernel=False, partitioned=False).name
-CUDA_KERNEL_TARGET = pick("cuda", effect=False, kernel=True, partitioned=False).name
+CPU_TARGET = pick("cpu", Body.CALLABLE, effect=False, partitioned=False).name
+CUDA_TARGET = pick("cuda", Body.CALLABLE, effect=False, partitioned=False).name
+CUDA_KERNEL_TARGET = pick("cuda", Body.CUDA_KERNEL, effect=False, partitioned=False).name
 # Keyword arguments whose encoding is larger than this are not copied into programs
 # that stay in this process: the program names them by digest (exports carry them).
 _EMBED_LIMIT = 16 * 1024
@@ -81,14 +82,19 @@ def _suffix_warning(name: str) -> str:
 
 def lower(platform: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
     """A call of a role whose body is a callable or a kernel, lowered for `platform`, by
-    the target table's row (.targets) that the call takes: the reference row (the op's
-    JAX reference inlined, by .jaxfn: see .reference for when), or the trampoline's custom
-    call, by one path: the call's attributes, its operands in the form the row's
-    platform needs (.jaxlib07), the custom call, then what its row and marking add (the
-    rule, the batch marking, the run-once sharding of effects, the token)."""
+    what jaxbind._where.runs says computes it: the target table's reference row (the op's
+    JAX reference inlined, by .jaxfn), JAX's host callback (`_hosted`), or the
+    trampoline's custom call, by one path: the call's attributes, its operands in the
+    form the row's platform needs (.jaxlib07), the custom call, then what its row and
+    marking add (the rule, the batch marking, the run-once sharding of effects, the
+    token)."""
     binding = spec.binding
     binding.body(spec.role)  # a role the op was given no body for: say so now, not when run
-    if not spec.hosted and lowers_by_reference(spec, platform):  # the REFERENCE row
+    effect = None if spec.hosted else binding.options.effect
+    spread = effect is not None and config_use_shardy() and auto_partitioned_devices(ctx) > 1
+    where = runs(binding, spec.role, platform, switch=mode(), spread=spread, hosted=spec.hosted)
+    where.refusal()
+    if where.row == "reference":  # the REFERENCE row
         return lower_by_reference(ctx, *args, spec=spec)
     exporting = for_export(ctx)
     if exporting and binding.default_name and "#" in binding.name:
@@ -102,7 +108,6 @@ def lower(platform: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
     # programs can have no keep-alives: the loading process keeps its bindings.
     if not exporting:
         ctx.module_context.add_keepalive(binding)
-    effect = None if spec.hosted else binding.options.effect
     if exporting and effect is not None:
         raise TypeError(
             f"jaxbind: cannot export '{binding.name}': it has side effects "
@@ -110,8 +115,8 @@ def lower(platform: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
             "cannot load programs with effects that are not JAX's own. Export a variant "
             "without has_side_effect/ordered"
         )
-    if effect is not None and config_use_shardy() and auto_partitioned_devices(ctx) > 1:
-        return _hosted(ctx, args, spec, platform)
+    if where.row == "hosted":
+        return _hosted(ctx, args, spec)
     aliases = dict(binding.options.aliases) if spec.role == "f" else {}
     token = ctx.tokens_in.get(ORDERED) if effect == "ordered" else None
     outer = ctx
@@ -125,8 +130,7 @@ def lower(platform: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
         aliases = {i + 1: k + 1 for i, k in aliases.items()}
     # effects and aliases refuse a rule, and calls with effects are never split
     mark = rule_mark(ctx, spec, len(ctx.avals_out)) if effect is None else NOT_MARKED
-    kernel = isinstance(binding.body(spec.role), CudaKernel)
-    target = pick(platform, effect=effect is not None, kernel=kernel, partitioned=bool(mark.rule))
+    target = pick(platform, where.kind, effect=effect is not None, partitioned=bool(mark.rule))
     args, nested = cpu_root_call_form(
         target,
         ctx,
@@ -148,7 +152,7 @@ def lower(platform: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
         len(args) - (token is not None),
         spec.n_fixed,
         trees,
-        definition=_definition(spec, mark, kernel),
+        definition=_definition(spec, mark, where.kind is Body.CUDA_KERNEL),
     )
     attributes = call.ffi_attributes()
     if mark.rule is not None:
@@ -226,7 +230,7 @@ def _partitioning(mark: RuleMark, target: Target) -> str:
 HOSTED_CALLS: dict = {}
 
 
-def _hosted(ctx: mlir.LoweringRuleContext, args, spec: CallSpec, platform: str):
+def _hosted(ctx: mlir.LoweringRuleContext, args, spec: CallSpec):
     """An effectful call in a program that Shardy partitions over several devices.
 
     Such a call must run once, on one device, over the whole logical arrays: never on
@@ -238,16 +242,7 @@ def _hosted(ctx: mlir.LoweringRuleContext, args, spec: CallSpec, platform: str):
     carries, as a one-device program on the host: the same trampoline, kernels and batch
     loop as any other call, so under vmap the body runs once per real batch element.
     """
-    binding = spec.binding
-    if platform != "cpu":
-        raise TypeError(
-            f"{about(binding.name)} has side effects "
-            f"({'ordered=True' if binding.options.effect == 'ordered' else 'has_side_effect=True'})"
-            " and is called in a GPU program that Shardy partitions over several devices; "
-            "jaxbind runs such calls once, on one device, on CPU only. Call it inside "
-            "jax.shard_map (once per shard), outside the sharded program, or with "
-            "jax_use_shardy_partitioner=False"
-        )
+    binding = spec.binding  # (on the CPU: jaxbind._where.runs refuses other platforms)
     program = eager(HOSTED_CALLS, dataclasses.replace(spec, hosted=True))
     host = jax.devices("cpu")[0]
 

@@ -42,7 +42,7 @@ from .._compat import (
 )
 from .._errors import about, words
 from .._options import Options
-from .._roles import Body, Role, RoleDef
+from .._roles import Role, RoleDef
 from .._sharding import RuleError, Sharding, ShardingRule, to_f
 from .._spec import BatchAxes, CallSpec
 
@@ -122,7 +122,7 @@ def call_rule(spec: CallSpec, avals: Sequence[Any], outs: Sequence[Any]) -> Call
     for the call's shapes and keyword arguments: every rule of the call (its checks, its
     results' types, its lowering, its record) reads that one answer."""
     sharding = spec.binding.options.sharding
-    if sharding is None or spec.entry.kind is Body.JAX:
+    if sharding is None or spec.entry.kind.traced:
         return None
     shapes = f_shapes(spec, avals, outs) if sharding.function is not None else ()
     found = sharding.for_call(shapes, spec.kwargs.to_dict(), about(spec.name), key=spec.kwargs)
@@ -162,7 +162,7 @@ def check_declaration(name: str, options: Options, roles: dict[str, RoleDef]) ->
             "argument, the fixed ones included, and the op needs one argument after them"
         )
     for entry in roles.values():
-        if entry.body is None or entry.kind is Body.JAX:  # traced: JAX partitions its code
+        if entry.body is None or entry.kind.traced:  # traced: JAX partitions its code
             continue
         try:
             rule.for_role(entry.role.text, fixed)

@@ -9,7 +9,7 @@ them. They serve twice:
 - as the body of a role the op declares no rule for (a derived rule): a JAX-function
   body, traced into the program by .jaxfn like any other, so a forward-only op with a
   reference differentiates, transposes and batches to any order;
-- in place of a native body, where `lowers_by_reference` says so (a platform the op has
+- in place of a native body, where jaxbind._where.runs says so (a platform the op has
   no body for, the op's ``prefer_reference=``, the `use_reference` switch): the lowering
   takes the target table's reference row, and .jaxfn inlines the role's function
   (`checked` against the call's declared outputs), batched as the call is; the program
@@ -28,63 +28,18 @@ import numpy as np
 
 from .._compat import ShapedArray, lowering_platforms
 from .._errors import about, add_context, words
-from .._kernels.cuda import CudaKernel
-from .._references import mode
 from .._roles import ReferenceRole, for_call
 from .._spec import CallSpec
 from .abstract import declared_outputs
-from .targets import NATIVE_PLATFORMS
 
 __all__ = [
     "checked",
     "named_failures",
     "not_reentered",
-    "lowers_by_reference",
-    "native_platforms",
     "outputs",
     "platform_of",
     "role_function",
 ]
-
-
-def native_platforms(body) -> tuple[str, ...]:
-    """The platforms a role's native body runs on: those of the target table's custom
-    calls (a callable, a jaxbind.kernel), CUDA kernels on CUDA only."""
-    return ("cuda",) if isinstance(body, CudaKernel) else NATIVE_PLATFORMS
-
-
-def lowers_by_reference(spec: CallSpec, platform: str) -> bool:
-    """Whether a call of `spec` lowered for `platform` is computed by the op's reference
-    (True) or by its native body (False); an error where neither can be."""
-    binding, entry = spec.binding, spec.entry
-    runs = native_platforms(binding.body(spec.role))
-    setting = mode()
-    if entry.reference is None:
-        if platform in binding.options.prefer_reference:
-            raise TypeError(
-                f"{about(binding.name)} has prefer_reference={binding.options.prefer_reference}"
-                f" but no JAX reference to run on {platform}; give it one "
-                f"({words(binding.options).give_reference()}), or drop prefer_reference"
-            )
-        if setting == "strict":
-            raise TypeError(
-                f"{about(binding.name)} has no JAX reference, and references only were "
-                "asked for (jaxbind.export(..., portable=True), use_reference(strict=True) "
-                "or JAXBIND_USE_REFERENCE=strict): a program without custom calls cannot "
-                "contain it. Give the op a reference "
-                f"({words(binding.options).give_reference()}: a JAX function of its arrays "
-                "and keyword arguments that returns its outputs)"
-            )
-        if platform not in runs:  # TPU, ROCm, plugins; a CUDA kernel on the CPU
-            raise NotImplementedError(
-                f"{about(binding.name)} cannot be lowered for {platform}: its body runs on "
-                f"{' and '.join(runs)} only, and it has no JAX reference to run elsewhere. "
-                f"Give it one ({words(binding.options).give_reference()}: a JAX function of "
-                "its arrays and keyword arguments that returns its outputs), or lower for "
-                f"{' and '.join(runs)} only"
-            )
-        return False
-    return setting != "off" or platform not in runs or platform in binding.options.prefer_reference
 
 
 def platform_of(ctx) -> str:

@@ -48,6 +48,7 @@ from .._compat import (
     tuple_sharding,
 )
 from .._errors import about
+from .._roles import Body
 from .._sharding import ShardingRule
 from .targets import TARGETS, pick
 
@@ -95,7 +96,7 @@ def _per_device(setting: object) -> str | None:
     if not rows:
         return None
     if named is None:
-        return pick(str(platform), effect=False, kernel=False, partitioned=False).name
+        return pick(str(platform), Body.CALLABLE, effect=False, partitioned=False).name
     per_device = {t.per_device for t in TARGETS if t.partitioner and t.platform == platform}
     return named if named in per_device else None
 

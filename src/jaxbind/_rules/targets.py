@@ -28,9 +28,9 @@ from dataclasses import dataclass
 
 from .. import _ext
 from .._compat import ffi, register_batch_partitionable
+from .._roles import XLA_PLATFORMS, Body
 
 __all__ = [
-    "NATIVE_PLATFORMS",
     "REFERENCE",
     "TARGETS",
     "Target",
@@ -76,7 +76,7 @@ class Target:
 
     @property
     def xla_platform(self) -> str:
-        return {"cpu": "cpu", "cuda": "CUDA"}[self.platform]
+        return XLA_PLATFORMS[self.platform]
 
 
 TARGETS = (
@@ -103,17 +103,15 @@ TARGETS = (
     Target("", "any", "reference", "", ()),
 )  # fmt: skip
 REFERENCE = TARGETS[-1]
-# The platforms with a custom call's row: where native bodies run (every other platform
-# has the reference row only)
-NATIVE_PLATFORMS = tuple(dict.fromkeys(t.platform for t in TARGETS if t.custom_call))
+# (a platform has custom calls' rows where a kind of body runs itself: _roles.Body's
+# platforms; tests/references/test_what_runs_where.py ties the two tables)
 
 
-def pick(platform: str, *, effect: bool, kernel: bool, partitioned: bool) -> Target:
-    """The custom call's row of a call (one its op's reference does not compute: see
-    .reference.lowers_by_reference, and .lowering): its platform's row for calls with
-    side effects, else that of CUDA kernels (on CUDA) or plain calls, partitioned by a
-    declared rule or not."""
-    calls = "effect" if effect else "kernel" if kernel and platform == "cuda" else "plain"
+def pick(platform: str, kind: Body, *, effect: bool, partitioned: bool) -> Target:
+    """The custom call's row of a call whose body, of `kind`, runs natively on `platform`
+    (jaxbind._where.runs says when): its platform's row for calls with side effects, else
+    that of the kind's ``calls``, partitioned by a declared rule or not."""
+    calls = "effect" if effect else kind.calls
     for row in TARGETS:
         if row.platform == platform and row.calls == calls and row.partitioner == partitioned:
             return row

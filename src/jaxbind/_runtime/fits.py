@@ -36,8 +36,7 @@ from .._callformat import CallAttributes
 from .._compat import ShapedArray
 from .._definition import differences, inlined
 from .._errors import about, words
-from .._kernels.cuda import CudaKernel
-from .._roles import Args, Role, RoleDef
+from .._roles import Args, Body, Role, RoleDef
 
 __all__ = ["DefinitionCheck", "describe_buffers", "elements"]
 
@@ -106,7 +105,7 @@ class DefinitionCheck:
             found = differences(
                 self.call.definition,
                 self.binding.options,
-                isinstance(self.binding.body(self.role), CudaKernel),
+                self.binding.role(self.role).kind is Body.CUDA_KERNEL,
                 kwargs,
                 inlined(self.binding),
             )

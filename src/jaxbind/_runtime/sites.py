@@ -33,8 +33,8 @@ from .. import _ext
 from .._binding import lookup
 from .._callformat import CallAttributes
 from .._errors import about
-from .._kernels import Kernel, KernelSite
-from .._kernels.cuda import CudaKernel, CudaKernelSite
+from .._kernels import KernelSite
+from .._kernels.cuda import CudaKernelSite
 from .._kwargs import decode_kwargs
 from .._roles import Body, Role, for_call
 from .fits import DefinitionCheck, elements
@@ -76,7 +76,8 @@ def describe_site(found: dict, eager: bool = False) -> SiteDescription:
     call = upgraded(call, binding.options.vectorized)
     dump = decode_kwargs(call.kwargs)
     structure = decode_kwargs(call.trees) if call.trees else None
-    body = for_call(_body(binding, role), structure, dump)
+    kind = binding.role(role).kind
+    body: Any = for_call(_body(binding, role), structure, dump)  # of `kind`
     loop = call.loop
     label = f"'{name}' ({role.describe()})"
     check = DefinitionCheck(binding, role, call, dump, structure)
@@ -85,10 +86,10 @@ def describe_site(found: dict, eager: bool = False) -> SiteDescription:
         raise ValueError(f"{about(name, role.text)}: {problem}")
     kernel = cuda = None
     stateful = binding.options.state is not None
-    if isinstance(body, Kernel):  # compiled: called without the GIL (see cpp/site.h)
+    if kind is Body.KERNEL:  # compiled: called without the GIL (see cpp/site.h)
         where = f"jaxbind: {label}" + (", batched" if loop.levels else "")
         kernel = body.site_for(dump.to_dict(), where, stateful)
-    elif isinstance(body, CudaKernel):  # launched by the trampoline (cpp/cuda_kernels.h)
+    elif kind is Body.CUDA_KERNEL:  # launched by the trampoline (cpp/cuda_kernels.h)
         cuda = body.site_for(dump.to_dict(), f"jaxbind: {label}")
     elif loop.levels:
         label += ", batched"
@@ -159,7 +160,7 @@ class SiteDescription:
 def _body(binding, role: Role):
     """The body the trampoline calls for `role`."""
     fn = binding.body(role)
-    if binding.role(role).kind is Body.JAX:
+    if binding.role(role).kind.traced:
         raise LookupError(
             f"{role.describe()} of '{binding.name}' is a JAX function, "
             "which programs contain inlined; no call of it goes through the trampoline"

@@ -228,7 +228,7 @@ class Case:
 
     def traced(self, role: str) -> bool:
         """Whether JAX differentiates `role`'s body itself (a JAX function): second order."""
-        return self.binding.has(role) and self.binding.role(role).kind is Body.JAX
+        return self.binding.has(role) and self.binding.role(role).kind.traced
 
     def twice_differentiable(self, role: str) -> bool:
         """Whether JAX differentiates `role` (second order): its body is a JAX function, or
@@ -267,7 +267,7 @@ class Family:
       checks: the names of the rows it yields.
       roles: the roles it covers ("f", "T", "T<i>", "jvp", "vjp").
       options: the fields of `jaxbind._options.Options` it covers.
-      bodies: the kinds of body (`Body`) it calls directly.
+      bodies: the kinds of body (`Body`) it calls directly, or whose rows it has.
       applies: True; False if the op has nothing it checks (no row); or why the family
         cannot run (one "not checked" row).
       rows: its rows for a case it applies to.

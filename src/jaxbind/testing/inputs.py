@@ -15,7 +15,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._kernels import Kernel
 from .._roles import Body, Kind, Role, for_call
 from .._state import outside_programs
 from .case import Case, Family, needs_f, random_like, short
@@ -88,7 +87,7 @@ def _run(case: Case, role: str, inputs, outputs) -> tuple[list, dict]:
     entry = case.binding.role(role)
     body = entry.body
     copies = [np.array(a) for a in inputs]  # writable: nothing stops a write but the body
-    if entry.kind is Body.JAX:
+    if entry.kind.traced:
         arrays = [jnp.asarray(c) for c in copies]
         # (as a program calls it: JAX batches a JAX function, so it gets no batch_axes)
         kwargs = {k: v for k, v in case.dump.to_dict().items() if k != "batch_axes"}
@@ -97,7 +96,7 @@ def _run(case: Case, role: str, inputs, outputs) -> tuple[list, dict]:
     dump = case.fresh_dump()  # its own arrays: a write shows in this call only
     label = f"'{case.binding.name}' ({entry.role.describe()})"
     with outside_programs(case.binding, dump.to_dict(), copies, label, role, case.teardown_failed):
-        if isinstance(body, Kernel):
+        if entry.kind is Body.KERNEL:
             return copies, call_watched(body, outputs(copies), copies, dump)
         for_call(body, case.trees)(outputs(copies), tuple(copies), dump)
     return copies, _array_kwargs(dump.to_dict())

@@ -39,8 +39,9 @@ import numpy as np
 from .._compat import enable_x64
 from .._errors import words
 from .._references import use_reference
-from .._roles import Kind, Role, for_call
-from .._rules.reference import native_platforms, outputs
+from .._roles import Body, Kind, Role, for_call
+from .._rules.reference import outputs
+from .._where import lowering_platform, runs
 from .case import Case, Family, cotangent, needs_f, precision, random_like, rel
 from .report import CheckResult, derived, not_checked
 
@@ -333,15 +334,15 @@ def _derived_rows(case: Case) -> Iterator[CheckResult]:
 def _reference_here(case: Case) -> str | None:
     """Why programs on this platform compute every role of the op by its reference (so
     that its native rules cannot be compared there), or None."""
-    platform = jax.default_backend()
-    platform = "cuda" if platform == "gpu" else platform  # (as the lowering names it)
-    options = case.binding.options
-    if platform in options.prefer_reference:
+    platform = lowering_platform(jax.default_backend())
+    where = runs(case.binding, "f", platform)
+    if where.why == "preferred":
         return (
-            f"the op has prefer_reference={options.prefer_reference}: on {platform} its "
-            "reference computes every rule (f's body is compared, called directly)"
+            f"the op has prefer_reference={case.binding.options.prefer_reference}: on "
+            f"{platform} its reference computes every rule (f's body is compared, called "
+            "directly)"
         )
-    if platform not in native_platforms(case.binding.body("f")):
+    if where.why == "elsewhere":
         return f"the op has no native body on {platform}: its reference computes it there"
     return None
 
@@ -377,6 +378,7 @@ FAMILY = Family(
     checks=(_FORWARD, _JVP, _VJP, _TRANSPOSE, _VMAP, _DERIVED),
     roles=frozenset({"f", "T", "T<i>", "jvp", "vjp"}),
     options=frozenset({"prefer_reference", "fixed"}),
+    bodies=frozenset({Body.DERIVED}),  # its "derived" rows
     applies=_applies,
     rows=_rows,
 )

@@ -38,7 +38,6 @@ from collections.abc import Iterator
 import jax
 import numpy as np
 
-from .._roles import Body
 from .._state import Watch
 from .case import Case, Family, inexact, needs_f, rel, short
 from .report import CheckResult, not_checked
@@ -63,7 +62,7 @@ def _program(case: Case):
 def _rows(case: Case) -> Iterator[CheckResult]:
     watch: Watch = case.watch
     sdef = case.binding.options.state
-    seen = case.binding.role("f").kind is not Body.KERNEL  # a kernel's uses are not seen
+    seen = not case.binding.role("f").kind.compiled  # a kernel's uses are not seen
     program = _program(case)
     _free()  # the earlier families' programs: this one sets the state up anew
     setups, uses = len(watch.setups), len(watch.uses)

@@ -14,8 +14,8 @@ import jax
 import numpy as np
 
 from .._roles import for_call
-from .._rules.reference import native_platforms
 from .._state import outside_programs
+from .._where import lowering_platform, runs
 from .case import Case, Family, short
 from .report import CheckResult, not_checked
 
@@ -49,11 +49,12 @@ def outputs_for(case: Case, inputs, fill) -> tuple:
 def _runs_here(case: Case) -> bool | str:
     """True, or why f's body cannot be called directly on this machine's platform (a CUDA
     kernel on the CPU): the families that need its direct call say so, and do not fail."""
-    platform = "cuda" if jax.default_backend() == "gpu" else jax.default_backend()
-    platforms = native_platforms(case.binding.body("f"))
-    if platform in platforms:
+    platform = lowering_platform(jax.default_backend())
+    where = runs(case.binding, "f", platform)
+    if where.body_runs_here:
         return True
-    case.failed = f"its body runs in {' and '.join(platforms)} programs only, not on {platform}"
+    platforms = " and ".join(where.kind.platforms)
+    case.failed = f"its body runs in {platforms} programs only, not on {platform}"
     return f"the function's {case.failed}"
 
 
