@@ -3,6 +3,8 @@ the options, the lowering to the command-buffer-compatible target, each signatur
 launch, and the errors of a CPU program. Launches on a GPU: tests/gpu/test_gpu_kernels.py.
 """
 
+import types
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -97,6 +99,29 @@ def test_a_cuda_kernel_with_a_reference_runs_its_reference_in_cpu_programs():
         jax.jit(lambda x: _scale("cudak_cpu.noref")[1](x, a=1.0)[0]).trace(x).lower(
             lowering_platforms=("tpu",)
         )
+
+
+@pytest.mark.parametrize("backend", ["cpu", "gpu"])
+def test_check_of_a_cuda_kernel_op_reports_its_direct_calls_as_not_checked(backend, monkeypatch):
+    """check calls f on host arrays, which a CUDA kernel never takes: on a CPU (its reference
+    computes the programs) and on a GPU alike (the backend patched here), those rows say so
+    instead of failing (found by the conformance matrix)."""
+    kernel = jaxbind.cuda_kernel(
+        PTX, "scale", scalars=lambda y, x, *, a: (np.float32(a), np.int64(x.size))
+    )
+    op = jaxbind.get_linear_call(
+        kernel, kernel, shape, shape, reference=_scale_reference, name=f"cudak_{backend}.check"
+    )
+    from jaxbind.testing import written
+
+    case = types.SimpleNamespace(binding=op.binding, failed=None)
+    monkeypatch.setattr(written.jax, "default_backend", lambda: backend)
+    why = written._runs_here(case)
+    assert isinstance(why, str) and "cuda" in why, why
+    if backend == "cpu":
+        monkeypatch.undo()
+        report = jaxbind.testing.check(op, np.arange(3.0, dtype=np.float32), a=2.0, verbose=False)
+        assert any("cuda" in r.detail for r in report.not_checked()), str(report)
 
 
 def _launch(kernel, ins, outs, **values):

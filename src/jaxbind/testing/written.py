@@ -47,14 +47,18 @@ def outputs_for(case: Case, inputs, fill) -> tuple:
 
 
 def _runs_here(case: Case) -> bool | str:
-    """True, or why f's body cannot be called directly on this machine's platform (a CUDA
-    kernel on the CPU): the families that need its direct call say so, and do not fail."""
+    """True, or why f's body cannot be called directly, on host arrays, on this machine's
+    platform (a CUDA kernel, on the CPU or on a GPU): the families that need its direct call
+    say so, and do not fail."""
     platform = lowering_platform(jax.default_backend())
     where = runs(case.binding, "f", platform)
-    if where.body_runs_here:
-        return True
     platforms = " and ".join(where.kind.platforms)
-    case.failed = f"its body runs in {platforms} programs only, not on {platform}"
+    if not where.body_runs_here:
+        case.failed = f"its body runs in {platforms} programs only, not on {platform}"
+    elif "cpu" not in where.kind.platforms:  # (check calls f on host arrays)
+        case.failed = f"its body takes {platforms} device buffers only, not host arrays"
+    else:
+        return True
     return f"the function's {case.failed}"
 
 
