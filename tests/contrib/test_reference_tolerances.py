@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytest.importorskip("ducc0", reason="ducc0 is not installed (pip install \".[ducc]\" in the clone)")
+pytest.importorskip("ducc0", reason='ducc0 is not installed (pip install ".[ducc]" in the clone)')
 
 import ducc0
 
