@@ -198,7 +198,7 @@ def counts_shard_map() -> dict:
             import json, time
             import numpy as np
             from jax.sharding import Mesh, PartitionSpec as P
-            from jaxbind._state import watching
+            from jaxbind.testing.watch import watching
             shard_map = getattr(jax, "shard_map", None)
             if shard_map is None:  # jax < 0.6
                 from jax.experimental.shard_map import shard_map

@@ -26,7 +26,7 @@
 //
 // `PythonScope` is where C++ needs Python: the handler counted in flight (so that
 // `shutdown` waits for it), the interpreter checked, the GIL taken. The handlers, the
-// instantiate stage and the state cells (state.h) take Python through it alone.
+// instantiate stage and the state cells (held.h) take Python through it alone.
 #pragma once
 
 #include <exception>

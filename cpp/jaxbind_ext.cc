@@ -11,6 +11,7 @@
 //   boundary.h    the one error boundary (every failure -> one ffi::Error, one wording),
 //                 and the one scope in which C++ calls Python
 //   state.h       an op's state as kernels take it: its policy and objects' addresses
+//                 (held.h, state_pool.h, state_cell.h, state_keys.h)
 //   kernels.h     compiled kernels' keyword arguments, and the ABI call of a kernel
 //   cuda_kernels.h  CUDA kernels: the driver loaded at run time, launches on XLA's stream
 //   outputs.h     the opt-in check that a body wrote every element of its outputs
@@ -174,6 +175,10 @@ void define_site(nb::module_ &m) {
 }
 
 void define_state_cell(nb::module_ &m) {
+  nb::list policies;
+  for (const char *name : kPolicies) policies.append(name);
+  m.attr("state_policies") = nb::tuple(policies);
+  m.attr("state_keys_kept") = KeyedCells::kKeys;
   nb::exception<ReentrantUse>(m, "ReentrantUse", PyExc_RuntimeError);
   nb::class_<CellHandle>(
       m, "StateCell",
@@ -181,14 +186,14 @@ void define_state_cell(nb::module_ &m) {
       "take them (see cpp/state.h; made by jaxbind._runtime.state.StateObjects).")
       .def(
           "__init__",
-          [](CellHandle *self, int policy, int size, nb::handle owner, std::string label,
-             std::string state) {
+          [](CellHandle *self, const std::string &policy, int size, nb::handle owner,
+             std::string label, std::string state) {
             new (self) CellHandle{
                 CellRef(new StateCell(policy, size, owner, std::move(label), std::move(state)))};
           },
           nb::arg("policy"), nb::arg("size"), nb::arg("owner"), nb::arg("label"),
           nb::arg("state") = "",
-          "policy: 0 lock, 1 pool, 2 shared; size: a pool's objects at most; owner: the "
+          "policy: one of state_policies; size: a pool's objects at most; owner: the "
           "state, whose provide(slot, make) gives a slot's address (held weakly); label and "
           "state (the setup's name) for messages.")
       .def(

@@ -145,19 +145,21 @@ struct Site {
   Site(const Site &) = delete;
   Site &operator=(const Site &) = delete;
 
-  // A kernel's state (jaxbind/_kernels' KernelSite.state): None, or (cell, key inputs,
-  // serial tasks, lease): a cell (_ext.StateCell) for a state without key, else the key
-  // inputs' positions and the lease that gives a cell per key value.
+  // A kernel's state (jaxbind/_kernels' KernelSite.state): None, or what the run time
+  // made of it (jaxbind/_runtime/state.py's KernelState): its cell (an _ext.StateCell) for
+  // a state without key, else the key inputs' positions and the lease that gives a cell
+  // per key value; and whether the kernel's ranges run in order.
   void read_state(nb::handle state) {
     if (state.is_none()) return;
-    nb::tuple t = nb::cast<nb::tuple>(state);
     KernelState &s = core->kernel.state;
-    s.serial_tasks = nb::cast<bool>(t[2]);
-    if (!t[0].is_none()) {
-      s.cell = nb::cast<CellHandle &>(t[0]).cell;
+    s.serial_tasks = nb::cast<bool>(state.attr("serial_tasks"));
+    nb::object cell = state.attr("cell");
+    if (!cell.is_none()) {
+      s.cell = nb::cast<CellHandle &>(cell).cell;
       return;
     }
-    s.keyed = std::make_unique<KeyedCells>(nb::cast<std::vector<int>>(t[1]), t[3], core->label);
+    s.keyed = std::make_unique<KeyedCells>(nb::cast<std::vector<int>>(state.attr("key_inputs")),
+                                           state.attr("lease"), core->label);
   }
 };
 

@@ -60,6 +60,7 @@ TRACE_TIME = {
     "testing.inputs",
     "testing.agreement",
     "testing.state",
+    "testing.watch",
     "testing.linearity",
     "testing.first_order",
     "testing.second_order",

@@ -67,7 +67,7 @@ def test_a_sound_state_passes_every_state_row(concurrency):
     (freed,) = _rows(report, "state: teardowns equal setups")
     assert freed.ok and "still alive" not in freed.detail
     assert made  # set up by the program, and by the direct calls
-    assert runtime._watches == []  # the watch ends with the check
+    assert jaxbind._state.watchers == []  # the watch ends with the check
 
 
 def test_an_object_that_changes_with_use_fails_fresh_vs_reused():

@@ -65,7 +65,8 @@ class KernelSite:
     the kernel was made from (`origin`, for messages), and `address`, the kernel's
     address for a buffer signature ``(inputs, outputs)``, each a tuple of ``(address,
     shape, XLA element type)``. For an op with a state (`stateful`), `state` is what the
-    runtime sets for the trampoline (see _runtime.state.Lease.for_kernel)."""
+    run time sets for the trampoline, a _runtime.state.KernelState (fields read by name;
+    see _runtime.state.Lease.for_kernel)."""
 
     __slots__ = (
         "stateful",
@@ -83,7 +84,7 @@ class KernelSite:
     def __init__(self, kernel: Kernel, values: dict, where: str, stateful: bool = False):
         self.kernel, self.batches, self.values, self.where = kernel, kernel.batches, values, where
         self.stateful = stateful
-        self.state: tuple | None = None
+        self.state: Any = None  # (set by the run time, which this module does not import)
         self.origin = kernel.origin
         self.abi_version, self.threads = kernel.abi_version, kernel.threads or 0
         self.kwargs = [abi.typed_kwarg(name, values[name], where) for name in sorted(values)]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import dataclasses
 import sys
 import threading
 import time
@@ -28,13 +29,20 @@ from .. import _ext
 from .._avals import XLA_ELEMENT_TYPES
 from .._kernels.state import state_address
 from .._kwargs import encode_kwargs
-from .._state import StateDef, _watches, setting_up, setup_reentered, teardown_message
+from .._state import StateDef, setting_up, setup_reentered, teardown_message
 from .._state import thread_stack as _stack
+from .._state import watchers as _watchers
 from .report import user_traceback
 
-__all__ = ["Lease", "StatefulBody", "exiting", "lease_for", "live_states", "mark_exit"]
-
-_KEYS = 4  # key values a lease keeps set up (a small LRU)
+__all__ = [
+    "KernelState",
+    "Lease",
+    "StatefulBody",
+    "exiting",
+    "lease_for",
+    "live_states",
+    "mark_exit",
+]
 
 _lock = threading.Lock()
 _registry: dict[tuple, StateObjects] = {}
@@ -47,7 +55,6 @@ class SetupError(RuntimeError):
     reported = True  # (report.format_callback_error passes the message on as it is)
 
 
-_POLICY = {"lock": 0, "pool": 1, "shared": 2}  # StateCell's (cpp/state.h)
 UNMADE = object()  # a slot whose object is not set up yet (a setup may return None)
 _held = threading.local()  # .states: the states whose objects this thread's bodies hold
 
@@ -64,7 +71,7 @@ class StateObjects:
     """One state: its objects (one, or up to pool_size for "pool"), counted by leases.
 
     Which object a call uses, and when, is up to its `cell` (``_ext.StateCell``, see
-    cpp/state.h): kernels take objects there without the GIL, Python bodies through
+    cpp/state_cell.h): kernels take objects there without the GIL, Python bodies through
     `use` and `give_back`, so both keep to one policy. ``slots[k]`` is object k (UNMADE
     until made)."""
 
@@ -76,8 +83,7 @@ class StateObjects:
         self.first_lock = threading.Lock()
         self.maker: int | None = None  # the thread setting up the first object, meanwhile
         self.frozen = _frozen({k: v for k, v in arguments.items() if k not in sdef.key})
-        policy = _POLICY[sdef.concurrency]
-        self.cell = _ext.StateCell(policy, sdef.pool_size, self, label, sdef.name)
+        self.cell = _ext.StateCell(sdef.concurrency, sdef.pool_size, self, label, sdef.name)
 
     @property
     def objects(self) -> list:
@@ -93,7 +99,7 @@ class StateObjects:
                 f"jaxbind: {self.label}: the setup of its state {self.sdef.name!r} failed: "
                 f"{type(exc).__name__}: {exc}\n{user_traceback(exc, 'the setup')}"
             ) from exc
-        for w in _watches:
+        for w in _watchers:
             w.noted(self, "setup", obj)
         return obj
 
@@ -161,7 +167,7 @@ class StateObjects:
             return
         self.cell.close()  # (no call uses an object after this)
         objects, self.slots = self.objects, []
-        for w in _watches:
+        for w in _watchers:
             for obj in objects:
                 w.noted(self, "teardown", obj)
         teardown = self.sdef.teardown
@@ -175,7 +181,7 @@ class StateObjects:
                     f"{teardown_message(self.label, self.sdef, exc)}\n"
                     f"{user_traceback(exc, 'the teardown')}"
                 )
-                for w in _watches:
+                for w in _watchers:
                     w.teardown_failed(message, self)
                 warnings.warn(message, RuntimeWarning, stacklevel=1)
 
@@ -188,7 +194,7 @@ def _acquire(
         if state is None:
             state = _registry[key] = StateObjects(key, sdef, arguments, label)
         state.count += 1
-    for w in _watches:  # (a kernel's uses are unseen: its site's lease is seen here)
+    for w in _watchers:  # (a kernel's uses are unseen: its site's lease is seen here)
         w.noted(state, "lease", None)
     if eager and not state.objects:
         try:
@@ -260,20 +266,19 @@ class Lease:
             # (XLA instantiates the site: see StateObjects.first for why it does not wait)
             self.on_cpu = self.placed[()] = _acquire(self.base, sdef, arguments, label, True, False)
 
-    def for_kernel(self, kernel) -> tuple:
-        """What a kernel site's trampoline holds of the state (KernelSite.state, read by
-        cpp/site.h): (cell or None, key inputs, serial tasks, this lease). The first
+    def for_kernel(self, kernel) -> KernelState:
+        """What a kernel site's trampoline holds of the state (KernelSite.state). The first
         object's address is checked now: a setup whose object gives none fails here, at
         instantiate, with the error naming the op. A numba kernel over ranges shares the
         call's object between its ranges: under "lock" and "pool" they run in order.
         (Kernels run on the CPU only.)"""
         serial = kernel.ranges is not None and self.sdef.concurrency != "shared"
         if self.sdef.key:
-            return (None, list(self.key_at), serial, self)
+            return KernelState(None, tuple(self.key_at), serial, self)
         state = self.state_for(())  # (set up now, if the site was not instantiated)
         if not state.pending:  # (else the cell asks at the first call)
             state.cell.set_address(0, state.provide(0, False))
-        return (state.cell, [], serial, self)
+        return KernelState(state.cell, (), serial, self)
 
     def cell_for(self, keys: tuple) -> object:
         """For a kernel's call with key inputs not seen (the trampoline asks, with the
@@ -310,7 +315,7 @@ class Lease:
             arguments = dict(self.arguments, **dict(zip(self.sdef.key, copies)))
             state = _acquire((*self.base, *k), self.sdef, arguments, self.label, eager=True)
             self.keyed[k] = (copies, state)
-            while len(self.keyed) > _KEYS:
+            while len(self.keyed) > _ext.state_keys_kept:  # (as many as a kernel site's)
                 _release(self.keyed.popitem(last=False)[1][1])
             return state
 
@@ -321,6 +326,26 @@ class Lease:
             _release(state)
         for _, state in self.keyed.values():
             _release(state)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class KernelState:
+    """What a kernel site's trampoline reads of its op's state, by name, once, when the
+    site is made (cpp/site.h reads it into its C++ KernelState, cpp/state.h).
+
+    Attributes:
+      cell: the state's cell (``_ext.StateCell``) for a state without key, else None.
+      key_inputs: for a state with key=, the key inputs' positions among the call's
+        inputs; the site keeps the last few values' cells, by their bytes.
+      serial_tasks: the kernel's ranges share the call's object: they run in order.
+      lease: the site's `Lease`, held weakly by the trampoline, which asks its
+        ``cell_for`` for a key value not seen.
+    """
+
+    cell: _ext.StateCell | None
+    key_inputs: tuple[int, ...]
+    serial_tasks: bool
+    lease: Lease
 
 
 def _array(address: int, shape: tuple, code: int) -> np.ndarray:
@@ -395,7 +420,7 @@ class StatefulBody:
                 # meanwhile: set up again
                 if not lease.sdef.key or not state.cell.closed or attempt == 3:
                     raise
-        body = self.body if not _watches else self._noting(state)
+        body = self.body if not _watchers else self._noting(state)
         stack, holding = _stack(), _holding()
         stack.append(state.slots[slot])
         holding.append(state)
@@ -410,7 +435,7 @@ class StatefulBody:
                 state.close()
 
     def _noting(self, state: StateObjects):
-        """The body, telling each `Watch` which object it used, from when to when."""
+        """The body, telling each watcher which object it used, from when to when."""
 
         def noted(out, args, kwargs_dump):
             obj, start = _stack()[-1], time.perf_counter()
@@ -418,7 +443,7 @@ class StatefulBody:
                 self.body(out, args, kwargs_dump)
             finally:
                 end = time.perf_counter()
-                for w in _watches:
+                for w in _watchers:
                     w.used(state, obj, start, end)
 
         return noted

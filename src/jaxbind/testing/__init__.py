@@ -22,7 +22,7 @@ import numpy as np
 
 from .._api import Op
 from .._native import NativeOp
-from .._state import watching
+from .watch import watching
 from . import (
     agreement,
     batching,

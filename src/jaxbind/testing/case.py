@@ -141,7 +141,7 @@ class Case:
     out_avals: list = field(default_factory=list)
     direct: tuple | None = None
     failed: str | None = None
-    watch: Any = None  # the run time's Watch of the op's state (see .state), or None
+    watch: Any = None  # the Watch of the op's state (see .watch), or None
     mesh: Any = None  # a jax.sharding.Mesh to check a sharding rule on (see .mesh), or None
     memo: dict = field(default_factory=dict)  # what a family measured once per case
 

@@ -38,7 +38,7 @@ from collections.abc import Iterator
 import jax
 import numpy as np
 
-from .._state import Watch
+from .watch import Watch
 from .case import Case, Family, inexact, needs_f, rel, short
 from .report import CheckResult, not_checked
 
