@@ -22,7 +22,6 @@ import numpy as np
 
 from .._api import Op
 from .._native import NativeOp
-from .watch import watching
 from . import (
     agreement,
     batching,
@@ -38,6 +37,7 @@ from . import (
 from .case import Case, Family, as_computed
 from .collectives import Collectives, collectives
 from .report import CheckReport, CheckResult
+from .watch import watching
 
 __all__ = ["FAMILIES", "CheckReport", "CheckResult", "Collectives", "check", "collectives"]
 

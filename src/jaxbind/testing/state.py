@@ -38,9 +38,9 @@ from collections.abc import Iterator
 import jax
 import numpy as np
 
-from .watch import Watch
 from .case import Case, Family, inexact, needs_f, rel, short
 from .report import CheckResult, not_checked
+from .watch import Watch
 
 _RUNS = 3  # runs of the program, each with two call sites
 _THREAD_RUNS = 6  # runs per thread
