@@ -256,6 +256,37 @@ def test_key_state_is_set_up_again_only_when_the_key_changes(clib):
     assert len(setups) == 3
 
 
+def test_a_kernel_site_and_its_lease_keep_the_same_number_of_key_values():
+    """The trampoline keeps the last few key values' cells (cpp/state_keys.h), and the
+    lease as many of their states: cycling through that many values sets each up once,
+    and one value more than that sets them up again."""
+    kept = jaxbind._ext.state_keys_kept
+    setups = []
+
+    @jaxbind.state(key=("points",))
+    def table(*, points):
+        setups.append(float(points[0]))
+        return np.ascontiguousarray(points, np.float64) * 10
+
+    def add_table(out, points, x, state):
+        t = numba.carray(state, x.shape, np.float64)
+        out[...] = x + t
+
+    op = jaxbind.nonlinear_op(
+        shape=lambda points, x: x, fixed=1, state=table, name="tests.state_keys_kept"
+    )(jaxbind.kernel(add_table))
+    f = jax.jit(op)
+    p, x = jnp.arange(3.0), jnp.ones(3)
+    for _ in range(3):
+        for k in range(kept):
+            np.testing.assert_allclose(f(p + k, x), 1 + 10 * (np.arange(3.0) + k))
+    assert len(setups) == kept  # each value set up once, and kept
+    for k in range(kept + 1):  # one value more: the oldest is dropped, and so on
+        np.testing.assert_allclose(f(p + k, x), 1 + 10 * (np.arange(3.0) + k))
+    np.testing.assert_allclose(f(p, x), 1 + 10 * np.arange(3.0))
+    assert len(setups) == kept + 2
+
+
 def test_an_exported_kernel_op_sets_up_its_state_again_by_name(tmp_path, clib):
     module = f"""
     import ctypes, os

@@ -203,6 +203,20 @@ def test_errors_name_the_op_and_the_fix():
             return y
 
 
+def test_the_concurrency_policies_are_the_trampolines_own():
+    """jaxbind.state accepts exactly the policies the trampoline's state cells define
+    (cpp/state_cell.h), and a cell refuses any other, naming those it knows."""
+    policies = jaxbind._ext.state_policies
+    assert set(policies) == {"lock", "pool", "shared"}
+    for policy in policies:
+        sdef = jaxbind.state(concurrency=policy)(lambda *, a: a)
+        jaxbind._ext.StateCell(sdef.concurrency, sdef.pool_size, sdef, "'tests' (f)")
+    with pytest.raises(ValueError, match=r"concurrency must be one of \('lock', 'pool'"):
+        jaxbind.state(concurrency="free")(lambda *, a: a)
+    with pytest.raises(ValueError, match="unknown concurrency policy 'free' .one of 'lock'"):
+        jaxbind._ext.StateCell("free", 1, sdef, "'tests' (f)")
+
+
 def test_a_failing_setup_fails_compilation_naming_the_op_and_role():
     @jaxbind.state
     def plan(*, scale):
