@@ -82,9 +82,11 @@ _check_jax_version()
 
 from . import _rules, _runtime  # noqa: E402
 from ._api import Op, get_linear_call, get_nonlinear_call  # noqa: E402
+from ._bundle import bundle, runtime_library  # noqa: E402
 from ._errors import ExportedDefaultNameWarning  # noqa: E402
 from ._export import export, export_safety_checks  # noqa: E402
 from ._kernels import Kernel, kernel, kernel_include_dir  # noqa: E402
+from ._kernels.c_state import c_state  # noqa: E402
 from ._kernels.cuda import CudaKernel, cuda_kernel  # noqa: E402
 from ._kwargs import load_kwargs  # noqa: E402
 from ._native import NativeOp, linear_op, multilinear_op, nonlinear_op  # noqa: E402
@@ -113,6 +115,8 @@ __all__ = [
     "NativeOp",
     "Op",
     "StateDef",
+    "bundle",
+    "c_state",
     "check_outputs",
     "cuda_kernel",
     "current_call",
@@ -128,6 +132,7 @@ __all__ = [
     "load_state",
     "multilinear_op",
     "nonlinear_op",
+    "runtime_library",
     "state",
     "use_reference",
     "__version__",

@@ -583,3 +583,22 @@ def check_jax_version(installed: str = jax.__version__) -> str | None:
         return message
     warnings.warn(message, RuntimeWarning, stacklevel=3)
     return message
+
+
+def compile_options_proto(num_replicas: int, num_partitions: int) -> bytes:
+    """A serialized xla.CompileOptionsProto for a program of that many replicas and
+    partitions, as a PJRT host compiles a bundle's program with (jaxbind.bundle). jax 0.7 -
+    0.12: jaxlib's CompileOptions."""
+    from jax._src.lib import xla_client
+
+    options = xla_client.CompileOptions()
+    options.executable_build_options.num_replicas = num_replicas
+    options.executable_build_options.num_partitions = num_partitions
+    return options.SerializeAsString()
+
+
+def parsed_module(text: str):
+    """A StableHLO module's text parsed, in a context with JAX's dialects (jax 0.7 - 0.12)."""
+    context = mlir_internal.make_ir_context()
+    with context:
+        return ir.Module.parse(text), context
