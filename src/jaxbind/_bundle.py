@@ -40,7 +40,7 @@ from ._errors import about
 from ._export import export_safety_checks
 from ._kernels import Kernel, abi
 from ._kwargs import decode_kwargs
-from ._references import bundling
+from ._references import bundling, use_reference
 from ._roles import Role
 from ._rules.targets import TARGETS
 
@@ -77,7 +77,13 @@ def runtime_library() -> str:
     return str(path)
 
 
-def bundle(fun: Callable[..., Any], *args: Any, path: str | os.PathLike, **kwargs: Any) -> str:
+def bundle(
+    fun: Callable[..., Any],
+    *args: Any,
+    path: str | os.PathLike,
+    portable: bool = False,
+    **kwargs: Any,
+) -> str:
     """Write a bundle: `fun` at `args` lowered for the CPU, for a PJRT host without Python.
 
     Ops whose bodies are C kernels (`jaxbind.kernel` of a function in a shared library,
@@ -92,13 +98,18 @@ def bundle(fun: Callable[..., Any], *args: Any, path: str | os.PathLike, **kwarg
         shapes.
       path: the directory to write (made if missing; files of an earlier bundle there are
         replaced).
+      portable: lower every op to its reference instead, as ``jaxbind.export(...,
+        portable=True)`` does: a program without jaxbind calls (the runtime then registers
+        nothing but its targets).
 
     Returns:
       The bundle's directory. See docs/without-python.md for the host's side.
     """
+    if not isinstance(portable, bool):
+        raise TypeError(f"jaxbind.bundle: portable must be a bool, got {portable!r}")
     if not hasattr(fun, "lower"):
         fun = jax.jit(fun)
-    with bundling():
+    with use_reference(strict=True) if portable else bundling():
         exported = jax.export.export(
             fun, platforms=("cpu",), disabled_checks=export_safety_checks()
         )(*args, **kwargs)
