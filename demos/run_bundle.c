@@ -71,9 +71,12 @@ int main(int argc, char **argv) {
   const char *inputs[64] = {0}, *out_dir = NULL;
   int n_files = 0, repeat = 0;
   for (int i = 3; i < argc; ++i) {
-    if (strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) repeat = atoi(argv[++i]);
-    else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) out_dir = argv[++i];
-    else if (n_files < 64) inputs[n_files++] = argv[i];
+    if (strcmp(argv[i], "--repeat") == 0 && i + 1 < argc)
+      repeat = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc)
+      out_dir = argv[++i];
+    else if (n_files < 64)
+      inputs[n_files++] = argv[i];
   }
   void *plugin = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
   if (!plugin) return fprintf(stderr, "cannot load %s: %s\n", argv[1], dlerror()), 1;
@@ -99,11 +102,16 @@ int main(int argc, char **argv) {
   size_t code_size, options_size;
   const char *code = jaxbind_bundle_program(bundle, &code_size);
   const char *options = jaxbind_bundle_compile_options(bundle, &options_size);
-  PJRT_Program program = {.struct_size = PJRT_Program_STRUCT_SIZE, .code = (char *)code,
-                          .code_size = code_size, .format = "mlir", .format_size = 4};
-  PJRT_Client_Compile_Args compile = {
-      .struct_size = PJRT_Client_Compile_Args_STRUCT_SIZE, .client = client,
-      .program = &program, .compile_options = options, .compile_options_size = options_size};
+  PJRT_Program program = {.struct_size = PJRT_Program_STRUCT_SIZE,
+                          .code = (char *)code,
+                          .code_size = code_size,
+                          .format = "mlir",
+                          .format_size = 4};
+  PJRT_Client_Compile_Args compile = {.struct_size = PJRT_Client_Compile_Args_STRUCT_SIZE,
+                                      .client = client,
+                                      .program = &program,
+                                      .compile_options = options,
+                                      .compile_options_size = options_size};
   check(api->PJRT_Client_Compile(&compile), "PJRT_Client_Compile");
 
   int64_t n_in = jaxbind_bundle_n_inputs(bundle), n_out = jaxbind_bundle_n_outputs(bundle);
@@ -116,8 +124,12 @@ int main(int argc, char **argv) {
     jaxbind_bundle_input(bundle, i, &type, &rank, &dims, &bytes);
     void *data = read_input(i < n_files ? inputs[i] : NULL, bytes);
     PJRT_Client_BufferFromHostBuffer_Args b = {
-        .struct_size = PJRT_Client_BufferFromHostBuffer_Args_STRUCT_SIZE, .client = client,
-        .data = data, .type = (PJRT_Buffer_Type)type, .dims = dims, .num_dims = (size_t)rank,
+        .struct_size = PJRT_Client_BufferFromHostBuffer_Args_STRUCT_SIZE,
+        .client = client,
+        .data = data,
+        .type = (PJRT_Buffer_Type)type,
+        .dims = dims,
+        .num_dims = (size_t)rank,
         .host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes,
         .device = devices.addressable_devices[0]};
     check(api->PJRT_Client_BufferFromHostBuffer(&b), "PJRT_Client_BufferFromHostBuffer");
@@ -132,14 +144,18 @@ int main(int argc, char **argv) {
   PJRT_Event *done = NULL;
   PJRT_LoadedExecutable_Execute_Args run = {
       .struct_size = PJRT_LoadedExecutable_Execute_Args_STRUCT_SIZE,
-      .executable = compile.executable, .options = &run_options, .argument_lists = &arg_list,
-      .num_devices = 1, .num_args = (size_t)n_in, .output_lists = &out_list,
+      .executable = compile.executable,
+      .options = &run_options,
+      .argument_lists = &arg_list,
+      .num_devices = 1,
+      .num_args = (size_t)n_in,
+      .output_lists = &out_list,
       .device_complete_events = &done};
-  struct timespec t0, t1;
+  struct timespec t0, t1, c0, c1;
   for (int r = 0; r <= repeat; ++r) {
-    if (r == 1) clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (r == 1) clock_gettime(CLOCK_MONOTONIC, &t0), clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
     check(api->PJRT_LoadedExecutable_Execute(&run), "PJRT_LoadedExecutable_Execute");
-    await_event(done);  /* a failing jaxbind call fails here, naming its op */
+    await_event(done); /* a failing jaxbind call fails here, naming its op */
     for (int64_t k = 0; r < repeat && k < n_out; ++k) {
       PJRT_Buffer_Destroy_Args d = {.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE,
                                     .buffer = outs[k]};
@@ -147,9 +163,10 @@ int main(int argc, char **argv) {
     }
   }
   if (repeat > 0) {
-    clock_gettime(CLOCK_MONOTONIC, &t1);
+    clock_gettime(CLOCK_MONOTONIC, &t1), clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
     double us = ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / 1e3 / repeat;
-    printf("per run: %.3f us (%d runs)\n", us, repeat);
+    double cpu = ((c1.tv_sec - c0.tv_sec) * 1e9 + (c1.tv_nsec - c0.tv_nsec)) / 1e3 / repeat;
+    printf("per run: %.3f us, CPU %.3f us (%d runs)\n", us, cpu, repeat);
   }
 
   for (int64_t k = 0; k < n_out && k < 64; ++k) {
@@ -160,7 +177,9 @@ int main(int argc, char **argv) {
     jaxbind_bundle_output(bundle, k, &type, &rank, &dims, &bytes);
     void *host = malloc(bytes + 1);
     PJRT_Buffer_ToHostBuffer_Args t = {.struct_size = PJRT_Buffer_ToHostBuffer_Args_STRUCT_SIZE,
-                                       .src = outs[k], .dst = host, .dst_size = bytes};
+                                       .src = outs[k],
+                                       .dst = host,
+                                       .dst_size = bytes};
     check(api->PJRT_Buffer_ToHostBuffer(&t), "PJRT_Buffer_ToHostBuffer");
     await_event(t.event);
     print_output((int)k, type, host, bytes);
@@ -168,7 +187,8 @@ int main(int argc, char **argv) {
       char path[4096];
       snprintf(path, sizeof path, "%s/%d.bin", out_dir, (int)k);
       FILE *f = fopen(path, "wb");
-      if (!f || fwrite(host, 1, bytes, f) != bytes) return fprintf(stderr, "cannot write %s\n", path), 1;
+      if (!f || fwrite(host, 1, bytes, f) != bytes)
+        return fprintf(stderr, "cannot write %s\n", path), 1;
       fclose(f);
     }
     free(host);

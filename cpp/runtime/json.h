@@ -135,11 +135,21 @@ struct Json {
         if (at >= s.size()) fail("unfinished escape");
         char e = s[at++];
         switch (e) {
-          case 'n': out += '\n'; break;
-          case 't': out += '\t'; break;
-          case 'r': out += '\r'; break;
-          case 'b': out += '\b'; break;
-          case 'f': out += '\f'; break;
+          case 'n':
+            out += '\n';
+            break;
+          case 't':
+            out += '\t';
+            break;
+          case 'r':
+            out += '\r';
+            break;
+          case 'b':
+            out += '\b';
+            break;
+          case 'f':
+            out += '\f';
+            break;
           case 'u': {
             if (at + 4 > s.size()) fail("unfinished \\u escape");
             unsigned code = static_cast<unsigned>(std::stoul(s.substr(at, 4), nullptr, 16));
@@ -152,7 +162,8 @@ struct Json {
             utf8(code, out);
             break;
           }
-          default: out += e;  // \" \\ \/
+          default:
+            out += e;  // \" \\ \/
         }
       }
       if (at >= s.size()) fail("unfinished string");

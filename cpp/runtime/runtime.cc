@@ -64,10 +64,10 @@ std::vector<int64_t> ints(const Json &list, const std::string &what) {
 }
 
 std::string dtype_name(int64_t code) {
-  static const char *names[] = {"invalid", "bool",    "int8",    "int16",      "int32",
-                                "int64",   "uint8",   "uint16",  "uint32",     "uint64",
-                                "float16", "float32", "float64", "?",          "?",
-                                "complex64", "bfloat16", "?",    "complex128"};
+  static const char *names[] = {"invalid",   "bool",     "int8",    "int16",     "int32",
+                                "int64",     "uint8",    "uint16",  "uint32",    "uint64",
+                                "float16",   "float32",  "float64", "?",         "?",
+                                "complex64", "bfloat16", "?",       "complex128"};
   return code >= 0 && code < 19 ? names[code] : "dtype " + std::to_string(code);
 }
 
@@ -371,9 +371,8 @@ ffi::Error Execute(ExecutionContext context, ffi::RemainingArgs args, ffi::Remai
                     ": the manifest does not match the program; write the bundle again");
     Workers workers(context, site->threads);
     const Loop *batch = site->batches ? &site->loop : nullptr;
-    site->loop.run(call, site->batches, element, workers, [&](const Call &c, const Workers &w) {
-      call_kernel(*site, c, batch, w);
-    });
+    site->loop.run(call, site->batches, element, workers,
+                   [&](const Call &c, const Workers &w) { call_kernel(*site, c, batch, w); });
   } catch (Failure &e) {
     return ffi::Error(ffi::ErrorCode::kInternal, e.what());
   } catch (std::exception &e) {
@@ -413,7 +412,8 @@ void register_targets(const PJRT_Api *opaque) {
   }
   const pjrt::FfiExtension *ffi_extension = nullptr;
   for (const pjrt::ExtensionBase *e = api->extension_start; e != nullptr; e = e->next)
-    if (e->type == pjrt::kExtensionFfi) ffi_extension = reinterpret_cast<const pjrt::FfiExtension *>(e);
+    if (e->type == pjrt::kExtensionFfi)
+      ffi_extension = reinterpret_cast<const pjrt::FfiExtension *>(e);
   if (ffi_extension == nullptr || ffi_extension->base.struct_size < sizeof(pjrt::FfiExtension) ||
       ffi_extension->register_handler == nullptr)
     throw Failure("jaxbind_register: the PJRT plugin (C API " +
@@ -431,8 +431,8 @@ void register_targets(const PJRT_Api *opaque) {
                                    sizeof(platform) - 1,
                                    0};
     if (pjrt::Error *error = ffi_extension->register_handler(&args))
-      throw Failure(std::string("jaxbind_register: the plugin refused jaxbind's target ") +
-                    target + ": " + pjrt_message(api, error));
+      throw Failure(std::string("jaxbind_register: the plugin refused jaxbind's target ") + target +
+                    ": " + pjrt_message(api, error));
   }
   std::unique_lock lock(r.mu);
   r.apis.insert(api);
@@ -519,8 +519,8 @@ Json manifest_of(const std::string &dir) {
   Json manifest = Json::parse(read_file(dir + "/manifest.json"));
   const Json &format = manifest.at("jaxbind_bundle", Json::kInt, "manifest.json");
   if (format.integer < 1 || format.integer > JAXBIND_RUNTIME_VERSION)
-    throw Failure("jaxbind: the bundle " + dir + " is of format " +
-                  std::to_string(format.integer) + ", but this runtime reads formats 1 to " +
+    throw Failure("jaxbind: the bundle " + dir + " is of format " + std::to_string(format.integer) +
+                  ", but this runtime reads formats 1 to " +
                   std::to_string(JAXBIND_RUNTIME_VERSION) + "; use a newer jaxbind's runtime");
   const std::string &platform = manifest.at("platform", Json::kString, "manifest.json").text;
   if (platform != "cpu")
@@ -651,8 +651,8 @@ static int32_t io_of(const std::vector<jaxbind_bundle::Io> &side, int64_t i, int
 }
 
 JAXBIND_EXPORT int32_t jaxbind_bundle_input(const jaxbind_bundle *bundle, int64_t i,
-                                            int32_t *pjrt_type, int64_t *rank,
-                                            const int64_t **dims, size_t *bytes) {
+                                            int32_t *pjrt_type, int64_t *rank, const int64_t **dims,
+                                            size_t *bytes) {
   return io_of(bundle->inputs, i, pjrt_type, rank, dims, bytes);
 }
 

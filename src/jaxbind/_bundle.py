@@ -162,7 +162,9 @@ def _custom_calls(exported: jax.export.Exported) -> Iterator[tuple[dict, dict]]:
             if not target.startswith("jaxbind"):
                 continue
             if target not in _CPU_TARGETS:
-                raise TypeError(f"jaxbind.bundle: the program calls {target}, which is not a CPU target")
+                raise TypeError(
+                    f"jaxbind.bundle: the program calls {target}, which is not a CPU target"
+                )
             config = _compat.ir.DictAttr(op.attributes["mhlo.backend_config"])
             found = {config[i].name: _value(config[i].attr) for i in range(len(config))}
             types = {
@@ -200,7 +202,9 @@ def _buffer(mlir_type: Any) -> dict:
     t = _compat.ir.RankedTensorType(mlir_type)
     name = _MLIR_TYPES.get(str(t.element_type))
     if name is None:
-        raise TypeError(f"jaxbind.bundle: a jaxbind call takes or gives {t}, a type a kernel takes not")
+        raise TypeError(
+            f"jaxbind.bundle: a jaxbind call takes or gives {t}, a type a kernel takes not"
+        )
     return {"dtype": abi.xla_code(_dtype(name)), "shape": [int(d) for d in t.shape]}
 
 
@@ -213,13 +217,17 @@ def _call_entry(found: dict, types: dict, libraries: _Libraries) -> dict:
     call = CallAttributes.read(found)
     binding = lookup(call.binding)
     if binding is None:
-        raise LookupError(f"jaxbind.bundle: the program calls '{call.binding}', which is not registered")
+        raise LookupError(
+            f"jaxbind.bundle: the program calls '{call.binding}', which is not registered"
+        )
     role = Role.parse(call.role)
     label = f"'{call.binding}' ({role.describe()})"
     body = binding.body(role)
     function = body.library_function() if isinstance(body, Kernel) else None
-    if function is None:  # (the bundle switch lowered it to its reference otherwise)
-        raise TypeError(f"{about(call.binding, call.role)}: its body is no C kernel in a shared library")
+    if function is None or not isinstance(body, Kernel):  # (else the switch took its reference)
+        raise TypeError(
+            f"{about(call.binding, call.role)}: its body is no C kernel in a shared library"
+        )
     values = decode_kwargs(call.kwargs).to_dict()
     where = f"jaxbind: {label}"
     entry: dict[str, Any] = {
@@ -235,7 +243,9 @@ def _call_entry(found: dict, types: dict, libraries: _Libraries) -> dict:
             "threads": body.threads or 0,
             "batches": body.batches,
         },
-        "kwargs": [_kwarg(t) for t in (abi.typed_kwarg(k, values[k], where) for k in sorted(values))],
+        "kwargs": [
+            _kwarg(t) for t in (abi.typed_kwarg(k, values[k], where) for k in sorted(values))
+        ],
         "loop": {"levels": call.loop.levels, "batched": [int(b) for b in call.loop.batched]},
         "buffers": types,
         "state": None,
@@ -287,7 +297,8 @@ class _Libraries:
     the bundle."""
 
     def __init__(self, folder: pathlib.Path):
-        self.folder, self.copied = folder, {}
+        self.folder = folder
+        self.copied: dict[str, str] = {}
 
     def add(self, path: str) -> str:
         if path not in self.copied:

@@ -44,9 +44,10 @@ class Runs:
       body_runs_here: whether that body runs itself on the platform (a traced one: always),
         whatever computes the call (jaxbind.testing calls it directly where it does).
       why: for "reference" and "refused", the reason: "switch" (use_reference), "strict"
-        (references only), "bundle" (jaxbind.bundle: the body cannot run without Python), "preferred" (``prefer_reference=`` names the platform),
-        "elsewhere" (the body does not run on the platform) or "hosted" (a hosted call on
-        a platform without a host callback); "" for the others.
+        (references only), "bundle" (jaxbind.bundle: the body cannot run without Python),
+        "preferred" (``prefer_reference=`` names the platform), "elsewhere" (the body does
+        not run on the platform) or "hosted" (a hosted call on a platform without a host
+        callback); "" for the others.
       error: for "refused", the error to raise (`refusal`).
     """
 

@@ -12,9 +12,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from support.pjrt_host import build_host, build_library
 
 import jaxbind
-from tests.support.pjrt_host import build_host, build_library
 
 HERE = pathlib.Path(__file__).parent
 
@@ -65,8 +65,10 @@ def assert_close_to_jax(got, want):
 
 
 def setups(stderr: str, n: int | None = None) -> int:
-    return sum(line.startswith("weights_setup") and (n is None or f"n={n}" in line)
-               for line in stderr.splitlines())  # fmt: skip
+    return sum(
+        line.startswith("weights_setup") and (n is None or f"n={n}" in line)
+        for line in stderr.splitlines()
+    )
 
 
 def test_c_kernels_state_and_jnp_give_jax_outputs_without_python(host, ops, tmp_path):
@@ -90,12 +92,15 @@ def test_c_kernels_state_and_jnp_give_jax_outputs_without_python(host, ops, tmp_
 
 def test_gradient_program_gives_jax_gradient(host, ops, tmp_path):
     f = program(ops)
-    loss = lambda x, xs: sum(jnp.sum(o**2) for o in f(x, xs))  # noqa: E731
+    loss = lambda x, xs: sum(jnp.sum(o**2) for o in f(x, xs))
     grad = jax.grad(loss, argnums=(0, 1))
     x = np.linspace(-1.0, 2.0, 8).astype(np.float32)
     xs = np.arange(12, dtype=np.float32).reshape(3, 4) / 10
     bundle = jaxbind.bundle(grad, x, xs, path=tmp_path / "g")
-    roles = {(c["binding"], c["role"]) for c in json.loads((tmp_path / "g" / "manifest.json").read_text())["calls"]}
+    roles = {
+        (c["binding"], c["role"])
+        for c in json.loads((tmp_path / "g" / "manifest.json").read_text())["calls"]
+    }
     assert ("runtime_c.weighted", "T") in roles and ("runtime_c.scale", "T") in roles
     done, outs = host.run(bundle, x, xs)
     assert done.returncode == 0, done.stderr
@@ -110,7 +115,7 @@ def test_portable_bundle_has_no_calls_and_gives_jax_outputs(host, tmp_path):
     def doubled(x):
         return 2 * np.asarray(x)
 
-    f = lambda x: jnp.tanh(doubled(x))  # noqa: E731
+    f = lambda x: jnp.tanh(doubled(x))
     x = np.linspace(-1.0, 1.0, 8).astype(np.float32)
     for portable in (True, False):  # a Python callable: its reference either way
         bundle = jaxbind.bundle(f, x, path=tmp_path / f"p{portable}", portable=portable)
@@ -125,8 +130,11 @@ def test_portable_bundle_has_no_calls_and_gives_jax_outputs(host, tmp_path):
 
 def test_python_callable_without_reference_is_refused_naming_the_op(tmp_path):
     op = jaxbind.linear_op(shape=lambda x: x, name="runtime_c.callable_only")(lambda x: 2 * x)
-    with pytest.raises(TypeError, match=r"'runtime_c.callable_only' \(the function\) cannot go "
-                       r"into a bundle.*Python callable.*reference.*compiled body"):  # fmt: skip
+    with pytest.raises(
+        TypeError,
+        match=r"'runtime_c.callable_only' \(the function\) cannot go "
+        r"into a bundle.*Python callable.*reference.*compiled body",
+    ):
         jaxbind.bundle(lambda x: op(x), np.ones(3, np.float32), path=tmp_path / "r")
 
 
@@ -139,8 +147,11 @@ def test_numba_kernel_is_refused_naming_the_op_and_the_fix(tmp_path):
         for i in range(x.size):
             out.flat[i] = 2 * x.flat[i]
 
-    with pytest.raises(TypeError, match=r"'runtime_c.numba_kernel'.*numba kernel.*reference.*C "
-                       r"kernel"):  # fmt: skip
+    with pytest.raises(
+        TypeError,
+        match=r"'runtime_c.numba_kernel'.*numba kernel.*reference.*C "
+        r"kernel",
+    ):
         jaxbind.bundle(lambda x: twice(x), np.ones(3, np.float32), path=tmp_path / "n")
 
 
@@ -189,7 +200,7 @@ def test_setup_struct_is_the_headers():
 @pytest.fixture
 def good_bundle(ops, tmp_path):
     scale, weighted = ops
-    f = lambda x: weighted(scale(x, factor=2.0), n=8)  # noqa: E731
+    f = lambda x: weighted(scale(x, factor=2.0), n=8)
     x = np.linspace(0.0, 1.0, 8).astype(np.float32)
     return jaxbind.bundle(f, x, path=tmp_path / "good"), x
 

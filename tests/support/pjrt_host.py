@@ -4,7 +4,7 @@ against a CPU PJRT plugin's C API header and jaxbind's runtime, run on a bundle.
 The plugin: JAXBIND_PJRT_PLUGIN (a path), else the first of the CPU plugin packages
 installed (fastatomstruct-xla-cpu, lammps-jax-pjrt-cpu, xla-cpu-pjrt); the header
 (pjrt_c_api.h): JAXBIND_PJRT_INCLUDE (a directory), else xla-cpu-pjrt's. Without them the
-tests skip, saying what to install."""
+tests skip, saying what to install (benchmarks/pjrt_host.py finds them here too)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ import subprocess
 from dataclasses import dataclass
 
 import numpy as np
-import pytest
 
 ROOT = pathlib.Path(__file__).parents[2]
 INSTALL = (
@@ -74,7 +73,9 @@ class Host:
     driver: pathlib.Path
     plugin: str
 
-    def run(self, bundle: str, *inputs: np.ndarray, repeat: int = 0, out: pathlib.Path | None = None):
+    def run(
+        self, bundle: str, *inputs: np.ndarray, repeat: int = 0, out: pathlib.Path | None = None
+    ):
         """Run the bundle on `inputs` (written next to it); returns the finished process
         (stdout, stderr, returncode) and, if it succeeded, the outputs as the manifest
         types them."""
@@ -110,6 +111,8 @@ def outputs_of(bundle: str, out: pathlib.Path) -> list[np.ndarray]:
 def build_host(tmp_path_factory) -> Host:
     """demos/run_bundle.c built against the plugin's header and jaxbind's runtime (skips,
     saying what to install, where there is no plugin, header or C compiler)."""
+    import pytest
+
     import jaxbind
 
     plugin, include, cc = plugin_path(), include_dir(), compiler()
@@ -121,16 +124,27 @@ def build_host(tmp_path_factory) -> Host:
     tmp = tmp_path_factory.mktemp("host")
     driver = tmp / "run_bundle"
     subprocess.run(
-        [cc, "-O2", str(ROOT / "demos" / "run_bundle.c"), f"-I{include}",
-         f"-I{jaxbind.kernel_include_dir()}", runtime,
-         f"-Wl,-rpath,{pathlib.Path(runtime).parent}", "-ldl", "-o", str(driver)],
+        [
+            cc,
+            "-O2",
+            str(ROOT / "demos" / "run_bundle.c"),
+            f"-I{include}",
+            f"-I{jaxbind.kernel_include_dir()}",
+            runtime,
+            f"-Wl,-rpath,{pathlib.Path(runtime).parent}",
+            "-ldl",
+            "-o",
+            str(driver),
+        ],
         check=True,
-    )  # fmt: skip
+    )
     return Host(driver, plugin)
 
 
 def build_library(tmp_path_factory, source: pathlib.Path) -> pathlib.Path:
     """A C file against jaxbind/kernel.h compiled into a shared library."""
+    import pytest
+
     import jaxbind
 
     cc = compiler()
@@ -139,8 +153,16 @@ def build_library(tmp_path_factory, source: pathlib.Path) -> pathlib.Path:
     tmp = tmp_path_factory.mktemp("clib")
     so = tmp / f"lib{source.stem}.so"
     subprocess.run(
-        [cc, "-O2", "-shared", "-fPIC", f"-I{jaxbind.kernel_include_dir()}", str(source),
-         "-o", str(so)],
+        [
+            cc,
+            "-O2",
+            "-shared",
+            "-fPIC",
+            f"-I{jaxbind.kernel_include_dir()}",
+            str(source),
+            "-o",
+            str(so),
+        ],
         check=True,
-    )  # fmt: skip
+    )
     return so

@@ -153,7 +153,7 @@ def typed_kwarg(name: str, value: object, where: str) -> TypedKwarg:
 
 
 def pack_kwargs(
-    kwargs: Sequence[TypedKwarg], keep: list, arrays: Mapping[str, np.ndarray] | None = None
+    kwargs: Sequence[TypedKwarg], keep: list[object], arrays: Mapping[str, np.ndarray] | None = None
 ) -> np.ndarray:
     """Keyword arguments (as `typed_kwarg` gives them) as the ABI's jaxbind_kwarg rows;
     what the rows point to is appended to `keep`, which must outlive them. An array's

@@ -128,10 +128,8 @@ def c_state(
         if call_teardown is not None:
             call_teardown(obj)
 
-    declared = state(concurrency=concurrency, pool_size=pool_size, teardown=run_teardown)(
-        run_setup
-    )
-    keep = (setup, teardown, call_setup, call_teardown, _pin_library(setup_address))
+    declared = state(concurrency=concurrency, pool_size=pool_size, teardown=run_teardown)(run_setup)
+    keep: tuple = (setup, teardown, call_setup, call_teardown, _pin_library(setup_address))
     if teardown_address:
         keep += (_pin_library(teardown_address),)
     native = NativeState(setup_address, teardown_address, setup_symbol, teardown_symbol, keep)
