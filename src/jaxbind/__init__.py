@@ -41,6 +41,15 @@ Compiled kernels, any role's body in either API, run without the GIL on XLA's th
 Export, programs that call jaxbind ops run in another process:
     export, export_safety_checks, ExportedDefaultNameWarning
 
+Without Python, in a PJRT host written in C or C++ (C kernels native, other bodies their
+references):
+    bundle
+        the program, its compile options, its kernels' libraries and a manifest, in a folder
+    runtime_library
+        the path of libjaxbind_runtime.so, the C runtime that runs a bundle's calls
+    c_state
+        an op's state made and freed by C functions, which a bundle carries
+
 JAX references (reference= in both APIs): every platform, portable exports, derived rules:
     use_reference
         run ops' JAX references instead of their native bodies (JAXBIND_USE_REFERENCE=1)
