@@ -5,7 +5,8 @@ a host without Python cannot run (a Python callable, a numba kernel, a Python st
 computed by its JAX reference, or refused naming the op (jaxbind._where.runs, the
 "bundle" switch), and writes a directory:
 
-- ``program.mlirbc``: the program, a serialized StableHLO module (PJRT format "mlir");
+- ``program.mlirbc``: the program, a StableHLO portable artifact (PJRT format "mlir"),
+  serialized at the oldest StableHLO version that expresses it (for older plugins);
 - ``compile_options.pb``: the CompileOptionsProto to compile it with (one replica, one
   partition: a PJRT plugin aborts on an empty one);
 - ``lib/``: a copy of every shared library that holds a C kernel or a C state's function
@@ -123,7 +124,9 @@ def bundle(
     out.mkdir(parents=True, exist_ok=True)
     libraries = _Libraries(out / "lib")
     calls = [_call_entry(found, types, libraries) for found, types in _custom_calls(exported)]
-    (out / "program.mlirbc").write_bytes(exported.mlir_module_serialized)
+    (out / "program.mlirbc").write_bytes(
+        _compat.oldest_portable_artifact(exported.mlir_module_serialized)
+    )
     (out / "compile_options.pb").write_bytes(_compat.compile_options_proto(1, 1))
     manifest = {
         "jaxbind_bundle": BUNDLE_FORMAT,

@@ -602,3 +602,26 @@ def parsed_module(text: str):
     context = mlir_internal.make_ir_context()
     with context:
         return ir.Module.parse(text), context
+
+
+def oldest_portable_artifact(serialized: bytes) -> bytes:
+    """A StableHLO portable artifact (jax.export's ``mlir_module_serialized``) serialized
+    again at the oldest StableHLO version that expresses it, so that PJRT plugins of older
+    XLAs read it (jax 0.12 writes custom calls as ``vhlo.custom_call_v2``, which XLAs of
+    PJRT C API 0.106 do not know); the artifact as it was where none does. jax 0.7 - 0.12:
+    jaxlib's serializer, jax.export's sdy flag."""
+    from jax._src import xla_bridge
+    from jax._src.lib import _jax
+
+    requirement = hlo.StablehloCompatibilityRequirement
+    with mlir_internal.make_ir_context():
+        module = _jax.mlir.deserialize_portable_artifact(serialized)
+        for oldest in (requirement.MAX, requirement.WEEK_12):
+            target = hlo.get_version_from_compatibility_requirement(oldest)
+            try:
+                return _jax.mlir.serialize_portable_artifact(
+                    module, target, xla_bridge.get_backend("cpu").serialize_with_sdy
+                )
+            except Exception:  # (not expressible at that version)
+                continue
+    return serialized
