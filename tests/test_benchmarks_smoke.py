@@ -258,3 +258,20 @@ def test_results_hold_what_save_writes():
     results = ROOT / "benchmarks" / "results"
     for md in results.glob("*.md"):
         assert md.with_suffix(".json").exists(), f"{md.name}: an analysis, not a result"
+
+
+def test_pjrt_host_benchmark_quick(tmp_path):
+    """benchmarks/pjrt_host.py: the C host on a bundle and its portable form, and JAX (needs
+    a CPU PJRT plugin and its header: skipped without, saying what to install)."""
+    import pytest
+    from support.pjrt_host import INSTALL, compiler, include_dir, plugin_path
+
+    if plugin_path() is None or include_dir() is None or compiler() is None:
+        pytest.skip(INSTALL)
+    proc = run_python(
+        ROOT / "benchmarks" / "pjrt_host.py", "--quick", "--out", tmp_path, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads((tmp_path / "pjrt_host.json").read_text())["results"]
+    assert len(rows) == 4 and all(r["median_s"] > 0 for r in rows)
+    assert "| C host, jaxbind runtime (C kernel) |" in (tmp_path / "pjrt_host.md").read_text()

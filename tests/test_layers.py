@@ -47,6 +47,7 @@ TRACE_TIME = {
     "_primitive",
     "_spec",
     "_export",
+    "_bundle",
     "_references",
     "_pickling",
     # jaxbind.testing.check: the entry point, its report and case, one module per row family
@@ -93,6 +94,7 @@ COMMON = {
     "_kernels.numba_support",
     "_kernels.source",
     "_kernels.state",
+    "_kernels.c_state",
     "_options",
     "_where",
     "_sharding",

@@ -41,6 +41,15 @@ Compiled kernels, any role's body in either API, run without the GIL on XLA's th
 Export, programs that call jaxbind ops run in another process:
     export, export_safety_checks, ExportedDefaultNameWarning
 
+Without Python, in a PJRT host written in C or C++ (C kernels native, other bodies their
+references):
+    bundle
+        the program, its compile options, its kernels' libraries and a manifest, in a folder
+    runtime_library
+        the path of libjaxbind_runtime.so, the C runtime that runs a bundle's calls
+    c_state
+        an op's state made and freed by C functions, which a bundle carries
+
 JAX references (reference= in both APIs): every platform, portable exports, derived rules:
     use_reference
         run ops' JAX references instead of their native bodies (JAXBIND_USE_REFERENCE=1)
@@ -82,9 +91,11 @@ _check_jax_version()
 
 from . import _rules, _runtime  # noqa: E402
 from ._api import Op, get_linear_call, get_nonlinear_call  # noqa: E402
+from ._bundle import bundle, runtime_library  # noqa: E402
 from ._errors import ExportedDefaultNameWarning  # noqa: E402
 from ._export import export, export_safety_checks  # noqa: E402
 from ._kernels import Kernel, kernel, kernel_include_dir  # noqa: E402
+from ._kernels.c_state import c_state  # noqa: E402
 from ._kernels.cuda import CudaKernel, cuda_kernel  # noqa: E402
 from ._kwargs import load_kwargs  # noqa: E402
 from ._native import NativeOp, linear_op, multilinear_op, nonlinear_op  # noqa: E402
@@ -113,6 +124,8 @@ __all__ = [
     "NativeOp",
     "Op",
     "StateDef",
+    "bundle",
+    "c_state",
     "check_outputs",
     "cuda_kernel",
     "current_call",
@@ -128,6 +141,7 @@ __all__ = [
     "load_state",
     "multilinear_op",
     "nonlinear_op",
+    "runtime_library",
     "state",
     "use_reference",
     "__version__",

@@ -583,3 +583,45 @@ def check_jax_version(installed: str = jax.__version__) -> str | None:
         return message
     warnings.warn(message, RuntimeWarning, stacklevel=3)
     return message
+
+
+def compile_options_proto(num_replicas: int, num_partitions: int) -> bytes:
+    """A serialized xla.CompileOptionsProto for a program of that many replicas and
+    partitions, as a PJRT host compiles a bundle's program with (jaxbind.bundle). jax 0.7 -
+    0.12: jaxlib's CompileOptions."""
+    from jax._src.lib import xla_client
+
+    options = xla_client.CompileOptions()
+    options.executable_build_options.num_replicas = num_replicas
+    options.executable_build_options.num_partitions = num_partitions
+    return options.SerializeAsString()
+
+
+def parsed_module(text: str):
+    """A StableHLO module's text parsed, in a context with JAX's dialects (jax 0.7 - 0.12)."""
+    context = mlir_internal.make_ir_context()
+    with context:
+        return ir.Module.parse(text), context
+
+
+def oldest_portable_artifact(serialized: bytes) -> bytes:
+    """A StableHLO portable artifact (jax.export's ``mlir_module_serialized``) serialized
+    again at the oldest StableHLO version that expresses it, so that PJRT plugins of older
+    XLAs read it (jax 0.12 writes custom calls as ``vhlo.custom_call_v2``, which XLAs of
+    PJRT C API 0.106 do not know); the artifact as it was where none does. jax 0.7 - 0.12:
+    jaxlib's serializer, jax.export's sdy flag."""
+    from jax._src import xla_bridge
+    from jax._src.lib import _jax
+
+    requirement = hlo.StablehloCompatibilityRequirement
+    with mlir_internal.make_ir_context():
+        module = _jax.mlir.deserialize_portable_artifact(serialized)
+        for oldest in (requirement.MAX, requirement.WEEK_12):
+            target = hlo.get_version_from_compatibility_requirement(oldest)
+            try:
+                return _jax.mlir.serialize_portable_artifact(
+                    module, target, xla_bridge.get_backend("cpu").serialize_with_sdy
+                )
+            except Exception:  # (not expressible at that version)
+                continue
+    return serialized

@@ -367,7 +367,8 @@ def _linear_in(linear_in: Any, fixed: int, fixed_name: str) -> tuple[int, ...]:
 def _state(what: str, value: Any, native: bool) -> Any:
     if value is None:
         return None
-    if type(value).__name__ != "StateDef" or not hasattr(value, "setup"):
+    # (a StateDef, or a C state's: jaxbind.c_state)
+    if "StateDef" not in {c.__name__ for c in type(value).__mro__} or not hasattr(value, "setup"):
         raise TypeError(
             f"jaxbind.{what}: state must be declared with @jaxbind.state (def setup(*, ...): "
             f"return the object), got {value!r}"

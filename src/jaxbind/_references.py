@@ -34,11 +34,12 @@ import jax
 
 from ._compat import STATES_KEY_TRACES, define_jit_keyed_state, tracing
 
-__all__ = ["MODES", "mode", "use_reference"]
+__all__ = ["MODES", "bundling", "mode", "use_reference"]
 
 # off: native bodies where they run; on: references where ops have them; strict: the
-# reference of every op (none may lack one)
-MODES = ("off", "on", "strict")
+# reference of every op (none may lack one); bundle: native bodies that a bundle carries
+# to a host without Python (C kernels), the reference of every other op (jaxbind.bundle)
+MODES = ("off", "on", "strict", "bundle")
 
 
 def _from_environment() -> str:
@@ -63,7 +64,8 @@ _STATE = define_jit_keyed_state(
     MODES,
     _from_environment(),
     "Which body computes jaxbind ops: 'off' (native bodies where they run), 'on' (JAX "
-    "references where ops have them), 'strict' (references only)",
+    "references where ops have them), 'strict' (references only), 'bundle' (C kernels, "
+    "else references)",
 )
 
 
@@ -112,6 +114,20 @@ def use_reference(enabled: bool = True, *, strict: bool = False) -> Iterator[Non
         _clear_jax_caches()
     try:
         with _STATE(setting):
+            yield
+    finally:
+        if not STATES_KEY_TRACES:
+            _clear_jax_caches()
+
+
+@contextlib.contextmanager
+def bundling() -> Iterator[None]:
+    """The switch as jaxbind.bundle lowers (outside any trace): C kernels stay native, every
+    other body computes by its reference (jaxbind._where.runs)."""
+    if not STATES_KEY_TRACES:
+        _clear_jax_caches()
+    try:
+        with _STATE("bundle"):
             yield
     finally:
         if not STATES_KEY_TRACES:

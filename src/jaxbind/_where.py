@@ -44,9 +44,10 @@ class Runs:
       body_runs_here: whether that body runs itself on the platform (a traced one: always),
         whatever computes the call (jaxbind.testing calls it directly where it does).
       why: for "reference" and "refused", the reason: "switch" (use_reference), "strict"
-        (references only), "preferred" (``prefer_reference=`` names the platform),
-        "elsewhere" (the body does not run on the platform) or "hosted" (a hosted call on
-        a platform without a host callback); "" for the others.
+        (references only), "bundle" (jaxbind.bundle: the body cannot run without Python),
+        "preferred" (``prefer_reference=`` names the platform), "elsewhere" (the body does
+        not run on the platform) or "hosted" (a hosted call on a platform without a host
+        callback); "" for the others.
       error: for "refused", the error to raise (`refusal`).
     """
 
@@ -83,6 +84,25 @@ def runs(
         return Runs("native", kind, True)
     options = binding.options
     here = platform in kind.platforms
+    if switch == "bundle":  # jaxbind.bundle: what a host without Python can run
+        why = not_carried(binding, entry)
+        if why is None:
+            switch = "off"
+        elif entry.reference is not None:
+            return Runs("reference", kind, here, "bundle")
+        else:
+            return _refused(
+                kind,
+                here,
+                "bundle",
+                TypeError(
+                    f"{about(binding.name, entry.role.text)} cannot go into a bundle, which "
+                    f"runs without Python: {why}. Give it a reference "
+                    f"({words(options).give_reference()}), or a compiled body (a C kernel: "
+                    "jaxbind.kernel of a function in a shared library, built against "
+                    "jaxbind/kernel.h; see docs/without-python.md)"
+                ),
+            )
     if entry.reference is None:
         if platform in options.prefer_reference:
             return _refused(
@@ -146,6 +166,35 @@ def runs(
             )
         return Runs("hosted", kind, here)
     return Runs("native", kind, here)
+
+
+def not_carried(binding: Any, entry: Any) -> str | None:
+    """Why a bundle (jaxbind.bundle: a program for a PJRT host without Python) cannot
+    carry the native body of `entry`, a role of `binding`; None if it can: a C kernel (a
+    function in a shared library, `Kernel.library_function`) of an op without a state, or
+    with a C state (jaxbind.c_state)."""
+    body = entry.body
+    if entry.kind is not Body.KERNEL:
+        what = "a CUDA kernel" if entry.kind is Body.CUDA_KERNEL else "a Python callable"
+        return f"its body is {what}"
+    if body.library_function() is None:
+        if body.origin == "numba function":
+            return (
+                f"its body is the numba kernel {body.name}, which numba "
+                "compiles in this process only (numba's ahead-of-time compiler, numba.pycc, is "
+                "deprecated and makes Python modules)"
+            )
+        return (
+            f"its body is the kernel {body.name}, which is in no shared "
+            "library that a host could load by name"
+        )
+    state = binding.options.state
+    if state is not None and getattr(state, "native", None) is None:
+        return (
+            f"its state {state.name!r} is set up by a Python function; make it with "
+            "jaxbind.c_state (a C setup and teardown)"
+        )
+    return None
 
 
 def _refused(kind: Body, here: bool, why: str, error: Exception) -> Runs:

@@ -145,6 +145,14 @@ class Kernel:
         """Kernels take flat arrays, whatever the call's pytree structure."""
         return self
 
+    def library_function(self) -> tuple[str, str] | None:
+        """The shared library (an absolute path) and the exported symbol of a compiled
+        kernel, as a host without Python finds it (jaxbind.bundle); None for a numba
+        function, or code in no library under a symbol of its own."""
+        if self._address is None:
+            return None
+        return library_function(self._address)
+
     def site_for(self, values: dict, where: str, stateful: bool = False) -> KernelSite:
         return KernelSite(self, values, where, stateful)
 
@@ -536,6 +544,27 @@ def _pin_library(address: int):
         return ctypes.CDLL(path) if os.path.isabs(path) else None  # not the main program
     except (OSError, AttributeError):  # no dladdr, or a library that cannot be opened by path
         return None
+
+
+def library_function(address: int) -> tuple[str, str] | None:
+    """The shared library (absolute path) and exported symbol at `address`, or None."""
+    if sys.platform == "win32":
+        return None
+    try:
+        dladdr = ctypes.CDLL(None).dladdr
+    except (OSError, AttributeError):
+        return None
+    dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
+    dladdr.restype = ctypes.c_int
+    info = _DlInfo()
+    if not dladdr(ctypes.c_void_p(address), ctypes.byref(info)) or not info.dli_fname:
+        return None
+    if not info.dli_sname or info.dli_saddr != address:
+        return None
+    path = os.fsdecode(info.dli_fname)
+    if not os.path.isabs(path):
+        return None
+    return os.path.realpath(path), os.fsdecode(info.dli_sname)
 
 
 def _origin_of(fn) -> str:

@@ -23,8 +23,10 @@ __all__ = [
     "BUFFER",
     "CALL",
     "KWARG",
+    "SETUP",
     "Struct",
     "call_kernel",
+    "pack_kwargs",
     "typed_kwarg",
 ]
 
@@ -95,6 +97,7 @@ CALL = Struct(
     "workers",
     "state",  # version 3
 )
+SETUP = Struct("jaxbind_setup", "abi_version", "n_kwargs", "kwargs", "error", "error_size")
 
 # enum jaxbind_kwarg_type
 INT, FLOAT, BOOL, STRING, ARRAY = 1, 2, 3, 4, 5
@@ -149,6 +152,41 @@ def typed_kwarg(name: str, value: object, where: str) -> TypedKwarg:
     )
 
 
+def pack_kwargs(
+    kwargs: Sequence[TypedKwarg], keep: list[object], arrays: Mapping[str, np.ndarray] | None = None
+) -> np.ndarray:
+    """Keyword arguments (as `typed_kwarg` gives them) as the ABI's jaxbind_kwarg rows;
+    what the rows point to is appended to `keep`, which must outlive them. An array's
+    bytes are a copy, or the C-contiguous array of its name in `arrays`."""
+
+    def text(data: bytes) -> int:
+        buffer = ctypes.create_string_buffer(data)
+        keep.append(buffer)
+        return ctypes.addressof(buffer)
+
+    rows = []
+    for name, kind, int_value, float_value, string, array in kwargs:
+        row = {
+            "name": text(name.encode()),
+            "type": kind,
+            "int_value": int_value,
+            "float_value": float_value,
+        }
+        if string is not None:
+            row.update(string=text(string), string_size=len(string))
+        if array is not None:
+            own = None if arrays is None else arrays.get(name)
+            data = np.frombuffer(array[2], np.uint8).copy() if own is None else own
+            dims = np.asarray(array[1], np.int64)
+            keep.extend((data, dims))
+            row.update({"array.data": data.ctypes.data, "array.dtype": array[0]})
+            row.update({"array.rank": len(array[1]), "array.dims": dims.ctypes.data})
+        rows.append(row)
+    words = KWARG.pack(rows)
+    keep.append(words)
+    return words
+
+
 def call_kernel(
     address: int,
     ins: Sequence[np.ndarray],
@@ -181,34 +219,11 @@ def call_kernel(
             "dims": dims.ctypes.data,
         }
 
-    def text(data: bytes) -> int:
-        buffer = ctypes.create_string_buffer(data)
-        keep.append(buffer)
-        return ctypes.addressof(buffer)
-
-    kwarg_rows = []
-    for name, kind, int_value, float_value, string, array in kwargs:
-        row = {
-            "name": text(name.encode()),
-            "type": kind,
-            "int_value": int_value,
-            "float_value": float_value,
-        }
-        if string is not None:
-            row.update(string=text(string), string_size=len(string))
-        if array is not None:
-            own = None if arrays is None else arrays.get(name)
-            data = np.frombuffer(array[2], np.uint8).copy() if own is None else own
-            dims = np.asarray(array[1], np.int64)
-            keep.extend((data, dims))
-            row.update({"array.data": data.ctypes.data, "array.dtype": array[0]})
-            row.update({"array.rank": len(array[1]), "array.dims": dims.ctypes.data})
-        kwarg_rows.append(row)
+    kw_words = pack_kwargs(kwargs, keep, arrays)
     in_words, out_words = (
         BUFFER.pack([buffer_row(a) for a in ins]),
         BUFFER.pack([buffer_row(a) for a in outs]),
     )
-    kw_words = KWARG.pack(kwarg_rows)
     error = ctypes.create_string_buffer(1024)
     call = CALL.pack(
         [

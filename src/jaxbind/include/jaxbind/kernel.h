@@ -136,6 +136,24 @@ typedef struct jaxbind_call {
 
 typedef int32_t (*jaxbind_kernel_fn)(const jaxbind_call *call);
 
+/* A C state (jaxbind.c_state; docs/without-python.md): an op's state whose setup and
+ * teardown are C functions, so that a bundle carries it to a host without Python. The
+ * setup makes the object from the setup's keyword arguments (sorted by name, as a
+ * kernel's) and stores its address in *state; it returns 0, or writes a NUL-terminated
+ * message into setup->error (at most error_size bytes) and returns any other value. The
+ * teardown frees the object. jaxbind calls both in Python, and its C runtime
+ * (jaxbind/runtime.h) in a host without Python. */
+typedef struct jaxbind_setup {
+  int64_t abi_version; /* JAXBIND_KERNEL_ABI_VERSION of the caller */
+  int64_t n_kwargs;
+  const jaxbind_kwarg *kwargs; /* sorted by name */
+  char *error;
+  int64_t error_size;
+} jaxbind_setup;
+
+typedef int32_t (*jaxbind_setup_fn)(const jaxbind_setup *setup, void **state);
+typedef void (*jaxbind_teardown_fn)(void *state);
+
 #ifdef __cplusplus
 }
 #endif
