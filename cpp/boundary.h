@@ -16,8 +16,8 @@
 //   KeyboardInterrupt (Python)          kCancelled, and the interrupt raised again
 //   another Python exception            a site's: kInternal, formatted by Python with its
 //                                       traceback (_runtime/report.py); before a site is
-//                                       known, the instantiate stage's or the digest route's
-//                                       refusal: kInvalidArgument, its message alone
+//                                       known, the refusal of the site's maker
+//                                       (site_life.h): kInvalidArgument, its message alone
 //   std::invalid_argument               kInvalidArgument (a bad program, or a refused call)
 //   PythonGone                          kUnavailable (the interpreter is going away)
 //   any other exception                 kInternal
@@ -148,7 +148,7 @@ inline ffi::Error failure(const Where &where, std::exception_ptr thrown) {
       PyErr_SetInterrupt();
       return say(ffi::ErrorCode::kCancelled, "interrupted (KeyboardInterrupt) while Python ran");
     }
-    if (where.label == nullptr)  // instantiate (or the digest route) refused: said plainly
+    if (where.label == nullptr)  // the site's maker refused: said plainly
       return say(ffi::ErrorCode::kInvalidArgument, python_text(e));
     try {
       nb::str label(where.label->c_str());

@@ -1,10 +1,11 @@
-// jaxbind's trampoline: the XLA FFI handlers. Each runs its platform's body over the one
+// jaxbind's trampoline: the XLA FFI handlers. Each begins with one lookup, the call's
+// Instance (site_life.h, find_instance), and runs its platform's body over the one
 // described call (call.h) inside the one error boundary (boundary.h):
 //   CpuHandler         a compiled kernel without the GIL (`run_kernel_fast`), else the GIL
 //                      taken (`guarded`): a kernel, or a Python callable on NumPy views
 //   CudaHandler        the site's GPU plan (gpu.h), or a CUDA kernel reached by the GIL path
 //   CudaKernelHandler  a CUDA kernel launched on XLA's stream without the GIL, else `guarded`
-//   Instantiate        XLA's instantiate stage (every platform): the site kept by XLA
+//   InstantiateCpu/Cuda  XLA's instantiate stage (every platform): the site kept by XLA
 // and their bindings to XLA's FFI (the XLA_FFI_DEFINE_HANDLER_SYMBOL blocks at the end).
 #pragma once
 
@@ -26,10 +27,12 @@
 namespace jaxbind {
 
 // What one call works on, reused by the calls of a thread (no allocation per call once
-// warm): the call's buffers, and a batch element's. A stack, because a Python callable
-// may call a jaxbind op eagerly, which runs on the same thread.
+// warm): the call's buffers, a batch element's, and the instance found last where no
+// slot keeps one. A stack, because a Python callable may call a jaxbind op eagerly,
+// which runs on the same thread.
 struct Frame {
   Call call, element;
+  Kept kept;
 };
 
 class ScopedFrame {
@@ -74,10 +77,10 @@ inline void run_kernel(const SiteCore &core, jaxbind_kernel_fn fn, Frame &frame,
 
 // A kernel call whose site and signature are known: no GIL, no Python object. Returns
 // false when the call needs the GIL path (see `guarded`).
-inline bool run_kernel_fast(const RawAttrs &attrs, Instance *held, const ffi::RemainingArgs &args,
+inline bool run_kernel_fast(Instance &instance, const ffi::RemainingArgs &args,
                             const ffi::RemainingRets &rets, ExecutionContext context, Frame &frame,
                             ffi::Error &result) {
-  SiteCore *found = find_core(attrs, held);
+  SiteCore *found = live_core(instance);
   if (found == nullptr || !found->is_kernel) return false;
   SiteCore &core = *found;
   try {
@@ -91,21 +94,14 @@ inline bool run_kernel_fast(const RawAttrs &attrs, Instance *held, const ffi::Re
   return true;
 }
 
-// What every call that needs Python does around its platform's body: check the call
-// format, take Python (PythonScope), decode the buffers and find the site (accepting
-// the buffers' signature), inside the boundary, which names the binding (and, once the
-// site is known, its role). `body(site, kernel address)` runs the call.
+// What every call that needs Python does around its platform's body: take Python
+// (PythonScope), decode the buffers and take the instance's site (accepting the buffers'
+// signature), inside the boundary, which names the binding (and, once the site is known,
+// its role). `body(site, kernel address)` runs the call.
 template <typename Body>
-ffi::Error guarded(const ffi::Dictionary &attrs, Instance *held, const char *platform,
+ffi::Error guarded(const ffi::Dictionary &attrs, Instance &instance, const char *platform,
                    const ffi::RemainingArgs &args, const ffi::RemainingRets &rets, Frame &frame,
                    Body &&body) {
-  // A call XLA instantiated had its attributes read and checked then: only the digest
-  // route reads them here (site_life.h reads them again to instantiate anew)
-  Header header;
-  if (held == nullptr) {
-    Header::Problem problem = header.read(attrs);
-    if (!problem.message.empty()) return refused(attrs, problem);
-  }
   Where where = Where::of_attrs(attrs);
   PythonScope python;  // (outlives the boundary: a failure is read with the GIL)
   nb::object site;     // (so does the site: a failure names it by its label)
@@ -113,7 +109,7 @@ ffi::Error guarded(const ffi::Dictionary &attrs, Instance *held, const char *pla
     python.require();
     frame.call.decode(args, rets);
     jaxbind_kernel_fn fn = nullptr;
-    site = find_site(header, attrs, frame.call, fn, held, platform);
+    site = site_of_call(instance, attrs, frame.call, fn, platform);
     Site &found = site_of(site);
     where.binding = found.binding;
     where.label = &found.core->label;
@@ -160,10 +156,11 @@ inline ffi::Error CpuHandler(ExecutionContext context, ffi::RemainingArgs args,
                              ffi::RemainingRets rets, RawAttrs raw) {
   IeeeFloats ieee;  // subnormals as the body sees them in Python (see floats.h)
   ScopedFrame frame;
-  ffi::Error result = ffi::Error::Success();
-  Instance *held = instance_of(context);
-  if (run_kernel_fast(raw, held, args, rets, context, *frame, result)) return result;
-  return guarded(raw.dict(), held, "cpu", args, rets, *frame,
+  Instance *instance = nullptr;
+  ffi::Error result = find_instance(context, raw, "cpu", frame->kept, instance);
+  if (result.failure()) return result;
+  if (run_kernel_fast(*instance, args, rets, context, *frame, result)) return result;
+  return guarded(raw.dict(), *instance, "cpu", args, rets, *frame,
                  [&](Site &site, jaxbind_kernel_fn fn) {
                    SiteCore &core = *site.core.get();
                    if (core.is_kernel) {
@@ -209,11 +206,13 @@ inline void run_gpu(Site &site, Frame &frame, uintptr_t stream, int32_t device) 
 // to the callable as zero-copy CUDA arrays, or copies them to the host for a binding in
 // host mode. No CUDA header or library is needed here: the stream is an opaque pointer.
 inline ffi::Error CudaHandler(ExecutionContext context, void *stream, int32_t device,
-                              ffi::RemainingArgs args, ffi::RemainingRets rets,
-                              ffi::Dictionary attrs) {
+                              ffi::RemainingArgs args, ffi::RemainingRets rets, RawAttrs raw) {
   IeeeFloats ieee;  // a host-mode callable's floats (see floats.h)
   ScopedFrame frame;
-  return guarded(attrs, instance_of(context), "cuda", args, rets, *frame,
+  Instance *instance = nullptr;
+  ffi::Error found = find_instance(context, raw, "cuda", frame->kept, instance);
+  if (found.failure()) return found;
+  return guarded(raw.dict(), *instance, "cuda", args, rets, *frame,
                  [&](Site &site, jaxbind_kernel_fn) {
                    run_gpu(site, *frame, reinterpret_cast<uintptr_t>(stream), device);
                  });
@@ -235,12 +234,16 @@ inline ffi::Error gpu_work_for_tests(Site &site, Frame &frame, uintptr_t stream,
 
 // CUDA, a call of a CUDA kernel (jaxbind.cuda_kernel; the lowering gives such calls this
 // handler's target): launched from C++ on XLA's stream, without the GIL or Python once
-// the site and signature are known. It keeps nothing in XLA's slot and does nothing a CUDA
-// graph cannot replay, so it is declared compatible with XLA's command buffers.
+// the site and signature are known. Registered without an instantiate stage (XLA keeps
+// no slot for it), it does nothing a CUDA graph cannot replay, so it is declared
+// compatible with XLA's command buffers.
 inline ffi::Error CudaKernelHandler(void *stream, int32_t device, ffi::RemainingArgs args,
                                     ffi::RemainingRets rets, RawAttrs raw) {
   ScopedFrame frame;
-  SiteCore *core = find_core(raw, nullptr);  // (no instantiate stage: the digest route)
+  Instance *instance = nullptr;
+  ffi::Error found = find_instance(raw, "cuda", frame->kept, instance);
+  if (found.failure()) return found;
+  SiteCore *core = live_core(*instance);
   const Launch *launch = nullptr;
   if (core != nullptr && core->cuda) {
     try {
@@ -253,43 +256,29 @@ inline ffi::Error CudaKernelHandler(void *stream, int32_t device, ffi::Remaining
   if (launch != nullptr)
     return boundary(Where::of_label(core->label),
                     [&] { launch_cuda(*core, *launch, *frame, stream, device); });
-  return guarded(raw.dict(), nullptr, "cuda", args, rets, *frame,
+  return guarded(raw.dict(), *instance, "cuda", args, rets, *frame,
                  [&](Site &site, jaxbind_kernel_fn) {
                    run_gpu(site, *frame, reinterpret_cast<uintptr_t>(stream), device);
                  });
 }
 
 // XLA's instantiate stage of a call site (every platform): the site made from the call's
-// attributes and kept by XLA with the executable (see site_life.h). A site
+// attributes and kept by XLA with the executable (site_life.h, instantiate). A site
 // Python refuses, or whose op's state fails its setup, fails the compilation (or the
 // loading) of the program, with the error a call would give.
 // `platform` ("cpu" or "cuda") tells Python whether to set the op's state up now: on a
 // GPU, XLA gives no stream or device here, so each device's is set up at its first call.
-inline ffi::Error Instantiate(ExecutionContext context, const ffi::Dictionary &attrs,
-                              const char *platform) {
-  Header header;
-  Header::Problem problem = header.read(attrs);
-  if (!problem.message.empty()) return refused(attrs, problem);
-  // jaxlib 0.7's FFI (API 0.1) keeps no slot here: its sites are found by digest (an
-  // executable freed there aborted the process in the CI run with the 0.1 layout)
-  if (!xla_slot::keeps_slots(context.api)) return ffi::Error::Success();
-  PythonScope python;
-  if (!python.ready() || !process->instantiate.is_valid()) return ffi::Error::Success();
-  IeeeFloats ieee;  // the op's state's setup is Python, as a body (see floats.h)
-  return boundary(Where::of_attrs(attrs), [&] { instantiate(context, header, attrs, platform); });
-}
-
 // The buffers are not used here. XLA's CPU runtime gives none at this stage; its GPU
 // runtime (jaxlib 0.11) gives the call's, and a binding without them refuses every call
 // ("Wrong number of arguments: expected 0").
 inline ffi::Error InstantiateCpu(ExecutionContext context, ffi::RemainingArgs, ffi::RemainingRets,
                                  ffi::Dictionary attrs) {
-  return Instantiate(context, attrs, "cpu");
+  return instantiate(context, attrs, "cpu");
 }
 
 inline ffi::Error InstantiateCuda(ExecutionContext context, ffi::RemainingArgs, ffi::RemainingRets,
                                   ffi::Dictionary attrs) {
-  return Instantiate(context, attrs, "cuda");
+  return instantiate(context, attrs, "cuda");
 }
 
 // The handlers as XLA calls them, each with its binding: what XLA decodes for it.
@@ -322,8 +311,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cuda_handler, CudaHandler,
                                   .Ctx<ffi::PlatformStream<void *>>()  // XLA's CUDA stream
                                   .Ctx<ffi::DeviceOrdinal>()           // the device's ordinal
                                   .RemainingArgs()                     // inputs, device memory
-                                  .RemainingRets()  // outputs, device memory, written in place
-                                  .Attrs<ffi::Dictionary>());  // as on the CPU
+                                  .RemainingRets()      // outputs, device memory, written in place
+                                  .Attrs<RawAttrs>());  // as on the CPU
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxbind_cuda_kernel_handler, CudaKernelHandler,
                               ffi::Ffi::Bind()

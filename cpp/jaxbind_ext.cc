@@ -15,7 +15,10 @@
 //   kernels.h     compiled kernels' keyword arguments, and the ABI call of a kernel
 //   cuda_kernels.h  CUDA kernels: the driver loaded at run time, launches on XLA's stream
 //   outputs.h     the opt-in check that a body wrote every element of its outputs
-//   site.h        call sites by digest, and what a first call asks of Python
+//   xla_slot.h    XLA's per-site slot, through the C API
+//   site.h        what a call site is (its core, its Site) and the Instance a call finds
+//   site_life.h   a site's life (instantiate, find, free): the one lookup, two doors to
+//                 one Instance
 //   views.h       NumPy views of host buffers, for Python callables
 //   gpu.h         a site's GPU plan: made in Python once, pointed at each call's buffers
 //   handlers.h    the CPU, CUDA, CUDA-kernel and instantiate handlers
@@ -24,9 +27,9 @@
 //
 // A program does not name its body by address. A call's attributes (call format 4, see
 // jaxbind/_callformat.py) carry the binding's stable name, the role, the encoded keyword
-// arguments, jaxbind's batch loop and a 64-bit digest of them all. The digest keys the
-// sites; a site's first call, and each new buffer signature, are checked in Python
-// against the binding's abstract function (site.h). Then every call, on every platform,
+// arguments, jaxbind's batch loop and a 64-bit digest of them all. A site is made of
+// them once (site_life.h), and each new buffer signature is checked in Python against
+// the binding's abstract function (site.h). Then every call, on every platform,
 // is the same: its buffers decoded once, jaxbind's loop checked once against them, and
 // the body run once per batch element:
 //   - a compiled kernel: without the GIL, and without Python once its signature is known;
@@ -111,8 +114,8 @@ const Target kTargets[] = {
      reinterpret_cast<void *>(jaxbind_cuda_handler),
      "The CUDA FFI handlers, {stage: PyCapsule} (built without the CUDA toolkit)."},
     {"cuda_kernel_handlers", nullptr, reinterpret_cast<void *>(jaxbind_cuda_kernel_handler),
-     "The FFI handler of calls of CUDA kernels, {stage: PyCapsule}: execute only (no "
-     "slot kept in XLA), compatible with command buffers."},
+     "The FFI handler of calls of CUDA kernels, {stage: PyCapsule}: no instantiate stage "
+     "(no slot kept in XLA), compatible with command buffers."},
 };
 
 // Numbers the module reports, each read by a function without arguments.
@@ -125,27 +128,18 @@ const Reading kReadings[] = {
     {"cuda_kernel_launches", [] { return cuda_launches.load(); },
      "How many CUDA kernel launches jaxbind's handlers made in this process (a program XLA "
      "replays from a CUDA graph makes none)."},
-    {"kernel_site_count",
-     [] {
-       std::lock_guard lock(fast_mu);
-       return static_cast<int64_t>(fast_sites.size());
-     },
-     "Number of kernel sites that calls reach without the GIL."},
     {"kernel_abi_version", [] { return static_cast<int64_t>(JAXBIND_KERNEL_ABI_VERSION); },
      "The version of the kernel ABI (jaxbind/kernel.h) this build calls."},
     {"site_count", [] { return Site::alive.load(std::memory_order_relaxed); },
-     "Number of call sites alive (owned by programs, executables or the digest "
-     "table)."},
+     "Number of call sites alive (owned by programs, executables or the orphan LRU)."},
 };
 
 void define_site(nb::module_ &m) {
   static PyType_Slot site_slots[] = {{Py_tp_traverse, reinterpret_cast<void *>(site_traverse)},
                                      {Py_tp_clear, reinterpret_cast<void *>(site_clear)},
                                      {0, nullptr}};
-  nb::class_<Site>(
-      m, "Site", nb::type_slots(site_slots), nb::is_weak_referenceable(),
-      "One call site (made by jaxbind._runtime.sites.instantiate_site, or by the digest "
-      "route's resolve_site).")
+  nb::class_<Site>(m, "Site", nb::type_slots(site_slots), nb::is_weak_referenceable(),
+                   "One call site (made by jaxbind._runtime.sites.instantiate_site).")
       .def(
           "__init__", [](Site *self, nb::handle description) { new (self) Site(description); },
           nb::arg("description"),
@@ -158,20 +152,12 @@ void define_site(nb::module_ &m) {
                    })
       .def_prop_ro("is_kernel", [](const Site &s) { return s.core->is_kernel; })
       .def(
-          "retire", [](Site &s) { s.core->alive.store(false, std::memory_order_release); },
+          "retire", [](Site &s) { s.core->die(); },
           "Stop calls from using this site (its binding was defined again): the executables "
           "that hold it instantiate their site again at their next call.")
       .def_prop_ro(
-          "routes",
-          [](const Site &s) {
-            uint8_t r = s.core->routes.load(std::memory_order_relaxed);
-            nb::list found;
-            if (r & kBySlot) found.append("slot");
-            if (r & kByDigest) found.append("digest");
-            return found;
-          },
-          "How calls found this site: 'slot' (XLA's per-site slot), 'digest' (the digest "
-          "route, where XLA keeps none).");
+          "routes", [](const Site &s) { return door_names(*s.core); },
+          "The doors through which calls found this site's instance (cpp/site_life.h).");
 }
 
 void define_state_cell(nb::module_ &m) {
@@ -236,8 +222,7 @@ void define_process(nb::module_ &m) {
 
   m.def(
       "init",
-      [](nb::dict dtypes, nb::object resolver, nb::object instantiate, nb::object formatter,
-         nb::object gpu_plan) {
+      [](nb::dict dtypes, nb::object instantiate, nb::object formatter, nb::object gpu_plan) {
         if (process == nullptr) process = new Process();
         for (auto [key, value] : dtypes) {
           auto code = nb::cast<size_t>(key);
@@ -247,15 +232,13 @@ void define_process(nb::module_ &m) {
           Py_XDECREF(reinterpret_cast<PyObject *>(process->dtypes[code]));
           process->dtypes[code] = descr;
         }
-        process->resolver = resolver;
         process->instantiate = instantiate;
         process->formatter = formatter;
         process->gpu_plan = gpu_plan;
       },
-      nb::arg("dtypes"), nb::arg("resolver"), nb::arg("instantiate"), nb::arg("formatter"),
-      nb::arg("gpu_plan"),
-      "Set the dtype table {XLA element type: numpy dtype}, the digest route's resolver, the "
-      "instantiate stage's site maker, the error formatter and the GPU plan maker (see "
+      nb::arg("dtypes"), nb::arg("instantiate"), nb::arg("formatter"), nb::arg("gpu_plan"),
+      "Set the dtype table {XLA element type: numpy dtype}, the site maker (a call's "
+      "attributes -> (Site, owned)), the error formatter and the GPU plan maker (see "
       "jaxbind/_runtime/__init__.py).");
 
   m.def(

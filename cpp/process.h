@@ -36,19 +36,9 @@ namespace jaxbind {
 
 constexpr size_t kNumDtypes = 64;  // upper bound on XLA_FFI_DataType values
 
-// The cache entry of a call site (see site.h): the object itself (borrowed) and a weak
-// reference whose callback removes the entry when the site is freed.
-struct Entry {
-  PyObject *site;
-  nb::weakref ref;
-};
-
 struct Process {
-  std::unordered_map<int64_t, Entry> sites;          // digest -> site; with the GIL held
   std::array<PyArray_Descr *, kNumDtypes> dtypes{};  // owned references
-  nb::object
-      resolver;  // the digest route's: (attributes, inputs, outputs) -> (Site, problem, address)
-  nb::object instantiate;      // (attributes) -> (Site, owned), at XLA's instantiate stage
+  nb::object instantiate;      // (attributes) -> (Site, owned): a call's site (site_life.h)
   nb::object formatter;        // (label, type, value, traceback) -> str
   nb::object gpu_plan;         // (description, stream, device, inputs, outputs) -> a GPU plan
   nb::object collect_garbage;  // drops JAX's lingering references to host arrays

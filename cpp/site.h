@@ -1,5 +1,5 @@
-// jaxbind's trampoline: what a call site is (its life, from instantiate to free, is
-// site_life.h's; the digest route, where XLA keeps no slot, digest_route.h's).
+// jaxbind's trampoline: what a call site is, and the Instance a call finds it through
+// (its life, from instantiate to free, and the two doors to an Instance: site_life.h).
 //
 // A site is a binding's body for one role, set of keyword arguments and batch loop,
 // instantiated once. It has two parts:
@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <unordered_map>
+#include <vector>
 
 #include "call.h"
 #include "cuda_kernels.h"
@@ -34,45 +35,58 @@ struct SiteCore {
   KernelSite kernel;                     // a kernel's ABI version, threads and keyword arguments
   std::unique_ptr<CudaKernelSite> cuda;  // a CUDA kernel's module and launches, or none
   AcceptedSignatures<jaxbind_kernel_fn> accepted;  // with the kernel's address for each
-  // Cleared when its Site goes or is retired: a pointer to it kept elsewhere is stale.
+  // Cleared when its Site goes or is retired (`die`): a pointer to it kept elsewhere is
+  // stale.
   std::atomic<bool> alive{true};
-  // The routes that found it (site_life.h's Route bits), for tests: read with the GIL.
+  // The doors that found it (site_life.h's door bits), for tests: read with the GIL.
   std::atomic<uint8_t> routes{0};
-  void found_by(uint8_t route) {
-    if ((routes.load(std::memory_order_relaxed) & route) == 0)
-      routes.fetch_or(route, std::memory_order_relaxed);
+  void found_by(uint8_t door) {
+    if ((routes.load(std::memory_order_relaxed) & door) == 0)
+      routes.fetch_or(door, std::memory_order_relaxed);
+  }
+  // The call's `site` attribute, where a table keeps the core's instance by it (0: none).
+  // Written and read under that table's lock.
+  int64_t digest = 0;
+  // Told once, with the GIL held, when a core dies (the table forgets its instance).
+  static inline std::atomic<void (*)(SiteCore &)> on_death{nullptr};
+  void die() {
+    if (!alive.exchange(false, std::memory_order_acq_rel)) return;
+    if (auto told = on_death.load(std::memory_order_acquire)) told(*this);
   }
   // Unique in the process (addresses of freed cores are reused): the key of threads' caches.
   uint64_t id = next_id.fetch_add(1) + 1;
   static inline std::atomic<uint64_t> next_id{0};
 };
 
-// A counted reference to a SiteCore. Not std::shared_ptr: libstdc++'s reference counts
-// read glibc's __libc_single_threaded (glibc 2.32), newer than the manylinux_2_28 wheel
-// may need.
-class CoreRef {
+// A counted reference to a SiteCore (CoreRef) or an Instance (InstanceRef): anything
+// with a `refs` count. Not std::shared_ptr: libstdc++'s reference counts read glibc's
+// __libc_single_threaded (glibc 2.32), newer than the manylinux_2_28 wheel may need.
+template <typename T>
+class Counted {
  public:
-  CoreRef() = default;
-  explicit CoreRef(SiteCore *core) : core_(core) {
-    if (core_) core_->refs.fetch_add(1, std::memory_order_relaxed);
+  Counted() = default;
+  explicit Counted(T *held) : held_(held) {
+    if (held_) held_->refs.fetch_add(1, std::memory_order_relaxed);
   }
-  CoreRef(const CoreRef &other) : CoreRef(other.core_) {}
-  CoreRef(CoreRef &&other) noexcept : core_(other.core_) { other.core_ = nullptr; }
-  CoreRef &operator=(CoreRef other) noexcept {
-    std::swap(core_, other.core_);
+  Counted(const Counted &other) : Counted(other.held_) {}
+  Counted(Counted &&other) noexcept : held_(other.held_) { other.held_ = nullptr; }
+  Counted &operator=(Counted other) noexcept {
+    std::swap(held_, other.held_);
     return *this;
   }
-  ~CoreRef() {
-    if (core_ && core_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete core_;
+  ~Counted() {
+    if (held_ && held_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete held_;
   }
-  SiteCore *get() const { return core_; }
-  SiteCore *operator->() const { return core_; }
-  explicit operator bool() const { return core_ != nullptr; }
-  bool operator==(const CoreRef &other) const { return core_ == other.core_; }
+  T *get() const { return held_; }
+  T &operator*() const { return *held_; }
+  T *operator->() const { return held_; }
+  explicit operator bool() const { return held_ != nullptr; }
+  bool operator==(const Counted &other) const { return held_ == other.held_; }
 
  private:
-  SiteCore *core_ = nullptr;
+  T *held_ = nullptr;
 };
+using CoreRef = Counted<SiteCore>;
 
 // A site's GPU plan (jaxbind/_runtime/gpu.py, Plan; run by gpu.h), made for one stream,
 // device and batch element's signature.
@@ -96,8 +110,8 @@ struct Site {
   // the next call points them at its buffers instead of building new ones (views.h).
   nb::object out_views, in_views;
   GpuPlan gpu;  // the plan of the site's last GPU call (gpu.h)
-  // Sites alive in the process, whoever owns them (programs, executables, the digest
-  // table's entries): _ext.site_count. Counted by a member, so that a constructor that
+  // Sites alive in the process, whoever owns them (programs, executables, the orphan
+  // LRU): _ext.site_count. Counted by a member, so that a constructor that
   // throws counts nothing.
   static inline std::atomic<int64_t> alive{0};
   struct Counted {
@@ -140,7 +154,7 @@ struct Site {
     }
   }
   ~Site() {
-    if (core) core->alive.store(false, std::memory_order_release);
+    if (core) core->die();
   }
   Site(const Site &) = delete;
   Site &operator=(const Site &) = delete;
@@ -164,6 +178,36 @@ struct Site {
 };
 
 inline Site &site_of(nb::handle obj) { return *nb::inst_ptr<Site>(obj); }
+
+// What a call finds its site through, whichever door it came by (site_life.h): the site's
+// core, for calls without the GIL, and the Site, for calls with it. Pointed at another
+// site when its core dies (the op defined again, or its Site gone), from the same
+// attributes.
+struct Instance {
+  explicit Instance(uint8_t door) : door(door) {}
+  const uint8_t door;                     // the door that keeps it (site_life.h)
+  std::atomic<int> refs{0};               // InstanceRef's, where a table keeps it
+  std::atomic<SiteCore *> core{nullptr};  // the current site's core, read without the GIL
+  std::vector<CoreRef> cores;             // every core it pointed at, kept: readers hold no count
+  PyObject *site = nullptr;  // the Site: owned, or borrowed (valid while `core` is alive)
+  bool owned = false;
+
+  // The current site's core if it is alive, else nullptr (the call takes the GIL path,
+  // which points the instance at a site again).
+  SiteCore *live() const {
+    SiteCore *found = core.load(std::memory_order_acquire);
+    return found != nullptr && found->alive.load(std::memory_order_acquire) ? found : nullptr;
+  }
+};
+using InstanceRef = Counted<Instance>;
+
+// The instance a call frame found last where no slot keeps one (site_life.h), by the
+// call's digest: counted, so that it (and the cores it points at) stays alive while the
+// frame's call uses it, whatever a nested call finds meanwhile.
+struct Kept {
+  int64_t digest = 0;
+  InstanceRef instance;
+};
 
 // A call's buffers as Python sees them: a tuple of (address, shape, XLA element type).
 inline nb::tuple describe(const std::vector<Buffer> &buffers) {
@@ -231,7 +275,7 @@ inline jaxbind_kernel_fn accept(Site &site, const Call &call) {
   return take_answer(site, call, site.accept(describe(call.ins), describe(call.outs)));
 }
 
-// The call's attributes for Python (instantiate, or the digest route's resolver), by their
+// The call's attributes for Python (jaxbind/_runtime/sites.py, instantiate_site), by their
 // names in the program: those of the call's format that are there with the right type
 // (Python says what is missing).
 inline nb::dict attributes(const Header &header, const ffi::Dictionary &attrs) {

@@ -35,7 +35,7 @@ inline void destroy_error(const XLA_FFI_Api *api, XLA_FFI_Error *error) {
 }  // namespace jaxbind
 
 // Decoded as ffi::ThreadPool is, but never a diagnostic: a context without a pool or a
-// slot only means serial work, or a site found by digest.
+// slot only means serial work, or an Instance found through the other door (site_life.h).
 template <>
 struct xla::ffi::CtxDecoding<jaxbind::ExecutionContext> {
   using Type = jaxbind::ExecutionContext;

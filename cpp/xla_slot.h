@@ -10,8 +10,8 @@
 // the C API directly, in the layout of the API version the running XLA reports, and the
 // type is registered with XLA from here, the first time it is needed (not through
 // jaxlib's queue of registrations). Where XLA keeps no slot for a call (it did not
-// instantiate the site, or refused the type), `get` gives nullptr and the caller finds
-// the site by its digest instead.
+// instantiate the site, or refused the type), `get` gives nullptr (site_life.h then
+// takes the other door to the call's Instance).
 #pragma once
 
 #include <atomic>
@@ -75,7 +75,7 @@ inline int minor(const XLA_FFI_Api *api) { return api->api_version.minor_version
 
 // Whether jaxbind keeps sites in XLA's slots on this XLA: API 0.2 and later (jaxlib 0.8 and
 // later). With API 0.1 (jaxlib 0.7), whose slot object carries its own deleter, freeing an
-// executable aborted the process once in CI; there the sites are found by digest.
+// executable aborted the process once in CI; there jaxbind keeps nothing in a slot.
 inline bool keeps_slots(const XLA_FFI_Api *api) {
   return api != nullptr && api->api_version.major_version == 0 && minor(api) >= 2;
 }

@@ -32,7 +32,6 @@ if not PACKAGE.is_dir():  # an installed jaxbind (CI's wheel setups)
 RUN_TIME = {
     "_runtime",
     "_runtime.sites",
-    "_runtime.digest_route",
     "_runtime.old_formats",
     "_runtime.fits",
     "_runtime.report",
@@ -86,6 +85,7 @@ TRACE_TIME = {
 COMPILE_TIME = {"_rules.spmd"}
 COMMON = {
     "_binding",
+    "_sites",
     "_roles",
     "_kernels",
     "_kernels.abi",

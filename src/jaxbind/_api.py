@@ -11,7 +11,7 @@ from typing import Unpack
 import jax
 import jax.numpy as jnp
 
-from ._binding import Binding, forget_orphans, register
+from ._binding import Binding, register
 from ._compat import register_cache
 from ._errors import about, words
 from ._kwargs import KwargsDump, encode_kwargs
@@ -20,6 +20,7 @@ from ._pickling import caller_module, reduce
 from ._primitive import IMPL_CALLS, PRIMITIVE, bind, eager, nested
 from ._roles import Body, Kind, OpBase, role_table
 from ._rules.partitioning import check_declaration
+from ._sites import forget_orphans
 from ._spec import CallSpec
 
 __all__ = ["Op", "get_linear_call", "get_nonlinear_call"]

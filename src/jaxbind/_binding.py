@@ -5,12 +5,12 @@ each role's body, abstract function, argument layout and transpose partner) and
 its Options (see _options).
 
 Bindings are registered by name so that a compiled program, which names its
-binding by string, can find the callable again (see _runtime.sites).
+binding by string, can find the callable again (see _runtime.sites). Who owns a
+binding's call sites is _sites' (`Binding.sites`).
 """
 
 from __future__ import annotations
 
-import collections
 import functools
 import heapq
 import threading
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from ._errors import about, words
 from ._options import Options
 from ._roles import Kind, OpBase, Role, RoleDef, missing_role, same_values
+from ._sites import Sites
 
 __all__ = ["Binding", "register", "lookup"]
 
@@ -34,18 +35,6 @@ _NEEDED_FOR = {
 }
 
 
-class SiteHolder:
-    """Keeps one call site alive for as long as a compiled program needs it."""
-
-    __slots__ = ("site", "__weakref__")
-
-    def __init__(self):
-        self.site = None
-
-
-_ORPHANS = 64  # sites of programs compiled elsewhere (jax.export), per binding
-
-
 @dataclass(eq=False)
 class Binding:
     """The callables and settings of one jaxbind op."""
@@ -55,24 +44,8 @@ class Binding:
     roles: dict[str, RoleDef]  # by role name, see _roles.role_table
     # fixed arguments, native batching, GPU mode, aliases, effects, linear_in (_options)
     options: Options
-    # The owners of this binding's call sites (see docs/sites.md: each site has one):
-    # - `holders`: a program compiled in this process owns its sites: its lowering keeps
-    #   a SiteHolder alive (weakly listed here by digest), and instantiating the site
-    #   puts it in the holder, so the site and its keyword arguments go with the last
-    #   program that calls it; XLA's per-site slot holds it weakly.
-    # - `loaded`: a program compiled elsewhere (jax.export) has no holder here: the
-    #   executable owns the site (XLA's per-site slot holds it strongly); listed weakly,
-    #   to be retired when the op is defined again.
-    # - `orphans`: the digest route only (jaxlib 0.7, targets XLA gives no instantiate
-    #   stage; see _runtime/digest_route): sites of loaded programs in a small LRU
-    #   (``_ORPHANS`` at most).
-    holders: weakref.WeakValueDictionary = field(
-        default_factory=weakref.WeakValueDictionary, repr=False, compare=False
-    )
-    loaded: weakref.WeakSet = field(default_factory=weakref.WeakSet, repr=False, compare=False)
-    orphans: collections.OrderedDict = field(
-        default_factory=collections.OrderedDict, repr=False, compare=False
-    )
+    # the owners of its call sites (programs' holders, executables, orphans: _sites)
+    sites: Sites = field(default_factory=Sites, repr=False, compare=False)
     # whether the name is the callable's qualified name (set when registered)
     default_name: bool = field(default=True, repr=False, compare=False)
     # (roles, the identity of their inlined code): _definition.inlined's, once per role table
@@ -93,79 +66,6 @@ class Binding:
     def f(self) -> Callable:
         """The body of the function itself (role "f")."""
         return self.body("f")
-
-    def holder(self, digest: int) -> SiteHolder:
-        """The holder of the site `digest`, for a program being lowered to keep alive."""
-        with _lock:
-            holder = self.holders.get(digest)
-            if holder is None:
-                holder = self.holders[digest] = SiteHolder()
-            return holder
-
-    def own(self, digest: int, site) -> tuple:
-        """The owner of a site XLA instantiates: ``(site, owned)``, the site of `digest`
-        (the one its programs hold already, if any) and whether the executable owns it
-        (True: a program compiled elsewhere, which has no holder here) or the programs
-        compiled here do (False: XLA's slot holds it weakly)."""
-        with _lock:
-            holder = self.holders.get(digest)
-            if holder is not None:
-                if holder.site is None:
-                    holder.site = site
-                return holder.site, False
-            self.loaded.add(site)
-            return site, True
-
-    def keep_site(self, digest: int, site):
-        """The digest route's owner (see `holders`): give a resolved site to the programs
-        that call it (or to the orphan LRU), and return the site of `digest`: the one kept
-        already if two threads resolved it at once (the trampoline keeps the first too;
-        see cpp/digest_route.h)."""
-        with _lock:
-            holder = self.holders.get(digest)
-            if holder is not None:
-                if holder.site is None:
-                    holder.site = site
-                return holder.site
-            kept = self.orphans.setdefault(digest, site)
-            self.orphans.move_to_end(digest)
-            while len(self.orphans) > _ORPHANS:
-                self.orphans.popitem(last=False)
-            return kept
-
-    def drop_sites(self) -> None:
-        """Forget every site (replace=True): programs instantiate their name again at
-        their next call. Sites that programs or the orphan LRU hold go (their cores die
-        with them); those that executables own are retired."""
-        with _lock:
-            for holder in list(self.holders.values()):
-                holder.site = None
-            self.orphans.clear()
-            for site in list(self.loaded):
-                site.retire()
-            self.loaded.clear()
-
-    @property
-    def sites(self) -> dict:
-        """The sites alive now that programs compiled here or the orphan LRU hold, by
-        digest."""
-        live = {d: h.site for d, h in list(self.holders.items()) if h.site is not None}
-        live.update(self.orphans)
-        return live
-
-    def owners(self) -> dict:
-        """For each live site (by its id), the owners that hold it: "program" (a holder),
-        "executable" (loaded), "orphans". Each site has exactly one
-        (tests/runtime/test_sites.py)."""
-        found: dict = {}
-        for holder in list(self.holders.values()):
-            if holder.site is not None:
-                found.setdefault(id(holder.site), []).append("program")
-        for site in list(self.loaded):
-            found.setdefault(id(site), []).append("executable")
-        for site in list(self.orphans.values()):
-            found.setdefault(id(site), []).append("orphans")
-        return found
 
     def role(self, role: str | Role) -> RoleDef:
         """The entry of the role table for `role`; LookupError if the op has no such role."""
@@ -216,7 +116,7 @@ class Binding:
 # name -> Binding, weakly held: a binding lives as long as its op, any jaxpr
 # that uses it, or any compiled program (lowering adds it to the keepalives).
 _registry: weakref.WeakValueDictionary[str, Binding] = weakref.WeakValueDictionary()
-_lock = threading.RLock()  # register() holds it while a replaced binding drops its sites
+_lock = threading.RLock()
 # Registered bindings by (name without suffix, fingerprint of their callables): the
 # only ones that can be equal to a new binding under that name.
 _alike: dict[tuple, weakref.WeakSet] = {}
@@ -257,13 +157,11 @@ def register(
                     + (f" (defined at {where[0]}:{where[1]})" if where else "")
                     + "; choose another name=, or pass replace=True to replace that binding"
                 )
-            # Its call sites go, so programs compiled for it instantiate the name again,
-            # to this binding; the holders those programs keep alive move to it, so that
-            # they own their new sites as they owned the old ones.
-            existing.drop_sites()
-            with _lock:
-                for digest, holder in list(existing.holders.items()):
-                    binding.holders.setdefault(digest, holder)
+            # Its call sites go, so programs compiled for it make their site of the name
+            # again, to this binding; the holders those programs keep alive move to it, so
+            # that they own their new sites as they owned the old ones.
+            existing.sites.drop()
+            existing.sites.hand_over(binding.sites)
         elif existing is not None:
             suffix = _take_suffix(base)
             binding.name = f"{base}#{suffix}"
@@ -377,17 +275,6 @@ def _fingerprint(value):
     if t is types.BuiltinFunctionType:  # equal when bound to the same object
         return t, id(getattr(value, "__self__", None)), value.__qualname__
     return t
-
-
-def forget_orphans() -> None:
-    """Drop every binding's orphan sites (``jax.clear_caches()``): the programs that
-    called them may be gone, and one that is not resolves its site by name again at its
-    next call. Where XLA keeps no per-site slot (jaxlib 0.7), a stateful op's sites can
-    be orphans, and their states go with them."""
-    with _lock:
-        bindings = list(_registry.values())
-        for binding in bindings:
-            binding.orphans.clear()
 
 
 def lookup(name: str) -> Binding | None:

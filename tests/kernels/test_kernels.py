@@ -418,29 +418,29 @@ def test_zero_dimensional_buffers_and_kwargs_stay_zero_dimensional():
     assert float(out) == 105.0
 
 
-def test_a_digest_resolved_twice_keeps_one_site():
-    """Two threads' first calls of one site may both resolve it: they must end up with the
-    same site, or the one the trampoline forgets stays alive in another thread's cache
-    after replace=True (and keeps calling the replaced kernel)."""
+def test_a_site_made_twice_without_a_slot_stays_one():
+    """Two threads' first calls of one site where no slot keeps its Instance (the
+    execute-only door) may both make it: they must end up with the same site, or the one
+    the trampoline forgets stays alive in another thread's frame after replace=True (and
+    keeps calling the replaced kernel)."""
     from jaxbind import _definition
     from jaxbind._callformat import NO_LOOP, CallAttributes
     from jaxbind._kwargs import encode_kwargs
-    from jaxbind._runtime.digest_route import resolve_site
+    from jaxbind._runtime.sites import instantiate_site
 
-    op = jaxbind.get_linear_call(scale, None, same_as_last, name="tests.kernel_resolved_twice")
+    op = jaxbind.get_linear_call(scale, None, same_as_last, name="tests.kernel_made_twice")
     record = _definition.record(op.binding.options, False)
     blob = encode_kwargs({"factor": 2.0}).blob
     call = CallAttributes.of_call(op.name, "f", blob, NO_LOOP, 1, 0, definition=record)
     found = {"jaxbind_format": call.format, "binding": call.binding, "role": call.role}
     found.update(kwargs=call.kwargs, site=call.digest, loop_levels=call.levels)
     found.update(loop_batched=call.flags, n_fixed=call.n_fixed, trees=call.trees)
-    found.update(definition=call.definition)
-    buffers = ((0, (3,), 11),)  # float32[3]: one input, one output
-    first, problem, address = resolve_site(found, buffers, buffers)
-    second = resolve_site(found, buffers, buffers)[0]
-    assert problem is None and address != 0
-    assert first is second
-    assert op.binding.sites[call.digest] is first
+    found.update(definition=call.definition, platform="cpu", slot=False)
+    first, owned = instantiate_site(found)
+    second, owned_again = instantiate_site(found)
+    assert first is second and not owned and not owned_again
+    assert op.binding.sites.live()[call.digest] is first
+    assert op.binding.sites.owners()[id(first)] == ["orphans"]
 
 
 def test_cffi_function_pointer(clib):

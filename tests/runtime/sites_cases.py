@@ -42,11 +42,11 @@ def case_partitioned_call_sites():
     assert "jaxbind_partitioned" in program.lower(x).as_text()
     np.testing.assert_allclose(program(x), 2 * np.arange(16.0))
     gc.collect()
-    binding = op.binding
-    owners = binding.owners()
-    sites = list(binding.sites.values()) + list(binding.loaded)
+    owned = op.binding.sites
+    owners = owned.owners()
+    sites = list(owned.live().values()) + list(owned.loaded)
     found = [(owners.get(id(s)), s.routes) for s in sites]
-    route = ["slot"] if SLOTS else ["digest"]
+    route = ["slot"] if SLOTS else ["execute-only"]
     assert found and all(o == ["program"] and r == route for o, r in found), found
     return found
 

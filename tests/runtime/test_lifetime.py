@@ -113,7 +113,7 @@ def test_binding_in_a_cycle_through_its_op_is_freed():
 
 def _live_sites(binding: str) -> int:
     """Call sites of bindings whose name contains `binding` alive: those the executables
-    own (XLA's per-site state) and those found by digest (the trampoline's table)."""
+    own (through XLA's per-site slot) and those programs or the orphan LRU hold."""
     # type(), not isinstance(): isinstance reads __class__, which a dead weakref.proxy
     # left by another test raises ReferenceError for
     return sum(type(o) is _ext.Site and binding in o.binding for o in gc.get_objects())

@@ -3,15 +3,18 @@ has one owner and one route that finds it (docs/sites.md).
 
 - Owner: the programs compiled in this process that call the site ("program": their
   holder), or, for a program compiled elsewhere and loaded here, its executable
-  ("executable"). The orphan LRU owns sites only on the digest route.
-- Route: XLA's per-site slot ("slot"), where XLA instantiates the site. The digest route
-  ("digest") is quarantined for what needs it: jaxlib 0.7, whose FFI keeps no slot for
-  jaxbind (a test below says so when it runs there), and the CUDA-kernel target, which
-  is registered without an instantiate stage (_rules/targets.py; checked here from the
-  table, since no GPU runs these tests).
+  ("executable"). The orphan LRU owns sites only where no slot keeps their Instance.
+- Door: XLA's per-site slot ("slot"), where XLA instantiates the site; the execute-only
+  door ("execute-only") where the host registered no instantiate stage or keeps no
+  jaxbind object in a slot: jaxlib 0.7, whose FFI keeps no slot for jaxbind (a test
+  below says so when it runs there), and the CUDA-kernel target, which is registered
+  without an instantiate stage (_rules/targets.py; checked here from the table, since no
+  GPU runs these tests).
 """
 
 import gc
+import pathlib
+import re
 
 import jax
 import jax.numpy as jnp
@@ -26,8 +29,17 @@ from jaxbind._rules.targets import TARGETS
 
 # jaxlib 0.7's FFI (API 0.1) keeps no per-site slot for jaxbind (cpp/xla_slot.h)
 SLOTS = tuple(int(p) for p in jaxlib.version.__version__.split(".")[:2]) >= (0, 8)
-ROUTE = ["slot"] if SLOTS else ["digest"]
+ROUTE = ["slot"] if SLOTS else ["execute-only"]
 X = jnp.arange(4.0, dtype=jnp.float32)
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+# What names the execute-only door (the Instance of a call found by its digest where no
+# slot keeps one), by any of its names old or new: not the call's digest itself, nor the
+# keyword arguments' digests.
+DOOR = re.compile(
+    r"execute[-_ ]?only|digest[-_ ]route|resolve_site|ByDigest"
+    r"|(?:found|finds?|sites?|instances?) by (?:its |the |their )?digests?\b",
+    re.IGNORECASE,
+)
 
 
 def _callable(name):
@@ -95,9 +107,9 @@ def _first(result):
 def _live(op):
     """The op's live sites, each with its owners and its routes."""
     gc.collect()
-    binding = op.binding
-    owners = binding.owners()
-    sites = {id(s): s for s in binding.sites.values()} | {id(s): s for s in binding.loaded}
+    owned = op.binding.sites
+    owners = owned.owners()
+    sites = {id(s): s for s in owned.live().values()} | {id(s): s for s in owned.loaded}
     return [(owners.get(i, []), s.routes) for i, s in sites.items()]
 
 
@@ -147,7 +159,7 @@ def test_the_sites_of_a_program_go_with_it():
 
 
 def test_only_the_cuda_kernel_targets_have_no_instantiate_stage():
-    """The digest route's other user: targets registered with their execute stage alone
+    """The execute-only door's other user: targets registered with their execute stage alone
     (the CUDA-kernel targets, compatible with command buffers). Every other row of the
     table's custom call is instantiated by XLA (the reference row has none)."""
     execute_only = sorted(
@@ -157,11 +169,11 @@ def test_only_the_cuda_kernel_targets_have_no_instantiate_stage():
 
 
 @pytest.mark.skipif(SLOTS, reason="runs where XLA keeps no slot (jaxlib 0.7)")
-def test_jaxlib_07_takes_the_digest_route():
+def test_jaxlib_07_takes_the_execute_only_door():
     op = _callable("tests.sites.jaxlib07")
     program = jax.jit(lambda x: op(x)[0])  # (kept: its holder owns the site)
     program(X)
-    assert [routes for _, routes in _live(op)] == [["digest"]]
+    assert [routes for _, routes in _live(op)] == [["execute-only"]]
 
 
 @pytest.mark.slow
@@ -169,3 +181,17 @@ def test_a_partitioned_call_finds_its_site_in_the_slot_on_four_devices():
     results = run_cases("runtime/sites_cases.py")
     entry = results.get("case_partitioned_call_sites")
     assert entry is not None and entry["ok"], entry
+
+
+@pytest.mark.skipif(not (ROOT / "cpp").is_dir(), reason="needs the source tree")
+def test_three_files_at_most_know_the_execute_only_door():
+    """The door lives in cpp/execute_only.h; cpp/site_life.h chooses it; _sites keeps the
+    orphans it makes. No other source file of the trampoline or the package names it."""
+    sources = sorted(
+        [*(ROOT / "cpp").glob("*.h"), *(ROOT / "cpp").glob("*.cc")]
+        + [*(ROOT / "src" / "jaxbind").rglob("*.py"), *(ROOT / "src" / "jaxbind").rglob("*.pyi")]
+    )
+    knowing = [str(p.relative_to(ROOT)) for p in sources if DOOR.search(p.read_text())]
+    print("files that know the execute-only door:", ", ".join(knowing))
+    assert len(knowing) <= 3, knowing
+    assert "cpp/execute_only.h" in knowing  # (the pattern still finds the door)

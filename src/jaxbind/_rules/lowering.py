@@ -165,8 +165,8 @@ def lower(platform: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
         )
     else:
         lower = _lower_ffi[target.name]
-    if not exporting:  # the program owns the site it will instantiate (see Binding.keep_site)
-        ctx.module_context.add_keepalive(binding.holder(call.digest))
+    if not exporting:  # the program owns the site it will make (see _sites)
+        ctx.module_context.add_keepalive(binding.sites.holder(call.digest))
     results = lower(ctx, *args, **attributes)
     if effect is not None and results and auto_partitioned_devices(outer) > 1:
         # Runs once, on one device, as io_callback does: never split over a batch that

@@ -10,9 +10,9 @@ the partitioner (.spmd: a partitioned row's calls become, on each device, calls 
 `per_device` row; a CUDA kernel's keep their command-buffer-compatible target).
 
 A row's columns:
-- ``stages``: the FFI stages its handlers have: instantiate and execute (the executable
-  owns the call's site, see cpp/site.h), or execute only (CUDA kernels: a site is found
-  at the first call);
+- ``stages``: the FFI stages its handlers have: instantiate and execute (XLA keeps the
+  call's Instance in its per-site slot, see cpp/site_life.h), or the execute stage alone
+  (CUDA kernels: XLA keeps no slot, and a call's first run finds its site);
 - ``batch_partitionable``: XLA's batch partitioner may split its calls along leading
   batch axes (calls marked with ``num_batch_dims``, see .partitioning);
 - ``partitioner``: its calls carry a declared rule, and XLA's SPMD partitioner asks

@@ -3,10 +3,10 @@
 Everything here runs inside a compiled program, called from C++ with the GIL held;
 trace-time code (the registry, the rules, the lowering) never reaches into it.
 
-- `sites`: call sites. From a call's attributes (at XLA's instantiate stage, or, by
-  the digest route, at a site's first call where XLA keeps no slot): checked, the
-  binding's body for its role found, its state set up; then each new buffer signature
-  accepted (a kernel's address for it).
+- `sites`: call sites. From a call's attributes (at XLA's instantiate stage, or at a
+  site's first call where XLA keeps no per-site slot): checked, the binding's body for
+  its role found, its state set up; then each new buffer signature accepted (a
+  kernel's address for it).
 - `state`: the ops' states (``state=``): set up, shared between sites, freed with
   the executables that use them.
 - `fits`: does the call still fit the op it names? The one ordered definition check,
@@ -32,7 +32,6 @@ from .._avals import XLA_ELEMENT_TYPES
 from .._callformat import FORMAT
 from .._compat import collect_jax_garbage
 from . import gpu, state
-from .digest_route import resolve_site
 from .report import escaped_views, format_callback_error
 from .sites import instantiate_site
 
@@ -42,7 +41,7 @@ __all__ = ["check_outputs", "install"]
 def install() -> None:
     """Hand the trampoline its tables and callbacks (once, at import)."""
     assert _ext.call_format == FORMAT, "the extension and the Python package disagree"
-    _ext.init(XLA_ELEMENT_TYPES, resolve_site, instantiate_site, format_callback_error, gpu.plan)
+    _ext.init(XLA_ELEMENT_TYPES, instantiate_site, format_callback_error, gpu.plan)
     _ext.set_view_hooks(collect_jax_garbage, escaped_views)
     _ext.set_check_outputs(os.environ.get("JAXBIND_CHECK_OUTPUTS", "0") not in ("", "0"))
     atexit.register(_shutdown)

@@ -1,24 +1,26 @@
 """Call sites, as Python sees them: the one life every site has (docs/sites.md).
 
-XLA instantiates each call site of an executable, for every op and every target that has
-an instantiate stage (cpp/site_life.h asks `instantiate_site`), and keeps what it is given
-in its per-site slot until it frees the executable:
+A site is made once per call site, from the call's attributes alone, by
+`instantiate_site`: when XLA instantiates it (every op, every target that has an
+instantiate stage), or, where XLA keeps no per-site slot, at its first call; the Instance
+that finds it (cpp/site_life.h) lives in XLA's slot until XLA frees the executable, or
+where the trampoline keeps it:
 
 1. `describe_site`: from a call's attributes alone (by their names in the program): the
    attributes checked (see _callformat and the definition check's first step), the
    binding's body for the call's role found, and the op's state set up (see .state; on
    the CPU now, on a GPU at each device's first call); a `SiteDescription`, from which
    an ``_ext.Site`` is made.
-2. The site's owner (`Binding.own`): the programs compiled in this process that call it
-   (their lowering keeps a holder alive; XLA's slot then holds the site weakly, so that a
-   site whose callable leads back to the executable is still collected), or, for a
-   program compiled elsewhere (jax.export), the executable itself (the slot holds it).
+2. The site's owner (`Binding.sites.own`, see _sites): the programs compiled in this
+   process that call it (their lowering keeps a holder alive; the Instance then holds the
+   site weakly, so that a site whose callable leads back to the executable is still
+   collected), or, for a program compiled elsewhere (jax.export), the executable itself
+   (XLA's slot holds the Instance, which holds the site).
 3. `SiteDescription.accept`: each buffer signature the site has not seen (the definition
    check's second step; a kernel's address for it).
 
-A site whose op was defined again (replace=True) is instantiated again at its next call,
-from the same attributes. Where XLA gives no slot (jaxlib 0.7, the CUDA-kernel target),
-sites are found by digest instead: see .digest_route, kept apart for that reason.
+A site whose op was defined again (replace=True) is made again at its next call, from
+the same attributes.
 
 A buffer, wherever Python sees one at run time, is ``(address, shape, XLA element
 type)``.
@@ -45,13 +47,15 @@ __all__ = ["SiteDescription", "describe_site", "instantiate_site"]
 
 
 def instantiate_site(found: dict) -> tuple[_ext.Site, bool]:
-    """The site XLA keeps in its slot for one call site, from the call's attributes
-    (``found``, with ``platform``: "cpu" or "cuda"), and whether the executable owns it
-    (see the module docstring, step 2)."""
+    """The site of one call site, from the call's attributes (``found``, with
+    ``platform``: "cpu" or "cuda", and ``slot``: whether XLA's per-site slot keeps the
+    Instance that finds it), and whether that Instance owns it (see the module
+    docstring, step 2)."""
     description = describe_site(found, eager=found.get("platform", "cpu") == "cpu")
     binding = lookup(description.binding)
     assert binding is not None  # (describe_site found it)
-    return binding.own(found["site"], _ext.Site(description))
+    site = _ext.Site(description)
+    return binding.sites.own(found["site"], site, slot=found.get("slot", True))
 
 
 def describe_site(found: dict, eager: bool = False) -> SiteDescription:
