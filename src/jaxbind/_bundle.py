@@ -34,7 +34,7 @@ import jax
 import jax.export
 import numpy as np
 
-from . import _compat
+from . import _compat, _ext
 from ._binding import lookup
 from ._callformat import CallAttributes
 from ._errors import about
@@ -69,7 +69,8 @@ def runtime_library() -> str:
     """The path of jaxbind's C runtime, ``libjaxbind_runtime.so`` (its header,
     ``jaxbind/runtime.h``, is in `jaxbind.kernel_include_dir`): a PJRT host links it, or
     loads it, to run bundles (`jaxbind.bundle`) without Python."""
-    path = pathlib.Path(__file__).parent / "lib" / "libjaxbind_runtime.so"
+    # beside the extension, which an editable install keeps outside the source tree
+    path = pathlib.Path(_ext.__file__).parent / "lib" / "libjaxbind_runtime.so"
     if not path.exists():
         raise FileNotFoundError(
             f"jaxbind: the C runtime is not installed ({path} is missing); reinstall jaxbind "
