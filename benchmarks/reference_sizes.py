@@ -97,7 +97,7 @@ def _variants(d, kind, n):
 
 
 def _calls(fn, nargs):
-    loss = lambda *a: jnp.sum(jnp.abs(fn(*a)) ** 2)  # noqa: E731
+    loss = lambda *a: jnp.sum(jnp.abs(fn(*a)) ** 2)
     return {
         "forward": jax.jit(fn),
         "grad values": jax.jit(jax.grad(loss, 0)),

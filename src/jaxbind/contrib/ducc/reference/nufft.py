@@ -1,4 +1,5 @@
-"""References of the NUFFT ops: a non-uniform DFT summed directly, in blocks of points.
+"""References of the NUFFT ops: types 1 and 2 by spreading (`.spreading`), type 3 and the
+exact check by a non-uniform DFT summed directly, in blocks of points.
 
 The ops and their references (each named after its op, called as the op's callable is):
 
@@ -11,24 +12,28 @@ The ops and their references (each named after its op, called as the op's callab
 - `nufft1`, `nufft2`, `nufft3`: jax-finufft's calls (its broadcasting of leading
   dimensions), in pure JAX.
 
-Every flavour sums ``exp(i s k·x_j)`` (``s`` the sign) through `direct_sum`, which works
-through the points in blocks (``lax.scan``, each block rematerialized under
-differentiation), so memory stays at one block's phases and partial sums; the work is
-the DFT's ``M · N`` per transform (``N`` modes or target points). Grid modes run from
-``-(n // 2)`` to ``(n - 1) // 2`` (``modeord=0``, DUCC's ``fft_order=False``), or in FFT
-order. Types 1 and 2 are periodic in the coordinates: period 2 pi, or ``get_nufft``'s
-``periodicity`` (the phase is ``2 pi k·x / periodicity``); type 3 is not scaled. A
-non-finite coordinate gives NaN where it enters the sum, as in the ops. Options that
-only tune the native computation (``eps``/``epsilon``, ``nthreads``, ``upsampfac``,
-``sigma``, ``sigma_min``/``sigma_max``, ``verbosity``) are ignored: the sum is exact.
+Every flavour goes through `transform`: types 1 and 2 run DUCC's algorithm in JAX
+(`.spreading`: an exponential-of-semicircle kernel spread onto a twice-oversampled grid,
+an FFT, a deconvolution), to the call's accuracy ``eps``/``epsilon`` (within 0.1 to 0.8
+times it of the exact sum, so within the checker's 3 eps of DUCC), at ``M w^d + N log N``
+(10^6 points on 256² at eps 1e-6: 1.8 to 4.3 times DUCC's time forward, see
+benchmarks/results/reference_sizes.md). Type 3, and `direct_sum` (kept for the tests:
+the exact sum), sum ``exp(i s k·x_j)`` directly, through the points in blocks
+(``lax.scan``, each block rematerialized under differentiation): ``M · N`` per transform
+(``N`` modes or target points). Grid modes run from ``-(n // 2)`` to ``(n - 1) // 2``
+(``modeord=0``, DUCC's ``fft_order=False``), or in FFT order. Types 1 and 2 are periodic
+in the coordinates: period 2 pi, or ``get_nufft``'s ``periodicity`` (the phase is ``2 pi
+k·x / periodicity``); type 3 is not scaled. A non-finite coordinate gives NaN where it
+enters the sum, as in the ops. Options that only tune the native computation
+(``nthreads``, ``upsampfac``, ``sigma``, ``sigma_min``/``sigma_max``, ``verbosity``) are
+ignored, and so is ``eps`` for type 3 (its sum is exact).
 
-Sizes where it is practical (measured on two cores, double precision, 2-D: see
-benchmarks/results/reference_fft_nufft.md): types 1 and 2 cost ``M · N`` complex
-multiply-adds in matrix products (about 10^9 a second): 10^3 points on 32² take ~2 ms,
-10^4 on 64² 50-100 ms, 3·10^4 on 128² ~0.3 s, ``grad`` 2-4 times that (30-150 times the
-native op). Type 3 costs an exponential per (source, target) pair, about 10^7 a second:
-10^4 sources to 10^3 targets take ~0.8 s. Memory is one block of `BLOCK_ELEMENTS`
-complex numbers whatever the size (and, under ``grad``, the inputs of each block).
+The direct sum's sizes (two cores, double precision, 2-D: see
+benchmarks/results/reference_fft_nufft.md): ``M · N`` complex multiply-adds in matrix
+products (about 10^9 a second): 10^4 points on 64² 50-100 ms. Type 3 costs an
+exponential per (source, target) pair, about 10^7 a second: 10^4 sources to 10^3
+targets take ~0.8 s. Memory is one block of `BLOCK_ELEMENTS` complex numbers whatever
+the size (and, under ``grad``, the inputs of each block).
 """
 
 from __future__ import annotations
@@ -333,9 +338,9 @@ def _finufft(kind, values, points, targets, *, sign, modeord, grid=None, eps=1e-
         args.append(qs.reshape((-1, *qs.shape[-2:])))
 
     def one(v, x, *q):
-        return transform(
-            v, x, *q, nufft_type=kind, sign=sign, grid=grid, modeord=modeord, eps=eps
-        )[0]
+        return transform(v, x, *q, nufft_type=kind, sign=sign, grid=grid, modeord=modeord, eps=eps)[
+            0
+        ]
 
     out = jax.vmap(one)(*args)
     return out.reshape(lead + out.shape[1:])
