@@ -102,6 +102,19 @@ def test_reference_benchmarks_quick(tmp_path):
     assert "| c2c | forward |" in summary and "| SHT | grad |" in summary
 
 
+def test_reference_sizes_benchmark_quick(tmp_path):
+    import pytest
+
+    pytest.importorskip("ducc0")
+    proc = run_python(
+        ROOT / "benchmarks" / "reference_sizes.py", "--quick", "--out", tmp_path, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| 2 | 1 | 1000 | 16 | forward |" in proc.stdout
+    assert "| 2 | 3 | 100 | 50 | grad points |" in proc.stdout
+    assert not list(tmp_path.iterdir())  # --quick writes nothing
+
+
 def test_state_nufft_benchmark_quick():
     import pytest
 

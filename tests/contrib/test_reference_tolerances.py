@@ -139,8 +139,8 @@ def test_check_passes_get_nufft_at_every_epsilon(nufft_type, eps, precision):
     report = jaxbind.testing.check(op, values, verbose=False)
     rows = [r for r in report if r.check.startswith("native vs reference") and r.checked]
     # below epsilon only rounding: in single precision 5 times the reference's own error on
-    # this case (about 5e-7: a direct sum of 200 terms in float32)
-    assert rows and all(r.tol <= max(EPSILON_FACTOR * eps, 3e-6) for r in rows), rows
+    # this case (1.1e-6 to 1.3e-6: the spreading reference's float32 kernel, grid and FFT)
+    assert rows and all(r.tol <= max(EPSILON_FACTOR * eps, 8e-6) for r in rows), rows
 
 
 @pytest.mark.slow

@@ -158,7 +158,7 @@ def _nufft_points_case(kind, d, dtype, sign=-1, modeord=0):
     eps = _tol(dtype, 1e-5, 1e-11)
     kw = dict(nufft_type=kind, sign=sign, modeord=modeord, grid=grid if kind == 1 else None)
     native = lambda *a: jaxducc0.nufft_points(*a, eps=eps, **kw)[0]
-    ref = lambda *a: ref_nufft.nufft_points(*a, **kw)[0]
+    ref = lambda *a: ref_nufft.nufft_points(*a, eps=eps, **kw)[0]
     return native, ref, args
 
 

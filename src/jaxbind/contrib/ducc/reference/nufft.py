@@ -1,4 +1,5 @@
-"""References of the NUFFT ops: a non-uniform DFT summed directly, in blocks of points.
+"""References of the NUFFT ops: types 1 and 2 by spreading (`.spreading`), type 3 and the
+exact check by a non-uniform DFT summed directly, in blocks of points.
 
 The ops and their references (each named after its op, called as the op's callable is):
 
@@ -11,24 +12,28 @@ The ops and their references (each named after its op, called as the op's callab
 - `nufft1`, `nufft2`, `nufft3`: jax-finufft's calls (its broadcasting of leading
   dimensions), in pure JAX.
 
-Every flavour sums ``exp(i s k·x_j)`` (``s`` the sign) through `direct_sum`, which works
-through the points in blocks (``lax.scan``, each block rematerialized under
-differentiation), so memory stays at one block's phases and partial sums; the work is
-the DFT's ``M · N`` per transform (``N`` modes or target points). Grid modes run from
-``-(n // 2)`` to ``(n - 1) // 2`` (``modeord=0``, DUCC's ``fft_order=False``), or in FFT
-order. Types 1 and 2 are periodic in the coordinates: period 2 pi, or ``get_nufft``'s
-``periodicity`` (the phase is ``2 pi k·x / periodicity``); type 3 is not scaled. A
-non-finite coordinate gives NaN where it enters the sum, as in the ops. Options that
-only tune the native computation (``eps``/``epsilon``, ``nthreads``, ``upsampfac``,
-``sigma``, ``sigma_min``/``sigma_max``, ``verbosity``) are ignored: the sum is exact.
+Every flavour goes through `transform`: types 1 and 2 run DUCC's algorithm in JAX
+(`.spreading`: an exponential-of-semicircle kernel spread onto a twice-oversampled grid,
+an FFT, a deconvolution), to the call's accuracy ``eps``/``epsilon`` (within 0.1 to 0.8
+times it of the exact sum, so within the checker's 3 eps of DUCC), at ``M w^d + N log N``
+(10^6 points on 256² at eps 1e-6: 1.8 to 4.3 times DUCC's time forward, see
+benchmarks/results/reference_sizes.md). Type 3, and `direct_sum` (kept for the tests:
+the exact sum), sum ``exp(i s k·x_j)`` directly, through the points in blocks
+(``lax.scan``, each block rematerialized under differentiation): ``M · N`` per transform
+(``N`` modes or target points). Grid modes run from ``-(n // 2)`` to ``(n - 1) // 2``
+(``modeord=0``, DUCC's ``fft_order=False``), or in FFT order. Types 1 and 2 are periodic
+in the coordinates: period 2 pi, or ``get_nufft``'s ``periodicity`` (the phase is ``2 pi
+k·x / periodicity``); type 3 is not scaled. A non-finite coordinate gives NaN where it
+enters the sum, as in the ops. Options that only tune the native computation
+(``nthreads``, ``upsampfac``, ``sigma``, ``sigma_min``/``sigma_max``, ``verbosity``) are
+ignored, and so is ``eps`` for type 3 (its sum is exact).
 
-Sizes where it is practical (measured on two cores, double precision, 2-D: see
-benchmarks/results/reference_fft_nufft.md): types 1 and 2 cost ``M · N`` complex
-multiply-adds in matrix products (about 10^9 a second): 10^3 points on 32² take ~2 ms,
-10^4 on 64² 50-100 ms, 3·10^4 on 128² ~0.3 s, ``grad`` 2-4 times that (30-150 times the
-native op). Type 3 costs an exponential per (source, target) pair, about 10^7 a second:
-10^4 sources to 10^3 targets take ~0.8 s. Memory is one block of `BLOCK_ELEMENTS`
-complex numbers whatever the size (and, under ``grad``, the inputs of each block).
+The direct sum's sizes (two cores, double precision, 2-D: see
+benchmarks/results/reference_fft_nufft.md): ``M · N`` complex multiply-adds in matrix
+products (about 10^9 a second): 10^4 points on 64² 50-100 ms. Type 3 costs an
+exponential per (source, target) pair, about 10^7 a second: 10^4 sources to 10^3
+targets take ~0.8 s. Memory is one block of `BLOCK_ELEMENTS` complex numbers whatever
+the size (and, under ``grad``, the inputs of each block).
 """
 
 from __future__ import annotations
@@ -40,9 +45,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import by_epsilon
+from . import by_epsilon, spreading
 
-__all__ = ["direct_sum", "mode_numbers", "nufft", "nufft_points", "nufft_plan"]
+__all__ = ["direct_sum", "mode_numbers", "nufft", "nufft_points", "nufft_plan", "transform"]
 __all__ += ["nufft1", "nufft2", "nufft3"]
 
 BLOCK_ELEMENTS = 1 << 20
@@ -202,6 +207,24 @@ def direct_sum(
     return out
 
 
+def transform(values, xs, qs=None, *, nufft_type, sign, grid=None, modeord=0, scale=1.0, eps):
+    """`direct_sum`'s transforms at the native algorithm's cost, to accuracy `eps`: types 1
+    and 2 by spreading, FFT and deconvolution (`.spreading`); type 3 by the direct sum."""
+    kind = int(nufft_type)
+    shape = tuple(values.shape[1:]) if kind == 2 else (() if grid is None else tuple(grid))
+    m = xs.shape[-1]
+    if kind == 3 or m == 0 or 0 in shape or values.shape[0] == 0:
+        return direct_sum(
+            values, xs, qs, nufft_type=kind, sign=sign, grid=grid, modeord=modeord, scale=scale
+        )
+    sign = 1 if sign > 0 else -1
+    if kind == 1:
+        return spreading.type1(
+            values, xs, shape, sign=sign, modeord=int(modeord), scale=scale, eps=eps
+        )
+    return spreading.type2(values, xs, sign=sign, modeord=int(modeord), scale=scale, eps=eps)
+
+
 # --- the ops ------------------------------------------------------------------------
 
 
@@ -214,6 +237,7 @@ def nufft(
     forward=True,
     periodicity=2 * np.pi,
     fft_order=False,
+    epsilon=1e-6,
     **_,
 ):
     """Reference of ``jaxducc0.nufft`` (`..nufft.get_nufft`): ``[result]``.
@@ -223,7 +247,7 @@ def nufft(
     ``fft_order`` puts the zero mode first. ``epsilon``, ``nthreads``, ``verbosity``,
     ``sigma_min`` and ``sigma_max`` are ignored.
     """
-    out = direct_sum(
+    out = transform(
         values[None],
         coord.T,
         nufft_type=int(nufft_type),
@@ -231,11 +255,12 @@ def nufft(
         grid=tuple(grid_shape),
         modeord=int(bool(fft_order)),
         scale=2 * np.pi / float(periodicity),
+        eps=epsilon,
     )
     return [out[0]]
 
 
-def nufft_points(values, xs, *qs, nufft_type, sign, modeord=0, grid=None, **_):
+def nufft_points(values, xs, *qs, nufft_type, sign, modeord=0, grid=None, eps=1e-6, **_):
     """Reference of ``jaxducc0.nufft_points``: ``[result]``.
 
     `values` ``(T, M)`` (types 1, 3) or ``(T, *grid)`` (type 2); `xs` ``(d, M)``; type
@@ -243,7 +268,7 @@ def nufft_points(values, xs, *qs, nufft_type, sign, modeord=0, grid=None, **_):
     are ignored.
     """
     return [
-        direct_sum(
+        transform(
             values,
             xs,
             qs[0] if qs else None,
@@ -251,11 +276,14 @@ def nufft_points(values, xs, *qs, nufft_type, sign, modeord=0, grid=None, **_):
             sign=int(sign),
             grid=None if grid is None else tuple(grid),
             modeord=int(modeord),
+            eps=eps,
         )
     ]
 
 
-def nufft_plan(values, *, nufft_type, sign, coord, target=None, grid=None, modeord=0, **_):
+def nufft_plan(
+    values, *, nufft_type, sign, coord, target=None, grid=None, modeord=0, epsilon=1e-6, **_
+):
     """Reference of ``jaxducc0.nufft_plan`` (`..nufft_plan.NufftPlan`): ``[result]``.
 
     `values` ``(T, ...)``; the plan's points arrive as keyword arguments: `coord`
@@ -267,7 +295,7 @@ def nufft_plan(values, *, nufft_type, sign, coord, target=None, grid=None, modeo
     xs = jnp.asarray(np.asarray(coord).T, real)
     qs = None if target is None else jnp.asarray(np.asarray(target).T, real)
     return [
-        direct_sum(
+        transform(
             values,
             xs,
             qs,
@@ -275,6 +303,7 @@ def nufft_plan(values, *, nufft_type, sign, coord, target=None, grid=None, modeo
             sign=int(sign),
             grid=None if grid is None else tuple(grid),
             modeord=int(modeord),
+            eps=epsilon,
         )
     ]
 
@@ -282,7 +311,7 @@ def nufft_plan(values, *, nufft_type, sign, coord, target=None, grid=None, modeo
 # --- jax-finufft's calls --------------------------------------------------------------
 
 
-def _finufft(kind, values, points, targets, *, sign, modeord, grid=None):
+def _finufft(kind, values, points, targets, *, sign, modeord, grid=None, eps=1e-6):
     """One of jax-finufft's calls: broadcast the leading dimensions as it does (values
     with one leading dimension more than the points share them), then one direct sum
     per transform."""
@@ -309,7 +338,9 @@ def _finufft(kind, values, points, targets, *, sign, modeord, grid=None):
         args.append(qs.reshape((-1, *qs.shape[-2:])))
 
     def one(v, x, *q):
-        return direct_sum(v, x, *q, nufft_type=kind, sign=sign, grid=grid, modeord=modeord)[0]
+        return transform(v, x, *q, nufft_type=kind, sign=sign, grid=grid, modeord=modeord, eps=eps)[
+            0
+        ]
 
     out = jax.vmap(one)(*args)
     return out.reshape(lead + out.shape[1:])
@@ -322,20 +353,18 @@ def _opts(opts) -> int:
 def nufft1(output_shape, source, *points, iflag=1, eps=1e-6, opts=None):
     """jax-finufft's ``nufft1`` in pure JAX: ``f[k] = sum_j c[j] exp(i sign(iflag) k·x_j)``,
     ``(..., *output_shape)``; ``opts.modeord`` is honoured, `eps` and the rest ignored."""
-    del eps
     grid = tuple(int(n) for n in np.atleast_1d(output_shape))
     given = [p for p in points if p is not None]
-    return _finufft(
-        1, source, given, [], sign=1 if iflag >= 0 else -1, modeord=_opts(opts), grid=grid
-    )
+    sign = 1 if iflag >= 0 else -1
+    return _finufft(1, source, given, [], sign=sign, modeord=_opts(opts), grid=grid, eps=eps)
 
 
 def nufft2(source, *points, iflag=-1, eps=1e-6, opts=None):
     """jax-finufft's ``nufft2`` in pure JAX: ``c[j] = sum_k f[k] exp(i sign(iflag) k·x_j)``,
     ``(..., M)``."""
-    del eps
     given = [p for p in points if p is not None]
-    return _finufft(2, source, given, [], sign=1 if iflag >= 0 else -1, modeord=_opts(opts))
+    sign = 1 if iflag >= 0 else -1
+    return _finufft(2, source, given, [], sign=sign, modeord=_opts(opts), eps=eps)
 
 
 def nufft3(source, *points, iflag=-1, eps=1e-6, opts=None):
