@@ -1,0 +1,305 @@
+"""The gridder's fast path in pure JAX: w-stacking on top of `.spreading`'s kernel.
+
+(Draft: the docstring is completed with the measurements.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import cache
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from .spreading import _clenshaw, _kernel, _windows, kernel_width, oversampled
+
+__all__ = ["dirty2vis", "SPEED_OF_LIGHT"]
+
+SPEED_OF_LIGHT = 299792458.0  # m/s, DUCC's value
+_HIGHEST = lax.Precision.HIGHEST
+CHUNK = 256
+"""Visibilities per step of the gather loop."""
+SPARE_STEPS = 64
+"""Steps beyond one per chunk of visibilities: a group of w planes that is not a whole
+number of chunks takes one step more."""
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Setup:
+    """What a call's static options make (NumPy, at trace time)."""
+
+    w: int  # the kernel's width, in cells and in planes
+    coef: np.ndarray  # its piecewise Chebyshev coefficients (spreading.Kernel)
+    over: tuple[int, int]  # the oversampled grid
+    base: np.ndarray  # (npix_x, npix_y): 1/n (or 1), the grid's and the w kernel's corrections
+    signs: tuple[float, float]  # flip_u, flip_v: -1 mirrors the pixel axis
+    pixsize: tuple[float, float]
+    center: tuple[float, float]
+    wgridding: bool
+    eta0: float = 0.0  # the middle of n - 1 over the image
+    dw: float = 1.0  # the planes' spacing in w (wavelengths)
+    dturn_range: tuple[float, float] = (0.0, 0.0)  # dw (n - 1 - eta0) over the image
+    spacing: int = 1  # planes between consecutive groups
+    planes: int = 1  # planes held at once: spacing + w - 1
+
+
+def _psi_hat_inverse(kern, a):
+    """``1 / psi_hat(a)``, psi_hat the kernel's Fourier transform at `a` cycles per cell,
+    for an array of |a| <= 1/4: a Chebyshev interpolant of the exact quadrature (which
+    would cost 200 cosines per pixel), checked against it."""
+    lo, hi = float(a.min()), float(a.max())
+    if hi - lo < 1e-300:
+        return np.full(a.shape, kern.deconvolution(np.array([lo]), 1.0)[0])
+    fit = np.polynomial.chebyshev.Chebyshev.interpolate(
+        lambda x: kern.deconvolution(x, 1.0), 60, domain=[lo, hi]
+    )
+    probe = np.linspace(lo, hi, 97)
+    exact = kern.deconvolution(probe, 1.0)
+    assert np.max(np.abs(fit(probe) / exact - 1)) < 1e-13
+    return fit(a)
+
+
+@cache
+def _setup(npix, pixsize, center, flips, wgridding, divide_by_n, eps, single) -> _Setup:
+    w = kernel_width(eps, single)
+    kern = _kernel(w)
+    over = tuple(oversampled(n, w) for n in npix)
+    modes = [np.arange(n) - n / 2 for n in npix]
+    decon = [kern.deconvolution(k, m) for k, m in zip(modes, over)]
+    base = decon[0][:, None] * decon[1][None, :]
+    signs = tuple(-1.0 if f else 1.0 for f in flips)
+    common = dict(
+        w=w, coef=kern.coef, over=over, signs=signs, pixsize=pixsize, center=center
+    )
+    if not wgridding:
+        return _Setup(base=base, wgridding=False, **common)
+    x, y = (s * k * d + c for s, k, d, c in zip(signs, modes, pixsize, center))
+    r2 = x[:, None] ** 2 + y[None, :] ** 2
+    nm1 = -r2 / (np.sqrt(1.0 - r2) + 1.0)  # n - 1, without the cancellation
+    if divide_by_n:
+        base = base / (nm1 + 1.0)
+    lo, hi = float(nm1.min()), float(nm1.max())
+    eta0, half = (lo + hi) / 2, (hi - lo) / 2
+    dw = 1.0 / (4 * half) if half > 0 else 1.0  # |dw (n - 1 - eta0)| <= 1/4: sigma = 2
+    dturn = dw * (nm1 - eta0)
+    base = base * _psi_hat_inverse(kern, dturn)
+    spacing = w
+    return _Setup(
+        base=base,
+        wgridding=True,
+        eta0=eta0,
+        dw=dw,
+        spacing=spacing,
+        planes=spacing + w - 1,
+        **common,
+    )
+
+
+def _rotation(turns, cplx):
+    """exp(2 pi i turns), the turns first reduced to [-1/2, 1/2]."""
+    angle = (2 * np.pi) * (turns - jnp.round(turns))
+    return lax.complex(jnp.cos(angle), jnp.sin(angle)).astype(cplx)
+
+
+def _centred_fft(f, axis, n):
+    """The modes f (k = -len/2 .. len/2 - 1 along `axis`) zero-padded to `n` and
+    transformed: ``sum_k f_k exp(-2 pi i k l / n)`` at l = 0 .. n - 1."""
+    m = f.shape[axis]
+    pos = lax.slice_in_dim(f, m // 2, m, axis=axis)
+    neg = lax.slice_in_dim(f, 0, m // 2, axis=axis)
+    zshape = list(f.shape)
+    zshape[axis] = n - m
+    f = jnp.concatenate([pos, jnp.zeros(zshape, f.dtype), neg], axis=axis)
+    return jnp.fft.fft(f, axis=axis)
+
+
+def _screen_turns(s: _Setup, real):
+    """``dw (n - 1 - eta0)`` at every pixel, computed in the program from the pixel
+    indices (a NumPy array here would be a constant that JAX's partial evaluation keeps
+    once per step of the loop for the transpose)."""
+    ax = [
+        (sg * (lax.iota(real, n) - n / 2) * d + c)
+        for sg, n, d, c in zip(s.signs, s.base.shape, s.pixsize, s.center)
+    ]
+    r2 = ax[0][:, None] ** 2 + ax[1][None, :] ** 2
+    nm1 = -r2 / (jnp.sqrt(1.0 - r2) + 1.0)
+    return s.dw * (nm1 - s.eta0)
+
+
+def _plane(a, p, s: _Setup, real, cplx):
+    """The oversampled grid of plane p (w = p dw): the image a (real, corrected) times
+    its w-screen exp(2 pi i p dw (n - 1 - eta0)), transformed; as real (re, im)
+    channels, padded periodically by w - 1 cells: (nx + w - 1, ny + w - 1, 2)."""
+    if p is None:
+        f = a.astype(cplx)
+    else:
+        f = a * _rotation(p * _screen_turns(s, real), cplx)
+    g = _centred_fft(_centred_fft(f, 1, s.over[1]), 0, s.over[0])
+    g = jnp.stack([jnp.real(g), jnp.imag(g)], axis=-1)
+    for axis in (0, 1):
+        g = jnp.concatenate([g, lax.slice_in_dim(g, 0, s.w - 1, axis=axis)], axis=axis)
+    return g
+
+
+TILE = 32
+"""Grid cells per side of the tiles that the visibilities are sorted by within a group
+of planes, so that consecutive windows share cache lines."""
+
+
+def dirty2vis(uvw, freq, dirty, *, npix, pixsize, center, flips, wgridding, divide_by_n, eps):
+    """``vis[r, c] = sum_ij dirty[i, j] / n_ij exp(-2 pi i f_c / C (u_r l_i + v_r m_j -
+    w_r (n_ij - 1)))`` to accuracy `eps` (flip_w already applied to uvw). (nrows, nchan)."""
+    real = jnp.result_type(uvw.dtype, freq.dtype, dirty.dtype)
+    cplx = jnp.result_type(real, jnp.complex64)
+    s = _setup(
+        tuple(npix),
+        tuple(map(float, pixsize)),
+        tuple(map(float, center)),
+        tuple(map(bool, flips)),
+        bool(wgridding),
+        bool(divide_by_n),
+        float(eps),
+        bool(real == jnp.float32),
+    )
+    nrows, nchan = uvw.shape[0], freq.shape[0]
+    m = nrows * nchan
+    kw = s.w
+    scaled = uvw.astype(real)[:, None, :] * (freq.astype(real) / SPEED_OF_LIGHT)[None, :, None]
+    scaled = scaled.reshape(m, 3)
+    finite = jnp.all(jnp.isfinite(scaled), axis=1)
+    scaled = jnp.where(finite[:, None], scaled, 0)
+    u, v, w = scaled[:, 0], scaled[:, 1], scaled[:, 2]
+    # the pixel grid's offset and the middle of the w-screen: a phase per visibility
+    phase = _rotation(-(u * s.center[0] + v * s.center[1]) + w * s.eta0, cplx)
+    nan = jnp.where(finite, jnp.asarray(1.0, real), jnp.asarray(np.nan, real))
+    turns = jnp.stack([u * (s.signs[0] * s.pixsize[0]), v * (s.signs[1] * s.pixsize[1])])
+    chunk = max(1, min(CHUNK, m))
+
+    # --- each visibility's group of planes, and its tile of the grid
+    tiles = [-(-n // TILE) for n in s.over]
+    cell = [
+        jnp.clip(((t - jnp.floor(t)) * n).astype(jnp.int32) // TILE, 0, k - 1)
+        for t, n, k in zip(turns, s.over, tiles)
+    ]
+    key = cell[0] * tiles[1] + cell[1]
+    groups_max = (2**31 - 1) // (tiles[0] * tiles[1]) - 1
+    if s.wgridding:
+        t = w / s.dw
+        first = jnp.ceil(t - kw / 2)
+        t_w = first - t + kw / 2  # in [0, 1): the w kernel's offset
+        low = jnp.min(first)
+        rel = jnp.clip(first - low, 0, s.spacing * groups_max).astype(jnp.int32)
+        group = rel // s.spacing
+        slot = rel - group * s.spacing
+        key = key + group * (tiles[0] * tiles[1])
+        steps = -(-m // chunk) + SPARE_STEPS
+    else:
+        low = jnp.zeros((), real)
+        t_w = jnp.zeros(m, real)
+        group = slot = jnp.zeros(m, jnp.int32)
+        steps = -(-m // chunk)
+    order = jnp.argsort(key)
+
+    # --- the schedule: each step takes up to `chunk` visibilities of one group, in order
+    j = jnp.arange(m, dtype=jnp.int32)
+    sorted_group = group[order]
+    new_group = jnp.concatenate([jnp.ones(1, bool), sorted_group[1:] != sorted_group[:-1]])
+    rank = j - lax.cummax(jnp.where(new_group, j, 0))
+    new_step = new_group | (rank % chunk == 0)
+    it = jnp.cumsum(new_step.astype(jnp.int32)) - 1
+    fits = it[-1] < steps  # else: more groups than SPARE_STEPS allows
+    start = jnp.full(steps, m, jnp.int32).at[jnp.where(new_step, it, steps)].set(j, mode="drop")
+    pos = jnp.zeros(m, jnp.int32).at[order].set(it * chunk + rank % chunk)
+    idx = jnp.clip(start[:, None] + jnp.arange(chunk, dtype=jnp.int32)[None, :], 0, m - 1)
+    valid = (start[:, None] + jnp.arange(chunk)[None, :] < m) & (
+        it[idx] == jnp.arange(steps)[:, None]
+    )
+    src = order[idx]  # (steps, chunk): the visibility each step's places take
+    step_group = sorted_group[jnp.clip(start, 0, m - 1)]
+    prev = jnp.concatenate([jnp.full(1, -2, jnp.int32), step_group[:-1]])
+    kind = jnp.where(
+        (start >= m) | (step_group == prev), 0, jnp.where(step_group == prev + 1, 1, 2)
+    )
+    xs = (
+        kind,
+        step_group,
+        jnp.moveaxis(turns[:, src], 0, 1),  # (steps, 2, chunk)
+        jnp.where(valid, slot[src], 0),
+        t_w[src],
+        valid.astype(real),
+    )
+
+    a = dirty.astype(real) * jnp.asarray(s.base, real)
+    nplanes = s.planes
+
+    @jax.checkpoint  # the w-screen is recomputed, not kept per step, for the transpose
+    def plane(a, q, g):
+        return _plane(a, low + (g * s.spacing + q).astype(real), s, real, cplx)
+
+    def load(buf, a, g, first):
+        """Planes first .. planes - 1 of group g into their slots, in place (unrolled:
+        XLA copies a buffer that a loop, or a new array, takes)."""
+        for q in range(first, nplanes):
+            buf = lax.dynamic_update_index_in_dim(buf, plane(a, q, g), q, axis=0)
+        return buf, a
+
+    def advance(buf, a, g):
+        """From group g - 1 to g: the last w - 1 planes of g - 1 are the first of g."""
+        kept = lax.slice_in_dim(buf, s.spacing, nplanes, axis=0)
+        buf = lax.dynamic_update_slice_in_dim(buf, kept, 0, axis=0)
+        return load(buf, a, g, nplanes - s.spacing)
+
+    dims = lax.GatherDimensionNumbers(
+        offset_dims=(1, 2, 3, 4), collapsed_slice_dims=(), start_index_map=(0, 1, 2)
+    )
+    ww = kw if s.wgridding else 1
+    coef = s.coef.astype(np.dtype(real))
+
+    @jax.checkpoint
+    def windows(bturns, bslot, btw, bmask):
+        starts, (vx, vy) = _windows(bturns * (2 * np.pi), s.over, _kernel(kw), 1.0, real)
+        if s.wgridding:
+            vw = _clenshaw(2 * btw - 1, coef).astype(real)
+        else:
+            vw = jnp.ones((btw.shape[0], 1), real)
+        starts = jnp.concatenate([bslot[:, None], starts], axis=1)
+        return starts, vw * bmask[:, None], vx, vy
+
+    def body(carry, x):
+        buf, a = carry
+        kind_i, g_i, bturns, bslot, btw, bmask = x
+        if s.wgridding:
+            # the image travels with the buffer through the loop and these conditionals
+            # (two-way: XLA copies the buffer at every step through a three-way one), so
+            # that the transpose adds into the image's cotangent only where planes load
+            def change(buf, a):
+                return lax.cond(
+                    kind_i == 1,
+                    lambda b, a: advance(b, a, g_i),
+                    lambda b, a: load(b, a, g_i, 0),
+                    buf,
+                    a,
+                )
+
+            buf, a = lax.cond(kind_i > 0, change, lambda b, a: (b, a), buf, a)
+        starts, vw, vx, vy = windows(bturns, bslot, btw, bmask)
+        win = lax.gather(
+            buf, starts, dims, (ww, kw, kw, 2), mode=lax.GatherScatterMode.PROMISE_IN_BOUNDS
+        )  # (chunk, ww, w, w, 2)
+        win = jnp.einsum("cabdz,cd->cabz", win, vy, precision=_HIGHEST)
+        win = jnp.einsum("cabz,cb->caz", win, vx, precision=_HIGHEST)
+        win = jnp.einsum("caz,ca->cz", win, vw, precision=_HIGHEST)
+        return (buf, a), win
+
+    padded = tuple(n + kw - 1 for n in s.over)
+    if s.wgridding:
+        buf0 = jnp.zeros((nplanes, *padded, 2), real)
+    else:
+        buf0 = _plane(a, None, s, real, cplx)[None]
+    _, out = lax.scan(body, (buf0, a), xs)  # (steps, chunk, 2)
+    out = lax.complex(out[..., 0], out[..., 1]).reshape(-1)
+    vis = out[pos] * (phase * nan)
+    vis = vis * jnp.where(fits, jnp.asarray(1.0, real), jnp.asarray(np.nan, real))  # TODO
+    return vis.reshape(nrows, nchan)
