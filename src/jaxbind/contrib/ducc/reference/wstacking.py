@@ -103,16 +103,13 @@ def _rotation(turns, cplx):
     return lax.complex(jnp.cos(angle), jnp.sin(angle)).astype(cplx)
 
 
-def _centred_fft(f, axis, n):
-    """The modes f (k = -len/2 .. len/2 - 1 along `axis`) zero-padded to `n` and
-    transformed: ``sum_k f_k exp(-2 pi i k l / n)`` at l = 0 .. n - 1."""
-    m = f.shape[axis]
-    pos = lax.slice_in_dim(f, m // 2, m, axis=axis)
-    neg = lax.slice_in_dim(f, 0, m // 2, axis=axis)
-    zshape = list(f.shape)
-    zshape[axis] = n - m
-    f = jnp.concatenate([pos, jnp.zeros(zshape, f.dtype), neg], axis=axis)
-    return jnp.fft.fft(f, axis=axis)
+def _place_centred(f, over):
+    """The modes f (k = -len/2 .. len/2 - 1 per axis) zero-padded onto the grid `over`,
+    mode k at index k mod n, for ``sum_k f_k exp(-2 pi i k l / n)`` by an FFT."""
+    for axis, n in enumerate(over):
+        m = f.shape[axis]
+        f = jnp.roll(jnp.pad(f, [(0, n - m) if a == axis else (0, 0) for a in range(f.ndim)]), -(m // 2), axis=axis)
+    return f
 
 
 def _screen_turns(s: _Setup, real):
@@ -136,7 +133,7 @@ def _plane(a, p, s: _Setup, real, cplx):
         f = a.astype(cplx)
     else:
         f = a * _rotation(p * _screen_turns(s, real), cplx)
-    g = _centred_fft(_centred_fft(f, 1, s.over[1]), 0, s.over[0])
+    g = jnp.fft.fft2(_place_centred(f, s.over))
     g = jnp.stack([jnp.real(g), jnp.imag(g)], axis=-1)
     for axis in (0, 1):
         g = jnp.concatenate([g, lax.slice_in_dim(g, 0, s.w - 1, axis=axis)], axis=axis)
@@ -238,18 +235,19 @@ def dirty2vis(uvw, freq, dirty, *, npix, pixsize, center, flips, wgridding, divi
     def plane(a, q, g):
         return _plane(a, low + (g * s.spacing + q).astype(real), s, real, cplx)
 
-    def load(buf, a, g, first):
-        """Planes first .. planes - 1 of group g into their slots, in place (unrolled:
-        XLA copies a buffer that a loop, or a new array, takes)."""
-        for q in range(first, nplanes):
-            buf = lax.dynamic_update_index_in_dim(buf, plane(a, q, g), q, axis=0)
-        return buf, a
+    def load(buf, a, g):
+        """All planes of group g, written over the buffer with one update in place (XLA
+        copies a buffer that a conditional replaces by a new array at every step, and
+        the transpose of one update per plane copies the buffer once per plane)."""
+        new = jnp.stack([plane(a, q, g) for q in range(nplanes)])
+        return lax.dynamic_update_slice_in_dim(buf, new, 0, axis=0), a
 
     def advance(buf, a, g):
         """From group g - 1 to g: the last w - 1 planes of g - 1 are the first of g."""
         kept = lax.slice_in_dim(buf, s.spacing, nplanes, axis=0)
-        buf = lax.dynamic_update_slice_in_dim(buf, kept, 0, axis=0)
-        return load(buf, a, g, nplanes - s.spacing)
+        new = [plane(a, q, g) for q in range(nplanes - s.spacing, nplanes)]
+        new = jnp.concatenate([kept, jnp.stack(new)])
+        return lax.dynamic_update_slice_in_dim(buf, new, 0, axis=0), a
 
     dims = lax.GatherDimensionNumbers(
         offset_dims=(1, 2, 3, 4), collapsed_slice_dims=(), start_index_map=(0, 1, 2)
@@ -278,7 +276,7 @@ def dirty2vis(uvw, freq, dirty, *, npix, pixsize, center, flips, wgridding, divi
                 return lax.cond(
                     kind_i == 1,
                     lambda b, a: advance(b, a, g_i),
-                    lambda b, a: load(b, a, g_i, 0),
+                    lambda b, a: load(b, a, g_i),
                     buf,
                     a,
                 )
