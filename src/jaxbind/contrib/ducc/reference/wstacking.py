@@ -22,8 +22,9 @@ _HIGHEST = lax.Precision.HIGHEST
 CHUNK = 256
 """Visibilities per step of the gather loop."""
 SPARE_STEPS = 64
-"""Steps beyond one per chunk of visibilities: a group of w planes that is not a whole
-number of chunks takes one step more."""
+"""Steps beyond one per chunk of visibilities (at least these, or a sixteenth more): a
+group of planes that is not a whole number of chunks takes one step more. More groups
+than that (thousands of planes, hours for DUCC) are summed directly (`fallback`)."""
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -80,6 +81,8 @@ def _setup(npix, pixsize, center, flips, wgridding, divide_by_n, eps, single) ->
     nm1 = -r2 / (np.sqrt(1.0 - r2) + 1.0)  # n - 1, without the cancellation
     if divide_by_n:
         base = base / (nm1 + 1.0)
+    if not np.isfinite(nm1).all():
+        return _Setup(base=base * np.nan, wgridding=True, **common)
     lo, hi = float(nm1.min()), float(nm1.max())
     eta0, half = (lo + hi) / 2, (hi - lo) / 2
     dw = 1.0 / (4 * half) if half > 0 else 1.0  # |dw (n - 1 - eta0)| <= 1/4: sigma = 2
@@ -145,7 +148,9 @@ TILE = 32
 of planes, so that consecutive windows share cache lines."""
 
 
-def dirty2vis(uvw, freq, dirty, *, npix, pixsize, center, flips, wgridding, divide_by_n, eps):
+def dirty2vis(
+    uvw, freq, dirty, *, npix, pixsize, center, flips, wgridding, divide_by_n, eps, fallback
+):
     """``vis[r, c] = sum_ij dirty[i, j] / n_ij exp(-2 pi i f_c / C (u_r l_i + v_r m_j -
     w_r (n_ij - 1)))`` to accuracy `eps` (flip_w already applied to uvw). (nrows, nchan)."""
     real = jnp.result_type(uvw.dtype, freq.dtype, dirty.dtype)
@@ -160,6 +165,8 @@ def dirty2vis(uvw, freq, dirty, *, npix, pixsize, center, flips, wgridding, divi
         float(eps),
         bool(real == jnp.float32),
     )
+    if not np.isfinite(s.base).all():  # pixels beyond the horizon (l^2 + m^2 > 1)
+        return fallback(dirty).astype(cplx)
     nrows, nchan = uvw.shape[0], freq.shape[0]
     m = nrows * nchan
     kw = s.w
@@ -187,13 +194,17 @@ def dirty2vis(uvw, freq, dirty, *, npix, pixsize, center, flips, wgridding, divi
         first = jnp.ceil(t - kw / 2)
         t_w = first - t + kw / 2  # in [0, 1): the w kernel's offset
         low = jnp.min(first)
-        rel = jnp.clip(first - low, 0, s.spacing * groups_max).astype(jnp.int32)
+        cap = float(min(s.spacing * groups_max, 2**24))  # exact in float32 too
+        beyond = jnp.max(first - low) > cap  # a w range that no schedule here holds
+        rel = jnp.clip(first - low, 0, cap).astype(jnp.int32)
         group = rel // s.spacing
         slot = rel - group * s.spacing
         key = key + group * (tiles[0] * tiles[1])
-        steps = -(-m // chunk) + SPARE_STEPS
+        steps = -(-m // chunk)
+        steps += max(SPARE_STEPS, steps // 16)
     else:
         low = jnp.zeros((), real)
+        beyond = False
         t_w = jnp.zeros(m, real)
         group = slot = jnp.zeros(m, jnp.int32)
         steps = -(-m // chunk)
@@ -206,7 +217,7 @@ def dirty2vis(uvw, freq, dirty, *, npix, pixsize, center, flips, wgridding, divi
     rank = j - lax.cummax(jnp.where(new_group, j, 0))
     new_step = new_group | (rank % chunk == 0)
     it = jnp.cumsum(new_step.astype(jnp.int32)) - 1
-    fits = it[-1] < steps  # else: more groups than SPARE_STEPS allows
+    fits = (it[-1] < steps) & ~beyond  # else: more groups than the spare steps allow
     start = jnp.full(steps, m, jnp.int32).at[jnp.where(new_step, it, steps)].set(j, mode="drop")
     pos = jnp.zeros(m, jnp.int32).at[order].set(it * chunk + rank % chunk)
     idx = jnp.clip(start[:, None] + jnp.arange(chunk, dtype=jnp.int32)[None, :], 0, m - 1)
@@ -228,25 +239,26 @@ def dirty2vis(uvw, freq, dirty, *, npix, pixsize, center, flips, wgridding, divi
         valid.astype(real),
     )
 
-    a = dirty.astype(real) * jnp.asarray(s.base, real)
     nplanes = s.planes
 
     @jax.checkpoint  # the w-screen is recomputed, not kept per step, for the transpose
-    def plane(a, q, g):
-        return _plane(a, low + (g * s.spacing + q).astype(real), s, real, cplx)
+    def planes(a, qs, g):
+        """Planes qs of group g, stacked (one batched FFT)."""
+        p = low + (g * s.spacing + qs).astype(real)
+        return jax.vmap(lambda p: _plane(a, p, s, real, cplx))(p)
 
     def load(buf, a, g):
         """All planes of group g, written over the buffer with one update in place (XLA
         copies a buffer that a conditional replaces by a new array at every step, and
         the transpose of one update per plane copies the buffer once per plane)."""
-        new = jnp.stack([plane(a, q, g) for q in range(nplanes)])
+        new = planes(a, jnp.arange(nplanes), g)
         return lax.dynamic_update_slice_in_dim(buf, new, 0, axis=0), a
 
     def advance(buf, a, g):
         """From group g - 1 to g: the last w - 1 planes of g - 1 are the first of g."""
         kept = lax.slice_in_dim(buf, s.spacing, nplanes, axis=0)
-        new = [plane(a, q, g) for q in range(nplanes - s.spacing, nplanes)]
-        new = jnp.concatenate([kept, jnp.stack(new)])
+        new = planes(a, jnp.arange(nplanes - s.spacing, nplanes), g)
+        new = jnp.concatenate([kept, new])
         return lax.dynamic_update_slice_in_dim(buf, new, 0, axis=0), a
 
     dims = lax.GatherDimensionNumbers(
@@ -291,13 +303,17 @@ def dirty2vis(uvw, freq, dirty, *, npix, pixsize, center, flips, wgridding, divi
         win = jnp.einsum("caz,ca->cz", win, vw, precision=_HIGHEST)
         return (buf, a), win
 
-    padded = tuple(n + kw - 1 for n in s.over)
-    if s.wgridding:
-        buf0 = jnp.zeros((nplanes, *padded, 2), real)
-    else:
-        buf0 = _plane(a, None, s, real, cplx)[None]
-    _, out = lax.scan(body, (buf0, a), xs)  # (steps, chunk, 2)
-    out = lax.complex(out[..., 0], out[..., 1]).reshape(-1)
-    vis = out[pos] * (phase * nan)
-    vis = vis * jnp.where(fits, jnp.asarray(1.0, real), jnp.asarray(np.nan, real))  # TODO
-    return vis.reshape(nrows, nchan)
+    def stacked(dirty):
+        a = dirty.astype(real) * jnp.asarray(s.base, real)
+        padded = tuple(n + kw - 1 for n in s.over)
+        if s.wgridding:
+            buf0 = jnp.zeros((nplanes, *padded, 2), real)
+        else:
+            buf0 = _plane(a, None, s, real, cplx)[None]
+        _, out = lax.scan(body, (buf0, a), xs)  # (steps, chunk, 2)
+        out = lax.complex(out[..., 0], out[..., 1]).reshape(-1)
+        return (out[pos] * (phase * nan)).reshape(nrows, nchan)
+
+    if not s.wgridding:
+        return stacked(dirty)
+    return lax.cond(fits, stacked, lambda d: fallback(d).astype(cplx), dirty)
