@@ -1,7 +1,7 @@
 """The wgridder's reference at real sizes: DUCC and the pure-JAX reference side by side.
 
-    python benchmarks/reference_wgridder_sizes.py           # writes results/reference_wgridder_sizes.*
-    python benchmarks/reference_wgridder_sizes.py --quick   # a small case, one round, not saved
+    python benchmarks/reference_wgridder_sizes.py          # results/reference_wgridder_sizes.*
+    python benchmarks/reference_wgridder_sizes.py --quick  # a small case, one round, no file
 
 Per case (image, visibilities, w-term), jit-compiled on the same inputs in alternating
 rounds: ``jaxducc0.get_wgridder`` (DUCC at ``nthreads`` 1 and 2) and its reference

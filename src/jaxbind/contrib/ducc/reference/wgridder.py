@@ -1,8 +1,9 @@
 """The pure-JAX reference of ``jaxducc0.wgridder`` (`get_wgridder`): the radio
-interferometric measurement equation summed directly over pixels, in DUCC's conventions.
+interferometric measurement equation in DUCC's conventions.
 
-This module owns that sum and nothing else: no ducc0, no native op, so a program lowered
-with it runs where neither is installed. DUCC's ``dirty2vis`` computes, for row r (uvw in
+This module owns the conventions, the options and the direct sum; `.wstacking` the fast
+path. No ducc0, no native op, so a program lowered with it runs where neither is
+installed. DUCC's ``dirty2vis`` computes, for row r (uvw in
 metres) and channel c (frequency in Hz),
 
     vis[r, c] = sum_{i, j} dirty[i, j] / n(l_i, m_j)
@@ -20,14 +21,16 @@ agree only for an image centred on the phase centre. ``divide_by_n=False`` drops
 ``divide_by_n`` says (DUCC's behaviour, checked in
 tests/contrib/test_references_wgridder_sht.py).
 
-Cost and memory: ``nrows * nchan * npix_x * npix_y`` complex exponentials (with the
-w-term) or multiply-adds (without: the phase then factors into x and y, and the sum is a
-matrix product per block). Blocks of rows are summed one after the other (`jax.lax.map`),
-each holding about `_BLOCK_ELEMENTS` complex values, about 64 MiB in complex128, whatever
-the sizes. Practical sizes on a CPU (benchmarks/results/reference_wgridder_sht.md, 2
-cores): a 64 x 64 image and 10^4 visibilities take 1 s forward with the w-term (60 x the
-native op), 45 ms without; 128 x 128 and 10^4, 4 s; 256 x 256 and 10^5 visibilities would
-take minutes.
+How: with the op's ``epsilon`` (as the op always calls it), by w-stacking on the NUFFT
+references' spreading kernel (`.wstacking`), to that accuracy (0.1 to 0.2 epsilon from
+the exact sum, DUCC up to 0.83: the checker allows 3 epsilon): about 2 to 4 times DUCC's
+time at one thread for a 1024 x 1024 image and 10^6 visibilities
+(benchmarks/results/reference_wgridder_sizes.md). Without ``epsilon``, and where the w
+range needs more planes than w-stacking schedules (thousands), by `direct_sum`: the sum
+over every pixel, exact, ``nrows * nchan * npix_x * npix_y`` complex exponentials (with
+the w-term; multiply-adds without it, the phase then factoring into x and y), in blocks
+of about `_BLOCK_ELEMENTS` complex values (64 MiB in complex128), practical up to a
+128 x 128 image and 10^4 visibilities (seconds).
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ __all__ = ["wgridder", "direct_sum"]
 
 OP = "wgridder"
 SPEED_OF_LIGHT = 299792458.0  # m/s, DUCC's value
-# Options of the native op that change how DUCC computes, not what.
+# Options of the native op that change how DUCC computes, not what (and epsilon, read).
 _IGNORED = frozenset(
     {
         "epsilon",
@@ -93,8 +96,9 @@ def wgridder(
     Hz, ``dirty`` (npix_x, npix_y) float32 or float64, and the keyword arguments
     `get_wgridder` gives the op. It reads ``pixsize_x``, ``pixsize_y``, ``npix_x``,
     ``npix_y``, ``do_wgridding``, ``flip_u``, ``flip_v``, ``flip_w``, ``divide_by_n``,
-    ``center_x`` and ``center_y`` (DUCC's defaults where absent), and ignores ``epsilon``,
-    ``nthreads``, ``verbosity``, ``sigma_min``, ``sigma_max``, ``allow_nshift`` and
+    ``center_x`` and ``center_y`` (DUCC's defaults where absent) and ``epsilon`` (the
+    accuracy, as the op's; absent: the exact `direct_sum`), and ignores ``nthreads``,
+    ``verbosity``, ``sigma_min``, ``sigma_max``, ``allow_nshift`` and
     ``double_precision_accumulation``. Returns ``[vis]``, (nrows, nchan), complex64 or
     complex128 as ``dirty``; the phases are computed in the widest precision of the
     three arrays. Linear in ``dirty``; JAX derives the transpose (DUCC's ``vis2dirty``
