@@ -23,7 +23,7 @@ tests/contrib/test_references_wgridder_sht.py).
 
 How: with the op's ``epsilon`` (as the op always calls it), by w-stacking on the NUFFT
 references' spreading kernel (`.wstacking`), to that accuracy (0.1 to 0.4 epsilon from
-the exact sum, DUCC up to 0.83: the checker allows 3 epsilon): about 2 to 4 times DUCC's
+the exact sum, DUCC up to 0.83: the checker allows 3 epsilon): about 2 to 4.5 times DUCC's
 time at one thread for a 1024 x 1024 image and 10^6 visibilities
 (benchmarks/results/reference_wgridder_sizes.md). Without ``epsilon``, and where the w
 range needs more planes than w-stacking schedules (thousands), by `direct_sum`: the sum

@@ -40,9 +40,9 @@ scatter-adds into the carried cotangent of the planes (XLA adds in place), the l
 become FFTs of the cotangent planes added into the image's.
 
 Cost, against DUCC at one thread (benchmarks/results/reference_wgridder_sizes.md, 1024²
-image, 10^6 visibilities, eps 1e-6): without the w-term 2.9 times forward, 3.9 times the
+image, 10^6 visibilities, eps 1e-6): without the w-term 2.3 times forward, 2.5 times the
 transpose; with it (a 4-degree field, w up to the image's highest frequency: about 30
-planes of 2048², each an FFT) about 2 times. Memory: ``2 w - 1`` oversampled planes
+planes of 2048², each an FFT) 2.4 and 4.5 times. Memory: ``2 w - 1`` oversampled planes
 (1 GB at 1024² and eps 1e-6; the transpose holds a second set for their cotangent).
 """
 
