@@ -115,6 +115,23 @@ def test_reference_sizes_benchmark_quick(tmp_path):
     assert not list(tmp_path.iterdir())  # --quick writes nothing
 
 
+def test_reference_wgridder_sizes_benchmark_quick(tmp_path):
+    import pytest
+
+    pytest.importorskip("ducc0")
+    proc = run_python(
+        ROOT / "benchmarks" / "reference_wgridder_sizes.py",
+        "--quick",
+        "--out",
+        tmp_path,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| 64² | 2000 | yes | forward |" in proc.stdout
+    assert "| 64² | 2000 | yes | transpose |" in proc.stdout
+    assert not list(tmp_path.iterdir())  # --quick writes nothing
+
+
 def test_state_nufft_benchmark_quick():
     import pytest
 
