@@ -276,9 +276,7 @@ def make_op(
     return Op(binding)
 
 
-def reference_of(
-    given, prefer: tuple[str, ...], name: str, options: Options
-) -> Reference | None:
+def reference_of(given, prefer: tuple[str, ...], name: str, options: Options) -> Reference | None:
     """The op's `Reference` from what its definition gives (both APIs): ``reference=``
     (a function, or a Reference; None: none yet) and ``prefer_reference=`` (`prefer`, the
     checked platforms), which may state the same platforms as the Reference, not others.

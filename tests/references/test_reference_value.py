@@ -78,7 +78,7 @@ def test_the_definition_record_is_the_functions_whatever_the_spelling():
 
 
 def test_the_native_api_takes_the_value_in_the_decorator_and_in_def_reference():
-    shape = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype)  # noqa: E731
+    shape = lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype)
 
     @jaxbind.nonlinear_op(
         shape=shape,

@@ -374,7 +374,7 @@ FAMILY = Family(
     name="native vs reference",
     checks=(_FORWARD, _JVP, _VJP, _TRANSPOSE, _VMAP, _DERIVED),
     roles=frozenset({"f", "T", "T<i>", "jvp", "vjp"}),
-    options=frozenset({"prefer_reference", "fixed"}),
+    options=frozenset({"fixed"}),  # (and the reference's platforms, prefer_reference=)
     bodies=frozenset({Body.DERIVED}),  # its "derived" rows
     applies=_applies,
     rows=_rows,

@@ -20,10 +20,11 @@ order. Types 1 and 2 are periodic in the coordinates: period 2 pi, or ``get_nuff
 ``periodicity`` (the phase is ``2 pi k·x / periodicity``); type 3 is not scaled. A
 non-finite coordinate gives NaN where it enters the sum, as in the ops. Options that
 only tune the native computation (``eps``/``epsilon``, ``nthreads``, ``upsampfac``,
-``sigma``, ``sigma_min``/``sigma_max``, ``verbosity``) are ignored: the sum is exact.
+``sigma``, ``sigma_min``/``sigma_max``, ``verbosity``) are accepted by name and ignored
+(the sum is exact); any other is refused (`.options`).
 
 Sizes where it is practical (measured on two cores, double precision, 2-D: see
-benchmarks/results/reference_fft_nufft.md): types 1 and 2 cost ``M · N`` complex
+benchmarks/results/reference_ducc.md): types 1 and 2 cost ``M · N`` complex
 multiply-adds in matrix products (about 10^9 a second): 10^3 points on 32² take ~2 ms,
 10^4 on 64² 50-100 ms, 3·10^4 on 128² ~0.3 s, ``grad`` 2-4 times that (30-150 times the
 native op). Type 3 costs an exponential per (source, target) pair, about 10^7 a second:
@@ -40,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import by_epsilon
+from . import blocks, options
 
 __all__ = ["direct_sum", "mode_numbers", "nufft", "nufft_points", "nufft_plan"]
 __all__ += ["nufft1", "nufft2", "nufft3"]
@@ -63,14 +64,6 @@ def _phases(x, k, sign: int, scale: float, dtype):
     """``exp(i s scale k x_j)`` for a coordinate row `x` (B,) and modes `k` (n,): (B, n)."""
     phase = (scale * x)[:, None] * jnp.asarray(k, x.dtype)[None, :]
     return jnp.exp((1j * sign) * phase).astype(dtype)
-
-
-def _blocks(m: int, per_point: int, block: int | None) -> tuple[int, int]:
-    """(points per block, number of blocks) for `m` points each needing `per_point`
-    complex numbers in a block."""
-    size = block or max(1, BLOCK_ELEMENTS // max(1, per_point))
-    size = max(1, min(size, m))
-    return size, -(-m // size)
 
 
 def _padded(a, total: int, blocks: int):
@@ -164,7 +157,7 @@ def direct_sum(
     else:
         modes = [mode_numbers(n, modeord) for n in grid]
         per_point = t * math.prod(grid[:-1]) + sum(grid)
-    size, count = _blocks(m, per_point, block)
+    size, count = blocks(m, per_point, BLOCK_ELEMENTS, block)
     if count == 1:  # one block: no loop
         if nufft_type == 2:
             return _type2_block(values, xs, modes, sign, scale)
@@ -205,6 +198,7 @@ def direct_sum(
 # --- the ops ------------------------------------------------------------------------
 
 
+@options(tuning=("epsilon", "nthreads", "verbosity", "sigma_min", "sigma_max"))
 def nufft(
     coord,
     values,
@@ -214,7 +208,6 @@ def nufft(
     forward=True,
     periodicity=2 * np.pi,
     fft_order=False,
-    **_,
 ):
     """Reference of ``jaxducc0.nufft`` (`..nufft.get_nufft`): ``[result]``.
 
@@ -235,7 +228,8 @@ def nufft(
     return [out[0]]
 
 
-def nufft_points(values, xs, *qs, nufft_type, sign, modeord=0, grid=None, **_):
+@options(tuning=("eps", "nthreads", "upsampfac"))
+def nufft_points(values, xs, *qs, nufft_type, sign, modeord=0, grid=None):
     """Reference of ``jaxducc0.nufft_points``: ``[result]``.
 
     `values` ``(T, M)`` (types 1, 3) or ``(T, *grid)`` (type 2); `xs` ``(d, M)``; type
@@ -255,7 +249,8 @@ def nufft_points(values, xs, *qs, nufft_type, sign, modeord=0, grid=None, **_):
     ]
 
 
-def nufft_plan(values, *, nufft_type, sign, coord, target=None, grid=None, modeord=0, **_):
+@options(tuning=("epsilon", "nthreads", "sigma", "dtype"))
+def nufft_plan(values, *, nufft_type, sign, coord, target=None, grid=None, modeord=0):
     """Reference of ``jaxducc0.nufft_plan`` (`..nufft_plan.NufftPlan`): ``[result]``.
 
     `values` ``(T, ...)``; the plan's points arrive as keyword arguments: `coord`
@@ -319,10 +314,10 @@ def _opts(opts) -> int:
     return int(getattr(opts, "modeord", 0) or 0)
 
 
-def nufft1(output_shape, source, *points, iflag=1, eps=1e-6, opts=None):
+@options(tuning=("eps",))
+def nufft1(output_shape, source, *points, iflag=1, opts=None):
     """jax-finufft's ``nufft1`` in pure JAX: ``f[k] = sum_j c[j] exp(i sign(iflag) k·x_j)``,
     ``(..., *output_shape)``; ``opts.modeord`` is honoured, `eps` and the rest ignored."""
-    del eps
     grid = tuple(int(n) for n in np.atleast_1d(output_shape))
     given = [p for p in points if p is not None]
     return _finufft(
@@ -330,24 +325,19 @@ def nufft1(output_shape, source, *points, iflag=1, eps=1e-6, opts=None):
     )
 
 
-def nufft2(source, *points, iflag=-1, eps=1e-6, opts=None):
+@options(tuning=("eps",))
+def nufft2(source, *points, iflag=-1, opts=None):
     """jax-finufft's ``nufft2`` in pure JAX: ``c[j] = sum_k f[k] exp(i sign(iflag) k·x_j)``,
     ``(..., M)``."""
-    del eps
     given = [p for p in points if p is not None]
     return _finufft(2, source, given, [], sign=1 if iflag >= 0 else -1, modeord=_opts(opts))
 
 
-def nufft3(source, *points, iflag=-1, eps=1e-6, opts=None):
+@options(tuning=("eps",))
+def nufft3(source, *points, iflag=-1, opts=None):
     """jax-finufft's ``nufft3`` in pure JAX: sources ``x[, y[, z]]`` then as many targets
     ``s[, t[, u]]``; ``g[l] = sum_j c[j] exp(i sign(iflag) s_l·x_j)``, ``(..., K)``."""
-    del eps, opts
+    del opts
     given = [p for p in points if p is not None]
     d = len(given) // 2
     return _finufft(3, source, given[:d], given[d:], sign=1 if iflag >= 0 else -1, modeord=0)
-
-
-# how far DUCC may be from these at the call's epsilon (jaxbind.testing.check)
-nufft.tolerance = by_epsilon  # type: ignore[attr-defined]
-nufft_points.tolerance = by_epsilon  # type: ignore[attr-defined]
-nufft_plan.tolerance = by_epsilon  # type: ignore[attr-defined]
