@@ -128,6 +128,10 @@ def nonlinear_ref(x1, x2):
 nonlinear = jaxbind.get_nonlinear_call(
     _nl, (_nl_jvp, _nl_vjp), _nl_abstract, _nl_abstract_T, reference=nonlinear_ref
 )
+# the same without its twin as reference: differentiable to first order only
+nonlinear_without_reference = jaxbind.get_nonlinear_call(
+    _nl, (_nl_jvp, _nl_vjp), _nl_abstract, _nl_abstract_T, name="reference_ops.nonlinear_noref"
+)
 
 
 # --- nonlinear with a fixed exponent: f(p, x) = x ** p ---------------------------
