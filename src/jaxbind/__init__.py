@@ -53,6 +53,8 @@ references):
 JAX references (reference= in both APIs): every platform, portable exports, derived rules:
     use_reference
         run ops' JAX references instead of their native bodies (JAXBIND_USE_REFERENCE=1)
+    Reference
+        a reference as one value: its function, tolerance and preferred platforms
 
 GPU (CUDA buffers handed to callables; CUDA kernels launched by jaxbind on XLA's stream):
     current_call, CallContext, CudaArray
@@ -100,7 +102,7 @@ from ._kernels.cuda import CudaKernel, cuda_kernel  # noqa: E402
 from ._kwargs import load_kwargs  # noqa: E402
 from ._native import NativeOp, linear_op, multilinear_op, nonlinear_op  # noqa: E402
 from ._references import use_reference  # noqa: E402
-from ._roles import jax_function  # noqa: E402
+from ._roles import Reference, jax_function  # noqa: E402
 from ._rules import spmd as _spmd  # noqa: E402
 from ._runtime import check_outputs  # noqa: E402
 from ._runtime.gpu import CallContext, CudaArray, current_call  # noqa: E402
@@ -123,6 +125,7 @@ __all__ = [
     "Kernel",
     "NativeOp",
     "Op",
+    "Reference",
     "StateDef",
     "bundle",
     "c_state",

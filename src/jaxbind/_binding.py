@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from ._errors import about, words
 from ._options import Options
-from ._roles import Kind, OpBase, Role, RoleDef, missing_role, same_values
+from ._roles import Kind, OpBase, Reference, Role, RoleDef, missing_role, same_values
 from ._sites import Sites
 
 __all__ = ["Binding", "register", "lookup"]
@@ -57,10 +57,11 @@ class Binding:
         return (self.kind, tuple(r.identity() for r in self.roles.values()), self.options)
 
     @property
-    def reference(self) -> Callable | None:
-        """The op's JAX reference (f's; every role's reference column derives from it)."""
+    def reference(self) -> Reference | None:
+        """The op's JAX reference (f's; every role's reference column derives from it):
+        its function, tolerance and preferred platforms (_roles.Reference)."""
         ref = self.roles["f"].reference
-        return None if ref is None else ref.fn
+        return None if ref is None else ref.value
 
     @property
     def f(self) -> Callable:

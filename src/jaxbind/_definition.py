@@ -15,7 +15,8 @@ Every field of `Options` is in exactly one of `COMPARED` (recorded per op and co
 whole), `PER_CALL` (recorded as what the call used: the rule, only for a call that was
 partitioned by it; a call that runs whole gives the right result under any rule),
 `READ_AT_RUN_TIME` (the runtime reads it from the op it finds, so no program keeps it) and
-`CHOSEN_AT_LOWERING` (it decides whether a call is a custom call at all).
+`CHOSEN_AT_LOWERING` (it decides whether a call is a custom call at all; ``prefer_reference=``
+would be one, but it is part of the op's reference, not of `Options`).
 
 Besides options, a program holds code of the op that it inlined when it was traced: the
 rules derived from the op's JAX reference, a reference that computes a role on a platform
@@ -77,9 +78,9 @@ READ_AT_RUN_TIME = {
 # Options that choose, when a program is lowered, between the native body's custom call
 # and the op's JAX reference inlined: a program holds no record of them, and is right
 # under any value (a custom call runs the native body; an inlined reference is JAX code).
-CHOSEN_AT_LOWERING = {
-    "prefer_reference": "where the reference computes the op instead of the native body",
-}
+# (none now: where the reference computes the op instead of the native body, its
+# platforms, is part of the op's reference, _roles.Reference, whose function is `inlined`)
+CHOSEN_AT_LOWERING: dict[str, str] = {}
 
 
 def call_rule(options: Options, kwargs: dict, shapes: Sequence[Sequence[int]]) -> list | None:

@@ -20,7 +20,7 @@ from typing import Any, TypedDict
 
 import numpy as np
 
-from ._roles import NATIVE_PLATFORMS
+from ._roles import NATIVE_PLATFORMS, native_platforms
 from ._sharding import RuleError, Sharding
 
 __all__ = [
@@ -60,8 +60,10 @@ class Options:
         and the call's keyword arguments that gives one per call; None: the op declares
         none. _rules.partitioning checks it against the op at creation (a function's
         rules at each call) and decides each call's partitioning by it.
-      prefer_reference: platforms ("cpu", "cuda") where the op's JAX reference computes
-        its calls although its native body could (see jaxbind._references).
+
+    Where the op's JAX reference computes its calls (``prefer_reference=``) is not an
+    option of the binding but part of its reference (_roles.Reference.platforms):
+    `declare` checks it and hands it back beside the name.
     """
 
     fixed: int = 0
@@ -74,7 +76,6 @@ class Options:
     state: Any = None  # a _state.StateDef (not imported: this module imports none of jaxbind's)
     state_key: tuple[int, ...] = ()
     sharding: Sharding | None = None
-    prefer_reference: tuple[str, ...] = ()
 
 
 class _CommonOptions(TypedDict, total=False):
@@ -194,9 +195,13 @@ OPTION_DOCS = """
       everywhere; a derivative or transpose the op was given no body for is derived
       from it by JAX; ``jaxbind.testing.check`` compares the native op with it. See
       docs/portable.md.
+      ``reference`` may also be a ``jaxbind.Reference(function, tolerance=...,
+      platforms=...)``: the function with how far an approximate native body may be from
+      it (for ``jaxbind.testing.check``) and where it is preferred.
     - ``prefer_reference``: platforms (``"cpu"``, ``"cuda"``) where the reference computes
       the op although its native body could run there, e.g. ``("cuda",)`` for a CPU
-      library that would run in host mode in GPU programs.
+      library that would run in host mode in GPU programs: the reference's ``platforms``,
+      given as an option (an op given both with different platforms is an error).
 """
 
 
@@ -207,10 +212,11 @@ def declare(
     *,
     native: bool,
     default_name: str | None = None,
-) -> tuple[Options, str | None, bool]:
+) -> tuple[Options, str | None, bool, tuple[str, ...]]:
     """Check the options that `what` (the API function or decorator) was given for an op
     of `kind` ("linear", "multilinear", "nonlinear"), and return them as one value, with
-    the binding's explicit name (or None) and ``replace``. `native`: the caller is the
+    the binding's explicit name (or None), ``replace`` and ``prefer_reference`` (the
+    platforms, for the op's `Reference`). `native`: the caller is the
     JAX-native API, which names two options differently. `default_name`: the name the op
     gets without ``name=``, where it is known already, for messages."""
     fixed_name, vectorized_name = (
@@ -258,20 +264,14 @@ def declare(
                 what, name or default_name, options.get("sharding"), options.get("reduction", ())
             ),
         ),
-        prefer_reference=_prefer_reference(what, name or default_name, options),
     )
-    return checked, name, replace
+    return checked, name, replace, _prefer_reference(what, name or default_name, options)
 
 
 def _prefer_reference(what: str, name: str | None, options: Mapping[str, Any]) -> tuple[str, ...]:
     value = options.get("prefer_reference", ())
-    if isinstance(value, str):
-        value = (value,)
-    try:
-        platforms = tuple(value)
-    except TypeError:
-        platforms = None
-    if platforms is None or not all(p in NATIVE_PLATFORMS for p in platforms):
+    platforms = native_platforms(value)
+    if platforms is None:
         native = " and ".join(f'"{p}"' for p in NATIVE_PLATFORMS)  # (the table of body kinds)
         raise ValueError(
             f"{_op(what, name)}: prefer_reference must be a sequence of the platforms where "
@@ -283,7 +283,7 @@ def _prefer_reference(what: str, name: str | None, options: Mapping[str, Any]) -
             f"{_op(what, name)}: prefer_reference with side effects (has_side_effect/"
             "ordered): a JAX reference computes outputs, not effects"
         )
-    return tuple(sorted(set(platforms)))
+    return platforms
 
 
 def _count(value: Any, fixed_name: str, native: bool) -> int:

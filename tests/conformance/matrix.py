@@ -155,6 +155,8 @@ class Cell:
         kind = BODY_KINDS[self.kind]
         if self.option == "vectorized" and kind.kernel_class:
             return "a compiled kernel batches through jaxbind.kernel(batches=True), not vectorized="
+        if self.option == "prefer_reference" and not kind.reference:
+            return "prefer_reference= without a reference is refused when the op is defined"
         if not kind.reference and "cpu" not in kind.body.platforms and self.transform != "check":
             # (check reports each row "not checked" on a CPU: nothing runs the kernel there)
             return "a body that does not run on the CPU, without a reference, cannot run there"

@@ -42,12 +42,21 @@ from typing import Any, Unpack
 import jax
 import jax.numpy as jnp
 
-from .._api import Op, check_reference, check_state_key, make_op
+from .._api import Op, check_state_key, make_op, no_reference_preferred, reference_of
 from .._errors import about, add_context, refused_arguments
 from .._kwargs import KwargsDump, encode_kwargs
 from .._options import OPTION_DOCS, OpOptions, Options, declare, state_key_positions
 from .._pickling import reduce
-from .._roles import Args, Body, JaxFunction, Kind, is_jax_function, jax_function, role_table
+from .._roles import (
+    Args,
+    Body,
+    JaxFunction,
+    Kind,
+    Reference,
+    is_jax_function,
+    jax_function,
+    role_table,
+)
 from .bodies import JaxDerivative, Shapes, body, check_declared
 from .trees import _tree_numbered, call_trees, structures  # noqa: F401 (pickles name it here)
 
@@ -80,7 +89,8 @@ class NativeOp:
         name: str | None,
         replace: bool,
         options: Options,
-        reference: Callable | None = None,
+        reference: Callable | Reference | None = None,
+        prefer_reference: tuple[str, ...] = (),
     ):
         if not callable(fn) or not callable(shape):
             raise TypeError("jaxbind: the function and its shape must be callables")
@@ -90,7 +100,8 @@ class NativeOp:
         self._transposes: dict[int | None, Callable] = {}
         self._jvp: Callable | None = None
         self._vjp: Callable | None = None
-        self._reference = None if reference is None else self._wrapped_reference(reference)
+        self._prefer = prefer_reference  # the reference's platforms, until it is given
+        self._reference = self._wrapped_reference(reference)
         self._called = False
         functools.update_wrapper(self, fn, updated=())
         self._shapes = Shapes(self, shape, Args.F, "the shape function")
@@ -160,24 +171,28 @@ class NativeOp:
         self._refresh()
         return fn
 
-    def def_reference(self, fn: Callable) -> Callable:
+    def def_reference(self, fn: Callable | Reference) -> Callable | Reference:
         """Define the op's JAX reference (decorator): ``fn(*args, **kwargs)`` with the op's
         arguments as JAX arrays (pytrees as given) returns the pytree its shape function
         describes, computing what the function computes. Programs for platforms without
         a native body run it, ``jaxbind.export(..., portable=True)`` exports it, the
         derivatives and transposes not defined are derived from it, and
-        ``jaxbind.testing.check`` compares the function with it."""
+        ``jaxbind.testing.check`` compares the function with it. `fn` may be a
+        ``jaxbind.Reference`` (with a tolerance, or the platforms where it is preferred)."""
         self._define("reference")
         self._reference = self._wrapped_reference(fn)
         self._refresh()
         return fn
 
-    def _wrapped_reference(self, fn: Callable):
-        """The user's reference, checked as both APIs check it, for pytrees."""
+    def _wrapped_reference(self, given) -> Reference | None:
+        """The user's reference as the op's `Reference`, checked as both APIs check it,
+        its function taking pytrees."""
         name = getattr(self, "name", None) or self._explicit_name
         name = str(name or getattr(self.fn, "__qualname__", "op"))
-        check_reference(fn, name, self.options)
-        return JaxDerivative(self, fn, Args.F, "the reference")
+        value = reference_of(given, self._prefer, name, self.options)
+        if value is None:
+            return None
+        return value.replace(function=JaxDerivative(self, value.function, Args.F, "the reference"))
 
     def _check_nonlinear(self, what):
         if self.kind != "nonlinear":
@@ -255,6 +270,8 @@ class NativeOp:
         """The array arguments, keyword arguments and pytree structure (CallSpec.trees)
         with which this call applies the underlying op (see Op.apply; used by
         jaxbind.testing.check)."""
+        if not self._called:
+            self._first_call()
         for i in range(min(self.fixed, len(args))):
             if jax.tree.structure(args[i]).num_leaves != 1 or not jax.tree_util.treedef_is_leaf(
                 jax.tree.structure(args[i])
@@ -298,8 +315,15 @@ class NativeOp:
         out_tree = jax.tree.structure(declared)
         return leaves, kwargs, call_trees(in_tree, out_tree)
 
+    def _first_call(self) -> None:
+        """Defined for good: an op that prefers its reference has one."""
+        if self._reference is None:
+            no_reference_preferred(self.name, self._prefer, self.options)
+
     def __call__(self, *args, **kwargs):
-        self._called = True
+        if not self._called:
+            self._first_call()
+            self._called = True
         # An eager call, every argument a concrete JAX array or a pytree of them: one jitted
         # call of `_traced` per set of keyword arguments does it all. JAX's C++ dispatch
         # finds the program by the arguments' types; the shape function and the pytrees
@@ -379,9 +403,9 @@ Decorator = Callable[[Callable], "NativeOp"]
 
 
 def _decorator(
-    kind: str, shape: ShapeFn, reference: Callable | None, options: OpOptions
+    kind: str, shape: ShapeFn, reference: Callable | Reference | None, options: OpOptions
 ) -> Decorator:
-    checked, name, replace = declare(f"{kind}_op", kind, options, native=True)
+    checked, name, replace, prefer = declare(f"{kind}_op", kind, options, native=True)
 
     def make(fn: Callable) -> NativeOp:
         where = str(name or getattr(fn, "__qualname__", "op"))
@@ -392,14 +416,21 @@ def _decorator(
         else:
             keyed = state_key_positions(checked, fn, where, "the op's function")
         return NativeOp(
-            kind, fn, shape, name=name, replace=replace, options=keyed, reference=reference
+            kind,
+            fn,
+            shape,
+            name=name,
+            replace=replace,
+            options=keyed,
+            reference=reference,
+            prefer_reference=prefer,
         )
 
     return make
 
 
 def linear_op(
-    *, shape: ShapeFn, reference: Callable | None = None, **options: Unpack[OpOptions]
+    *, shape: ShapeFn, reference: Callable | Reference | None = None, **options: Unpack[OpOptions]
 ) -> Decorator:
     """Decorator: a linear op (linear in every argument after the first ``fixed``).
 
@@ -426,7 +457,7 @@ def linear_op(
 
 
 def multilinear_op(
-    *, shape: ShapeFn, reference: Callable | None = None, **options: Unpack[OpOptions]
+    *, shape: ShapeFn, reference: Callable | Reference | None = None, **options: Unpack[OpOptions]
 ) -> Decorator:
     """Decorator: an op linear in each argument separately (e.g. a product).
 
@@ -437,7 +468,7 @@ def multilinear_op(
 
 
 def nonlinear_op(
-    *, shape: ShapeFn, reference: Callable | None = None, **options: Unpack[OpOptions]
+    *, shape: ShapeFn, reference: Callable | Reference | None = None, **options: Unpack[OpOptions]
 ) -> Decorator:
     """Decorator: a nonlinear op. As [`linear_op`][jaxbind.linear_op]; define its derivatives with
     ``@op.def_jvp`` and ``@op.def_vjp`` (callables, or functions marked with

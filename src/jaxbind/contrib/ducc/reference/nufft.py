@@ -26,10 +26,11 @@ in the coordinates: period 2 pi, or ``get_nufft``'s ``periodicity`` (the phase i
 k·x / periodicity``); type 3 is not scaled. A non-finite coordinate gives NaN where it
 enters the sum, as in the ops. Options that only tune the native computation
 (``nthreads``, ``upsampfac``, ``sigma``, ``sigma_min``/``sigma_max``, ``verbosity``) are
-ignored, and so is ``eps`` for type 3 (its sum is exact).
+accepted by name and ignored, and so is ``eps`` for type 3 (its sum is exact); any other
+is refused (`.options`).
 
 The direct sum's sizes (two cores, double precision, 2-D: see
-benchmarks/results/reference_fft_nufft.md): ``M · N`` complex multiply-adds in matrix
+benchmarks/results/reference_ducc.md): ``M · N`` complex multiply-adds in matrix
 products (about 10^9 a second): 10^4 points on 64² 50-100 ms. Type 3 costs an
 exponential per (source, target) pair, about 10^7 a second: 10^4 sources to 10^3
 targets take ~0.8 s. Memory is one block of `BLOCK_ELEMENTS` complex numbers whatever
@@ -45,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import by_epsilon, spreading
+from . import blocks, options, spreading
 
 __all__ = ["direct_sum", "mode_numbers", "nufft", "nufft_points", "nufft_plan", "transform"]
 __all__ += ["nufft1", "nufft2", "nufft3"]
@@ -68,14 +69,6 @@ def _phases(x, k, sign: int, scale: float, dtype):
     """``exp(i s scale k x_j)`` for a coordinate row `x` (B,) and modes `k` (n,): (B, n)."""
     phase = (scale * x)[:, None] * jnp.asarray(k, x.dtype)[None, :]
     return jnp.exp((1j * sign) * phase).astype(dtype)
-
-
-def _blocks(m: int, per_point: int, block: int | None) -> tuple[int, int]:
-    """(points per block, number of blocks) for `m` points each needing `per_point`
-    complex numbers in a block."""
-    size = block or max(1, BLOCK_ELEMENTS // max(1, per_point))
-    size = max(1, min(size, m))
-    return size, -(-m // size)
 
 
 def _padded(a, total: int, blocks: int):
@@ -169,7 +162,7 @@ def direct_sum(
     else:
         modes = [mode_numbers(n, modeord) for n in grid]
         per_point = t * math.prod(grid[:-1]) + sum(grid)
-    size, count = _blocks(m, per_point, block)
+    size, count = blocks(m, per_point, BLOCK_ELEMENTS, block)
     if count == 1:  # one block: no loop
         if nufft_type == 2:
             return _type2_block(values, xs, modes, sign, scale)
@@ -228,6 +221,7 @@ def transform(values, xs, qs=None, *, nufft_type, sign, grid=None, modeord=0, sc
 # --- the ops ------------------------------------------------------------------------
 
 
+@options(tuning=("nthreads", "verbosity", "sigma_min", "sigma_max"))
 def nufft(
     coord,
     values,
@@ -238,14 +232,13 @@ def nufft(
     periodicity=2 * np.pi,
     fft_order=False,
     epsilon=1e-6,
-    **_,
 ):
     """Reference of ``jaxducc0.nufft`` (`..nufft.get_nufft`): ``[result]``.
 
     `coord` ``(M, d)``, a row per point; `values` ``(M,)`` (type 1) or ``grid_shape``
     (type 2); ``forward`` is the sign -1; the phase is ``2 pi k·x / periodicity``;
-    ``fft_order`` puts the zero mode first. ``epsilon``, ``nthreads``, ``verbosity``,
-    ``sigma_min`` and ``sigma_max`` are ignored.
+    ``fft_order`` puts the zero mode first; computed to ``epsilon`` (types 1 and 2).
+    ``nthreads``, ``verbosity``, ``sigma_min`` and ``sigma_max`` are ignored.
     """
     out = transform(
         values[None],
@@ -260,12 +253,13 @@ def nufft(
     return [out[0]]
 
 
-def nufft_points(values, xs, *qs, nufft_type, sign, modeord=0, grid=None, eps=1e-6, **_):
+@options(tuning=("nthreads", "upsampfac"))
+def nufft_points(values, xs, *qs, nufft_type, sign, modeord=0, grid=None, eps=1e-6):
     """Reference of ``jaxducc0.nufft_points``: ``[result]``.
 
     `values` ``(T, M)`` (types 1, 3) or ``(T, *grid)`` (type 2); `xs` ``(d, M)``; type
-    3's targets `qs` ``(d, K)``; period 2 pi. ``eps``, ``nthreads`` and ``upsampfac``
-    are ignored.
+    3's targets `qs` ``(d, K)``; period 2 pi; computed to ``eps`` (types 1 and 2).
+    ``nthreads`` and ``upsampfac`` are ignored.
     """
     return [
         transform(
@@ -281,15 +275,15 @@ def nufft_points(values, xs, *qs, nufft_type, sign, modeord=0, grid=None, eps=1e
     ]
 
 
-def nufft_plan(
-    values, *, nufft_type, sign, coord, target=None, grid=None, modeord=0, epsilon=1e-6, **_
-):
+@options(tuning=("nthreads", "sigma", "dtype"))
+def nufft_plan(values, *, nufft_type, sign, coord, target=None, grid=None, modeord=0, epsilon=1e-6):
     """Reference of ``jaxducc0.nufft_plan`` (`..nufft_plan.NufftPlan`): ``[result]``.
 
     `values` ``(T, ...)``; the plan's points arrive as keyword arguments: `coord`
     ``(M, d)`` and, for type 3, `target` ``(K, d)`` (NumPy arrays, possibly in double
-    precision for single-precision values: they are used at the values' precision).
-    ``epsilon``, ``nthreads``, ``sigma`` and ``dtype`` are ignored.
+    precision for single-precision values: they are used at the values' precision);
+    computed to ``epsilon`` (types 1 and 2). ``nthreads``, ``sigma`` and ``dtype`` are
+    ignored.
     """
     real = jnp.real(values).dtype
     xs = jnp.asarray(np.asarray(coord).T, real)
@@ -350,15 +344,18 @@ def _opts(opts) -> int:
     return int(getattr(opts, "modeord", 0) or 0)
 
 
+@options()
 def nufft1(output_shape, source, *points, iflag=1, eps=1e-6, opts=None):
     """jax-finufft's ``nufft1`` in pure JAX: ``f[k] = sum_j c[j] exp(i sign(iflag) k·x_j)``,
-    ``(..., *output_shape)``; ``opts.modeord`` is honoured, `eps` and the rest ignored."""
+    ``(..., *output_shape)``, to accuracy `eps`; ``opts.modeord`` is honoured, the rest
+    ignored."""
     grid = tuple(int(n) for n in np.atleast_1d(output_shape))
     given = [p for p in points if p is not None]
     sign = 1 if iflag >= 0 else -1
     return _finufft(1, source, given, [], sign=sign, modeord=_opts(opts), grid=grid, eps=eps)
 
 
+@options()
 def nufft2(source, *points, iflag=-1, eps=1e-6, opts=None):
     """jax-finufft's ``nufft2`` in pure JAX: ``c[j] = sum_k f[k] exp(i sign(iflag) k·x_j)``,
     ``(..., M)``."""
@@ -367,16 +364,11 @@ def nufft2(source, *points, iflag=-1, eps=1e-6, opts=None):
     return _finufft(2, source, given, [], sign=sign, modeord=_opts(opts), eps=eps)
 
 
-def nufft3(source, *points, iflag=-1, eps=1e-6, opts=None):
+@options(tuning=("eps",))
+def nufft3(source, *points, iflag=-1, opts=None):
     """jax-finufft's ``nufft3`` in pure JAX: sources ``x[, y[, z]]`` then as many targets
     ``s[, t[, u]]``; ``g[l] = sum_j c[j] exp(i sign(iflag) s_l·x_j)``, ``(..., K)``."""
-    del eps, opts
+    del opts
     given = [p for p in points if p is not None]
     d = len(given) // 2
     return _finufft(3, source, given[:d], given[d:], sign=1 if iflag >= 0 else -1, modeord=0)
-
-
-# how far DUCC may be from these at the call's epsilon (jaxbind.testing.check)
-nufft.tolerance = by_epsilon  # type: ignore[attr-defined]
-nufft_points.tolerance = by_epsilon  # type: ignore[attr-defined]
-nufft_plan.tolerance = by_epsilon  # type: ignore[attr-defined]

@@ -41,11 +41,11 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
+from . import options
+
 __all__ = ["healpix_sht", "healpix_rings"]
 
 OP = "healpix_sht"
-# Options of the native op that do not change what it computes.
-_IGNORED = frozenset({"nthreads"})
 
 
 def healpix_rings(nside):
@@ -189,7 +189,8 @@ def _matrices(nside, lmax, mmax, spin):
     return index, present, funcs, terms, ring_of_pixel, trig
 
 
-def healpix_sht(alm, *, nside, lmax, mmax, spin, **options):
+@options(tuning=("nthreads",))  # (DUCC's threads: how it computes, not what)
+def healpix_sht(alm, *, nside, lmax, mmax, spin):
     """The reference of ``jaxducc0.healpix_sht``: real alm layout -> HEALPix RING map.
 
     Called as the op's callable is: ``alm`` (ncomp, realalm_size(lmax, mmax)), float32 or
@@ -200,12 +201,6 @@ def healpix_sht(alm, *, nside, lmax, mmax, spin, **options):
     time (cached per geometry) and applied in ``alm``'s precision; see the module
     docstring for their sizes.
     """
-    unknown = set(options) - _IGNORED
-    if unknown:
-        raise TypeError(
-            f"jaxducc0.{OP} reference: unexpected keyword arguments {sorted(unknown)}; "
-            f"it takes nside, lmax, mmax, spin and {sorted(_IGNORED)}"
-        )
     index, present, funcs, terms, ring_of_pixel, trig = _matrices(
         int(nside), int(lmax), int(mmax), int(spin)
     )

@@ -24,7 +24,7 @@ Cost and memory: ``nrows * nchan * npix_x * npix_y`` complex exponentials (with 
 w-term) or multiply-adds (without: the phase then factors into x and y, and the sum is a
 matrix product per block). Blocks of rows are summed one after the other (`jax.lax.map`),
 each holding about `_BLOCK_ELEMENTS` complex values, about 64 MiB in complex128, whatever
-the sizes. Practical sizes on a CPU (benchmarks/results/reference_wgridder_sht.md, 2
+the sizes. Practical sizes on a CPU (benchmarks/results/reference_ducc.md, 2
 cores): a 64 x 64 image and 10^4 visibilities take 1 s forward with the w-term (60 x the
 native op), 45 ms without; 128 x 128 and 10^4, 4 s; 256 x 256 and 10^5 visibilities would
 take minutes.
@@ -36,23 +36,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import by_epsilon
+from . import blocks, options
 
 __all__ = ["wgridder"]
 
 OP = "wgridder"
 SPEED_OF_LIGHT = 299792458.0  # m/s, DUCC's value
 # Options of the native op that change how DUCC computes, not what.
-_IGNORED = frozenset(
-    {
-        "epsilon",
-        "nthreads",
-        "verbosity",
-        "sigma_min",
-        "sigma_max",
-        "allow_nshift",
-        "double_precision_accumulation",
-    }
+_TUNING = (
+    "epsilon",
+    "nthreads",
+    "verbosity",
+    "sigma_min",
+    "sigma_max",
+    "allow_nshift",
+    "double_precision_accumulation",
 )
 _BLOCK_ELEMENTS = 1 << 22  # complex values per block of rows
 
@@ -63,12 +61,7 @@ def _pixel_coordinates(npix, pixsize, center, flip):
     return (-1.0 if flip else 1.0) * (np.arange(npix) - npix / 2) * pixsize + center
 
 
-def _blocks(nrows, per_row):
-    """Rows per block and the number of blocks, for a block of about _BLOCK_ELEMENTS."""
-    size = int(max(1, min(nrows, _BLOCK_ELEMENTS // max(per_row, 1))))
-    return size, -(-nrows // size)
-
-
+@options(tuning=_TUNING)
 def wgridder(
     uvw,
     freq,
@@ -85,7 +78,6 @@ def wgridder(
     divide_by_n=True,
     center_x=0.0,
     center_y=0.0,
-    **options,
 ):
     """The reference of ``jaxducc0.wgridder``: dirty image -> visibilities.
 
@@ -101,12 +93,6 @@ def wgridder(
     of the conjugated cotangent). A non-finite coordinate gives NaN where it enters, as
     the op does; a frequency <= 0, which the op refuses when it runs, is computed here.
     """
-    unknown = set(options) - _IGNORED
-    if unknown:
-        raise TypeError(
-            f"jaxducc0.{OP} reference: unexpected keyword arguments {sorted(unknown)}; "
-            "it takes get_wgridder's options"
-        )
     if tuple(dirty.shape) != (npix_x, npix_y):
         raise ValueError(
             f"jaxducc0.{OP} reference: image must be {(npix_x, npix_y)}, got {tuple(dirty.shape)}"
@@ -157,7 +143,7 @@ def wgridder(
             return jnp.sum((ex @ image) * ey, axis=-1)
 
         per_row = nchan * (npix_x + 2 * npix_y)
-    size, count = _blocks(nrows, per_row)
+    size, count = blocks(nrows, per_row, _BLOCK_ELEMENTS)
     if count == 1:
         vis = block(scaled, image)
     else:
@@ -169,7 +155,3 @@ def wgridder(
         _, vis = jax.lax.scan(step, image, padded.reshape(count, size, nchan, 3))
         vis = vis.reshape(size * count, nchan)[:nrows]
     return [vis.astype(out)]
-
-
-# how far DUCC may be from these at the call's epsilon (jaxbind.testing.check)
-wgridder.tolerance = by_epsilon  # type: ignore[attr-defined]
