@@ -83,13 +83,14 @@ import re as _re
 import jaxlib.version as _jaxlib_version
 
 from . import _buildcheck, _ext
+from ._versions import NEWEST_TESTED_JAX as _NEWEST
 from ._versions import OLDEST_SUPPORTED_JAX as _OLDEST
 
 _buildcheck.check_build(_ext.jaxlib_version, _jaxlib_version.__version__, _OLDEST)
 
-from ._compat import check_jax_version as _check_jax_version  # noqa: E402
+import jax as _jax  # noqa: E402
 
-_check_jax_version()
+_buildcheck.check_jax_version(_jax.__version__, _OLDEST, _NEWEST)
 
 from . import _rules, _runtime  # noqa: E402
 from ._api import Op, get_linear_call, get_nonlinear_call  # noqa: E402
