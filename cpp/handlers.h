@@ -138,7 +138,7 @@ inline void run_callable(Site &site, const Call &call) {
                   " instead of None. A callable of "
                   "get_linear_call / get_nonlinear_call writes each result into its "
                   "output array, out[k][...] = result, and returns nothing; to return "
-                  "results instead, define the op with the JAX-native API "
+                  "results instead, define the op with the pytree API "
                   "(jaxbind.linear_op, multilinear_op, nonlinear_op)")
                      .c_str());
     throw nb::python_error();

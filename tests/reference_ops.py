@@ -159,7 +159,7 @@ power = jaxbind.get_nonlinear_call(
 )
 
 
-# --- natively batched linear op: flip the core axes, times 2 ---------------------
+# --- vectorized linear op: flip the core axes, times 2 ---------------------
 def _core_axes(ndim, batch_axes):
     return tuple(a for a in range(ndim) if a not in batch_axes)
 
@@ -185,7 +185,7 @@ flip2 = jaxbind.get_linear_call(
 )
 
 
-# --- natively batched, two inputs: z = flip(x) + 2 flip(y), batch axis 0 out ----
+# --- vectorized, two inputs: z = flip(x) + 2 flip(y), batch axis 0 out ----
 # jaxbind aligns batched inputs level by level, so moving each input's batch
 # axes to the front (outermost first) lines them up.
 def _to_front(x, axes):
@@ -318,7 +318,7 @@ def trim_ref(x, k):
 trim = jaxbind.get_linear_call(_trim, _trim_T, _trim_abstract, _trim_abstract_T, reference=trim_ref)
 
 
-# --- JAX-native API: a dict in, a tuple out (the call's pytree structure is exported) ---
+# --- pytree API: a dict in, a tuple out (the call's pytree structure is exported) ---
 def _pair_shape(d, *, k=1.0):
     return (jax.ShapeDtypeStruct(d["a"].shape, d["a"].dtype),) * 2
 
@@ -340,7 +340,7 @@ def _native_pair_T(ct, *, k=1.0):
 # --- integer and boolean outputs: a sort with its int32 permutation and a bool mask ------
 # sort_with_order(x) = (x sorted, the int32 permutation that sorts it, sorted x > 0); the
 # last two have float0 tangents. Declared rules, rules derived from the reference, and
-# the same in the JAX-native API.
+# the same in the pytree API.
 def sort_with_order_ref(x):
     p = jnp.argsort(x, stable=True).astype(jnp.int32)
     return x[p], p, x[p] > 0

@@ -53,14 +53,14 @@ def test_overhead_and_inplace_quick(tmp_path):
 
 
 def test_native_call_benchmark_quick(tmp_path):
-    _run("native_call", "--quick", out=tmp_path)
-    rows = json.loads((tmp_path / "native_call.json").read_text())["results"]
+    _run("pytree_call", "--quick", out=tmp_path)
+    rows = json.loads((tmp_path / "pytree_call.json").read_text())["results"]
     assert {(r["case"], r["mode"]) for r in rows} == {
         (case, mode) for case in ("double", "pair") for mode in ("loop", "eager")
     }
     for r in rows:
         assert r["1.3 API"]["median_s"] > 0 and "cpu_diff_s" in r["native, out="]
-    assert "| double | loop |" in (tmp_path / "native_call.md").read_text()
+    assert "| double | loop |" in (tmp_path / "pytree_call.md").read_text()
 
 
 def test_nufft_benchmarks_quick(tmp_path):

@@ -4,11 +4,11 @@ An op works under jit, grad/vjp, jvp, linear_transpose, vmap, sharding and jax.e
 on CPU and GPU buffers, without copies. Define ops in either API; both make the same
 kind of op, and each error speaks the API it was made with.
 
-The JAX-native API: decorators; arguments and results are pytrees of arrays, output
+The pytree API: decorators; arguments and results are pytrees of arrays, output
 shapes are jax.ShapeDtypeStruct, the function returns its result.
     linear_op, multilinear_op, nonlinear_op
         decorators that make an op from a function and its shape function
-    NativeOp
+    PytreeOp
         what they make; def_transpose, def_jvp, def_vjp add the derivatives
 
 The JAXbind 1.3 API (drop-in compatible): callables write out[k][...] = ..., abstract
@@ -101,7 +101,7 @@ from ._kernels import Kernel, kernel, kernel_include_dir  # noqa: E402
 from ._kernels.c_state import c_state  # noqa: E402
 from ._kernels.cuda import CudaKernel, cuda_kernel  # noqa: E402
 from ._kwargs import load_kwargs  # noqa: E402
-from ._native import NativeOp, linear_op, multilinear_op, nonlinear_op  # noqa: E402
+from ._pytree_api import PytreeOp, linear_op, multilinear_op, nonlinear_op  # noqa: E402
 from ._references import use_reference  # noqa: E402
 from ._roles import Reference, jax_function  # noqa: E402
 from ._rules import spmd as _spmd  # noqa: E402
@@ -124,7 +124,7 @@ __all__ = [
     "CudaKernel",
     "ExportedDefaultNameWarning",
     "Kernel",
-    "NativeOp",
+    "PytreeOp",
     "Op",
     "Reference",
     "StateDef",

@@ -104,7 +104,7 @@ class Op(OpBase):
 
     def apply(self, args, kwargs: dict, trees: KwargsDump | None = None) -> list[jax.Array]:
         """Apply the op to `args` with keyword arguments `kwargs`; `trees`: the call's
-        pytree structure (JAX-native API, see CallSpec.trees)."""
+        pytree structure (pytree API, see CallSpec.trees)."""
         binding = self.binding
         if len(args) <= binding.options.fixed:
             raise TypeError(
@@ -393,7 +393,7 @@ def get_linear_call(
     elif f_T is not None and not callable(f_T):
         raise TypeError(f"jaxbind: f_T must be callable, a tuple of callables or None, got {f_T!r}")
     checked, name, replace, prefer = declare(
-        "get_linear_call", kind.value, options, native=False, default_name=_default_name(f)
+        "get_linear_call", kind.value, options, pytree_api=False, default_name=_default_name(f)
     )
     checked = state_key_positions(
         checked, abstract, name or _default_name(f), "its abstract function"
@@ -448,7 +448,7 @@ def get_nonlinear_call(
         if fn is not None and not callable(fn):
             raise TypeError(f"jaxbind: {what} must be callable or None, got {fn!r}")
     checked, name, replace, prefer = declare(
-        "get_nonlinear_call", "nonlinear", options, native=False, default_name=_default_name(f)
+        "get_nonlinear_call", "nonlinear", options, pytree_api=False, default_name=_default_name(f)
     )
     checked = state_key_positions(
         checked, abstract, name or _default_name(f), "its abstract function"

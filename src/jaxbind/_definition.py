@@ -7,7 +7,7 @@ A program names its op by string, so the op it finds may be another definition t
 one it was traced with (redefined with ``replace=True``, or defined otherwise in the
 process that loads an exported program). Shapes, dtypes and counts are checked against
 the buffers; what this module records is the rest, which no buffer shows: whether an
-output shares an input's memory, the effects, the fixed count, native batching, the
+output shares an input's memory, the effects, the fixed count, vectorized batching, the
 state and its key, linearity, the API, the CUDA kernel target, and the sharding rule a
 partitioned call was split by.
 
@@ -65,7 +65,7 @@ COMPARED: dict[str, Callable[[Options], Any]] = {
     "aliases": lambda o: [list(pair) for pair in o.aliases],
     "effect": lambda o: o.effect,
     "linear_in": lambda o: list(o.linear_in),
-    "native": lambda o: o.native,
+    "pytree_api": lambda o: o.pytree_api,
     "state": lambda o: o.state is not None,
     "state_key": lambda o: list(o.state_key),
 }
@@ -192,7 +192,7 @@ def _phrase(name: str, then: Any, now: Any, options: Options) -> str:
             f"now has {'one' if now else 'none'}"
         )
     if name == "native":
-        api = {True: "the JAX-native API (a decorator)", False: "jaxbind.get_*_call"}
+        api = {True: "the pytree API (a decorator)", False: "jaxbind.get_*_call"}
         return (
             f"the program was traced when the op was made with {api.get(then, then)}, but it "
             f"is now made with {api[now]} (the callables receive their arguments otherwise)"

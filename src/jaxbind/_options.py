@@ -2,7 +2,7 @@
 
 `get_linear_call` / `get_nonlinear_call` and the decorators `linear_op`,
 `multilinear_op`, `nonlinear_op` take the same options, under the names each API
-has always used for the fixed arguments and for native batching
+has always used for the fixed arguments and for vectorized batching
 (``first_n_args_fixed`` / ``fixed``, ``func_can_batch`` / ``vectorized``), and
 the same names for everything else. Both build one `Options` with `declare`,
 which checks every value; a binding keeps it (``binding.options``), and every
@@ -42,14 +42,14 @@ class Options:
 
     Attributes:
       fixed: how many leading arguments of the function are parameters (not
-        differentiated, not transposed, not batched natively as inputs).
-      vectorized: the callables handle batches themselves (native batching).
+        differentiated, not transposed, not vectorized as inputs).
+      vectorized: the callables handle batches themselves (vectorized batching).
       platform_mode: how GPU programs hand buffers to callables: "device" or "host".
       aliases: ((input, output), ...): outputs of the function that share an
         input's memory (``input_output_aliases``).
       effect: None, "unordered" (``has_side_effect``) or "ordered".
       linear_in: nonlinear ops: arguments in which the function is jointly linear.
-      native: made by the JAX-native API (the decorators), not ``get_*_call``; every
+      native: made by the pytree API (the decorators), not ``get_*_call``; every
         message about the op speaks that API (see _errors.words).
       state: what the op sets up once per call site (``@jaxbind.state``), or None.
       state_key: the positions of the state's ``key`` inputs among f's arguments (each
@@ -124,13 +124,13 @@ OPTION_NAMES = (
 )
 
 # Appended to the docstrings of get_linear_call and get_nonlinear_call; the decorators
-# of the JAX-native API refer to it.
+# of the pytree API refer to it.
 OPTION_DOCS = """
     Options (keyword arguments of both APIs):
 
     - ``first_n_args_fixed`` (``fixed`` in the decorators): the number of leading
       arguments that are parameters, not inputs; they are not differentiated,
-      transposed or batched natively.
+      transposed or vectorized.
     - ``func_can_batch`` (``vectorized`` in the decorators): the callables handle
       batched inputs themselves (see "Batching"); otherwise jaxbind loops.
     - ``name``: the binding's name, as jaxprs, HLO and exported programs show it,
@@ -217,7 +217,7 @@ def declare(
     of `kind` ("linear", "multilinear", "nonlinear"), and return them as one value, with
     the binding's explicit name (or None), ``replace`` and ``prefer_reference`` (the
     platforms, for the op's `Reference`). `native`: the caller is the
-    JAX-native API, which names two options differently. `default_name`: the name the op
+    pytree API, which names two options differently. `default_name`: the name the op
     gets without ``name=``, where it is known already, for messages."""
     fixed_name, vectorized_name = (
         ("fixed", "vectorized") if native else ("first_n_args_fixed", "func_can_batch")
@@ -254,7 +254,7 @@ def declare(
         aliases=_aliases(options.get("input_output_aliases"), fixed, fixed_name),
         effect=_effect(options.get("has_side_effect", False), options.get("ordered", False)),
         linear_in=_linear_in(linear_in, fixed, fixed_name),
-        native=native,
+        pytree_api=pytree_api,
         state=_state(what, options.get("state"), native),
         sharding=_sharding(
             what,
@@ -432,7 +432,7 @@ def _reduction(what: str, name: str | None, sharding: Any, value: Any) -> tuple[
 def state_key_positions(options: Options, fn: Any, op: str, source: str) -> Options:
     """`options` with the positions of its state's key inputs: the names in ``key=`` are
     positional parameters of `fn`, which names the op's arguments in order (the op's
-    function in the JAX-native API, its abstract function in the other: `source` says
+    function in the pytree API, its abstract function in the other: `source` says
     which, for the message). Which roles receive them is checked with the role table
     (jaxbind._api.check_state_key)."""
     sdef = options.state
@@ -458,12 +458,12 @@ def state_key_positions(options: Options, fn: Any, op: str, source: str) -> Opti
         positions.append(names.index(k))
     if options.vectorized and any(p >= options.fixed for p in positions):
         fixed, vectorized = (
-            ("fixed", "vectorized") if options.native else ("first_n_args_fixed", "func_can_batch")
+            ("fixed", "vectorized") if options.pytree_api else ("first_n_args_fixed", "func_can_batch")
         )
         k = sdef.key[next(i for i, p in enumerate(positions) if p >= options.fixed)]
         raise ValueError(
             f"jaxbind: '{op}': its state's key input {k!r} is not a fixed argument, and the "
-            f"op batches natively ({vectorized}=True): under vmap every input after the fixed "
+            f"op is vectorized ({vectorized}=True): under vmap every input after the fixed "
             f"ones arrives batched, and one setup would get the whole batch of values. Make "
             f"{k!r} a fixed argument ({fixed}=), or drop {vectorized}=True (jaxbind's batch "
             "loop gives the setup one element at a time)"

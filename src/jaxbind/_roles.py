@@ -490,7 +490,7 @@ class RoleDef:
 
     def declared(self, avals, kwargs: dict, n_fixed: int, trees=None):
         """What the abstract function returns for a call of the role with arguments
-        `avals` (``kwargs`` hold ``batch_axes`` for ops that batch natively): for the
+        `avals` (``kwargs`` hold ``batch_axes`` for ops that are vectorized): for the
         JVP, f's abstract function at the primals, its first `n_fixed` arguments.
         `trees`: the call's pytree structure (see for_call)."""
         assert self.abstract is not None  # roles without one: see declared_outputs
@@ -554,7 +554,7 @@ def with_reference(entry: RoleDef, reference: Reference) -> RoleDef:
 
 def for_call(fn: Callable, trees, kwargs_dump=None) -> Callable:
     """`fn` (a body or an abstract function) as it runs a call whose pytree structure is
-    `trees` (see CallSpec.trees; None for calls without one): the JAX-native API's
+    `trees` (see CallSpec.trees; None for calls without one): the pytree API's
     functions take the structure through their ``for_trees`` method. A call site's body
     given the site's keyword arguments (`kwargs_dump`, which every call of the site gets)
     takes both through ``for_site`` where it has one."""

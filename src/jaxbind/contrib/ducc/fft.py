@@ -105,7 +105,7 @@ def _as_ducc_types(kwargs):
 
 
 def _op(name, f, f_T, abstract, abstract_T):
-    """A DUCC transform as a linear op: natively batched (batch axes become untransformed
+    """A DUCC transform as a linear op: vectorized (batch axes become untransformed
     DUCC axes), named jaxducc0.<name>, in the contrib's GPU mode, with its JAX reference
     (.reference.fft.<name>)."""
     return get_linear_call(

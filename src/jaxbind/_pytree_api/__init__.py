@@ -1,4 +1,4 @@
-"""The JAX-native API: ops defined as ``jax.custom_vjp`` and ``torch.library.custom_op`` are.
+"""The pytree API: ops defined as ``jax.custom_vjp`` and ``torch.library.custom_op`` are.
 
 ::
 
@@ -60,7 +60,7 @@ from .._roles import (
 from .bodies import JaxDerivative, Shapes, body, check_declared
 from .trees import _tree_numbered, call_trees, structures  # noqa: F401 (pickles name it here)
 
-__all__ = ["NativeOp", "linear_op", "multilinear_op", "nonlinear_op"]
+__all__ = ["PytreeOp", "linear_op", "multilinear_op", "nonlinear_op"]
 
 ShapeFn = Callable[..., Any]
 # The keys of its eager programs among the op's: _EAGER without keyword arguments, else
@@ -69,8 +69,8 @@ _EAGER = "native eager call"
 _NO_KWARGS = encode_kwargs({})
 
 
-class NativeOp:
-    """An op of the JAX-native API (made by [`linear_op`][jaxbind.linear_op],
+class PytreeOp:
+    """An op of the pytree API (made by [`linear_op`][jaxbind.linear_op],
     [`multilinear_op`][jaxbind.multilinear_op] or [`nonlinear_op`][jaxbind.nonlinear_op]).
     Call it with pytrees of arrays and static keyword arguments; it returns the pytree its
     ``shape`` function describes (one array for one output).
@@ -111,7 +111,7 @@ class NativeOp:
         self.name = self._op.name  # the default, or "#2"... after a clash of default names
 
     def __repr__(self):
-        return f"<jaxbind native {self.kind} op '{self.name}'>"
+        return f"<jaxbind pytree-API {self.kind} op '{self.name}'>"
 
     def __reduce__(self):
         """Pickled by reference, as the function it decorates would be: its module and
@@ -399,15 +399,15 @@ def _concrete(arg) -> bool:
     )
 
 
-Decorator = Callable[[Callable], "NativeOp"]
+Decorator = Callable[[Callable], "PytreeOp"]
 
 
 def _decorator(
     kind: str, shape: ShapeFn, reference: Callable | Reference | None, options: OpOptions
 ) -> Decorator:
-    checked, name, replace, prefer = declare(f"{kind}_op", kind, options, native=True)
+    checked, name, replace, prefer = declare(f"{kind}_op", kind, options, pytree_api=True)
 
-    def make(fn: Callable) -> NativeOp:
+    def make(fn: Callable) -> PytreeOp:
         where = str(name or getattr(fn, "__qualname__", "op"))
         # (a kernel's function takes its outputs first: the shape function names the
         # op's arguments)
@@ -415,7 +415,7 @@ def _decorator(
             keyed = state_key_positions(checked, shape, where, "the op's shape function")
         else:
             keyed = state_key_positions(checked, fn, where, "the op's function")
-        return NativeOp(
+        return PytreeOp(
             kind,
             fn,
             shape,

@@ -1,4 +1,4 @@
-"""The bodies and the shape function of a JAX-native op, made for calls: each groups the
+"""The bodies and the shape function of a pytree-API op, made for calls: each groups the
 call's flat arrays into the user's pytrees (see trees.layout) and takes its results
 back, as the trampoline (callables) or the rules (JAX functions, shapes) call it.
 """
