@@ -124,7 +124,7 @@ def nufft_cases(m, n):
     for name, (call, v) in calls.items():
         native, ref = getattr(jaxducc0, name), getattr(ref_nufft, name)
         cases[name] = Case(
-            lambda *a, call=call, pytree_api=pytree_api: call(
+            lambda *a, call=call, native=native: call(
                 lambda *b: native(*b, eps=EPS, opts=opts), *a
             ),
             lambda *a, call=call, ref=ref: call(ref, *a),

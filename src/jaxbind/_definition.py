@@ -52,7 +52,7 @@ __all__ = [
     "COMPARED",
     "PER_CALL",
     "READ_AT_RUN_TIME",
-    "call_rule",
+    "kept_rule",
     "differences",
     "inlined",
     "record",
@@ -69,7 +69,7 @@ COMPARED: dict[str, Callable[[Options], Any]] = {
     "state": lambda o: o.state is not None,
     "state_key": lambda o: list(o.state_key),
 }
-# Options a program keeps as the value its call used (see `call_rule`).
+# Options a program keeps as the value its call used (see `kept_rule`).
 PER_CALL = ("sharding",)  # with its reduction factors
 # Options the runtime reads from the op it finds, at every site: not in any program.
 READ_AT_RUN_TIME = {
@@ -83,7 +83,7 @@ READ_AT_RUN_TIME = {
 CHOSEN_AT_LOWERING: dict[str, str] = {}
 
 
-def call_rule(options: Options, kwargs: dict, shapes: Sequence[Sequence[int]]) -> list | None:
+def kept_rule(options: Options, kwargs: dict, shapes: Sequence[Sequence[int]]) -> list | None:
     """f's rule for a call as a program records it, ``[text, [reduction factors]]``, or
     None (the op declares none, or its function gives none for this call); a rule
     function is called with the shapes of f's arguments and the call's keyword
@@ -131,6 +131,8 @@ def differences(
         then = None
     if not isinstance(then, dict):
         return ["the program's record of the op's definition is not readable"]
+    if "native" in then and "pytree_api" not in then:  # the key's name before 2.0.0.dev0's last
+        then["pytree_api"] = then.pop("native")  # renaming: records written then
     now = {name: get(options) for name, get in COMPARED.items()}
     now["cuda_kernel"] = cuda_kernel
     found = []
@@ -147,7 +149,7 @@ def differences(
     if "rule" in then:
         shapes = then.get("rule_shapes", [])
         try:
-            rule = call_rule(options, kwargs, shapes)
+            rule = kept_rule(options, kwargs, shapes)
         except Exception as exc:  # the user's rule function
             found.append(
                 f"the program was partitioned by the rule {_rule(then['rule'])}, and the op's "
@@ -191,7 +193,7 @@ def _phrase(name: str, then: Any, now: Any, options: Options) -> str:
             f"the program was traced when the op had {'a' if then else 'no'} state=, but it "
             f"now has {'one' if now else 'none'}"
         )
-    if name == "native":
+    if name == "pytree_api":
         api = {True: "the pytree API (a decorator)", False: "jaxbind.get_*_call"}
         return (
             f"the program was traced when the op was made with {api.get(then, then)}, but it "

@@ -169,14 +169,14 @@ class Words:
     """The words of one API.
 
     Attributes:
-      native: the pytree API (decorators), else JAXbind's ``get_*_call``.
+      pytree_api: the pytree API (decorators), else JAXbind's ``get_*_call``.
       fixed: the option that counts the fixed leading arguments.
       vectorized: the option by which the callables batch themselves.
       shapes: what declares the output shapes ("the shape function").
       callable_contract: how a callable hands back its results.
     """
 
-    native: bool
+    pytree_api: bool
     fixed: str
     vectorized: str
     shapes: str
@@ -191,7 +191,7 @@ class Words:
     def give(self, role: str | Role) -> str:
         """How the user gives an op the body of `role` ("define it with ...")."""
         role = Role.parse(role) if isinstance(role, str) else role
-        if self.native:
+        if self.pytree_api:
             if role.base == "T":
                 argnum = "" if role.index is None else f"(argnum={role.index})"
                 return (
@@ -215,13 +215,13 @@ class Words:
 
     def give_reference(self) -> str:
         """How the user gives an op its JAX reference."""
-        if self.native:
+        if self.pytree_api:
             return "reference= in the decorator, or @op.def_reference"
         return "reference= to get_linear_call / get_nonlinear_call"
 
     def differentiable_derivatives(self) -> str:
         """How to make a nonlinear op's JVP and VJP differentiable in turn."""
-        if self.native:
+        if self.pytree_api:
             return (
                 "define the JVP and the VJP (@op.def_jvp, @op.def_vjp) as JAX functions: "
                 "jaxbind ops, or functions wrapped in jaxbind.jax_function"
@@ -239,7 +239,7 @@ class Words:
         )
 
 
-NATIVE = Words(
+PYTREE_API = Words(
     pytree_api=True,
     fixed="fixed",
     vectorized="vectorized",
@@ -257,8 +257,8 @@ CALLS = Words(
 
 def words(options: Any) -> Words:
     """The vocabulary of the API that made an op with these options (an `Options`: read
-    by its ``native`` flag alone, so that the words sit below the option set)."""
-    return NATIVE if options.pytree_api else CALLS
+    by its ``pytree_api`` flag alone, so that the words sit below the option set)."""
+    return PYTREE_API if options.pytree_api else CALLS
 
 
 class ExportedDefaultNameWarning(UserWarning):

@@ -49,7 +49,7 @@ class Options:
         input's memory (``input_output_aliases``).
       effect: None, "unordered" (``has_side_effect``) or "ordered".
       linear_in: nonlinear ops: arguments in which the function is jointly linear.
-      native: made by the pytree API (the decorators), not ``get_*_call``; every
+      pytree_api: made by the pytree API (the decorators), not ``get_*_call``; every
         message about the op speaks that API (see _errors.words).
       state: what the op sets up once per call site (``@jaxbind.state``), or None.
       state_key: the positions of the state's ``key`` inputs among f's arguments (each
@@ -72,7 +72,7 @@ class Options:
     aliases: tuple[tuple[int, int], ...] = ()
     effect: str | None = None
     linear_in: tuple[int, ...] = ()
-    native: bool = False
+    pytree_api: bool = False
     state: Any = None  # a _state.StateDef (not imported: this module imports none of jaxbind's)
     state_key: tuple[int, ...] = ()
     sharding: Sharding | None = None
@@ -210,17 +210,17 @@ def declare(
     kind: str,
     given: Mapping[str, Any],
     *,
-    native: bool,
+    pytree_api: bool,
     default_name: str | None = None,
 ) -> tuple[Options, str | None, bool, tuple[str, ...]]:
     """Check the options that `what` (the API function or decorator) was given for an op
     of `kind` ("linear", "multilinear", "nonlinear"), and return them as one value, with
     the binding's explicit name (or None), ``replace`` and ``prefer_reference`` (the
-    platforms, for the op's `Reference`). `native`: the caller is the
+    platforms, for the op's `Reference`). `pytree_api`: the caller is the
     pytree API, which names two options differently. `default_name`: the name the op
     gets without ``name=``, where it is known already, for messages."""
     fixed_name, vectorized_name = (
-        ("fixed", "vectorized") if native else ("first_n_args_fixed", "func_can_batch")
+        ("fixed", "vectorized") if pytree_api else ("first_n_args_fixed", "func_can_batch")
     )
     options = dict(given)
     name = options.pop("name", None)
@@ -233,7 +233,7 @@ def declare(
             f"jaxbind.{what}: unknown option {unknown[0]!r}; the options are name, replace, "
             f"{fixed_name}, {vectorized_name}, {', '.join(OPTION_NAMES)}"
         )
-    fixed = _count(fixed, fixed_name, native)
+    fixed = _count(fixed, fixed_name, pytree_api)
     platform_mode = options.get("platform_mode", "device")
     if platform_mode not in PLATFORM_MODES:
         raise ValueError(
@@ -255,7 +255,7 @@ def declare(
         effect=_effect(options.get("has_side_effect", False), options.get("ordered", False)),
         linear_in=_linear_in(linear_in, fixed, fixed_name),
         pytree_api=pytree_api,
-        state=_state(what, options.get("state"), native),
+        state=_state(what, options.get("state"), pytree_api),
         sharding=_sharding(
             what,
             name or default_name,
@@ -286,7 +286,7 @@ def _prefer_reference(what: str, name: str | None, options: Mapping[str, Any]) -
     return platforms
 
 
-def _count(value: Any, fixed_name: str, native: bool) -> int:
+def _count(value: Any, fixed_name: str, pytree_api: bool) -> int:
     """The number of fixed arguments, however JAXbind 1.3's users spelled it: an int, a
     NumPy integer, a bool or an integral float (1.3 never read the value before a
     derivative, so any of these ran), or None (none fixed)."""
@@ -303,7 +303,7 @@ def _count(value: Any, fixed_name: str, native: bool) -> int:
     if count is None or count < 0:
         history = (
             ""
-            if native
+            if pytree_api
             else "; JAXbind 1.3 took any value here, but every derivative of such an op "
             "failed (it never read the value before a derivative)"
         )
@@ -364,7 +364,7 @@ def _linear_in(linear_in: Any, fixed: int, fixed_name: str) -> tuple[int, ...]:
     return args
 
 
-def _state(what: str, value: Any, native: bool) -> Any:
+def _state(what: str, value: Any, pytree_api: bool) -> Any:
     if value is None:
         return None
     # (a StateDef, or a C state's: jaxbind.c_state)
@@ -458,7 +458,9 @@ def state_key_positions(options: Options, fn: Any, op: str, source: str) -> Opti
         positions.append(names.index(k))
     if options.vectorized and any(p >= options.fixed for p in positions):
         fixed, vectorized = (
-            ("fixed", "vectorized") if options.pytree_api else ("first_n_args_fixed", "func_can_batch")
+            ("fixed", "vectorized")
+            if options.pytree_api
+            else ("first_n_args_fixed", "func_can_batch")
         )
         k = sdef.key[next(i for i, p in enumerate(positions) if p >= options.fixed)]
         raise ValueError(

@@ -134,4 +134,4 @@ def c_state(
         keep += (_pin_library(teardown_address),)
     native = NativeState(setup_address, teardown_address, setup_symbol, teardown_symbol, keep)
     fields = {f: getattr(declared, f) for f in StateDef.__dataclass_fields__}
-    return CStateDef(**fields, pytree_api=pytree_api)
+    return CStateDef(**fields, native=native)

@@ -65,7 +65,7 @@ __all__ = ["PytreeOp", "linear_op", "multilinear_op", "nonlinear_op"]
 ShapeFn = Callable[..., Any]
 # The keys of its eager programs among the op's: _EAGER without keyword arguments, else
 # (_EAGER, their dump)
-_EAGER = "native eager call"
+_EAGER = "eager call"
 _NO_KWARGS = encode_kwargs({})
 
 
@@ -377,9 +377,9 @@ class PytreeOp:
         op = weakref.ref(self)  # (the op's programs do not keep it alive)
 
         def traced(*args):
-            native = op()
-            assert native is not None  # (only its own calls run this program)
-            return native._traced(*args, **dump.to_dict())
+            alive = op()
+            assert alive is not None  # (only its own calls run this program)
+            return alive._traced(*args, **dump.to_dict())
 
         traced.__name__ = traced.__qualname__ = self.name
         traced._apply_primitive = True  # type: ignore[attr-defined]  # as _primitive.eager's

@@ -13,7 +13,7 @@ is the error, and no body runs:
    the fixed count, vectorized batching, the state, the API, a CUDA kernel's target, the
    code the program inlined (the op's JAX reference and rules given as JAX functions),
    and the rule a partitioned call was split by; see jaxbind._definition). Programs of call
-   formats 1 to 3 carry no such record: for them, the fixed arguments and native
+   formats 1 to 3 carry no such record: for them, the fixed arguments and vectorized
    batching are compared.
 2. `buffers` (once per new buffer signature): the number of inputs and outputs is what
    the role takes; their shapes and dtypes are what the binding declares. Roles with an
