@@ -122,9 +122,7 @@ def unknown_binding():
     _raw_call(jnp.ones(3), **_attrs("eb.nope"))
 
 
-double = jaxbind.get_linear_call(
-    ops.double, ops.double, ops.same_as_first, ops.same_as_first, name="eb.double"
-)
+double = ops.doubling("eb.double")
 
 
 def definition_differs():

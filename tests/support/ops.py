@@ -29,6 +29,13 @@ def double(out, args, kwargs_dump):
     out[0][...] = 2 * args[0]
 
 
+def doubling(name: str, **options):
+    """The op out = 2 x of the 1.3 API (its own transpose), named `name`, with `options`."""
+    return jaxbind.get_linear_call(
+        double, double, same_as_first, same_as_first, name=name, **options
+    )
+
+
 def copy_last(out, args, kwargs_dump):
     """out = the last argument."""
     out[0][...] = args[-1]
