@@ -140,14 +140,7 @@ def newer_call_format():
 
 
 def state_setup_fails():
-    @jaxbind.state
-    def plan(*, scale):
-        raise RuntimeError("no plan today")
-
-    @jaxbind.linear_op(shape=lambda x, **kw: x, state=plan, name="eb.setup")
-    def op(x, *, state, scale):
-        return x
-
+    op = ops.failing_setup("eb.setup")
     jax.jit(lambda x: op(x, scale=1.0))(jnp.ones(2)).block_until_ready()
 
 

@@ -56,3 +56,17 @@ def sine_derivative(out, args, kwargs_dump):
 def simple_op(f, name, abstract=same_as_first):
     """A linear op of the callable `f` without a transpose, named `name`."""
     return jaxbind.get_linear_call(f, None, abstract, None, name=name)
+
+
+def failing_setup(name: str):
+    """An op (pytree API, y = x) whose state's setup raises RuntimeError("no plan today")."""
+
+    @jaxbind.state
+    def plan(*, scale):
+        raise RuntimeError("no plan today")
+
+    @jaxbind.linear_op(shape=lambda x, **kw: x, state=plan, name=name)
+    def op(x, *, state, scale):
+        return x
+
+    return op
