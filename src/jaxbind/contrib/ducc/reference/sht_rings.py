@@ -1,0 +1,666 @@
+"""The HEALPix SHT of the reference of ``jaxducc0.healpix_sht``, at any size: Legendre
+recurrences evaluated on the fly, FFTs along the rings.
+
+`synthesis` (real alm layout -> map) and `adjoint_synthesis` (its transpose, map -> real
+alm layout) are written apart, each its own pass, and `tied_synthesis` joins them into one
+linear function whose JAX transpose, VJP and JVP are those two (see there). Memory is
+O(npix + lmax^2): nothing of size lmax x npix is ever held, not even by JAX's autodiff.
+Only jax.numpy and jax.lax run in the program; NumPy computes small constants from the
+geometry (one value per ring or per m) at trace time.
+
+The synthesis, as DUCC factors it:
+
+1. Legendre: for each m and each ring, the Fourier coefficient of the map along the ring
+   is a sum over l of the spin-weighted Legendre functions at the ring's colatitude times
+   the alm. The functions come from their three-term recurrence in l, run upward from
+   l = max(m, |s|) (``lax.scan`` over the step k = l - max(m, |s|), vectorized over every m
+   and ring at once). The seeds (the values at k = 0) are products over m, made by a scan
+   too. Both keep each value as a mantissa and an exponent in units of 2**K (a value far
+   below the double range, near the poles at large m, has exponent < 0 and counts as 0
+   until the recurrence has grown it back to significance: DUCC's and libsharp's rescaling,
+   in the dtype's own range). Spin 0 runs on the northern rings only: the southern ones
+   follow by the parity (-1)^(l+m), the sums over even and odd l+m kept apart (the scan's
+   body takes two steps, one of each parity). Spin s != 0 runs one function,
+   ``d^l_{m,s}``, on every ring; its partner ``d^l_{m,-s}`` on a ring is (-1)^(l+m) times
+   it on the mirrored ring, by the same split. The scan is cut into blocks of steps, each
+   over the m that still have an l <= lmax (the triangle), so the work is about
+   ``(lmax + 1)(mmax + 1) nrings / 2`` updates, times 2 for spin != 0.
+2. Rings: the equatorial rings (4 nside pixels each) take one batched real FFT; the
+   polar-cap rings (4, 8, ..., 4 (nside - 1) pixels, in both caps) take Bluestein's
+   chirp-z transform, all at once at one common FFT length (their coefficients need no
+   folding: the chirp-z sums over every m <= mmax whatever the ring's length).
+
+The adjoint runs the same stages backwards: real FFTs and chirp-z transforms per ring,
+then the same recurrences (recomputed, not stored), summing over rings at each step.
+
+Conventions are DUCC's (those of `.sht`'s docstring).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+__all__ = ["adjoint_synthesis", "healpix_rings", "synthesis", "tied_synthesis"]
+
+
+def healpix_rings(nside):
+    """The HEALPix RING grid of `nside`: ``(z, phi0, nphi, ringstart)``, NumPy arrays
+    over the ``4 nside - 1`` rings from north to south.
+
+    ``z`` is the cosine of each ring's colatitude (float64; exact rationals, so that the
+    polar rings keep their accuracy), ``phi0`` the azimuth of its first pixel, ``nphi``
+    its number of pixels and ``ringstart`` the index of its first pixel in the map.
+    """
+    n = int(nside)
+    i = np.arange(1, 4 * n, dtype=np.int64)  # ring number, 1-based
+    north = np.minimum(i, 4 * n - i)  # the mirrored ring in the northern half
+    polar = north < n
+    z = np.where(polar, 1.0 - north**2 / (3.0 * n * n), (2 * n - i) * (2.0 / (3.0 * n)))
+    z = np.where(polar & (i > 2 * n), -z, z)
+    nphi = np.where(polar, 4 * north, 4 * n)
+    # polar rings and every other equatorial ring start half a pixel east of phi = 0
+    shifted = polar | ((i - n) % 2 == 0)
+    phi0 = np.where(shifted, np.pi / nphi, 0.0)
+    ringstart = np.concatenate([[0], np.cumsum(nphi)[:-1]])
+    return z, phi0, nphi, ringstart
+
+
+# --- the plan: what the geometry and the sizes fix ---------------------------------
+
+# The rescaling of the recurrences, per precision: a value is mant * 2**(K * scale); a
+# mantissa that grows past 2**(K - T) is divided by 2**K; a value with scale < 0 is below
+# 2**-T, negligible (and counted as 0).
+_RANGE = {np.dtype(np.float64): (600, 70), np.dtype(np.float32): (96, 36)}
+# Steps per block of the triangle (a block ends where the m it covers shrinks by this).
+_BLOCKS = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    nside: int
+    lmax: int
+    mmax: int
+    spin: int
+
+    @property
+    def ncomp(self) -> int:
+        return 1 if self.spin == 0 else 2
+
+    @property
+    def nm(self) -> int:
+        return self.mmax + 1
+
+    @property
+    def npix(self) -> int:
+        return 12 * self.nside**2
+
+    @property
+    def nreal(self) -> int:
+        nalm = ((self.mmax + 1) * (self.mmax + 2)) // 2 + (self.mmax + 1) * (self.lmax - self.mmax)
+        return 2 * nalm - self.lmax - 1
+
+    @functools.cached_property
+    def start(self) -> np.ndarray:
+        """l = start[m] at the recurrence's first step: max(m, |s|)."""
+        return np.maximum(np.arange(self.nm), self.spin)
+
+    @property
+    def steps(self) -> int:
+        """Steps of the recurrence (k = 0 .. steps - 1), rounded up to even."""
+        k = self.lmax - self.spin + 1
+        return k + k % 2
+
+    @functools.cached_property
+    def blocks(self) -> tuple[tuple[int, int, int], ...]:
+        """(first step, end step, number of m) per block: the m with an l <= lmax in the
+        block's first step; each block's steps even in number."""
+        steps, out = self.steps, []
+        size = max(2, 2 * (-(-steps // (2 * _BLOCKS))))
+        for k0 in range(0, steps, size):
+            k1 = min(steps, k0 + size)
+            alive = int(np.sum(self.start + k0 <= self.lmax))
+            out.append((k0, k1, max(alive, 1)))
+        return tuple(out)
+
+    @functools.cached_property
+    def base(self) -> np.ndarray:
+        """Index of (l = m, real part) of each m in the real alm layout."""
+        m = np.arange(self.nm)
+        lm = self.lmax + 1
+        return np.where(m == 0, 0, lm + 2 * (m - 1) * lm - (m - 1) * m)
+
+    @functools.cached_property
+    def parity(self) -> np.ndarray:
+        """(l + m + s) mod 2 at the first step, per m (the parity of the even steps)."""
+        return (self.start + np.arange(self.nm) + self.spin) % 2
+
+    @functools.cached_property
+    def weight(self) -> np.ndarray:
+        """Per m, the factor between the layout's numbers and the sums' coefficients."""
+        m = np.arange(self.nm)
+        if self.spin == 0:  # 2 Re(a e^{i m phi}), and the layout holds sqrt(2) a
+            return np.where(m == 0, 1.0, np.sqrt(2.0))
+        return np.where(m == 0, 0.5, 1.0 / np.sqrt(2.0))
+
+    @functools.cached_property
+    def rings(self) -> dict[str, np.ndarray]:
+        """Per ring the recurrence runs on (northern rings and the equator for spin 0,
+        every ring otherwise): z = cos(theta), cos(theta / 2), sin(theta / 2) (float64)."""
+        n = self.nside
+        i = np.arange(1, 4 * n, dtype=np.int64)
+        north = np.minimum(i, 4 * n - i)
+        # 1 - z and 1 + z exactly (rational), so that the polar rings keep their digits
+        one_minus = np.where(north < n, north**2 / (3.0 * n * n), 1.0 - (2 * n - i) * 2.0 / (3 * n))
+        one_plus = np.where(north < n, 2.0 - north**2 / (3.0 * n * n), 1.0 + (2 * n - i) * 2.0 / (3 * n))
+        south = (north < n) & (i > 2 * n)
+        one_minus, one_plus = np.where(south, one_plus, one_minus), np.where(south, one_minus, one_plus)
+        z = (one_plus - one_minus) / 2
+        if self.spin == 0:
+            keep = slice(0, 2 * n)
+            z, one_minus, one_plus = z[keep], one_minus[keep], one_plus[keep]
+        return dict(z=z, cos=np.sqrt(one_plus / 2), sin=np.sqrt(one_minus / 2))
+
+    @functools.cached_property
+    def chirp_length(self) -> int:
+        """The chirp-z transforms' FFT length: >= nm + the longest polar ring - 1, with
+        factors 2, 3, 5 only."""
+        need = self.nm + 4 * (self.nside - 1) - 1
+        best = 1 << max(0, (need - 1).bit_length())
+        for p3 in (1, 3, 9, 27, 81):
+            for p5 in (1, 5, 25, 125):
+                f = p3 * p5
+                if f > best:
+                    continue
+                n = f
+                while n < need:
+                    n *= 2
+                best = min(best, n)
+        return best
+
+
+@functools.lru_cache(maxsize=32)
+def _plan(nside: int, lmax: int, mmax: int, spin: int) -> _Plan:
+    return _Plan(nside, lmax, mmax, spin)
+
+
+def _real_dtype(dtype):
+    return np.dtype(jnp.finfo(dtype).dtype)
+
+
+def _complex_dtype(dtype):
+    return np.result_type(_real_dtype(dtype), np.complex64)
+
+
+# --- the recurrences ----------------------------------------------------------------
+
+
+def _renormalize(mant, scale, dtype):
+    """One step of keeping mant in the window (2**-T, 2**(K - T)] when scale < 0."""
+    big, tail = _RANGE[dtype]
+    up = (jnp.abs(mant) > 2.0 ** (big - tail)) & (scale < 0)
+    down = (jnp.abs(mant) < 2.0**-tail) & (mant != 0)
+    mant = jnp.where(up, mant * 2.0**-big, jnp.where(down, mant * 2.0**big, mant))
+    return mant, scale + up.astype(dtype) - down.astype(dtype)
+
+
+def _seeds(plan: _Plan, dtype):
+    """The recurrence's values at its first step, l = max(m, s), for every m and ring:
+    ``sqrt((2l+1)/(4 pi)) d^l_{m,s}(theta)`` as (mantissa, scale), each (nm, rings)."""
+    s = plan.spin
+    c = jnp.asarray(plan.rings["cos"], dtype)
+    sn = jnp.asarray(plan.rings["sin"], dtype)
+    # m = 0: sqrt((2s+1)/(4 pi)) sqrt(binom(2s, s)) (cos sin)^s of theta / 2
+    log_binom = math.lgamma(2 * s + 1) - 2 * math.lgamma(s + 1)
+    first = math.sqrt((2 * s + 1) / (4 * math.pi)) * math.exp(0.5 * log_binom)
+    mant, scale = jnp.full(c.shape, first, dtype), jnp.zeros(c.shape, dtype)
+    for _ in range(s):
+        mant, scale = _renormalize(mant * (c * sn), scale, dtype)
+
+    def step(carry, m):
+        mant, scale = carry
+        mf = m.astype(dtype)
+        # m <= s: d^s_{m,s} grows by sqrt((s-m+1)/(s+m)) cos/sin; m > s: d^m_{m,s} by
+        # -cos sin sqrt(2m(2m+1)/((m+s)(m-s))), the norm's ratio included
+        below = jnp.sqrt(jnp.maximum(s - mf + 1, 0) / (s + mf)) * (c / sn)
+        above = -(c * sn) * jnp.sqrt(2 * mf * (2 * mf + 1) / jnp.maximum((mf + s) * (mf - s), 1))
+        mant = mant * jnp.where(m <= s, below, above)
+        mant, scale = _renormalize(mant, scale, dtype)
+        return (mant, scale), (mant, scale)
+
+    if plan.nm == 1:
+        return mant[None], scale[None]
+    _, (mants, scales) = lax.scan(step, (mant, scale), jnp.arange(1, plan.nm))
+    return jnp.concatenate([mant[None], mants]), jnp.concatenate([scale[None], scales])
+
+
+def _coefficients(plan: _Plan, k, nm: int, dtype):
+    """(A, G, B) at step k, per m < nm: ``next = (A z - G) now - B before``, where now is
+    the value at l = start + k (normalized: sqrt((2l+1)/(4 pi)) d^l_{m,s})."""
+    m = jnp.arange(nm, dtype=dtype)
+    s = float(plan.spin)
+    ell = jnp.asarray(plan.start[:nm], dtype) + k.astype(dtype)
+    if plan.spin == 0:
+        a = jnp.sqrt((4 * (ell + 1) ** 2 - 1) / ((ell + 1) ** 2 - m * m))
+        b = a * jnp.sqrt(jnp.maximum(ell * ell - m * m, 0) / (4 * ell * ell - 1))
+        return a, jnp.zeros_like(a), b
+    d_next = jnp.sqrt(((ell + 1) ** 2 - m * m) * ((ell + 1) ** 2 - s * s))
+    d_now = jnp.sqrt(jnp.maximum((ell * ell - m * m) * (ell * ell - s * s), 0))
+    root = jnp.sqrt((2 * ell + 3) * (2 * ell + 1))
+    a = root * (ell + 1) / d_next
+    g = root * m * s / (ell * d_next)
+    b = jnp.sqrt((2 * ell + 3) / (2 * ell - 1)) * (ell + 1) * d_now / (ell * d_next)
+    return a, g, b
+
+
+def _advance(plan, k, z, before, now, nm, dtype):
+    a, g, b = _coefficients(plan, k, nm, dtype)
+    return (a[:, None] * z - g[:, None]) * now - b[:, None] * before
+
+
+def _rescale(before, now, scale, dtype):
+    big, tail = _RANGE[dtype]
+    grown = jnp.abs(now) > 2.0 ** (big - tail)
+    f = jnp.where(grown, dtype.type(2.0**-big), dtype.type(1.0))
+    return before * f, now * f, scale + grown.astype(dtype)
+
+
+def _legendre_sums(plan: _Plan, coeffs, dtype):
+    """Per m and ring of the recurrence, the sums over l of the function times each of
+    `coeffs` (a list of (steps, nm) real arrays, coefficient [k, m] at l = start[m] + k,
+    zero beyond lmax), the even steps' apart from the odd ones': two lists of (nm, rings)."""
+    z = jnp.asarray(plan.rings["z"], dtype)[None, :]
+    mant, scale = _seeds(plan, dtype)
+    before = jnp.zeros_like(mant)
+    n = len(coeffs)
+    even = [jnp.zeros_like(mant) for _ in range(n)]
+    odd = [jnp.zeros_like(mant) for _ in range(n)]
+    done_even, done_odd = [[] for _ in range(n)], [[] for _ in range(n)]
+    nm = plan.nm
+
+    def body(carry, xs):
+        before, now, scale, even, odd = carry
+        k, c0, c1 = xs
+        live = (scale == 0).astype(dtype)
+        v = now * live
+        even = [e + v * c[:, None] for e, c in zip(even, c0)]
+        after = _advance(plan, k, z, before, now, now.shape[0], dtype)
+        v = after * live
+        odd = [o + v * c[:, None] for o, c in zip(odd, c1)]
+        later = _advance(plan, k + 1, z, now, after, now.shape[0], dtype)
+        after, later, scale = _rescale(after, later, scale, dtype)
+        return (after, later, scale, even, odd), None
+
+    for k0, k1, alive in plan.blocks:
+        if alive < nm:  # the m >= alive are complete: set them aside
+            for i in range(n):
+                done_even[i].append(even[i][alive:])
+                done_odd[i].append(odd[i][alive:])
+            before, mant, scale = before[:alive], mant[:alive], scale[:alive]
+            even = [e[:alive] for e in even]
+            odd = [o[:alive] for o in odd]
+            nm = alive
+        ks = jnp.arange(k0, k1, 2)
+        c0 = [c[k0:k1:2, :nm] for c in coeffs]
+        c1 = [c[k0 + 1 : k1 : 2, :nm] for c in coeffs]
+        (before, mant, scale, even, odd), _ = lax.scan(
+            body, (before, mant, scale, even, odd), (ks, c0, c1)
+        )
+    even = [jnp.concatenate([e, *reversed(d)]) for e, d in zip(even, done_even)]
+    odd = [jnp.concatenate([o, *reversed(d)]) for o, d in zip(odd, done_odd)]
+    return even, odd
+
+
+def _legendre_adjoint_sums(plan: _Plan, weights_even, weights_odd, dtype):
+    """The adjoint of `_legendre_sums`: per step k and m, the sum over rings of the
+    function times ``weights_even[i]`` (k even) or ``weights_odd[i]`` (k odd), each
+    (nm, rings): a list of (steps, nm) arrays."""
+    z = jnp.asarray(plan.rings["z"], dtype)[None, :]
+    mant, scale = _seeds(plan, dtype)
+    before = jnp.zeros_like(mant)
+    out: list[list] = [[] for _ in weights_even]
+    nm = plan.nm
+
+    def body(carry, k, w0, w1):
+        before, now, scale = carry
+        live = (scale == 0).astype(dtype)
+        v = now * live
+        y0 = [jnp.sum(v * w, axis=1) for w in w0]
+        after = _advance(plan, k, z, before, now, now.shape[0], dtype)
+        v = after * live
+        y1 = [jnp.sum(v * w, axis=1) for w in w1]
+        later = _advance(plan, k + 1, z, now, after, now.shape[0], dtype)
+        after, later, scale = _rescale(after, later, scale, dtype)
+        return (after, later, scale), (y0, y1)
+
+    for k0, k1, alive in plan.blocks:
+        if alive < nm:
+            before, mant, scale = before[:alive], mant[:alive], scale[:alive]
+            nm = alive
+        w0 = [w[:nm] for w in weights_even]
+        w1 = [w[:nm] for w in weights_odd]
+        (before, mant, scale), (y0, y1) = lax.scan(
+            functools.partial(body, w0=w0, w1=w1),
+            (before, mant, scale),
+            jnp.arange(k0, k1, 2),
+        )
+        for i in range(len(out)):  # interleave the even and odd steps: (k1 - k0, nm)
+            y = jnp.stack([y0[i], y1[i]], axis=1).reshape(k1 - k0, nm)
+            out[i].append(jnp.pad(y, ((0, 0), (0, plan.nm - nm))))
+    return [jnp.concatenate(o) for o in out]
+
+
+# --- the real alm layout, per step and m --------------------------------------------
+
+
+def _layout_indices(plan: _Plan):
+    """(index of the real part, of the imaginary part, present) per step k and m, (steps,
+    nm) each (traced: built from iotas)."""
+    k = jnp.arange(plan.steps, dtype=jnp.int32)[:, None]
+    m = jnp.arange(plan.nm, dtype=jnp.int32)[None, :]
+    ell = jnp.asarray(plan.start, jnp.int32)[None, :] + k
+    present = ell <= plan.lmax
+    base = jnp.asarray(plan.base, jnp.int32)[None, :]
+    re = jnp.where(m == 0, ell, base + 2 * (ell - m))
+    re = jnp.where(present, re, 0)
+    im = jnp.where(present & (m > 0), base + 2 * (ell - m) + 1, 0)
+    return re, im, present, present & (m > 0)
+
+
+def _coefficients_of(plan: _Plan, x, dtype):
+    """x (ncomp, nreal) -> per component (real, imag) parts of the sums' coefficients,
+    each (steps, nm), weighted."""
+    re, im, has_re, has_im = _layout_indices(plan)
+    w = jnp.asarray(plan.weight, dtype)[None, :]
+    out = []
+    for c in range(plan.ncomp):
+        xr = jnp.where(has_re, x[c][re], 0) * w
+        xi = jnp.where(has_im, x[c][im], 0) * w
+        out.append((xr, xi))
+    return out
+
+
+def _layout_of(plan: _Plan, parts, dtype):
+    """The adjoint of `_coefficients_of`: per component (real, imag) parts (steps, nm)
+    -> the real alm layout (ncomp, nreal)."""
+    p = jnp.arange(plan.nreal, dtype=jnp.int32)
+    lm = plan.lmax + 1
+    upper = jnp.asarray(plan.base[1:], jnp.int32)  # ascending: the start of each m >= 1
+    m = jnp.where(p < lm, 0, jnp.searchsorted(upper, p, side="right"))
+    offset = p - jnp.asarray(plan.base, jnp.int32)[m]
+    ell = jnp.where(m == 0, p, m + offset // 2)
+    imag = (m > 0) & (offset % 2 == 1)
+    k = ell - jnp.asarray(plan.start, jnp.int32)[m]
+    # l < |s|: no function, the entry is unused (0 in the transpose)
+    w = jnp.where(k >= 0, jnp.asarray(plan.weight, dtype)[m], 0)
+    k = jnp.maximum(k, 0)
+    rows = []
+    for xr, xi in parts:
+        rows.append(jnp.where(imag, xi[k, m], xr[k, m]) * w)
+    return jnp.stack(rows)
+
+
+# --- Legendre stage: coefficients <-> Fourier coefficients on every ring -------------
+
+
+def _flip(a):
+    return a[..., ::-1]
+
+
+def _pick(plan, even, odd):
+    """Per m, the sums over even l+m+s and over odd ones, from the even and odd steps."""
+    first = jnp.asarray(plan.parity == 0)[:, None]
+    return jnp.where(first, even, odd), jnp.where(first, odd, even)
+
+
+def _fourier_of(plan: _Plan, x, dtype):
+    """Legendre stage of the synthesis: (ncomp, nreal) -> (ncomp, nm, 4 nside - 1) complex
+    Fourier coefficients G, the map on ring r being Re sum_m G[m, r] e^{i m phi}."""
+    coeffs = _coefficients_of(plan, x, dtype)
+    cdtype = _complex_dtype(dtype)
+    n = plan.nside
+    if plan.spin == 0:
+        (xr, xi) = coeffs[0]
+        even, odd = _legendre_sums(plan, [xr, xi], dtype)
+        north = (even[0] + odd[0]) + 1j * (even[1] + odd[1])
+        south = (even[0] - odd[0]) + 1j * (even[1] - odd[1])
+        g = jnp.concatenate([north, _flip(south[:, : 2 * n - 1])], axis=1)
+        return g.astype(cdtype)[None]
+    (er, ei), (br, bi) = coeffs
+    even, odd = _legendre_sums(plan, [er, ei, br, bi], dtype)
+    sums = []
+    for e, o in zip(even, odd):
+        pe, po = _pick(plan, e, o)
+        minus = pe + po  # sum of d^l_{m,s} times the coefficient, on each ring
+        plus = _flip(pe - po)  # sum of (-1)^s d^l_{m,-s} times it
+        sums.append((plus + minus, plus - minus))  # F1, F2 parts
+    (f1er, f2er), (f1ei, f2ei), (f1br, f2br), (f1bi, f2bi) = sums
+    f1e, f2e = f1er + 1j * f1ei, f2er + 1j * f2ei
+    f1b, f2b = f1br + 1j * f1bi, f2br + 1j * f2bi
+    q = -f1e - 1j * f2b
+    u = 1j * f2e - f1b
+    return jnp.stack([q, u]).astype(cdtype)
+
+
+def _fourier_adjoint(plan: _Plan, g, dtype):
+    """The adjoint of `_fourier_of`: (ncomp, nm, 4 nside - 1) complex -> (ncomp, nreal)."""
+    n = plan.nside
+    if plan.spin == 0:
+        north = g[0][:, : 2 * n]
+        south = jnp.pad(_flip(g[0][:, 2 * n :]), ((0, 0), (0, 1)))
+        plus, minus = north + south, north - south
+        w_even = [plus.real, plus.imag]
+        w_odd = [minus.real, minus.imag]
+        yr, yi = _legendre_adjoint_sums(plan, w_even, w_odd, dtype)
+        return _layout_of(plan, [(yr, yi)], dtype)
+    q, u = g[0], g[1]
+    qf, uf = _flip(q), _flip(u)
+    per_sign = {}
+    for eps in (1, -1):
+        ve = -(q + eps * qf) - 1j * (eps * uf - u)
+        vb = 1j * (eps * qf - q) - (u + eps * uf)
+        per_sign[eps] = [ve.real, ve.imag, vb.real, vb.imag]
+    first = jnp.asarray(plan.parity == 0)[:, None]
+    w_even = [jnp.where(first, a, b) for a, b in zip(per_sign[1], per_sign[-1])]
+    w_odd = [jnp.where(first, b, a) for a, b in zip(per_sign[1], per_sign[-1])]
+    er, ei, br, bi = _legendre_adjoint_sums(plan, w_even, w_odd, dtype)
+    return _layout_of(plan, [(er, ei), (br, bi)], dtype)
+
+
+# --- ring stage: Fourier coefficients <-> pixels --------------------------------------
+
+
+def _phase(q, n2, dtype):
+    """exp(2 pi i q / n2) for integers q (traced or static) and n2 (static), broadcast."""
+    angle = (jnp.asarray(q) % jnp.asarray(n2)).astype(dtype) * jnp.asarray(2 * np.pi / np.asarray(n2), dtype)
+    return lax.complex(jnp.cos(angle), jnp.sin(angle))
+
+
+def _squares_mod(n, n2):
+    """``n**2 mod n2`` for static integer arrays n, n2 (NumPy, broadcast): computed in
+    the program from their small factors, in int32 while that cannot overflow, else
+    (grids of nside > 5792) by NumPy at trace time."""
+    if int(np.max(n2)) < 46340:
+        r = jnp.asarray(n, jnp.int32) % jnp.asarray(n2, jnp.int32)
+        return (r * r) % jnp.asarray(n2, jnp.int32)
+    r = np.asarray(n, np.int64) % np.asarray(n2, np.int64)
+    return jnp.asarray((r * r) % np.asarray(n2, np.int64))
+
+
+def _polar_lengths(plan: _Plan) -> np.ndarray:
+    """The pixels of each polar ring pair t = 0 .. nside - 2: 4 (t + 1)."""
+    return 4 * (np.arange(plan.nside - 1) + 1)
+
+
+def _chirp_spectrum(plan: _Plan, dtype):
+    """FFT of the chirp exp(-i pi n^2 / N) on n in [-(nm - 1), N - 1] (at n mod L), per
+    polar ring length N: (nside - 1, L) complex."""
+    L = plan.chirp_length
+    twice = 2 * _polar_lengths(plan)[:, None]
+    pos = np.arange(L)
+    n = np.where(pos >= L - (plan.nm - 1), pos - L, pos)[None, :]
+    keep = (n <= twice // 2 - 1) & (n >= -(plan.nm - 1))
+    b = jnp.conj(_phase(_squares_mod(n, twice), twice, dtype))
+    b = jnp.where(jnp.asarray(keep), b, 0)
+    return jnp.fft.fft(b, axis=-1)
+
+
+def _chirp_phases(plan: _Plan, count: int, dtype):
+    """exp(i pi j^2 / N) (j < count) and exp(i pi (m^2 + m) / N) (m < nm) per polar ring
+    length N: (nside - 1, count), (nside - 1, nm)."""
+    twice = 2 * _polar_lengths(plan)[:, None]
+    j = np.arange(count)[None, :]
+    m = np.arange(plan.nm)[None, :]
+    pj = _phase(_squares_mod(j, twice), twice, dtype)
+    pm = _phase(_squares_mod(m, twice) + jnp.asarray(m % twice, jnp.int32), twice, dtype)
+    return pj, pm
+
+
+def _ring_of(p):
+    """For pixel p of a polar cap counted from its pole: its ring t (4 (t + 1) pixels,
+    starting at 2 t (t + 1))."""
+    t = jnp.floor((jnp.sqrt(1.0 + 2.0 * p.astype(jnp.float32)) - 1) / 2).astype(jnp.int32)
+    t = jnp.where(2 * t * (t + 1) > p, t - 1, t)
+    t = jnp.where(2 * (t + 1) * (t + 2) <= p, t + 1, t)
+    return t
+
+
+def _cap_indices(plan: _Plan):
+    """For the north cap's pixels in map order, and the south cap's: the (t, j) position
+    in the (nside - 1, 4 (nside - 1)) array of polar rings, flattened."""
+    n = plan.nside
+    cap = 2 * n * (n - 1)
+    width = 4 * (n - 1)
+    p = jnp.arange(cap, dtype=jnp.int32)
+    t = _ring_of(p)
+    north = t * width + (p - 2 * t * (t + 1))
+    q = cap - 1 - p  # the south cap, counted from its pole
+    t = _ring_of(q)
+    south = t * width + (4 * (t + 1) - 1 - (q - 2 * t * (t + 1)))
+    return north, south
+
+
+def _rings_synthesis(plan: _Plan, g, dtype):
+    """(ncomp, nm, 4 nside - 1) complex Fourier coefficients -> (ncomp, npix) map."""
+    n, nm = plan.nside, plan.nm
+    cdtype = _complex_dtype(dtype)
+    # equatorial rings nside - 1 .. 3 nside - 1: fold m mod N, Hermitian half, irfft
+    big = 4 * n
+    eq = g[:, :, n - 1 : 3 * n]  # (ncomp, nm, 2n + 1)
+    r = np.arange(n - 1, 3 * n)
+    shifted = (r + 1 - n) % 2 == 0
+    m = np.arange(nm)
+    half = _phase(jnp.asarray(np.where(shifted[:, None], m[None, :], 0) % (2 * big)), 2 * big, dtype)
+    c = jnp.swapaxes(eq, 1, 2) * half.astype(cdtype)  # (ncomp, rings, nm)
+    folds = -(-nm // big)
+    c = jnp.pad(c, ((0, 0), (0, 0), (0, folds * big - nm)))
+    b = c.reshape(c.shape[:2] + (folds, big)).sum(axis=2)  # (ncomp, rings, N)
+    k = np.arange(big // 2 + 1)
+    h = (b[..., k] + jnp.conj(b[..., (-k) % big])) / 2
+    equator = jnp.fft.irfft(h, n=big, axis=-1) * big  # (ncomp, rings, N)
+    equator = equator.reshape(g.shape[0], -1).astype(dtype)
+    if n == 1:
+        return equator
+    # polar rings: chirp-z, y_j = sum_m c_m exp(i pi m (2j + 1) / N)
+    L = plan.chirp_length
+    width = 4 * (n - 1)
+    spec = _chirp_spectrum(plan, dtype)  # (n - 1, L)
+    pj, pm = _chirp_phases(plan, width, dtype)
+    north = jnp.swapaxes(g[:, :, : n - 1], 1, 2)  # (ncomp, n - 1, nm)
+    south = _flip(g[:, :, 3 * n :]).swapaxes(1, 2)
+    caps = jnp.stack([north, south], axis=1) * pm  # (ncomp, 2, n - 1, nm)
+    a = jnp.fft.fft(caps, n=L, axis=-1)
+    y = jnp.fft.ifft(a * spec, axis=-1)[..., :width] * pj
+    y = y.real.astype(dtype).reshape(g.shape[0], 2, -1)
+    ni, si = _cap_indices(plan)
+    return jnp.concatenate([y[:, 0][:, ni], equator, y[:, 1][:, si]], axis=1)
+
+
+def _rings_adjoint(plan: _Plan, maps, dtype):
+    """The adjoint of `_rings_synthesis`: (ncomp, npix) -> (ncomp, nm, 4 nside - 1)."""
+    n, nm = plan.nside, plan.nm
+    cdtype = _complex_dtype(dtype)
+    big = 4 * n
+    cap = 2 * n * (n - 1)
+    ncomp = maps.shape[0]
+    eq = maps[:, cap : cap + (2 * n + 1) * big].reshape(ncomp, 2 * n + 1, big)
+    f = jnp.fft.rfft(eq, axis=-1)  # (ncomp, rings, N/2 + 1)
+    m = np.arange(nm)
+    k = m % big
+    mirrored = k > big // 2
+    vals = f[..., np.where(mirrored, big - k, k)]
+    vals = jnp.where(jnp.asarray(mirrored), jnp.conj(vals), vals)
+    r = np.arange(n - 1, 3 * n)
+    shifted = (r + 1 - n) % 2 == 0
+    half = _phase(jnp.asarray(np.where(shifted[:, None], m[None, :], 0) % (2 * big)), 2 * big, dtype)
+    equator = jnp.swapaxes(vals * jnp.conj(half).astype(cdtype), 1, 2)  # (ncomp, nm, rings)
+    if n == 1:
+        return equator
+    L = plan.chirp_length
+    width = 4 * (n - 1)
+    spec = _chirp_spectrum(plan, dtype)
+    pj, pm = _chirp_phases(plan, width, dtype)
+    ni, si = _cap_indices(plan)
+    size = (n - 1) * width
+    north = jnp.zeros((ncomp, size), dtype).at[:, ni].set(maps[:, :cap], unique_indices=True)
+    south = jnp.zeros((ncomp, size), dtype).at[:, si].set(maps[:, cap + (2 * n + 1) * big :], unique_indices=True)
+    y = jnp.stack([north, south], axis=1).reshape(ncomp, 2, n - 1, width)
+    a = jnp.fft.fft(y * jnp.conj(pj), n=L, axis=-1)
+    conv = jnp.fft.ifft(a * jnp.conj(spec), axis=-1)[..., :nm] * jnp.conj(pm)
+    north_g = jnp.swapaxes(conv[:, 0], 1, 2)
+    south_g = _flip(jnp.swapaxes(conv[:, 1], 1, 2))
+    return jnp.concatenate([north_g, equator, south_g], axis=2).astype(cdtype)
+
+
+# --- the transforms -------------------------------------------------------------------
+
+
+def synthesis(x, nside: int, lmax: int, mmax: int, spin: int):
+    """Real alm layout (ncomp, nreal) -> map (ncomp, 12 nside**2), in x's dtype."""
+    plan = _plan(int(nside), int(lmax), int(mmax), int(spin))
+    dtype = _real_dtype(x.dtype)
+    g = _fourier_of(plan, x.astype(dtype), dtype)
+    return _rings_synthesis(plan, g, dtype)
+
+
+def adjoint_synthesis(maps, nside: int, lmax: int, mmax: int, spin: int):
+    """The transpose of `synthesis`: map (ncomp, 12 nside**2) -> real alm layout."""
+    plan = _plan(int(nside), int(lmax), int(mmax), int(spin))
+    dtype = _real_dtype(maps.dtype)
+    g = _rings_adjoint(plan, maps.astype(dtype), dtype)
+    return _fourier_adjoint(plan, g, dtype)
+
+
+def tied_synthesis(x, nside: int, lmax: int, mmax: int, spin: int):
+    """`synthesis`, whose transpose (``jax.linear_transpose``, the VJP) is
+    `adjoint_synthesis` and whose JVP is itself, to any order, under ``vmap`` too.
+
+    JAX would transpose the recurrence's scan by storing every step's values (lmax times
+    the map's memory). ``lax.custom_linear_solve`` is JAX's linear function with a given
+    transpose: it returns ``solve(b)`` and transposes to ``transpose_solve``, neither
+    differentiated through. Its solution has b's shape, so both sides are flattened and
+    padded to one length; the "matrix" it would invert is the identity, never used (no
+    derivative with respect to it is taken).
+    """
+    plan = _plan(int(nside), int(lmax), int(mmax), int(spin))
+    n_in, n_out = plan.ncomp * plan.nreal, plan.ncomp * plan.npix
+    size = max(n_in, n_out)
+    args = dict(nside=nside, lmax=lmax, mmax=mmax, spin=spin)
+
+    def forward(_, v):
+        y = synthesis(v[:n_in].reshape(plan.ncomp, plan.nreal), **args)
+        return jnp.pad(y.reshape(-1), (0, size - n_out))
+
+    def backward(_, v):
+        a = adjoint_synthesis(v[:n_out].reshape(plan.ncomp, plan.npix), **args)
+        return jnp.pad(a.reshape(-1), (0, size - n_in))
+
+    b = jnp.pad(x.reshape(-1), (0, size - n_in))
+    y = lax.custom_linear_solve(lambda v: v, b, forward, backward)
+    return y[:n_out].reshape(plan.ncomp, plan.npix)
