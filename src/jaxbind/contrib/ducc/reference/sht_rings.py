@@ -78,8 +78,12 @@ def healpix_rings(nside):
 # mantissa that grows past 2**(K - T) is divided by 2**K; a value with scale < 0 is below
 # 2**-T, negligible (and counted as 0).
 _RANGE = {np.dtype(np.float64): (600, 70), np.dtype(np.float32): (96, 36)}
-# Steps per block of the triangle (a block ends where the m it covers shrinks by this).
-_BLOCKS = 8
+# The recurrences run tile by tile: up to _TILE elements (m x rings; the state and the sums
+# of a tile stay in the core's cache), _UNROLL steps per loop iteration (XLA fuses them
+# into one pass over the tile).
+_TILE = 16384
+_TILE_M = 128
+_UNROLL = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,21 +117,34 @@ class _Plan:
 
     @property
     def steps(self) -> int:
-        """Steps of the recurrence (k = 0 .. steps - 1), rounded up to even."""
+        """Steps of the recurrence (k = 0 .. steps - 1, l = start + k), rounded up to a
+        whole number of loop iterations."""
         k = self.lmax - self.spin + 1
-        return k + k % 2
+        return -(-k // _UNROLL) * _UNROLL
+
+    @property
+    def nrings(self) -> int:
+        """Rings the recurrence runs on: the northern ones and the equator for spin 0,
+        all of them otherwise."""
+        return 2 * self.nside if self.spin == 0 else 4 * self.nside - 1
 
     @functools.cached_property
-    def blocks(self) -> tuple[tuple[int, int, int], ...]:
-        """(first step, end step, number of m) per block: the m with an l <= lmax in the
-        block's first step; each block's steps even in number."""
-        steps, out = self.steps, []
-        size = max(2, 2 * (-(-steps // (2 * _BLOCKS))))
-        for k0 in range(0, steps, size):
-            k1 = min(steps, k0 + size)
-            alive = int(np.sum(self.start + k0 <= self.lmax))
-            out.append((k0, k1, max(alive, 1)))
-        return tuple(out)
+    def tiles(self) -> tuple[int, int, int, int]:
+        """(m per tile, rings per tile, tiles along m, tiles along the rings)."""
+        n_m = -(-self.nm // _TILE_M)
+        tile_m = -(-self.nm // n_m)
+        n_r = -(-self.nrings * tile_m // _TILE)
+        tile_r = -(-self.nrings // n_r)
+        return tile_m, tile_r, n_m, n_r
+
+    @functools.cached_property
+    def iterations(self) -> np.ndarray:
+        """Loop iterations per tile along m: until its first m (the most steps) passes
+        lmax (the triangle l >= m, up to a tile)."""
+        tile_m, _, n_m, _ = self.tiles
+        first = np.minimum(np.arange(n_m) * tile_m, self.mmax)
+        k = self.lmax - self.start[first] + 1
+        return -(-k // _UNROLL)
 
     @functools.cached_property
     def base(self) -> np.ndarray:
@@ -240,120 +257,166 @@ def _seeds(plan: _Plan, dtype):
     return jnp.concatenate([mant[None], mants]), jnp.concatenate([scale[None], scales])
 
 
-def _coefficients(plan: _Plan, k, nm: int, dtype):
-    """(A, G, B) at step k, per m < nm: ``next = (A z - G) now - B before``, where now is
-    the value at l = start + k (normalized: sqrt((2l+1)/(4 pi)) d^l_{m,s})."""
-    m = jnp.arange(nm, dtype=dtype)
+def _recurrence_tables(plan: _Plan, nm: int, dtype):
+    """(A, G, B), each (steps, nm): ``next = (A z - G) now - B before`` at step k, where
+    now is the function at l = start + k, normalized (``sqrt((2l+1)/(4 pi)) d^l_{m,s}``).
+    Zero for the m >= plan.nm that pad a tile (their functions stay 0)."""
+    k = jnp.arange(plan.steps, dtype=dtype)[:, None]
+    m = jnp.arange(nm, dtype=dtype)[None, :]
     s = float(plan.spin)
-    ell = jnp.asarray(plan.start[:nm], dtype) + k.astype(dtype)
+    start = np.zeros(nm)
+    start[: plan.nm] = plan.start
+    ell = jnp.asarray(start, dtype)[None, :] + k
     if plan.spin == 0:
         a = jnp.sqrt((4 * (ell + 1) ** 2 - 1) / ((ell + 1) ** 2 - m * m))
         b = a * jnp.sqrt(jnp.maximum(ell * ell - m * m, 0) / (4 * ell * ell - 1))
-        return a, jnp.zeros_like(a), b
-    d_next = jnp.sqrt(((ell + 1) ** 2 - m * m) * ((ell + 1) ** 2 - s * s))
-    d_now = jnp.sqrt(jnp.maximum((ell * ell - m * m) * (ell * ell - s * s), 0))
-    root = jnp.sqrt((2 * ell + 3) * (2 * ell + 1))
-    a = root * (ell + 1) / d_next
-    g = root * m * s / (ell * d_next)
-    b = jnp.sqrt((2 * ell + 3) / (2 * ell - 1)) * (ell + 1) * d_now / (ell * d_next)
-    return a, g, b
+        g = jnp.zeros_like(a)
+    else:
+        d_next = jnp.sqrt(((ell + 1) ** 2 - m * m) * ((ell + 1) ** 2 - s * s))
+        d_now = jnp.sqrt(jnp.maximum((ell * ell - m * m) * (ell * ell - s * s), 0))
+        root = jnp.sqrt((2 * ell + 3) * (2 * ell + 1))
+        a = root * (ell + 1) / d_next
+        g = root * m * s / (ell * d_next)
+        b = jnp.sqrt((2 * ell + 3) / (2 * ell - 1)) * (ell + 1) * d_now / (ell * d_next)
+    real = jnp.asarray(np.arange(nm) < plan.nm)[None, :]
+    return tuple(jnp.where(real, t, 0) for t in (a, g, b))
 
 
-def _advance(plan, k, z, before, now, nm, dtype):
-    a, g, b = _coefficients(plan, k, nm, dtype)
-    return (a[:, None] * z - g[:, None]) * now - b[:, None] * before
+def _tile_inputs(plan: _Plan, dtype):
+    """What every tile slices: z per ring, the seeds (mantissa, scale) and the recurrence's
+    tables, padded to whole tiles."""
+    tile_m, tile_r, n_m, n_r = plan.tiles
+    nm, nr = tile_m * n_m, tile_r * n_r
+    z = jnp.pad(jnp.asarray(plan.rings["z"], dtype), (0, nr - plan.nrings))
+    pad = ((0, nm - plan.nm), (0, nr - plan.nrings))
+    mant, scale = (jnp.pad(a, pad) for a in _seeds(plan, dtype))
+    return z, mant, scale, _recurrence_tables(plan, nm, dtype)
 
 
-def _rescale(before, now, scale, dtype):
+def _chain(p, q, tables, u, z):
+    """The function one step on: ``(A z - G) q - B p`` with row u of the tiles' tables."""
+    a, g, b = (t[u][:, None] for t in tables)
+    return (a * z - g) * q - b * p
+
+
+def _finish(p, q, scale, dtype):
+    """After an iteration: values grown past 2**(K - T) (below the range when it began)
+    divided by 2**K, their exponent raised."""
     big, tail = _RANGE[dtype]
-    grown = jnp.abs(now) > 2.0 ** (big - tail)
+    grown = jnp.abs(q) > 2.0 ** (big - tail)
     f = jnp.where(grown, dtype.type(2.0**-big), dtype.type(1.0))
-    return before * f, now * f, scale + grown.astype(dtype)
+    return p * f, q * f, scale + grown.astype(dtype)
+
+
+def _factor(scale, dtype):
+    """2**(K scale) for this iteration's terms: 1, 2**-K, or 0 (scale <= -2: below
+    2**(2 T - 2 K) of the largest values, far below rounding)."""
+    big, _ = _RANGE[dtype]
+    return jnp.where(scale == 0, 1.0, jnp.where(scale == -1, 2.0**-big, 0.0)).astype(dtype)
 
 
 def _legendre_sums(plan: _Plan, coeffs, dtype):
     """Per m and ring of the recurrence, the sums over l of the function times each of
-    `coeffs` (a list of (steps, nm) real arrays, coefficient [k, m] at l = start[m] + k,
-    zero beyond lmax), the even steps' apart from the odd ones': two lists of (nm, rings)."""
-    z = jnp.asarray(plan.rings["z"], dtype)[None, :]
-    mant, scale = _seeds(plan, dtype)
-    before = jnp.zeros_like(mant)
-    n = len(coeffs)
-    even = [jnp.zeros_like(mant) for _ in range(n)]
-    odd = [jnp.zeros_like(mant) for _ in range(n)]
-    done_even, done_odd = [[] for _ in range(n)], [[] for _ in range(n)]
-    nm = plan.nm
+    `coeffs` (complex (steps, nm) arrays, coefficient [k, m] at l = start[m] + k, zero
+    beyond lmax), over the even steps and over the odd ones: two lists of complex
+    (nm, nrings) arrays."""
+    tile_m, tile_r, n_m, n_r = plan.tiles
+    z, mant, scale, tables = _tile_inputs(plan, dtype)
+    coeffs = [jnp.pad(c, ((0, 0), (0, tile_m * n_m - plan.nm))) for c in coeffs]
+    iterations = jnp.asarray(plan.iterations, jnp.int32)
+    cdtype = _complex_dtype(dtype)
 
-    def body(carry, xs):
-        before, now, scale, even, odd = carry
-        k, c0, c1 = xs
-        live = (scale == 0).astype(dtype)
-        v = now * live
-        even = [e + v * c[:, None] for e, c in zip(even, c0)]
-        after = _advance(plan, k, z, before, now, now.shape[0], dtype)
-        v = after * live
-        odd = [o + v * c[:, None] for o, c in zip(odd, c1)]
-        later = _advance(plan, k + 1, z, now, after, now.shape[0], dtype)
-        after, later, scale = _rescale(after, later, scale, dtype)
-        return (after, later, scale, even, odd), None
+    def tile(index):
+        i, j = index // n_r, index % n_r
+        m0, r0 = i * tile_m, j * tile_r
+        zc = lax.dynamic_slice(z, (r0,), (tile_r,))[None, :]
 
-    for k0, k1, alive in plan.blocks:
-        if alive < nm:  # the m >= alive are complete: set them aside
-            for i in range(n):
-                done_even[i].append(even[i][alive:])
-                done_odd[i].append(odd[i][alive:])
-            before, mant, scale = before[:alive], mant[:alive], scale[:alive]
-            even = [e[:alive] for e in even]
-            odd = [o[:alive] for o in odd]
-            nm = alive
-        ks = jnp.arange(k0, k1, 2)
-        c0 = [c[k0:k1:2, :nm] for c in coeffs]
-        c1 = [c[k0 + 1 : k1 : 2, :nm] for c in coeffs]
-        (before, mant, scale, even, odd), _ = lax.scan(
-            body, (before, mant, scale, even, odd), (ks, c0, c1)
-        )
-    even = [jnp.concatenate([e, *reversed(d)]) for e, d in zip(even, done_even)]
-    odd = [jnp.concatenate([o, *reversed(d)]) for o, d in zip(odd, done_odd)]
-    return even, odd
+        def iteration(it, carry):
+            before, now, scale, even, odd = carry
+            k0 = it * _UNROLL
+            rows = [lax.dynamic_slice(t, (k0, m0), (_UNROLL, tile_m)) for t in tables]
+            cs = [lax.dynamic_slice(c, (k0, m0), (_UNROLL, tile_m)) for c in coeffs]
+            sums: list[list] = [[0.0, 0.0] for _ in cs]
+            p, q = before, now
+            for u in range(_UNROLL):
+                for n, c in enumerate(cs):
+                    sums[n][u % 2] = sums[n][u % 2] + q * c[u][:, None]
+                p, q = q, _chain(p, q, rows, u, zc)
+            f = _factor(scale, dtype)
+            even = [e + f * t[0] for e, t in zip(even, sums)]
+            odd = [o + f * t[1] for o, t in zip(odd, sums)]
+            return (*_finish(p, q, scale, dtype), even, odd)
+
+        start = [lax.dynamic_slice(a, (m0, r0), (tile_m, tile_r)) for a in (mant, scale)]
+        zeros = jnp.zeros((tile_m, tile_r), cdtype)
+        carry = (jnp.zeros_like(start[0]), *start, [zeros] * len(coeffs), [zeros] * len(coeffs))
+        out = lax.fori_loop(jnp.int32(0), iterations[i], iteration, carry)
+        return out[3], out[4]
+
+    even, odd = lax.map(tile, jnp.arange(n_m * n_r, dtype=jnp.int32))
+
+    def whole(t):  # (tiles, tile_m, tile_r) -> (nm, nrings)
+        t = t.reshape(n_m, n_r, tile_m, tile_r).transpose(0, 2, 1, 3)
+        return t.reshape(n_m * tile_m, n_r * tile_r)[: plan.nm, : plan.nrings]
+
+    return [whole(e) for e in even], [whole(o) for o in odd]
 
 
 def _legendre_adjoint_sums(plan: _Plan, weights_even, weights_odd, dtype):
-    """The adjoint of `_legendre_sums`: per step k and m, the sum over rings of the
-    function times ``weights_even[i]`` (k even) or ``weights_odd[i]`` (k odd), each
-    (nm, rings): a list of (steps, nm) arrays."""
-    z = jnp.asarray(plan.rings["z"], dtype)[None, :]
-    mant, scale = _seeds(plan, dtype)
-    before = jnp.zeros_like(mant)
-    out: list[list] = [[] for _ in weights_even]
-    nm = plan.nm
+    """The adjoint of `_legendre_sums`, for real weights: per step k and m, the sum over
+    rings of the function times each of ``weights_even`` (k even) or ``weights_odd`` (k
+    odd), real (nm, nrings) arrays: a list of real (steps, nm) arrays."""
+    tile_m, tile_r, n_m, n_r = plan.tiles
+    z, mant, scale, tables = _tile_inputs(plan, dtype)
+    pad = ((0, tile_m * n_m - plan.nm), (0, tile_r * n_r - plan.nrings))
+    w_even = [jnp.pad(w, pad) for w in weights_even]
+    w_odd = [jnp.pad(w, pad) for w in weights_odd]
+    n = len(w_even)
+    iterations = jnp.asarray(plan.iterations, jnp.int32)
 
-    def body(carry, k, w0, w1):
-        before, now, scale = carry
-        live = (scale == 0).astype(dtype)
-        v = now * live
-        y0 = [jnp.sum(v * w, axis=1) for w in w0]
-        after = _advance(plan, k, z, before, now, now.shape[0], dtype)
-        v = after * live
-        y1 = [jnp.sum(v * w, axis=1) for w in w1]
-        later = _advance(plan, k + 1, z, now, after, now.shape[0], dtype)
-        after, later, scale = _rescale(after, later, scale, dtype)
-        return (after, later, scale), (y0, y1)
+    def m_tile(i):
+        m0 = i * tile_m
 
-    for k0, k1, alive in plan.blocks:
-        if alive < nm:
-            before, mant, scale = before[:alive], mant[:alive], scale[:alive]
-            nm = alive
-        w0 = [w[:nm] for w in weights_even]
-        w1 = [w[:nm] for w in weights_odd]
-        (before, mant, scale), (y0, y1) = lax.scan(
-            functools.partial(body, w0=w0, w1=w1),
-            (before, mant, scale),
-            jnp.arange(k0, k1, 2),
-        )
-        for i in range(len(out)):  # interleave the even and odd steps: (k1 - k0, nm)
-            y = jnp.stack([y0[i], y1[i]], axis=1).reshape(k1 - k0, nm)
-            out[i].append(jnp.pad(y, ((0, 0), (0, plan.nm - nm))))
-    return [jnp.concatenate(o) for o in out]
+        def ring_tile(j, outs):
+            r0 = j * tile_r
+            zc = lax.dynamic_slice(z, (r0,), (tile_r,))[None, :]
+            cut = [lax.dynamic_slice(a, (m0, r0), (tile_m, tile_r)) for a in (mant, scale)]
+            we = [lax.dynamic_slice(w, (m0, r0), (tile_m, tile_r)) for w in w_even]
+            wo = [lax.dynamic_slice(w, (m0, r0), (tile_m, tile_r)) for w in w_odd]
+
+            def iteration(it, carry):
+                before, now, scale, outs = carry
+                k0 = it * _UNROLL
+                rows = [lax.dynamic_slice(t, (k0, m0), (_UNROLL, tile_m)) for t in tables]
+                f = _factor(scale, dtype)
+                terms = []
+                p, q = before, now
+                for u in range(_UNROLL):
+                    v = q * f
+                    terms += [v * w for w in (we if u % 2 == 0 else wo)]
+                    p, q = q, _chain(p, q, rows, u, zc)
+                # one pass over the tile for every step's sums (a variadic reduction)
+                zero = jnp.zeros((), dtype)
+                ys = lax.reduce(
+                    tuple(terms),
+                    (zero,) * len(terms),
+                    lambda a, b: tuple(x + y for x, y in zip(a, b)),
+                    (1,),
+                )
+                y = jnp.stack(ys).reshape(_UNROLL, n, tile_m)
+                zero_i = jnp.zeros((), jnp.int32)
+                old = lax.dynamic_slice(outs, (k0, zero_i, zero_i), (_UNROLL, n, tile_m))
+                outs = lax.dynamic_update_slice(outs, old + y, (k0, zero_i, zero_i))
+                return (*_finish(p, q, scale, dtype), outs)
+
+            carry = (jnp.zeros_like(cut[0]), *cut, outs)
+            return lax.fori_loop(jnp.int32(0), iterations[i], iteration, carry)[3]
+
+        return lax.fori_loop(jnp.int32(0), jnp.int32(n_r), ring_tile, jnp.zeros((plan.steps, n, tile_m), dtype))
+
+    outs = lax.map(m_tile, jnp.arange(n_m, dtype=jnp.int32))  # (n_m, steps, n, tile_m)
+    outs = outs.transpose(2, 1, 0, 3).reshape(n, plan.steps, n_m * tile_m)[..., : plan.nm]
+    return list(outs)
 
 
 # --- the real alm layout, per step and m --------------------------------------------
@@ -422,29 +485,24 @@ def _pick(plan, even, odd):
 def _fourier_of(plan: _Plan, x, dtype):
     """Legendre stage of the synthesis: (ncomp, nreal) -> (ncomp, nm, 4 nside - 1) complex
     Fourier coefficients G, the map on ring r being Re sum_m G[m, r] e^{i m phi}."""
-    coeffs = _coefficients_of(plan, x, dtype)
+    coeffs = [re + 1j * im for re, im in _coefficients_of(plan, x, dtype)]
     cdtype = _complex_dtype(dtype)
     n = plan.nside
     if plan.spin == 0:
-        (xr, xi) = coeffs[0]
-        even, odd = _legendre_sums(plan, [xr, xi], dtype)
-        north = (even[0] + odd[0]) + 1j * (even[1] + odd[1])
-        south = (even[0] - odd[0]) + 1j * (even[1] - odd[1])
+        (even,), (odd,) = _legendre_sums(plan, coeffs, dtype)
+        north, south = even + odd, even - odd
         g = jnp.concatenate([north, _flip(south[:, : 2 * n - 1])], axis=1)
         return g.astype(cdtype)[None]
-    (er, ei), (br, bi) = coeffs
-    even, odd = _legendre_sums(plan, [er, ei, br, bi], dtype)
-    sums = []
+    even, odd = _legendre_sums(plan, coeffs, dtype)
+    f1, f2 = [], []
     for e, o in zip(even, odd):
         pe, po = _pick(plan, e, o)
         minus = pe + po  # sum of d^l_{m,s} times the coefficient, on each ring
         plus = _flip(pe - po)  # sum of (-1)^s d^l_{m,-s} times it
-        sums.append((plus + minus, plus - minus))  # F1, F2 parts
-    (f1er, f2er), (f1ei, f2ei), (f1br, f2br), (f1bi, f2bi) = sums
-    f1e, f2e = f1er + 1j * f1ei, f2er + 1j * f2ei
-    f1b, f2b = f1br + 1j * f1bi, f2br + 1j * f2bi
-    q = -f1e - 1j * f2b
-    u = 1j * f2e - f1b
+        f1.append(plus + minus)
+        f2.append(plus - minus)
+    q = -f1[0] - 1j * f2[1]
+    u = 1j * f2[0] - f1[1]
     return jnp.stack([q, u]).astype(cdtype)
 
 
