@@ -179,10 +179,18 @@ class _Plan:
         south = (north < n) & (i > 2 * n)
         one_minus, one_plus = np.where(south, one_plus, one_minus), np.where(south, one_minus, one_plus)
         z = (one_plus - one_minus) / 2
-        if self.spin == 0:
-            keep = slice(0, 2 * n)
-            z, one_minus, one_plus = z[keep], one_minus[keep], one_plus[keep]
-        return dict(z=z, cos=np.sqrt(one_plus / 2), sin=np.sqrt(one_minus / 2))
+        # z as pole - t, t exact to rounding: near a pole z itself has lost the digits of
+        # theta (one rounding of z moves the functions by l^2 / 2 units there)
+        pole = np.where(north < n, np.where(south, -1.0, 1.0), 0.0)
+        t = np.where(north < n, np.where(south, -one_plus, one_minus), -z)
+        keep = slice(0, 2 * n if self.spin == 0 else 4 * n - 1)
+        return dict(
+            z=z[keep],
+            pole=pole[keep],
+            t=t[keep],
+            cos=np.sqrt(one_plus / 2)[keep],
+            sin=np.sqrt(one_minus / 2)[keep],
+        )
 
     @functools.cached_property
     def chirp_length(self) -> int:
@@ -283,20 +291,24 @@ def _recurrence_tables(plan: _Plan, nm: int, dtype):
 
 
 def _tile_inputs(plan: _Plan, dtype):
-    """What every tile slices: z per ring, the seeds (mantissa, scale) and the recurrence's
-    tables, padded to whole tiles."""
+    """What every tile slices: the rings' (pole, t) (z = pole - t), the seeds (mantissa,
+    scale) and the recurrence's tables, padded to whole tiles."""
     tile_m, tile_r, n_m, n_r = plan.tiles
     nm, nr = tile_m * n_m, tile_r * n_r
-    z = jnp.pad(jnp.asarray(plan.rings["z"], dtype), (0, nr - plan.nrings))
+    rings = jnp.stack(
+        [jnp.pad(jnp.asarray(plan.rings[k], dtype), (0, nr - plan.nrings)) for k in ("pole", "t")]
+    )
     pad = ((0, nm - plan.nm), (0, nr - plan.nrings))
     mant, scale = (jnp.pad(a, pad) for a in _seeds(plan, dtype))
-    return z, mant, scale, _recurrence_tables(plan, nm, dtype)
+    return rings, mant, scale, _recurrence_tables(plan, nm, dtype)
 
 
-def _chain(p, q, tables, u, z):
-    """The function one step on: ``(A z - G) q - B p`` with row u of the tiles' tables."""
+def _chain(p, q, tables, u, rings):
+    """The function one step on: ``(A z - G) q - B p`` with row u of the tiles' tables, z
+    as pole - t (rings: (pole, t), each (1, rings))."""
     a, g, b = (t[u][:, None] for t in tables)
-    return (a * z - g) * q - b * p
+    pole, t = rings
+    return a * (pole * q - t * q) - g * q - b * p
 
 
 def _finish(p, q, scale, dtype):
@@ -321,7 +333,7 @@ def _legendre_sums(plan: _Plan, coeffs, dtype):
     beyond lmax), over the even steps and over the odd ones: two lists of complex
     (nm, nrings) arrays."""
     tile_m, tile_r, n_m, n_r = plan.tiles
-    z, mant, scale, tables = _tile_inputs(plan, dtype)
+    rings, mant, scale, tables = _tile_inputs(plan, dtype)
     coeffs = [jnp.pad(c, ((0, 0), (0, tile_m * n_m - plan.nm))) for c in coeffs]
     iterations = jnp.asarray(plan.iterations, jnp.int32)
     cdtype = _complex_dtype(dtype)
@@ -329,7 +341,7 @@ def _legendre_sums(plan: _Plan, coeffs, dtype):
     def tile(index):
         i, j = index // n_r, index % n_r
         m0, r0 = i * tile_m, j * tile_r
-        zc = lax.dynamic_slice(z, (r0,), (tile_r,))[None, :]
+        zc = lax.dynamic_slice(rings, (jnp.int32(0), r0), (2, tile_r))[:, None, :]
 
         def iteration(it, carry):
             before, now, scale, even, odd = carry
@@ -367,7 +379,7 @@ def _legendre_adjoint_sums(plan: _Plan, weights_even, weights_odd, dtype):
     rings of the function times each of ``weights_even`` (k even) or ``weights_odd`` (k
     odd), real (nm, nrings) arrays: a list of real (steps, nm) arrays."""
     tile_m, tile_r, n_m, n_r = plan.tiles
-    z, mant, scale, tables = _tile_inputs(plan, dtype)
+    rings, mant, scale, tables = _tile_inputs(plan, dtype)
     pad = ((0, tile_m * n_m - plan.nm), (0, tile_r * n_r - plan.nrings))
     w_even = [jnp.pad(w, pad) for w in weights_even]
     w_odd = [jnp.pad(w, pad) for w in weights_odd]
@@ -379,7 +391,7 @@ def _legendre_adjoint_sums(plan: _Plan, weights_even, weights_odd, dtype):
 
         def ring_tile(j, outs):
             r0 = j * tile_r
-            zc = lax.dynamic_slice(z, (r0,), (tile_r,))[None, :]
+            zc = lax.dynamic_slice(rings, (jnp.int32(0), r0), (2, tile_r))[:, None, :]
             cut = [lax.dynamic_slice(a, (m0, r0), (tile_m, tile_r)) for a in (mant, scale)]
             we = [lax.dynamic_slice(w, (m0, r0), (tile_m, tile_r)) for w in w_even]
             wo = [lax.dynamic_slice(w, (m0, r0), (tile_m, tile_r)) for w in w_odd]
