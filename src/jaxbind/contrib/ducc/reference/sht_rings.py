@@ -546,50 +546,51 @@ def _fourier_adjoint(plan: _Plan, g, dtype):
 # --- ring stage: Fourier coefficients <-> pixels --------------------------------------
 
 
-def _phase(q, n2, dtype):
-    """exp(2 pi i q / n2) for integers q (traced or static) and n2 (static), broadcast."""
-    angle = (jnp.asarray(q) % jnp.asarray(n2)).astype(dtype) * jnp.asarray(2 * np.pi / np.asarray(n2), dtype)
-    return lax.complex(jnp.cos(angle), jnp.sin(angle))
-
-
-def _squares_mod(n, n2):
-    """``n**2 mod n2`` for static integer arrays n, n2 (NumPy, broadcast): computed in
-    the program from their small factors, in int32 while that cannot overflow, else
-    (grids of nside > 5792) by NumPy at trace time."""
-    if int(np.max(n2)) < 46340:
-        r = jnp.asarray(n, jnp.int32) % jnp.asarray(n2, jnp.int32)
-        return (r * r) % jnp.asarray(n2, jnp.int32)
-    r = np.asarray(n, np.int64) % np.asarray(n2, np.int64)
-    return jnp.asarray((r * r) % np.asarray(n2, np.int64))
-
-
 def _polar_lengths(plan: _Plan) -> np.ndarray:
     """The pixels of each polar ring pair t = 0 .. nside - 2: 4 (t + 1)."""
     return 4 * (np.arange(plan.nside - 1) + 1)
 
 
-def _chirp_spectrum(plan: _Plan, dtype):
-    """FFT of the chirp exp(-i pi n^2 / N) on n in [-(nm - 1), N - 1] (at n mod L), per
-    polar ring length N: (nside - 1, L) complex."""
+def _unit(q, n2):
+    """exp(2 pi i q / n2), for integers q and n2 (NumPy, broadcast; q reduced exactly)."""
+    angle = (np.asarray(q, np.int64) % n2) * (2 * np.pi / n2)
+    return np.cos(angle) + 1j * np.sin(angle)
+
+
+@functools.lru_cache(maxsize=8)
+def _chirps(plan: _Plan, dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The chirp-z transforms' constants per polar ring length N (NumPy, computed once at
+    trace time; together about 3 x (nside - 1) x (4 nside + nm) numbers):
+
+    - the FFT (length L) of exp(-i pi n^2 / N) on n in [-(nm - 1), N - 1] (at n mod L),
+      (nside - 1, L);
+    - exp(i pi j^2 / N) for j < 4 (nside - 1), (nside - 1, 4 (nside - 1));
+    - exp(i pi (m^2 + m) / N) for m < nm (the ring's half-pixel shift included),
+      (nside - 1, nm).
+    """
     L = plan.chirp_length
-    twice = 2 * _polar_lengths(plan)[:, None]
-    pos = np.arange(L)
+    twice = 2 * _polar_lengths(plan)[:, None].astype(np.int64)
+    pos = np.arange(L, dtype=np.int64)
     n = np.where(pos >= L - (plan.nm - 1), pos - L, pos)[None, :]
     keep = (n <= twice // 2 - 1) & (n >= -(plan.nm - 1))
-    b = jnp.conj(_phase(_squares_mod(n, twice), twice, dtype))
-    b = jnp.where(jnp.asarray(keep), b, 0)
-    return jnp.fft.fft(b, axis=-1)
+    spectrum = np.fft.fft(np.where(keep, np.conj(_unit(n * n, twice)), 0), axis=-1)
+    j = np.arange(4 * (plan.nside - 1), dtype=np.int64)[None, :]
+    m = np.arange(plan.nm, dtype=np.int64)[None, :]
+    cdtype = _complex_dtype(dtype)
+    return (
+        spectrum.astype(cdtype),
+        _unit(j * j, twice).astype(cdtype),
+        _unit(m * m + m, twice).astype(cdtype),
+    )
 
 
-def _chirp_phases(plan: _Plan, count: int, dtype):
-    """exp(i pi j^2 / N) (j < count) and exp(i pi (m^2 + m) / N) (m < nm) per polar ring
-    length N: (nside - 1, count), (nside - 1, nm)."""
-    twice = 2 * _polar_lengths(plan)[:, None]
-    j = np.arange(count)[None, :]
-    m = np.arange(plan.nm)[None, :]
-    pj = _phase(_squares_mod(j, twice), twice, dtype)
-    pm = _phase(_squares_mod(m, twice) + jnp.asarray(m % twice, jnp.int32), twice, dtype)
-    return pj, pm
+def _equator_shift(plan: _Plan, c, sign: int, dtype):
+    """c (..., rings, nm) on the equatorial rings, times exp(sign i m pi / (4 nside)) on
+    the rings that start half a pixel east."""
+    n = plan.nside
+    row = _unit(sign * np.arange(plan.nm), 8 * n).astype(_complex_dtype(dtype))
+    shifted = (np.arange(n - 1, 3 * n) + 1 - n) % 2 == 0
+    return jnp.where(jnp.asarray(shifted)[:, None], c * row, c)
 
 
 def _ring_of(p):
@@ -616,6 +617,20 @@ def _cap_indices(plan: _Plan):
     return north, south
 
 
+def _cap_positions(plan: _Plan):
+    """The inverse of `_cap_indices`: per (t, j) of the (nside - 1, 4 (nside - 1)) array of
+    polar rings, the pixel of the north cap and of the south cap (2 nside (nside - 1):
+    none, j >= 4 (t + 1))."""
+    n = plan.nside
+    cap = 2 * n * (n - 1)
+    t = jnp.arange(n - 1, dtype=jnp.int32)[:, None]
+    j = jnp.arange(4 * (n - 1), dtype=jnp.int32)[None, :]
+    inside = j < 4 * (t + 1)
+    north = jnp.where(inside, 2 * t * (t + 1) + j, cap)
+    south = jnp.where(inside, cap - 1 - (2 * t * (t + 1) + 4 * (t + 1) - 1 - j), cap)
+    return north, south
+
+
 def _rings_synthesis(plan: _Plan, g, dtype):
     """(ncomp, nm, 4 nside - 1) complex Fourier coefficients -> (ncomp, npix) map."""
     n, nm = plan.nside, plan.nm
@@ -623,11 +638,7 @@ def _rings_synthesis(plan: _Plan, g, dtype):
     # equatorial rings nside - 1 .. 3 nside - 1: fold m mod N, Hermitian half, irfft
     big = 4 * n
     eq = g[:, :, n - 1 : 3 * n]  # (ncomp, nm, 2n + 1)
-    r = np.arange(n - 1, 3 * n)
-    shifted = (r + 1 - n) % 2 == 0
-    m = np.arange(nm)
-    half = _phase(jnp.asarray(np.where(shifted[:, None], m[None, :], 0) % (2 * big)), 2 * big, dtype)
-    c = jnp.swapaxes(eq, 1, 2) * half.astype(cdtype)  # (ncomp, rings, nm)
+    c = _equator_shift(plan, jnp.swapaxes(eq, 1, 2), 1, dtype)  # (ncomp, rings, nm)
     folds = -(-nm // big)
     c = jnp.pad(c, ((0, 0), (0, 0), (0, folds * big - nm)))
     b = c.reshape(c.shape[:2] + (folds, big)).sum(axis=2)  # (ncomp, rings, N)
@@ -640,8 +651,7 @@ def _rings_synthesis(plan: _Plan, g, dtype):
     # polar rings: chirp-z, y_j = sum_m c_m exp(i pi m (2j + 1) / N)
     L = plan.chirp_length
     width = 4 * (n - 1)
-    spec = _chirp_spectrum(plan, dtype)  # (n - 1, L)
-    pj, pm = _chirp_phases(plan, width, dtype)
+    spec, pj, pm = _chirps(plan, dtype)  # (n - 1, L), (n - 1, width), (n - 1, nm)
     north = jnp.swapaxes(g[:, :, : n - 1], 1, 2)  # (ncomp, n - 1, nm)
     south = _flip(g[:, :, 3 * n :]).swapaxes(1, 2)
     caps = jnp.stack([north, south], axis=1) * pm  # (ncomp, 2, n - 1, nm)
@@ -666,21 +676,16 @@ def _rings_adjoint(plan: _Plan, maps, dtype):
     mirrored = k > big // 2
     vals = f[..., np.where(mirrored, big - k, k)]
     vals = jnp.where(jnp.asarray(mirrored), jnp.conj(vals), vals)
-    r = np.arange(n - 1, 3 * n)
-    shifted = (r + 1 - n) % 2 == 0
-    half = _phase(jnp.asarray(np.where(shifted[:, None], m[None, :], 0) % (2 * big)), 2 * big, dtype)
-    equator = jnp.swapaxes(vals * jnp.conj(half).astype(cdtype), 1, 2)  # (ncomp, nm, rings)
+    equator = jnp.swapaxes(_equator_shift(plan, vals, -1, dtype), 1, 2)  # (ncomp, nm, rings)
     if n == 1:
         return equator
     L = plan.chirp_length
     width = 4 * (n - 1)
-    spec = _chirp_spectrum(plan, dtype)
-    pj, pm = _chirp_phases(plan, width, dtype)
-    ni, si = _cap_indices(plan)
-    size = (n - 1) * width
-    north = jnp.zeros((ncomp, size), dtype).at[:, ni].set(maps[:, :cap], unique_indices=True)
-    south = jnp.zeros((ncomp, size), dtype).at[:, si].set(maps[:, cap + (2 * n + 1) * big :], unique_indices=True)
-    y = jnp.stack([north, south], axis=1).reshape(ncomp, 2, n - 1, width)
+    spec, pj, pm = _chirps(plan, dtype)
+    ni, si = _cap_positions(plan)
+    north = jnp.take(maps[:, :cap], ni, axis=1, mode="fill", fill_value=0)
+    south = jnp.take(maps[:, cap + (2 * n + 1) * big :], si, axis=1, mode="fill", fill_value=0)
+    y = jnp.stack([north, south], axis=1)  # (ncomp, 2, n - 1, width)
     a = jnp.fft.fft(y * jnp.conj(pj), n=L, axis=-1)
     conv = jnp.fft.ifft(a * jnp.conj(spec), axis=-1)[..., :nm] * jnp.conj(pm)
     north_g = jnp.swapaxes(conv[:, 0], 1, 2)
