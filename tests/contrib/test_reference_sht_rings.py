@@ -17,9 +17,9 @@ from support.dtypes import global_x64
 
 pytest.importorskip("ducc0", reason="ducc0 is not installed (in the clone: pip install '.[ducc]')")
 
-from jaxbind.contrib.ducc.reference import sht_rings  # noqa: E402
-from jaxbind.contrib.ducc.reference.sht import healpix_sht  # noqa: E402
-from jaxbind.contrib.jaxducc0 import get_healpix_sht, realalm_size  # noqa: E402
+from jaxbind.contrib.ducc.reference import sht_rings
+from jaxbind.contrib.ducc.reference.sht import healpix_sht
+from jaxbind.contrib.jaxducc0 import get_healpix_sht, realalm_size
 
 pytestmark = pytest.mark.usefixtures("enable_x64")  # from tests/conftest.py
 

@@ -13,6 +13,7 @@ import functools
 import math
 
 import numpy as np
+
 from jaxbind.contrib.ducc.reference.sht_rings import healpix_rings
 
 __all__ = ["synthesis_matrix"]

@@ -186,9 +186,14 @@ class _Plan:
         north = np.minimum(i, 4 * n - i)
         # 1 - z and 1 + z exactly (rational), so that the polar rings keep their digits
         one_minus = np.where(north < n, north**2 / (3.0 * n * n), 1.0 - (2 * n - i) * 2.0 / (3 * n))
-        one_plus = np.where(north < n, 2.0 - north**2 / (3.0 * n * n), 1.0 + (2 * n - i) * 2.0 / (3 * n))
+        one_plus = np.where(
+            north < n, 2.0 - north**2 / (3.0 * n * n), 1.0 + (2 * n - i) * 2.0 / (3 * n)
+        )
         south = (north < n) & (i > 2 * n)
-        one_minus, one_plus = np.where(south, one_plus, one_minus), np.where(south, one_minus, one_plus)
+        one_minus, one_plus = (
+            np.where(south, one_plus, one_minus),
+            np.where(south, one_minus, one_plus),
+        )
         z = (one_plus - one_minus) / 2
         # z as pole - t, t exact to rounding: near a pole z itself has lost the digits of
         # theta (one rounding of z moves the functions by l^2 / 2 units there)
@@ -435,7 +440,9 @@ def _legendre_adjoint_sums(plan: _Plan, weights_even, weights_odd, dtype):
             carry = (jnp.zeros_like(cut[0]), *cut, outs)
             return lax.fori_loop(jnp.int32(0), iterations[i], iteration, carry)[3]
 
-        return lax.fori_loop(jnp.int32(0), jnp.int32(n_r), ring_tile, jnp.zeros((plan.steps, n, tile_m), dtype))
+        return lax.fori_loop(
+            jnp.int32(0), jnp.int32(n_r), ring_tile, jnp.zeros((plan.steps, n, tile_m), dtype)
+        )
 
     outs = lax.map(m_tile, jnp.arange(n_m, dtype=jnp.int32))  # (n_m, steps, n, tile_m)
     outs = outs.transpose(2, 1, 0, 3).reshape(n, plan.steps, n_m * tile_m)[..., : plan.nm]
@@ -645,7 +652,6 @@ def _cap_positions(plan: _Plan):
 def _rings_synthesis(plan: _Plan, g, dtype):
     """(ncomp, nm, 4 nside - 1) complex Fourier coefficients -> (ncomp, npix) map."""
     n, nm = plan.nside, plan.nm
-    cdtype = _complex_dtype(dtype)
     # equatorial rings nside - 1 .. 3 nside - 1: fold m mod N, Hermitian half, irfft
     big = 4 * n
     eq = g[:, :, n - 1 : 3 * n]  # (ncomp, nm, 2n + 1)
@@ -691,7 +697,6 @@ def _rings_adjoint(plan: _Plan, maps, dtype):
     if n == 1:
         return equator
     L = plan.chirp_length
-    width = 4 * (n - 1)
     spec, pj, pm = _chirps(plan, dtype)
     ni, si = _cap_positions(plan)
     north = jnp.take(maps[:, :cap], ni, axis=1, mode="fill", fill_value=0)
