@@ -27,7 +27,6 @@ from __future__ import annotations
 import importlib.metadata as md
 import json
 import pathlib
-import resource
 import subprocess
 import sys
 
@@ -106,13 +105,13 @@ def _agree(a, b) -> float:
     return float(np.abs(a - b).max() / np.abs(b).max())
 
 
-def _rss_mb() -> float:
-    """This process's resident memory now (Linux), else its peak so far."""
-    try:
-        pages = int(pathlib.Path("/proc/self/statm").read_text().split()[1])
-        return pages * resource.getpagesize() / 2**20
-    except OSError:
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def _status_mb(field: str) -> float:
+    """A memory field of /proc/self/status (Linux: VmRSS now, VmHWM its peak), in MB. (Not
+    getrusage's ru_maxrss: a child process starts with its parent's.)"""
+    for line in pathlib.Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise OSError(f"no {field} in /proc/self/status")
 
 
 def _memory(args) -> None:
@@ -122,10 +121,10 @@ def _memory(args) -> None:
     fns = _functions(args.nside, args.lmax, int(spin), args.ducc_threads)
     fn, x = fns[impl][case]
     x = jax.block_until_ready(x)
-    before = _rss_mb()
+    before = _status_mb("VmRSS")
     for _ in range(2):
         jax.block_until_ready(fn(x))
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = _status_mb("VmHWM")
     print(json.dumps(dict(before_mb=before, peak_mb=peak)))
 
 
