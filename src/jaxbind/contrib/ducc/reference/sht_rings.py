@@ -5,25 +5,27 @@ recurrences evaluated on the fly, FFTs along the rings.
 alm layout) are written apart, each its own pass, and `tied_synthesis` joins them into one
 linear function whose JAX transpose, VJP and JVP are those two (see there). Memory is
 O(npix + lmax^2): nothing of size lmax x npix is ever held, not even by JAX's autodiff.
-Only jax.numpy and jax.lax run in the program; NumPy computes small constants from the
-geometry (one value per ring or per m) at trace time.
+Only jax.numpy and jax.lax run in the program; NumPy computes constants of the geometry
+at trace time (per ring and m; the chirp-z transforms' chirps, about 3 (nside - 1)
+(4 nside + mmax) complex numbers).
 
 The synthesis, as DUCC factors it:
 
 1. Legendre: for each m and each ring, the Fourier coefficient of the map along the ring
    is a sum over l of the spin-weighted Legendre functions at the ring's colatitude times
    the alm. The functions come from their three-term recurrence in l, run upward from
-   l = max(m, |s|) (``lax.scan`` over the step k = l - max(m, |s|), vectorized over every m
-   and ring at once). The seeds (the values at k = 0) are products over m, made by a scan
-   too. Both keep each value as a mantissa and an exponent in units of 2**K (a value far
-   below the double range, near the poles at large m, has exponent < 0 and counts as 0
-   until the recurrence has grown it back to significance: DUCC's and libsharp's rescaling,
-   in the dtype's own range). Spin 0 runs on the northern rings only: the southern ones
-   follow by the parity (-1)^(l+m), the sums over even and odd l+m kept apart (the scan's
-   body takes two steps, one of each parity). Spin s != 0 runs one function,
+   l = max(m, |s|), with z = cos(theta) as pole - t (t exact: near a pole z itself has lost
+   theta's digits). The (m, ring) plane is cut into tiles that stay in a core's cache
+   (``lax.map`` over tiles); each tile runs its steps 8 at a time (``fori_loop``; XLA
+   fuses the 8 into one pass) up to the lmax of its first m (the triangle l >= m, to a
+   tile). The seeds (the values at l = max(m, |s|)) are products over m (a ``lax.scan``).
+   Values are kept as a mantissa and an exponent in units of 2**K: a value far below the
+   dtype's range, near the poles at large m, has exponent < 0 and counts as 0 until the
+   recurrence has grown it back to significance (libsharp's rescaling). Spin 0 runs on the
+   northern rings only: the southern ones follow by the parity (-1)^(l+m), the sums over
+   even and odd l+m kept apart (even and odd steps). Spin s != 0 runs one function,
    ``d^l_{m,s}``, on every ring; its partner ``d^l_{m,-s}`` on a ring is (-1)^(l+m) times
-   it on the mirrored ring, by the same split. The scan is cut into blocks of steps, each
-   over the m that still have an l <= lmax (the triangle), so the work is about
+   it on the mirrored ring, by the same split. The work is about
    ``(lmax + 1)(mmax + 1) nrings / 2`` updates, times 2 for spin != 0.
 2. Rings: the equatorial rings (4 nside pixels each) take one batched real FFT; the
    polar-cap rings (4, 8, ..., 4 (nside - 1) pixels, in both caps) take Bluestein's
