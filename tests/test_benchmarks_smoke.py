@@ -173,6 +173,15 @@ def test_sharding_benchmark_quick(tmp_path):
         assert process["error vs one device"] < 1e-10
 
 
+def test_reference_sht_benchmark_quick():
+    import pytest
+
+    pytest.importorskip("ducc0")
+    proc = run_python(ROOT / "benchmarks" / "reference_sht.py", "--quick", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| 2 | transpose | reference |" in proc.stdout and " MB |" in proc.stdout
+
+
 def _benchmark_modules() -> dict:
     """{stem: the stems of benchmarks/ it imports (anywhere in it, nested imports too)}."""
     import ast
