@@ -81,8 +81,8 @@ inline bool run_kernel_fast(Instance &instance, const ffi::RemainingArgs &args,
   }
   jaxbind_kernel_fn fn = nullptr;
   if (!accepted_before(core, frame.call, fn)) return false;
-  result = native_boundary(Where::of_label(core.label),
-                           [&] { run_kernel(core, fn, frame, context); });
+  result =
+      native_boundary(Where::of_label(core.label), [&] { run_kernel(core, fn, frame, context); });
   return true;
 }
 

@@ -47,8 +47,7 @@ class KernelArgs {
   // and values; a string's bytes, an array's dtype, dimensions and bytes, or none).
   void add(std::string name, int64_t type, int64_t int_value, double float_value,
            std::optional<std::string> string, std::optional<Array> array) {
-    Owned &kept =
-        owned_.emplace_back(Owned{std::move(name), std::move(string), std::move(array)});
+    Owned &kept = owned_.emplace_back(Owned{std::move(name), std::move(string), std::move(array)});
     jaxbind_kwarg kw{};
     kw.name = kept.name.c_str();
     kw.type = type;
@@ -59,9 +58,9 @@ class KernelArgs {
       kw.string_size = static_cast<int64_t>(kept.string->size());
     }
     if (kept.array)
-      kw.array = jaxbind_buffer{kept.array->data.data(), kept.array->dtype,
-                                static_cast<int64_t>(kept.array->dims.size()),
-                                kept.array->dims.data()};
+      kw.array =
+          jaxbind_buffer{kept.array->data.data(), kept.array->dtype,
+                         static_cast<int64_t>(kept.array->dims.size()), kept.array->dims.data()};
     kwargs_.push_back(kw);
   }
 

@@ -142,7 +142,7 @@ struct Site {
       return;
     }
     s.finder = std::make_unique<KeyedCells>(nb::cast<std::vector<int>>(state.attr("key_inputs")),
-                                           state.attr("lease"), core->label);
+                                            state.attr("lease"), core->label);
   }
 };
 

@@ -256,8 +256,8 @@ class StateCell {
   }
 
   const Policy policy_;
-  std::vector<Address> addresses_;  // each slot's object's, once known
-  PoolSlots pool_;                  // "pool"
+  std::vector<Address> addresses_;      // each slot's object's, once known
+  PoolSlots pool_;                      // "pool"
   std::unique_ptr<Provider> provider_;  // until `close`
   std::string label_;
   std::string state_;                      // the state's setup's name

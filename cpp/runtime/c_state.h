@@ -34,8 +34,8 @@ class CState {
   CellRef current() {
     std::lock_guard lock(mu_);
     if (!cell_)
-      cell_ = CellRef(new StateCell(policy, pool_size, std::make_unique<Objects>(*this), label,
-                                    name));
+      cell_ =
+          CellRef(new StateCell(policy, pool_size, std::make_unique<Objects>(*this), label, name));
     return cell_;
   }
 

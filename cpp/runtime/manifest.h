@@ -157,8 +157,7 @@ std::unique_ptr<CState> state_of(const Json &s, const std::string &dir, const st
     return find_symbol(open_library(path, label), path, fn.at("symbol", Json::kString, where).text,
                        label);
   };
-  state->setup =
-      reinterpret_cast<jaxbind_setup_fn>(symbol(s.at("setup", Json::kObject, where)));
+  state->setup = reinterpret_cast<jaxbind_setup_fn>(symbol(s.at("setup", Json::kObject, where)));
   if (s.has("teardown"))
     state->teardown =
         reinterpret_cast<jaxbind_teardown_fn>(symbol(s.at("teardown", Json::kObject, where)));

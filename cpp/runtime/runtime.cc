@@ -16,6 +16,7 @@
 // state), json.h, pjrt.h (the few PJRT C API structures it uses), and this file: the
 // registry of sites and states, the resolver, the handler, the targets registered with
 // a plugin, and the C API.
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -70,8 +71,8 @@ std::string text_attr(const ffi::Dictionary &attrs, const char *name) {
 // lists for the call's digest (the registry keeps it; the instance only points at it).
 ffi::Error resolve(Instance &instance, const Header &header, const ffi::Dictionary &attrs,
                    const char *) {
-  const std::string called = "jaxbind: '" + text_attr(attrs, "binding") + "' (role " +
-                             text_attr(attrs, "role") + ")";
+  const std::string called =
+      "jaxbind: '" + text_attr(attrs, "binding") + "' (role " + text_attr(attrs, "role") + ")";
   Registry &r = registry();
   std::shared_lock lock(r.mu);
   auto it = r.sites.find(header.site);
@@ -183,8 +184,9 @@ void register_targets(const PJRT_Api *opaque) {
   r.apis.insert(api);
 }
 
-// The bundle's calls registered (none if any fails). A site registered already (another
-// bundle of the same op, keyword arguments and loop) accepts this bundle's buffers too.
+// The bundle's calls registered (none if any fails). A site registered already (the same
+// op, role, keyword arguments and loop: called at other shapes, in this bundle or another)
+// accepts these buffers too, each with its kernel.
 void register_bundle(const PJRT_Api *api, const std::string &dir) {
   Json manifest = manifest_of(dir);
   std::vector<Listed> calls;
@@ -195,9 +197,12 @@ void register_bundle(const PJRT_Api *api, const std::string &dir) {
   std::unique_lock lock(r.mu);
   for (Listed &call : calls) {
     auto known = r.sites.find(call.digest);
-    if (known != r.sites.end()) {
-      known->second.core->accepted.add(std::move(call.signature), call.kernel);
-      known->second.buffers.push_back(call.entry.buffers[0]);
+    if (known != r.sites.end()) {  // (its op called at other shapes, or in another bundle)
+      std::vector<std::string> &buffers = known->second.buffers;
+      if (std::find(buffers.begin(), buffers.end(), call.entry.buffers[0]) == buffers.end()) {
+        known->second.core->accepted.add(std::move(call.signature), call.kernel);
+        buffers.push_back(call.entry.buffers[0]);
+      }
       continue;
     }
     SiteCore &core = *call.entry.core;
