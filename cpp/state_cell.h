@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "call.h"
+#include "counted.h"
 #include "state_pool.h"
 
 namespace jaxbind {
@@ -267,28 +268,7 @@ class StateCell {
   std::atomic<bool> closed_{false};
 };
 
-// A counted reference to a StateCell (as CoreRef is to a SiteCore).
-class CellRef {
- public:
-  CellRef() = default;
-  explicit CellRef(StateCell *cell) : cell_(cell) {
-    if (cell_) cell_->refs.fetch_add(1, std::memory_order_relaxed);
-  }
-  CellRef(const CellRef &other) : CellRef(other.cell_) {}
-  CellRef(CellRef &&other) noexcept : cell_(other.cell_) { other.cell_ = nullptr; }
-  CellRef &operator=(CellRef other) noexcept {
-    std::swap(cell_, other.cell_);
-    return *this;
-  }
-  ~CellRef() {
-    if (cell_ && cell_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete cell_;
-  }
-  StateCell *get() const { return cell_; }
-  StateCell *operator->() const { return cell_; }
-  explicit operator bool() const { return cell_ != nullptr; }
-
- private:
-  StateCell *cell_ = nullptr;
-};
+// A counted reference to a StateCell (counted.h).
+using CellRef = Counted<StateCell>;
 
 }  // namespace jaxbind
