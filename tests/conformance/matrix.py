@@ -8,10 +8,15 @@ gives one of:
 - an error naming the op, where the matrix says the op refuses (`refusal`);
 - an error of any kind where JAX refuses the twin as well (e.g. a Hessian in complex inputs);
 
-never a crash, a hang or another number. test_matrix.py runs the cells; CI runs a sample
-that covers every pair of values of the axes (`sample`), JAXBIND_MATRIX=full runs all.
-test_matrix_coverage.py ties the axes to the project's own tables: a new kind of body,
-target or option fails it until a row here covers it.
+never a crash, a hang or another number. The "c_host" transformation writes a bundle of the
+op's forward values and gradient (jaxbind.bundle) and runs it without Python, in
+demos/run_bundle.c with jaxbind's C runtime: C kernels run there natively, every other body
+by its reference, and an op with neither is refused when the bundle is written, naming it
+(docs/without-python.md); the cell skips, saying what to install, without a CPU PJRT plugin.
+test_matrix.py runs the cells; CI runs a sample that covers every pair of values of the
+axes (`sample`), JAXBIND_MATRIX=full runs all. test_matrix_coverage.py ties the axes to
+the project's own tables: a new kind of body, target or option fails it until a row here
+covers it.
 """
 
 from __future__ import annotations
@@ -129,6 +134,7 @@ TRANSFORMS = (
     "use_reference_in_trace",
     "replace",  # redefined with replace=True after a program was compiled
     "check",  # jaxbind.testing.check passes
+    "c_host",  # a bundle run by a PJRT host in C with jaxbind's C runtime, without Python
 )
 IN_SUBPROCESS = ("export", "shard_map")
 

@@ -100,6 +100,7 @@ def test_the_transformations_are_those_users_combine():
     assert set(TRANSFORMS) >= {
         "eager", "jit", "grad", "jvp", "vjp", "vmap", "vmap_grad", "hessian", "linear_transpose",
         "export", "portable", "use_reference", "use_reference_strict", "replace", "shard_map",
+        "c_host",  # a bundle without Python (docs/without-python.md)
     }  # fmt: skip
     assert set(APIS) == {"jaxbind13", "native"}
 
