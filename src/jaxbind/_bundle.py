@@ -226,7 +226,7 @@ def _call_entry(found: dict, types: dict, libraries: _Libraries) -> dict:
         )
     role = Role.parse(call.role)
     label = f"'{call.binding}' ({role.describe()})"
-    body = binding.body(role)
+    body: Any = binding.body(role)  # a Kernel where Body.of says so
     function = body.library_function() if Body.of(body) is Body.KERNEL else None
     if function is None:  # (else the switch took its reference)
         raise TypeError(

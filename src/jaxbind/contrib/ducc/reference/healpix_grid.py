@@ -4,20 +4,16 @@ rings (4 nside pixels each) take one batched real FFT; the polar-cap rings (4, 8
 4 (nside - 1) pixels, in both caps) Bluestein's chirp-z transform, all at once at one
 common FFT length (their coefficients need no folding: the chirp-z sums over every
 m <= mmax whatever the ring's length). `rings_adjoint` is the transpose of
-`rings_synthesis`. Only jax.numpy runs in the program; NumPy makes the chirps at trace
-time.
+`rings_synthesis`; their `plan` is the SHT's (`.sht_rings._Plan`). Only jax.numpy runs
+in the program; NumPy makes the chirps at trace time.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
 
 import jax.numpy as jnp
 import numpy as np
-
-if TYPE_CHECKING:
-    from .sht_rings import _Plan
 
 __all__ = ["complex_dtype", "flip", "healpix_rings", "rings_adjoint", "rings_synthesis"]
 
@@ -54,7 +50,7 @@ def flip(a):
     return a[..., ::-1]
 
 
-def _polar_lengths(plan: _Plan) -> np.ndarray:
+def _polar_lengths(plan) -> np.ndarray:
     """The pixels of each polar ring pair t = 0 .. nside - 2: 4 (t + 1)."""
     return 4 * (np.arange(plan.nside - 1) + 1)
 
@@ -66,7 +62,7 @@ def _unit(q, n2):
 
 
 @functools.lru_cache(maxsize=8)
-def _chirps(plan: _Plan, dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _chirps(plan, dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The chirp-z transforms' constants per polar ring length N (NumPy, computed once at
     trace time; together about 3 x (nside - 1) x (4 nside + nm) numbers):
 
@@ -92,7 +88,7 @@ def _chirps(plan: _Plan, dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     )
 
 
-def _equator_shift(plan: _Plan, c, sign: int, dtype):
+def _equator_shift(plan, c, sign: int, dtype):
     """c (..., rings, nm) on the equatorial rings, times exp(sign i m pi / (4 nside)) on
     the rings that start half a pixel east."""
     n = plan.nside
@@ -110,7 +106,7 @@ def _ring_of(p):
     return t
 
 
-def _cap_indices(plan: _Plan):
+def _cap_indices(plan):
     """For the north cap's pixels in map order, and the south cap's: the (t, j) position
     in the (nside - 1, 4 (nside - 1)) array of polar rings, flattened."""
     n = plan.nside
@@ -125,7 +121,7 @@ def _cap_indices(plan: _Plan):
     return north, south
 
 
-def _cap_positions(plan: _Plan):
+def _cap_positions(plan):
     """The inverse of `_cap_indices`: per (t, j) of the (nside - 1, 4 (nside - 1)) array of
     polar rings, the pixel of the north cap and of the south cap (2 nside (nside - 1):
     none, j >= 4 (t + 1))."""
@@ -139,7 +135,7 @@ def _cap_positions(plan: _Plan):
     return north, south
 
 
-def rings_synthesis(plan: _Plan, g, dtype):
+def rings_synthesis(plan, g, dtype):
     """(ncomp, nm, 4 nside - 1) complex Fourier coefficients -> (ncomp, npix) map."""
     n, nm = plan.nside, plan.nm
     # equatorial rings nside - 1 .. 3 nside - 1: fold m mod N, Hermitian half, irfft
@@ -169,7 +165,7 @@ def rings_synthesis(plan: _Plan, g, dtype):
     return jnp.concatenate([y[:, 0][:, ni], equator, y[:, 1][:, si]], axis=1)
 
 
-def rings_adjoint(plan: _Plan, maps, dtype):
+def rings_adjoint(plan, maps, dtype):
     """The adjoint of `_rings_synthesis`: (ncomp, npix) -> (ncomp, nm, 4 nside - 1)."""
     n, nm = plan.nside, plan.nm
     cdtype = complex_dtype(dtype)
