@@ -90,7 +90,7 @@ OPTIONS_ELSEWHERE = {
     "aliases": "tests/runtime/test_aliasing.py",
     "effect": "tests/runtime/test_effects.py (an op with effects takes no reference)",
     "linear_in": "tests/ops/test_linear_in.py",
-    "native": "tests/ops/test_batching.py",
+    "pytree_api": "tests/ops/test_pytree_api.py (the API that made the op: every cell runs both)",
     "state": "tests/state",
     "state_key": "tests/state",
     "sharding": "tests/sharding (a declared rule); the matrix's shard_map splits plain ops",
