@@ -45,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import by_epsilon, spreading
+from . import by_epsilon, spreading, type3
 
 __all__ = ["direct_sum", "mode_numbers", "nufft", "nufft_points", "nufft_plan", "transform"]
 __all__ += ["nufft1", "nufft2", "nufft3"]
@@ -213,11 +213,13 @@ def transform(values, xs, qs=None, *, nufft_type, sign, grid=None, modeord=0, sc
     kind = int(nufft_type)
     shape = tuple(values.shape[1:]) if kind == 2 else (() if grid is None else tuple(grid))
     m = xs.shape[-1]
-    if kind == 3 or m == 0 or 0 in shape or values.shape[0] == 0:
+    sign = 1 if sign > 0 else -1
+    if kind == 3:
+        return type3.type3(values, xs, qs, sign=sign, eps=eps)
+    if m == 0 or 0 in shape or values.shape[0] == 0:
         return direct_sum(
             values, xs, qs, nufft_type=kind, sign=sign, grid=grid, modeord=modeord, scale=scale
         )
-    sign = 1 if sign > 0 else -1
     if kind == 1:
         return spreading.type1(
             values, xs, shape, sign=sign, modeord=int(modeord), scale=scale, eps=eps
@@ -370,10 +372,11 @@ def nufft2(source, *points, iflag=-1, eps=1e-6, opts=None):
 def nufft3(source, *points, iflag=-1, eps=1e-6, opts=None):
     """jax-finufft's ``nufft3`` in pure JAX: sources ``x[, y[, z]]`` then as many targets
     ``s[, t[, u]]``; ``g[l] = sum_j c[j] exp(i sign(iflag) s_l·x_j)``, ``(..., K)``."""
-    del eps, opts
+    del opts
     given = [p for p in points if p is not None]
     d = len(given) // 2
-    return _finufft(3, source, given[:d], given[d:], sign=1 if iflag >= 0 else -1, modeord=0)
+    sign = 1 if iflag >= 0 else -1
+    return _finufft(3, source, given[:d], given[d:], sign=sign, modeord=0, eps=eps)
 
 
 # how far DUCC may be from these at the call's epsilon (jaxbind.testing.check)
