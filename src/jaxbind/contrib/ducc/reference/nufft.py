@@ -315,8 +315,8 @@ def nufft_plan(
 
 def _finufft(kind, values, points, targets, *, sign, modeord, grid=None, eps=1e-6):
     """One of jax-finufft's calls: broadcast the leading dimensions as it does (values
-    with one leading dimension more than the points share them), then one direct sum
-    per transform."""
+    with one leading dimension more than the points share them), then one transform of
+    every set of values where the points are shared, else one per point set (vmap)."""
     values = jnp.asarray(values)
     points = jnp.broadcast_arrays(*[jnp.asarray(p) for p in points])
     targets = jnp.broadcast_arrays(*[jnp.asarray(q) for q in targets]) if targets else []
@@ -330,8 +330,16 @@ def _finufft(kind, values, points, targets, *, sign, modeord, grid=None, eps=1e-
         points = [p[..., None, :] for p in points]
         targets = [q[..., None, :] for q in targets]
         lead = lead + (1,)
+    shared = math.prod(lead) == 1  # one point set for every transform
     lead = np.broadcast_shapes(vlead, lead)
     values = jnp.broadcast_to(values, lead + tuple(core)).reshape((-1, *core))
+    if shared:  # the transforms of one call: one scatter or gather moves them all
+        xs = jnp.stack([p.reshape(p.shape[-1]) for p in points])
+        qs = [jnp.stack([q.reshape(q.shape[-1]) for q in targets])] if targets else []
+        out = transform(
+            values, xs, *qs, nufft_type=kind, sign=sign, grid=grid, modeord=modeord, eps=eps
+        )
+        return out.reshape(lead + out.shape[1:])
     xs = jnp.stack([jnp.broadcast_to(p, lead + p.shape[-1:]) for p in points], axis=-2)
     xs = xs.reshape((-1, *xs.shape[-2:]))
     args = [values[:, None], xs]

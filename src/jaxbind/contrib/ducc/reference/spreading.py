@@ -137,8 +137,9 @@ class Kernel:
         covers kappa, the quadrature elsewhere."""
         kappa = np.abs(np.asarray(kappa, np.float64))
         inside = kappa <= self.FIT_TOP
-        out = np.polynomial.chebyshev.chebval(np.minimum(kappa, self.FIT_TOP) / self.FIT_TOP,
-                                              self.fourier_fit)
+        out = np.polynomial.chebyshev.chebval(
+            np.minimum(kappa, self.FIT_TOP) / self.FIT_TOP, self.fourier_fit
+        )
         if not inside.all():
             out = np.where(inside, out, 0.0)
             out[~inside] = self._quadrature(kappa[~inside])
@@ -467,8 +468,7 @@ def _jvp(primals, tangents, **params):
         both = nufft_p.bind(jnp.concatenate([values] + [k * values for k in weights]), xs, **params)
         out = both[:t]
         tangent = sum(
-            dxs[a].astype(real)[None, :] * both[(a + 1) * t : (a + 2) * t]
-            for a in range(len(grid))
+            dxs[a].astype(real)[None, :] * both[(a + 1) * t : (a + 2) * t] for a in range(len(grid))
         )
     else:
         out = nufft_p.bind(values, xs, **params)

@@ -36,6 +36,7 @@ per element).
 from __future__ import annotations
 
 import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
