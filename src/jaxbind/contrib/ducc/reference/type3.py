@@ -53,6 +53,7 @@ double precision): larger problems take the direct sum."""
 
 _LEVELS = 8  # the most grid sizes a traced call compiles
 _SIGMA = 2.0  # the grid's oversampling of the band ``X S / pi`` (and the type 2's)
+_SHARE = 0.25  # each of the two steps (spread, type 2) computes to this part of eps
 
 
 def grid_size(x_half: float, q_half: float, w: int) -> int:
@@ -103,7 +104,7 @@ def _fast(values, xs, qs, c, d_, xh, qh, nf, *, sign, eps, chunk, real):
     known to fit: (T, K)."""
     t = values.shape[0]
     single = real == jnp.float32
-    w = spreading.kernel_width(eps, bool(single))
+    w = spreading.kernel_width(eps * _SHARE, bool(single))
     kern = spreading._kernel(w)
     nfa = jnp.asarray(nf, real)
     gamma = nfa / (2 * _SIGMA * qh)  # (d,)
@@ -118,7 +119,7 @@ def _fast(values, xs, qs, c, d_, xh, qh, nf, *, sign, eps, chunk, real):
     b = spreading._spread(ch, scaled, tuple(nf), kern, 1.0, rv, chunk)  # (*nf, 2T)
     b = spreading._from_channels(b, t)  # (T, *nf), cell l at position l h: FFT order
     y = qp * (gamma * h)[:, None]  # (d, K), |y| <= pi / 2
-    out = spreading._type2(b, y, sign=sign, modeord=1, scale=1.0, eps=eps, chunk=chunk)
+    out = spreading._type2(b, y, sign=sign, modeord=1, scale=1.0, eps=eps * _SHARE, chunk=chunk)
     top, coef = kern.FIT_TOP, kern.fourier_fit.astype(np.dtype(real))
     decon = 1 / jnp.prod(_chebval(jnp.clip(y / top, -1, 1), coef), axis=0)
     post = jnp.exp((1j * sign) * jnp.sum(qs * c[:, None], axis=0)) * decon
@@ -145,7 +146,7 @@ def _body(values, xs, qs, *, sign, eps, chunk, levels):
     c, xh = _extent(xs, fx)
     d_, qh = _extent(qs, fq)
     xh, qh = _safe_jnp(xh, qh)
-    w = spreading.kernel_width(eps, bool(real == jnp.float32))
+    w = spreading.kernel_width(eps * _SHARE, bool(real == jnp.float32))
     need = 2 * _SIGMA / np.pi * xh * qh + w + 1  # (d,)
     # the first level every axis fits; past the last: the direct sum
     index = sum(jnp.any(need > jnp.asarray(nf, real)).astype(jnp.int32) for nf in levels)
@@ -253,7 +254,7 @@ def _levels(values, xs, qs, eps, max_cells) -> tuple[tuple[int, ...], ...]:
     t, m = values.shape
     d, k = qs.shape
     real = np.dtype(jnp.promote_types(jnp.real(values).dtype, xs.dtype))
-    w = spreading.kernel_width(eps, real == np.float32)
+    w = spreading.kernel_width(eps * _SHARE, real == np.float32)
     budget = max_cells if max_cells is not None else min(MAX_CELLS, m * k * max(t, 1) // 4)
     x, q = _concrete(xs), _concrete(qs)
     if x is not None and q is not None:  # the exact size
