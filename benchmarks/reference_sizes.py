@@ -142,6 +142,7 @@ def main():
             )
             rows.append(row)
             print(row, flush=True)
+        jax.clear_caches()  # each case's programs freed before the next (memory)
     meta = run_meta(
         ducc_threads="1 and 2 (nthreads)",
         xla_threads="XLA's default intra-op pool (every core)",

@@ -22,6 +22,12 @@ costs ``M · w^d + N log N``, as DUCC and FINUFFT do, to a requested accuracy ``
   by the kernel's Fourier transform, computed at trace time by Gauss-Legendre
   quadrature of the exact kernel (static shapes only).
 
+Both transforms are one JAX primitive (`nufft_p`, lowered to this module's jax.lax code:
+no custom call) whose transpose in the values is the other type, and whose derivatives
+in the points are NUFFTs of mode-weighted data (see "one primitive" below), so grad,
+vjp and linear_transpose cost whole transforms, not JAX's transpose of the scatter loop
+(which cost twice a transform). `.type3` builds type 3 on `_spread` and `_type2`.
+
 Complex values travel as real (re, im) channels beside the transforms, so one scatter
 or gather moves every transform's data for a point. Coordinates are wrapped into the
 period (any real coordinate works); a non-finite coordinate is computed at 0 and marked
@@ -51,7 +57,7 @@ from jax import lax
 
 from ...._compat import Primitive, ad, batching, mlir, not_mapped, output_aval, zero_tangent
 
-__all__ = ["kernel_width", "oversampled", "type1", "type2", "Kernel"]
+__all__ = ["kernel_width", "oversampled", "type1", "type2", "Kernel", "nufft_p"]
 
 _HIGHEST = lax.Precision.HIGHEST
 _WIDEST = 16  # the widest kernel: about 1e-15, as fine as double precision holds
