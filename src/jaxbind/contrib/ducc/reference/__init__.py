@@ -3,8 +3,9 @@
 One module per family (`.fft`, `.nufft`, `.wgridder`, `.sht`), each function named
 after the op it stands in for and called as that op's callable is: the op's arrays
 (fixed ones included, in order) and the keyword arguments its callable reads; it
-returns the op's outputs as a list. Written in jax.numpy and jax.lax only, so JAX
-can jit, differentiate, vmap and lower them anywhere; nothing here imports ducc0.
+returns the op's outputs as a list. Written in jax.numpy and jax.lax, so JAX can jit,
+differentiate, vmap and lower them anywhere (the fast NUFFTs are JAX primitives whose
+rules are NUFFTs again, lowered to jax.lax: no custom call); nothing here imports ducc0.
 Each op passes its function as ``reference=`` (see docs/portable.md); the approximate ops
 (the NUFFTs, the gridder) as ``jaxbind.Reference(function, tolerance=by_epsilon)``: how far
 DUCC may be from them at the call's ``epsilon``, which jaxbind.testing.check reads.
