@@ -114,7 +114,7 @@ def _exempt(page: str, name: str) -> bool:
 
 
 def _binding_of(op):
-    """The binding of an op as `jaxbind.testing.check` takes it (an Op, a NativeOp, or a
+    """The binding of an op as `jaxbind.testing.check` takes it (an Op, a PytreeOp, or a
     functools.partial of one), or None."""
     while isinstance(op, functools.partial):
         op = op.func
@@ -128,7 +128,7 @@ def _defined_in_jaxbind(binding) -> bool:
 
     package = str(pathlib.Path(jaxbind.__file__).parent)
     fn = binding.f
-    for _ in range(4):  # a JAX-native op's body (.fn), a numba kernel's function (._fn)
+    for _ in range(4):  # a pytree-API op's body (.fn), a numba kernel's function (._fn)
         code = getattr(fn, "__code__", None)
         if code is not None:
             return code.co_filename.startswith(package)

@@ -1,11 +1,13 @@
 """The benchmarks' one harness: the timer, alternating rounds, the flags, the result files.
 
 Every script in this directory times with `time_it` (or `alternating`, which calls it),
-reads its command line with `arguments`, and writes with `save`:
+reads its command line with `arguments`, and writes its table with `publish` (which
+prints it and `save`s it):
 
     args = arguments(__doc__, flag("--blocks", type=int, default=60, dest="rounds"))
     timings = alternating({"floor": floor, "jaxbind": ours}, rounds=args.rounds, iters=400)
-    save(args.out, "overhead", dict(meta=run_meta(), results=rows), table)
+    lines = table(caption, ("case", "floor", "jaxbind"), [(r["case"], ...) for r in rows])
+    publish(args.out, "overhead", dict(meta=run_meta(), results=rows), lines)
 
 A script's results directory holds what `save` writes (<stem>.json: the metadata and the
 raw results; <stem>.md: the table the docs quote); hand-written analyses of those results
@@ -26,7 +28,7 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 RESULTS = pathlib.Path(__file__).parent / "results"
@@ -128,6 +130,37 @@ def alternating(
     }
 
 
+def medians(variants: dict[Any, Callable[[], Any]], *, rounds: int, **options: Any) -> dict:
+    """Each variant's median seconds per call over `alternating` rounds (`options`: its
+    iters, warmup, best_of)."""
+    return {name: t.median for name, t in alternating(variants, rounds=rounds, **options).items()}
+
+
+def side_by_side(
+    variants: dict[Any, Callable[[], Any]], *, rounds: int, against: Any, **options: Any
+) -> tuple[dict, dict]:
+    """Two or more implementations of one thing, compared: each variant's result (its first
+    call, which compiles and warms up), then per variant its median seconds over
+    `alternating` rounds (`options`: iters, warmup, best_of) and the relative difference of
+    its result from `against`'s."""
+    results = {name: _wait(fn()) for name, fn in variants.items()}
+    times = medians(variants, rounds=rounds, **options)
+    return times, {name: relative_difference(r, results[against]) for name, r in results.items()}
+
+
+def relative_difference(got: Any, want: Any) -> float:
+    """The relative l2 difference of `got` from `want` (arrays, or pytrees of them: the
+    largest over their leaves, in order)."""
+    import numpy as np
+
+    jax = sys.modules.get("jax")
+    leaves = (lambda t: jax.tree.leaves(t)) if jax is not None else (lambda t: [t])
+    return max(
+        float(np.linalg.norm(np.asarray(g) - np.asarray(w)) / np.linalg.norm(np.asarray(w)))
+        for g, w in zip(leaves(got), leaves(want))
+    )
+
+
 HIDDEN = argparse.SUPPRESS
 """A flag's help that keeps it out of --help (one a script passes to its own children)."""
 
@@ -182,3 +215,43 @@ def save(out_dir: str | pathlib.Path, stem: str, payload: dict, text: str) -> No
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.json").write_text(json.dumps(payload, indent=1))
     (out / f"{stem}.md").write_text(text)
+
+
+def ms(seconds: float, digits: int = 3) -> str:
+    """Seconds as milliseconds, for a table's cell."""
+    return f"{seconds * 1e3:.{digits}f} ms"
+
+
+def us(seconds: float, digits: int = 2) -> str:
+    """Seconds as microseconds, for a table's cell."""
+    return f"{seconds * 1e6:.{digits}f} µs"
+
+
+def table(caption: str, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
+    """A results table in markdown, as lines: `caption` (the run and how it was measured),
+    a blank line, the `header`, its rule, and one line per row of cells."""
+    return [
+        caption,
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+        *("| " + " | ".join(str(cell) for cell in row) + " |" for row in rows),
+    ]
+
+
+def publish(
+    out_dir: str | pathlib.Path | None,
+    stem: str,
+    payload: dict,
+    lines: Sequence[str],
+    *,
+    write: bool = True,
+) -> str:
+    """The results of a run: `lines` (tables from `table`, and any text) printed and, with
+    `write` (not a ``--quick`` run, say) and an `out_dir`, saved with the raw `payload` as
+    <stem>.md and <stem>.json (`save`). Returns the text."""
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if write and out_dir is not None:
+        save(out_dir, stem, payload, text)
+    return text

@@ -341,13 +341,21 @@ def main():
 
 
 def _table(meta, names, all_runs) -> str:
-    from _harness import run_line
+    from _harness import run_line, table
 
     ours = meta["versions"]["jaxbind"]
     against = (
         "itself (an A/A run: both columns are JAXbind 1.3.1)" if meta["aa"] else "JAXbind 1.3.1"
     )
-    lines = [
+    runs = [f"run {i + 1}" for i in range(len(all_runs))]
+    rows, rests = [], []
+    for name in names:
+        found = [next(r for r in rows_ if r["case"] == name) for rows_ in all_runs]
+        pooled = [x for row in found for x in row.get("ratios", ())]
+        overall = f"**{statistics.median(pooled):.3f}**" if pooled else "-"
+        rows.append((name, overall, *map(_with_ducc, found)))
+        rests.append((name, *map(_without_ducc, found)))
+    lines = table(
         f"{run_line(meta)}; ducc0 {ours['ducc0']}, jaxbind {ours['jaxbind']} against "
         f"{against}. {meta['settings']}. Per run: fresh worker processes, {meta['rounds']} "
         "alternating rounds per case; the ratio is jaxbind / 1.3.1 of each round's block "
@@ -359,55 +367,45 @@ def _table(meta, names, all_runs) -> str:
         "either way, in an A/A run too (drop_in_aa.md): the placement of their 8-16 MB "
         "buffers differs from process to process; read the runs together, and the table "
         "without DUCC below for what jaxbind itself adds.",
-        "",
-        "| case | all runs | " + " | ".join(f"run {i + 1}" for i in range(len(all_runs))) + " |",
-        "|---|---|" + "---|" * len(all_runs),
-    ]
-    rest_lines = [
-        "",
+        ("case", "all runs", *runs),
+        rows,
+    )
+    lines += [""] + table(
         "Without DUCC (its functions replaced by ones that do nothing): the fastest of 600 "
         "calls, jaxbind / 1.3.1 µs, and jaxbind's extra time as a share of 1.3.1's median "
         "call with DUCC. This is all that differs between the two (DUCC is the same), and "
         "is robust to other processes.",
-        "",
-        "| case | " + " | ".join(f"run {i + 1}" for i in range(len(all_runs))) + " |",
-        "|---|" + "---|" * len(all_runs),
-    ]
-    for name in names:
-        cells = []
-        for rows in all_runs:
-            row = next(r for r in rows if r["case"] == name)
-            if "errors" in row:
-                cells.append(f"error: {row['errors']}")
-            elif "ratio" in row:
-                cells.append(
-                    f"{row['jaxbind_s'] * 1e3:.3f} / {row['jaxbind13_s'] * 1e3:.3f} ms: "
-                    f"**{row['ratio']:.3f}** [{row['ratio_min']:.2f}, {row['ratio_max']:.2f}]; "
-                    f"CPU **{row['cpu_ratio']:.3f}** [{row['cpu_ratio_min']:.2f}, "
-                    f"{row['cpu_ratio_max']:.2f}]"
-                )
-            else:
-                cells.append(f"{row['jaxbind_s'] * 1e3:.3f} ms")
-        pooled = [
-            x for rows in all_runs for r in rows if r["case"] == name for x in r.get("ratios", ())
-        ]
-        overall = f"**{statistics.median(pooled):.3f}**" if pooled else "-"
-        lines.append(f"| {name} | {overall} | " + " | ".join(cells) + " |")
-        rests = []
-        for rows in all_runs:
-            row = next(r for r in rows if r["case"] == name)
-            if "errors" in row:
-                rests.append("error")
-            elif "jaxbind13_rest_s" in row:
-                extra = (row["jaxbind_rest_s"] - row["jaxbind13_rest_s"]) / row["jaxbind13_s"]
-                rests.append(
-                    f"{row['jaxbind_rest_s'] * 1e6:.1f} / {row['jaxbind13_rest_s'] * 1e6:.1f}: "
-                    f"{extra * 100:+.2f}%"
-                )
-            else:
-                rests.append(f"{row['jaxbind_rest_s'] * 1e6:.1f}")
-        rest_lines.append(f"| {name} | " + " | ".join(rests) + " |")
-    return "\n".join(lines + rest_lines) + "\n"
+        ("case", *runs),
+        rests,
+    )
+    return "\n".join(lines) + "\n"
+
+
+def _with_ducc(row) -> str:
+    """One run's cell of a case: times and ratios with DUCC."""
+    if "errors" in row:
+        return f"error: {row['errors']}"
+    if "ratio" not in row:
+        return f"{row['jaxbind_s'] * 1e3:.3f} ms"
+    return (
+        f"{row['jaxbind_s'] * 1e3:.3f} / {row['jaxbind13_s'] * 1e3:.3f} ms: "
+        f"**{row['ratio']:.3f}** [{row['ratio_min']:.2f}, {row['ratio_max']:.2f}]; "
+        f"CPU **{row['cpu_ratio']:.3f}** [{row['cpu_ratio_min']:.2f}, "
+        f"{row['cpu_ratio_max']:.2f}]"
+    )
+
+
+def _without_ducc(row) -> str:
+    """One run's cell of a case without DUCC: the fastest call, jaxbind's extra share."""
+    if "errors" in row:
+        return "error"
+    if "jaxbind13_rest_s" not in row:
+        return f"{row['jaxbind_rest_s'] * 1e6:.1f}"
+    extra = (row["jaxbind_rest_s"] - row["jaxbind13_rest_s"]) / row["jaxbind13_s"]
+    return (
+        f"{row['jaxbind_rest_s'] * 1e6:.1f} / {row['jaxbind13_rest_s'] * 1e6:.1f}: "
+        f"{extra * 100:+.2f}%"
+    )
 
 
 if __name__ == "__main__":

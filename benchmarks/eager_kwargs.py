@@ -22,7 +22,7 @@ sys.path.insert(0, str(HERE))
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from _harness import alternating, arguments, run_line, run_meta, save  # noqa: E402
+from _harness import alternating, arguments, ms, publish, run_line, run_meta, table  # noqa: E402
 
 import jaxbind  # noqa: E402
 
@@ -60,21 +60,16 @@ def main():
     blocks, reps = args.rounds or (3 if args.quick else 10), 2 if args.quick else 5
     rows = [measure(mb, blocks, reps) for mb in ((8,) if args.quick else (1, 8, 64))]
     meta = run_meta(numpy=np.__version__, jaxbind=md.version("jaxbind"))
-    lines = [
+    lines = table(
         f"{run_line(meta)}. {blocks} alternating blocks of {reps} calls; medians.",
-        "",
-        "| array | eager call | SHA-256 of it | copy of it | jitted call | eager / SHA-256 |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['mbytes']} MB | {r['eager_s'] * 1e3:.2f} ms | "
-            f"{r['sha256_s'] * 1e3:.2f} ms | {r['copy_s'] * 1e3:.2f} ms | "
-            f"{r['jit_s'] * 1e3:.3f} ms | {r['eager_s'] / r['sha256_s']:.2f} |"
-        )
-    text = "\n".join(lines) + "\n"
-    print(text)
-    save(args.out, "eager_kwargs", dict(meta=meta, results=rows), text)
+        ("array", "eager call", "SHA-256 of it", "copy of it", "jitted call", "eager / SHA-256"),
+        [
+            (f"{r['mbytes']} MB", ms(r["eager_s"], 2), ms(r["sha256_s"], 2), ms(r["copy_s"], 2),
+             ms(r["jit_s"]), f"{r['eager_s'] / r['sha256_s']:.2f}")
+            for r in rows
+        ],
+    )  # fmt: skip
+    publish(args.out, "eager_kwargs", dict(meta=meta, results=rows), lines)
 
 
 if __name__ == "__main__":

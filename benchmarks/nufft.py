@@ -25,7 +25,7 @@ import jax
 jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from _harness import alternating, arguments, run_line, run_meta, save  # noqa: E402
+from _harness import arguments, ms, publish, run_line, run_meta, side_by_side, table  # noqa: E402
 
 from jaxbind.contrib import jaxducc0  # noqa: E402
 
@@ -84,20 +84,14 @@ def main():
         built = {name: _cases(lib, n_points, n_grid) for name, lib in libs.items()}
         for case in built["jaxbind"]:
             fns = {name: built[name][case] for name in libs}
-            results = {name: fn(*a) for name, (fn, a) in fns.items()}  # compile, warm up
-            ref = jax.tree.leaves(results["jax-finufft"])
-            got = jax.tree.leaves(results["jaxbind"])
-            agree = max(
-                float(jnp.linalg.norm(g - r) / jnp.linalg.norm(r)) for g, r in zip(got, ref)
-            )
             calls = {name: (lambda fn=fn, a=a: fn(*a)) for name, (fn, a) in fns.items()}
-            med = {name: t.median for name, t in alternating(calls, rounds=rounds).items()}
+            med, agree = side_by_side(calls, rounds=rounds, against="jax-finufft")
             row = dict(
                 points=n_points,
                 grid=n_grid,
                 case=case,
                 rounds=rounds,
-                agree=agree,
+                agree=agree["jaxbind"],
                 jaxbind_s=med["jaxbind"],
                 finufft_s=med["jax-finufft"],
                 ratio=med["jaxbind"] / med["jax-finufft"],
@@ -106,27 +100,21 @@ def main():
             print(
                 f"{n_points:>8} {n_grid:>4}² {case:<20} {row['jaxbind_s'] * 1e3:9.3f} ms "
                 f"{row['finufft_s'] * 1e3:9.3f} ms  ratio {row['ratio']:.2f}  agree "
-                f"{agree:.1e}",
+                f"{row['agree']:.1e}",
                 flush=True,
             )
     meta = run_meta(jax_finufft=md.version("jax-finufft"), ducc0=md.version("ducc0"))
-    lines = [
+    lines = table(
         f"{run_line(meta)}, jax-finufft {meta['jax_finufft']}, ducc0 {meta['ducc0']}. "
         f"2-D, complex128, eps={EPS}, 1 thread each; medians of alternating rounds.",
-        "",
-        "| points | grid | case | jaxbind | jax-finufft | ratio | agree (rel. l2) |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['points']:.0e} | {r['grid']}² | {r['case']} | "
-            f"{r['jaxbind_s'] * 1e3:.3f} ms | {r['finufft_s'] * 1e3:.3f} ms | "
-            f"{r['ratio']:.2f} | {r['agree']:.1e} |"
-        )
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if not args.quick:
-        save(args.out, "nufft", dict(meta=meta, results=rows), text)
+        ("points", "grid", "case", "jaxbind", "jax-finufft", "ratio", "agree (rel. l2)"),
+        [
+            (f"{r['points']:.0e}", f"{r['grid']}²", r["case"], ms(r["jaxbind_s"]),
+             ms(r["finufft_s"]), f"{r['ratio']:.2f}", f"{r['agree']:.1e}")
+            for r in rows
+        ],
+    )  # fmt: skip
+    publish(args.out, "nufft", dict(meta=meta, results=rows), lines, write=not args.quick)
 
 
 if __name__ == "__main__":

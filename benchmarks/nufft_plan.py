@@ -24,7 +24,7 @@ import jax
 jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from _harness import alternating, arguments, run_line, run_meta, save, time_it  # noqa: E402
+from _harness import alternating, arguments, ms, publish, run_line, run_meta, table, time_it  # noqa: E402
 from jax.scipy.sparse.linalg import cg  # noqa: E402
 
 from jaxbind.contrib import jaxducc0  # noqa: E402
@@ -112,25 +112,19 @@ def main():
     import importlib.metadata as md
 
     meta = run_meta(ducc0=md.version("ducc0"))
-    lines = [
+    planned = lambda r: f" (planned and compiled in {ms(r['plan_s'], 1)})" if r["plan_s"] else ""
+    lines = table(
         f"{run_line(meta)}, ducc0 {meta['ducc0']}. {ITERATIONS} CG iterations of "
         f"(A^H A + I) f = A^H c, A a 2-D type-2 NUFFT, complex128, eps={EPS}, 1 thread; "
         f"medians of {rounds} alternating rounds.",
-        "",
-        "| points | grid | variant | solve | vs nufft2 | agree (rel. l2) |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        extra = f" (planned and compiled in {r['plan_s'] * 1e3:.1f} ms)" if r["plan_s"] else ""
-        lines.append(
-            f"| {r['points']:.0e} | {r['grid']}² | {r['variant']}{extra} | "
-            f"{r['solve_s'] * 1e3:.1f} ms | {r['ratio_to_nufft2']:.2f} | "
-            f"{r['agree']:.1e} |"
-        )
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if not args.quick:
-        save(args.out, "nufft_plan", dict(meta=meta, results=rows), text)
+        ("points", "grid", "variant", "solve", "vs nufft2", "agree (rel. l2)"),
+        [
+            (f"{r['points']:.0e}", f"{r['grid']}²", f"{r['variant']}{planned(r)}",
+             ms(r["solve_s"], 1), f"{r['ratio_to_nufft2']:.2f}", f"{r['agree']:.1e}")
+            for r in rows
+        ],
+    )  # fmt: skip
+    publish(args.out, "nufft_plan", dict(meta=meta, results=rows), lines, write=not args.quick)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ sys.path.insert(0, str(HERE))
 
 import _cases  # noqa: E402
 import jax  # noqa: E402
-from _harness import alternating, arguments, flag, run_line, run_meta, save  # noqa: E402
+from _harness import alternating, arguments, flag, publish, run_line, run_meta, table, us  # noqa: E402
 
 CASES = [("empty", 1), ("empty", 1_000), ("double", 1), ("double", 1_000), ("grad", 1_000)]
 
@@ -65,22 +65,18 @@ def main():
     import numpy as np
 
     meta = run_meta(numpy=np.__version__, jaxbind=md.version("jaxbind"))
-    lines = [
+    lines = table(
         f"{run_line(meta)}, numpy {meta['numpy']}. {args.blocks} alternating blocks of "
         f"{args.reps} calls per case; medians over blocks.",
-        "",
-        "| case | size | floor | jaxbind | jaxbind - floor (median) | IQR of the difference |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['case']} | {r['size']} | {r['floor_s'] * 1e6:.2f} µs | "
-            f"{r['jaxbind_s'] * 1e6:.2f} µs | {r['diff_s'] * 1e6:+.2f} µs | "
-            f"{r['diff_q1_s'] * 1e6:+.2f} to {r['diff_q3_s'] * 1e6:+.2f} µs |"
-        )
-    text = "\n".join(lines) + "\n"
-    print(text)
-    save(args.out, "overhead", dict(meta=meta, results=rows), text)
+        ("case", "size", "floor", "jaxbind", "jaxbind - floor (median)", "IQR of the difference"),
+        [
+            (r["case"], r["size"], us(r["floor_s"]), us(r["jaxbind_s"]),
+             f"{r['diff_s'] * 1e6:+.2f} µs",
+             f"{r['diff_q1_s'] * 1e6:+.2f} to {r['diff_q3_s'] * 1e6:+.2f} µs")
+            for r in rows
+        ],
+    )  # fmt: skip
+    publish(args.out, "overhead", dict(meta=meta, results=rows), lines)
 
 
 if __name__ == "__main__":

@@ -62,7 +62,7 @@ def main() -> None:
     )
     if args.quick:
         args.repeat, args.rounds = 300, 2
-    from tests.support.pjrt_host import compiler, include_dir, plugin_path
+    from tests.support.pjrt_host import compile_driver, compiler, include_dir, plugin_path
 
     plugin, include, cc = plugin_path(), include_dir(), compiler()
     if plugin is None or include is None or cc is None:
@@ -87,23 +87,7 @@ def main() -> None:
         ],
         check=True,
     )
-    runtime = jaxbind.runtime_library()
-    driver = tmp / "run_bundle"
-    subprocess.run(
-        [
-            cc,
-            "-O2",
-            str(HERE.parent / "demos" / "run_bundle.c"),
-            f"-I{include}",
-            include_jaxbind,
-            runtime,
-            f"-Wl,-rpath,{pathlib.Path(runtime).parent}",
-            "-ldl",
-            "-o",
-            str(driver),
-        ],
-        check=True,
-    )
+    driver = compile_driver(cc, include, tmp)
 
     lib = ctypes.CDLL(str(tmp / "libaffine.so"))
     op = jaxbind.nonlinear_op(

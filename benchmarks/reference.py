@@ -15,8 +15,8 @@ with JAX alone, and the DUCC ops' references against their native bodies.
    their results against the native program's, in this process.
    (jax.export.deserialize needs flatbuffers, which jax does not install: the venv has it.)
 3. Every jaxducc0 op's reference against its native body: a summary of what
-   reference_fft_nufft.py and reference_wgridder_sht.py wrote (run them first): the range
-   of reference/native time ratios over their sizes, and the largest difference.
+   reference_ducc.py wrote (run it first): the range of reference/native time ratios over
+   its sizes, and the largest difference.
 """
 
 from __future__ import annotations
@@ -181,14 +181,14 @@ def portable(venv: pathlib.Path) -> list[dict]:
     return rows
 
 
-# --- 3. every jaxducc0 op's reference: a summary of the two scripts that time them --------------
+# --- 3. every jaxducc0 op's reference: a summary of the script that times them ------------------
 
-DETAILS = ("reference_fft_nufft", "reference_wgridder_sht")
+DETAILS = ("reference_ducc",)
 
 
 def contrib(out: pathlib.Path) -> list[dict]:
     """Per op and case (forward, grad): the range of reference/native time ratios over the
-    sizes, and the largest difference, from the results the two scripts wrote."""
+    sizes, and the largest difference, from the results reference_ducc.py wrote."""
     summary: dict[tuple, dict] = {}
     for stem in DETAILS:
         path = out / f"{stem}.json"

@@ -6,7 +6,8 @@
 Per case (dimension, type, points, grid), jit-compiled on the same inputs in alternating
 rounds: ``jaxducc0.nufft_points`` (DUCC, ``nthreads`` 1 and 2), its reference
 (`jaxbind.contrib.ducc.reference.nufft.nufft_points`: spreading, FFT, deconvolution for
-types 1 and 2; the direct sum for type 3) and, for types 1 and 2, nufftax (its own
+types 1 and 2; rescaling, spreading and type 2 for type 3, or the direct sum where
+its grid would be too large) and, for types 1 and 2, nufftax (its own
 spreading in JAX; its 2-D grids are transposed, so the benchmark transposes them). Three
 calls each: the forward transform, ``grad`` of ``sum |y|^2`` in the values, and in the
 points. XLA runs on every core (its default intra-op pool); DUCC with the ``nthreads`` of
@@ -46,8 +47,13 @@ CASES = [
     (1, 2, 10**6, 4096),
     (3, 1, 10**5, 32),
     (3, 2, 10**5, 32),
-    (2, 3, 10**4, 1000),  # type 3: 10^4 sources to 10^3 targets (the "grid" is K)
+    # type 3: sources in [-pi, pi)^d to `modes` targets in [-S, S)^d (S in TARGETS)
+    (1, 3, 10**6, 10**6),
+    (2, 3, 10**5, 10**5),
+    (3, 3, 10**4, 10**4),
+    (2, 3, 10**4, 1000),  # a grid of 2008^2 would be needed: the direct sum
 ]
+TARGETS = {1: 2048.0, 2: 64.0, 3: 12.0}  # S, per dimension (10^3 targets: 500)
 QUICK = [(2, 1, 1000, 16), (2, 2, 1000, 16), (1, 1, 500, 32), (3, 2, 200, 8), (2, 3, 100, 50)]
 CALLS = ("forward", "grad values", "grad points")
 
@@ -61,7 +67,8 @@ def _inputs(d, kind, m, n):
         values = rng.normal(size=(1, m)) + 1j * rng.normal(size=(1, m))
     args = [jnp.asarray(values), xs]
     if kind == 3:
-        args.append(jnp.asarray(rng.uniform(-n / 2, n / 2, (d, n))))  # n targets
+        half = n / 2 if n <= 1000 else TARGETS[d]
+        args.append(jnp.asarray(rng.uniform(-half, half, (d, n))))  # n targets
     return args
 
 
@@ -135,6 +142,7 @@ def main():
             )
             rows.append(row)
             print(row, flush=True)
+        jax.clear_caches()  # each case's programs freed before the next (memory)
     meta = run_meta(
         ducc_threads="1 and 2 (nthreads)",
         xla_threads="XLA's default intra-op pool (every core)",
@@ -146,7 +154,9 @@ def main():
         f"{run_line(meta)}; double precision, eps {EPS:g}; medians of {rounds} alternating "
         "rounds (jitted). DUCC: `jaxducc0.nufft_points` at nthreads=1 (ratios are to it) "
         "and 2; XLA (reference, nufftax) on its default pool. Type 3: `modes` is the "
-        "number of targets, and its reference is the direct sum. difference: "
+        "number of targets, in [-S, S)^d with S 2048 (1-D), 64 (2-D), 12 (3-D) or, for "
+        "10^3 targets, 500 (the reference's direct sum: its grid would be too large). "
+        "difference: "
         "max |reference - DUCC| / max |DUCC|.",
         "",
         "| d | type | points | modes | call | DUCC (s) | DUCC 2 thr (s) | reference (s) "

@@ -38,7 +38,7 @@ import jax
 jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from _harness import alternating, arguments, run_line, run_meta, save  # noqa: E402
+from _harness import arguments, ms, publish, run_line, run_meta, side_by_side, table  # noqa: E402
 from jax.scipy.sparse.linalg import cg  # noqa: E402
 
 from jaxbind.contrib import jaxducc0  # noqa: E402
@@ -88,13 +88,6 @@ def _loop(call):
     return run
 
 
-def _timed(variants: dict, rounds: int) -> dict:
-    """Medians over alternating rounds of each variant (a function of no arguments)."""
-    for fn in variants.values():  # compile, plan, warm up
-        jax.block_until_ready(fn())
-    return {name: t.median for name, t in alternating(variants, rounds=rounds).items()}
-
-
 def case_a(x, y, f, grid, rounds: int) -> list[dict]:
     import ducc0
 
@@ -133,9 +126,7 @@ def case_a(x, y, f, grid, rounds: int) -> list[dict]:
         nufft2, fopts = finufft
         other = _loop(lambda f, x, y: nufft2(f, x, y, eps=EPS, opts=fopts))
         variants["jax-finufft"] = lambda: other(f, one, xj, yj)
-    results = {name: np.asarray(fn()) for name, fn in variants.items()}
-    ref = results["DUCC plan.u2nu"]
-    med = _timed(variants, rounds)
+    med, agree = side_by_side(variants, rounds=rounds, against="DUCC plan.u2nu")
     floor_s = med["DUCC plan.u2nu"]
     return [
         dict(
@@ -144,7 +135,7 @@ def case_a(x, y, f, grid, rounds: int) -> list[dict]:
             seconds=med[name],
             per_call_ms=med[name] / CALLS * 1e3,
             vs_floor=med[name] / floor_s,
-            agree=float(np.linalg.norm(results[name] - ref) / np.linalg.norm(ref)),
+            agree=agree[name],
             rounds=rounds,
         )
         for name in variants
@@ -179,17 +170,15 @@ def case_b(x, y, c, grid, rounds: int, plans: PlanCount) -> list[dict]:
     plans.count = 0
     traced = _solver(lambda f, x, y: jaxducc0.nufft2(f, x, y, eps=EPS, opts=opts), grid)
     variants = {"NufftPlan": lambda: static(c), "nufft2 (points traced)": lambda: traced(c, xj, yj)}
-    results = {name: np.asarray(fn()) for name, fn in variants.items()}
-    med = _timed(variants, rounds)
+    med, agree = side_by_side(variants, rounds=rounds, against="NufftPlan")
     setups = plans.count
-    ref = results["NufftPlan"]
     return [
         dict(
             case="b",
             variant=name,
             seconds=med[name],
             vs_nufftplan=med[name] / med["NufftPlan"],
-            agree=float(np.linalg.norm(results[name] - ref) / np.linalg.norm(ref)),
+            agree=agree[name],
             setups=setups if name != "NufftPlan" else None,
             rounds=rounds,
         )
@@ -227,41 +216,35 @@ def main():
         f"{run_line(meta)}, {versions}. A 2-D type-2 NUFFT, complex128, {n}² modes, "
         f"{n_points:.0e} points, eps={EPS}, 1 thread; medians of {rounds} alternating rounds.",
         "",
-        f"(a) {CALLS} calls of one grid (a jitted `lax.fori_loop`; the floor: DUCC's plan "
-        "called from Python):",
+        *table(
+            f"(a) {CALLS} calls of one grid (a jitted `lax.fori_loop`; the floor: DUCC's plan "
+            "called from Python):",
+            ("variant", "100 calls", "per call", "vs DUCC plan.u2nu", "agree (rel. l2)"),
+            [
+                (r["variant"], ms(r["seconds"], 1), f"{r['per_call_ms']:.2f} ms",
+                 f"{r['vs_floor']:.2f}", f"{r['agree']:.1e}")
+                for r in a
+            ],
+        ),
         "",
-        "| variant | 100 calls | per call | vs DUCC plan.u2nu | agree (rel. l2) |",
-        "|---|---|---|---|---|",
-    ]
-    for r in a:
-        lines.append(
-            f"| {r['variant']} | {r['seconds'] * 1e3:.1f} ms | {r['per_call_ms']:.2f} ms | "
-            f"{r['vs_floor']:.2f} | {r['agree']:.1e} |"
-        )
-    lines += [
-        "",
-        f"(b) {ITERATIONS} CG iterations of (A^H A + I) f = A^H c, the points traced but "
-        "loop-invariant for nufft2:",
-        "",
-        "| variant | solve | vs NufftPlan | setups | agree (rel. l2) |",
-        "|---|---|---|---|---|",
-    ]
-    for r in b:
-        setups = "-" if r["setups"] is None else str(r["setups"])
-        lines.append(
-            f"| {r['variant']} | {r['seconds'] * 1e3:.1f} ms | {r['vs_nufftplan']:.2f} | "
-            f"{setups} | {r['agree']:.1e} |"
-        )
+        *table(
+            f"(b) {ITERATIONS} CG iterations of (A^H A + I) f = A^H c, the points traced but "
+            "loop-invariant for nufft2:",
+            ("variant", "solve", "vs NufftPlan", "setups", "agree (rel. l2)"),
+            [
+                (r["variant"], ms(r["seconds"], 1), f"{r['vs_nufftplan']:.2f}",
+                 "-" if r["setups"] is None else str(r["setups"]), f"{r['agree']:.1e}")
+                for r in b
+            ],
+        ),
+    ]  # fmt: skip
     lines += [
         "",
         f"Targets: NufftPlan ≤ {TARGET}× DUCC's reused plan in (a): {state_a:.2f}×; nufft2 "
         f"with traced points ≤ {TARGET}× NufftPlan in (b), with one setup: {state_b:.2f}×, "
         f"{b[1]['setups']} setup(s).",
     ]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if not args.quick:
-        save(args.out, "state_nufft", dict(meta=meta, results=rows), text)
+    publish(args.out, "state_nufft", dict(meta=meta, results=rows), lines, write=not args.quick)
 
 
 if __name__ == "__main__":

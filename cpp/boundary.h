@@ -1,28 +1,17 @@
 // jaxbind's trampoline: the one error boundary, and the one scope in which Python is
 // called.
 //
-// Every handler (CPU, CUDA, CUDA kernel), the instantiate stage and the kernel fast path
-// run their work inside `boundary(where, work)`, which returns ffi::Error::Success() or
-// the one error `failure` makes of whatever the work threw. Nothing else catches to make
-// an ffi::Error. The words of every such error:
-//
-//     jaxbind: <where>: <what>
-//
-// <where> is the site's label, "'<binding>' (<role>)[, batched]", once the call's site
-// is known, else "'<binding>'" from the call's attributes. A message that names the
-// binding already (Python's "jaxbind: 'fft' (the transpose) ...", a kernel's "kernel of
-// 'fft' (the function) failed: ...") keeps its words: only "jaxbind: " is put before it
-// where it lacks it. The codes:
+// Every handler (CPU, CUDA, CUDA kernel) and the instantiate stage run their work inside
+// `boundary(where, work)`, which returns ffi::Error::Success() or the one error `failure`
+// makes of whatever the work threw. Nothing else catches to make an ffi::Error. The words
+// of every such error, and the codes of C++'s exceptions, are errors.h's (the kernel fast
+// path, which runs no Python, takes its `native_boundary`); Python's exceptions add:
 //   KeyboardInterrupt (Python)          kCancelled, and the interrupt raised again
 //   another Python exception            a site's: kInternal, formatted by Python with its
 //                                       traceback (_runtime/report.py); before a site is
 //                                       known, the refusal of the site's maker
 //                                       (site_life.h): kInvalidArgument, its message alone
-//   std::invalid_argument               kInvalidArgument (a bad program, or a refused call)
 //   PythonGone                          kUnavailable (the interpreter is going away)
-//   any other exception                 kInternal
-// A thread ended at interpreter exit unwinds (abi::__forced_unwind) through here: that is
-// never swallowed.
 //
 // `PythonScope` is where C++ needs Python: the handler counted in flight (so that
 // `shutdown` waits for it), the interpreter checked, the GIL taken. The handlers, the
@@ -31,28 +20,17 @@
 
 #include <exception>
 #include <optional>
-#include <stdexcept>
 #include <string>
-#include <string_view>
-
-#if defined(__GLIBCXX__)
-#include <cxxabi.h>  // abi::__forced_unwind
-#endif
 
 #include "call.h"
+#include "errors.h"
 #include "process.h"
-
-#if defined(__GNUC__)
-#define JAXBIND_INLINE inline __attribute__((always_inline))
-#else
-#define JAXBIND_INLINE inline
-#endif
 
 namespace jaxbind {
 
 // Python was needed, but the interpreter is going away (or jaxbind was never set up).
-struct PythonGone : std::runtime_error {
-  PythonGone() : std::runtime_error("the Python interpreter is not running") {}
+struct PythonGone : Unavailable {
+  PythonGone() : Unavailable("the Python interpreter is not running") {}
 };
 
 // Python is needed here: counted in flight first (see `shutdown`), then the interpreter
@@ -74,49 +52,6 @@ class PythonScope {
   std::optional<nb::gil_scoped_acquire> gil_;
 };
 
-// Where a failure happened: the site's label once the site is known, else the binding's
-// name as the call's attributes give it. Made on every call, so nothing is worked out
-// until a failure asks (the attributes are searched for the name then).
-struct Where {
-  std::string_view binding;                // (empty: none given, or the label's)
-  const std::string *label = nullptr;      // "'<binding>' (<role>)[, batched]"
-  const ffi::Dictionary *attrs = nullptr;  // where the name is, until `binding` is set
-  static Where of_label(const std::string &label) {
-    Where where;
-    where.label = &label;
-    return where;
-  }
-  static Where of_attrs(const ffi::Dictionary &attrs) {
-    Where where;
-    where.attrs = &attrs;
-    return where;
-  }
-  // The binding's name: given, or read from the attributes, or the quoted start of the
-  // label (empty: none of them).
-  std::string_view name() const {
-    if (binding.empty() && attrs != nullptr) {
-      std::string_view found;
-      if (get_attr(*attrs, "binding", found)) return found;
-    }
-    if (!binding.empty() || label == nullptr) return binding;
-    size_t end = label->find("' (", 1);
-    if (label->empty() || (*label)[0] != '\'' || end == std::string::npos) return {};
-    return std::string_view(*label).substr(1, end - 1);
-  }
-  std::string quoted() const { return "'" + std::string(name()) + "'"; }
-  std::string text() const { return label != nullptr ? *label : quoted(); }
-};
-
-// The one format (see the top of this file).
-inline std::string named(const Where &where, const std::string &what) {
-  const std::string lead = "jaxbind: ";
-  bool led = what.compare(0, lead.size(), lead) == 0;
-  bool nameless = where.label == nullptr && where.name().empty();
-  bool names_it = !where.name().empty() && what.find(where.quoted()) != std::string::npos;
-  if (nameless || names_it) return led ? what : lead + what;
-  return lead + where.text() + ": " + (led ? what.substr(lead.size()) : what);
-}
-
 // A Python exception's message (str of its value; the GIL held).
 inline std::string python_text(nb::python_error &e) {
   try {
@@ -130,8 +65,8 @@ inline std::string python_text(nb::python_error &e) {
 // call): its message, taken while the GIL is held, as an error the boundary names.
 inline LabelledError python_failure(nb::python_error &e) { return LabelledError(python_text(e)); }
 
-// The one error that any failure of the call at `where` becomes. Not for
-// abi::__forced_unwind (see `boundary`).
+// The one error that any failure of the call at `where` becomes: a Python exception's
+// here, the rest errors.h's. Not for abi::__forced_unwind (see `catching`).
 inline ffi::Error failure(const Where &where, std::exception_ptr thrown) {
   auto say = [&](ffi::ErrorCode code, const std::string &what) {
     return ffi::Error(code, named(where, what));
@@ -161,36 +96,15 @@ inline ffi::Error failure(const Where &where, std::exception_ptr thrown) {
     } catch (...) {
       return say(ffi::ErrorCode::kInternal, std::string("its callable failed: ") + e.what());
     }
-  } catch (PythonGone &e) {
-    return say(ffi::ErrorCode::kUnavailable, e.what());
-  } catch (std::invalid_argument &e) {
-    return say(ffi::ErrorCode::kInvalidArgument, e.what());
-  } catch (std::exception &e) {
-    return say(ffi::ErrorCode::kInternal, e.what());
   } catch (...) {
-    return say(ffi::ErrorCode::kInternal, "unknown C++ exception");
+    return native_failure(where, thrown);  // (C++'s own)
   }
-}
-
-// A program the call's header refuses (callformat.h): its format, or its site digest.
-inline ffi::Error refused(const ffi::Dictionary &attrs, const Header::Problem &problem) {
-  return ffi::Error(problem.code, named(Where::of_attrs(attrs), problem.message));
 }
 
 // Run `work()` at `where`: ffi::Error::Success(), or the failure it threw as an error.
-// Inlined into its caller: the kernel fast path pays nothing for it (-Os would call it).
 template <typename Work>
 JAXBIND_INLINE ffi::Error boundary(const Where &where, Work &&work) {
-  try {
-    work();
-    return ffi::Error::Success();
-#if defined(__GLIBCXX__)
-  } catch (abi::__forced_unwind &) {
-    throw;  // a thread ended at interpreter exit unwinds through here: never swallow it
-#endif
-  } catch (...) {
-    return failure(where, std::current_exception());
-  }
+  return catching<failure>(where, std::forward<Work>(work));
 }
 
 }  // namespace jaxbind

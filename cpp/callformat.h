@@ -23,7 +23,7 @@ namespace ffi = xla::ffi;
 //      hidden in kwargs as "batch_axes").
 //   2: format 1 plus loop_levels (int32), loop_batched (one uint8 flag per input)
 //      and n_fixed (int32); kwargs hold only what the callables receive.
-//   3: format 2 plus trees (uint8 array): a JAX-native op's pytree structure, empty
+//   3: format 2 plus trees (uint8 array): a pytree-API op's pytree structure, empty
 //      for other calls (format 2 kept it among the kwargs).
 //   4: format 3 plus definition (string): the op's definition the program was made for
 //      (jaxbind/_definition.py), compared with the op's before any body runs.

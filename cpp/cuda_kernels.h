@@ -5,8 +5,9 @@
 // the first launch, so the extension is built without the CUDA toolkit. A site's module
 // is loaded into each device's context at its first call there; each signature's launch
 // (grid, block, dynamic shared memory, the scalar parameters' bytes) was worked out in
-// Python when the site accepted it (jaxbind/_kernels/cuda.py). A launch passes each
-// output's device pointer, then each input's, then the scalars.
+// Python when the site accepted it (jaxbind/_kernels/cuda.py; read by site.h). A launch
+// passes each output's device pointer, then each input's, then the scalars. Nothing here
+// touches Python.
 #pragma once
 
 #include <dlfcn.h>
@@ -23,13 +24,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include <nanobind/nanobind.h>
-
 #include "call.h"
 
 namespace jaxbind {
-
-namespace nb = nanobind;
 
 // The few driver entry points a launch needs.
 class CudaDriver {
@@ -184,26 +181,5 @@ class CudaKernelSite {
   AcceptedSignatures<const Launch *> launches_;
   mutable std::unordered_map<int32_t, void *> functions_;
 };
-
-// A site's launch from what the site's check gives for a signature (jaxbind/_kernels/
-// cuda.py, CudaKernelSite.launch): (grid, block, shared memory bytes, (scalar bytes, ...)).
-inline Launch read_launch(nb::handle answer) {
-  nb::tuple t = nb::cast<nb::tuple>(answer);
-  Launch launch;
-  auto dims = [](nb::handle value, std::array<unsigned, 3> &out) {
-    nb::tuple d = nb::cast<nb::tuple>(value);
-    for (size_t i = 0; i < 3; ++i) out[i] = nb::cast<unsigned>(d[i]);
-  };
-  dims(t[0], launch.grid);
-  dims(t[1], launch.block);
-  launch.shared = nb::cast<unsigned>(t[2]);
-  for (nb::handle value : nb::cast<nb::tuple>(t[3])) {
-    nb::bytes bytes = nb::cast<nb::bytes>(value);
-    std::vector<uint64_t> words((bytes.size() + 7) / 8, 0);
-    std::memcpy(words.data(), bytes.c_str(), bytes.size());
-    launch.scalars.push_back(std::move(words));
-  }
-  return launch;
-}
 
 }  // namespace jaxbind

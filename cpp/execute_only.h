@@ -6,24 +6,27 @@
 //   is set there (xla_slot.h, keeps_slots);
 // - the CUDA-kernel target, registered with its execute stage alone, so that XLA may
 //   capture its launches into command buffers (jaxbind/_rules/targets.py, "stages");
-// - any PJRT host written in C.
+// - any PJRT host written in C (jaxbind's C runtime, cpp/runtime/, finds every call here).
 // The other door, XLA's slot, and the one place that chooses between them: site_life.h.
 //
 // A digest's first call asks the host runtime's resolver to point a new Instance at the
 // call's site, once; the door keeps the instance by digest, and each call frame its last
-// one (Kept, site.h), so that later calls find it with one comparison, without a lock or
-// the GIL. The door depends on no runtime but through the resolver (this module's:
-// Python's instantiate_site, site_life.h). An instance here never owns its site: the
-// resolver's runtime does (Python's: the programs that call it, or a small LRU,
-// jaxbind/_sites.py). When the site's core dies (its Site gone, or retired) the door
-// forgets the instance, and the next call resolves the digest again.
+// one (Kept, site_core.h), so that later calls find it with one comparison, without a lock or
+// the GIL. The door depends on no runtime but through the resolver (the trampoline's:
+// Python's instantiate_site, site_life.h; the C runtime's: the site it made of the
+// bundle's manifest, cpp/runtime/), and touches no Python. An instance here never owns
+// its site: the resolver's runtime does (Python's: the programs that call it, or a small
+// LRU, jaxbind/_sites.py; the C runtime's: its registry). When the site's core dies (its
+// Site gone, or retired) the door forgets the instance, and the next call resolves the
+// digest again.
 #pragma once
 
 #include <mutex>
 #include <unordered_map>
 
-#include "boundary.h"
-#include "site.h"
+#include "callformat.h"
+#include "errors.h"
+#include "site_core.h"
 
 namespace jaxbind::execute_only {
 

@@ -1,7 +1,8 @@
 // jaxbind's trampoline: the XLA FFI handlers. Each begins with one lookup, the call's
 // Instance (site_life.h, find_instance), and runs its platform's body over the one
 // described call (call.h) inside the one error boundary (boundary.h):
-//   CpuHandler         a compiled kernel without the GIL (`run_kernel_fast`), else the GIL
+//   CpuHandler         a compiled kernel without the GIL (`run_kernel_fast`, kernel_path.h,
+//                      which the C runtime's handler runs too), else the GIL
 //                      taken (`guarded`): a kernel, or a Python callable on NumPy views
 //   CudaHandler        the site's GPU plan (gpu.h), or a CUDA kernel reached by the GIL path
 //   CudaKernelHandler  a CUDA kernel launched on XLA's stream without the GIL, else `guarded`
@@ -16,6 +17,7 @@
 #include "call.h"
 #include "floats.h"
 #include "gpu.h"
+#include "kernel_path.h"
 #include "kernels.h"
 #include "outputs.h"
 #include "process.h"
@@ -25,74 +27,6 @@
 #include "views.h"
 
 namespace jaxbind {
-
-// What one call works on, reused by the calls of a thread (no allocation per call once
-// warm): the call's buffers, a batch element's, and the instance found last where no
-// slot keeps one. A stack, because a Python callable may call a jaxbind op eagerly,
-// which runs on the same thread.
-struct Frame {
-  Call call, element;
-  Kept kept;
-};
-
-class ScopedFrame {
- public:
-  ScopedFrame() {
-    Stack &stack = local();
-    if (stack.depth == stack.frames.size()) stack.frames.push_back(std::make_unique<Frame>());
-    frame_ = stack.frames[stack.depth++].get();
-  }
-  ~ScopedFrame() { --local().depth; }
-  ScopedFrame(const ScopedFrame &) = delete;
-  ScopedFrame &operator=(const ScopedFrame &) = delete;
-  Frame &operator*() const { return *frame_; }
-  Frame *operator->() const { return frame_; }
-
- private:
-  struct Stack {
-    std::vector<std::unique_ptr<Frame>> frames;
-    size_t depth = 0;
-  };
-  static Stack &local() {
-    thread_local Stack stack;
-    return stack;
-  }
-  Frame *frame_;
-};
-
-// Run a kernel site's call: once, or once per batch element (on several of XLA's threads
-// when that pays), without the GIL.
-inline void run_kernel(const SiteCore &core, jaxbind_kernel_fn fn, Frame &frame,
-                       ExecutionContext context) {
-  const Loop *batch = core.whole_batch ? &core.loop : nullptr;
-  Workers workers(context, core.kernel.threads);
-  const bool checking = check_outputs.load(std::memory_order_relaxed);
-  if (checking) Unwritten::fill(frame.call);
-  core.loop.run(frame.call, core.whole_batch, frame.element, workers,
-                [&](const Call &call, const Workers &w) {
-                  call_kernel(fn, core.kernel, core.label, call, batch, w);
-                });
-  if (checking) Unwritten::check(frame.call, core.label);
-}
-
-// A kernel call whose site and signature are known: no GIL, no Python object. Returns
-// false when the call needs the GIL path (see `guarded`).
-inline bool run_kernel_fast(Instance &instance, const ffi::RemainingArgs &args,
-                            const ffi::RemainingRets &rets, ExecutionContext context, Frame &frame,
-                            ffi::Error &result) {
-  SiteCore *found = live_core(instance);
-  if (found == nullptr || !found->is_kernel) return false;
-  SiteCore &core = *found;
-  try {
-    frame.call.decode(args, rets);
-  } catch (std::exception &) {
-    return false;  // the GIL path reports it, with the binding's name
-  }
-  jaxbind_kernel_fn fn = nullptr;
-  if (!accepted_before(core, frame.call, fn)) return false;
-  result = boundary(Where::of_label(core.label), [&] { run_kernel(core, fn, frame, context); });
-  return true;
-}
 
 // What every call that needs Python does around its platform's body: take Python
 // (PythonScope), decode the buffers and take the instance's site (accepting the buffers'
@@ -138,7 +72,7 @@ inline void run_callable(Site &site, const Call &call) {
                   " instead of None. A callable of "
                   "get_linear_call / get_nonlinear_call writes each result into its "
                   "output array, out[k][...] = result, and returns nothing; to return "
-                  "results instead, define the op with the JAX-native API "
+                  "results instead, define the op with the pytree API "
                   "(jaxbind.linear_op, multilinear_op, nonlinear_op)")
                      .c_str());
     throw nb::python_error();

@@ -174,8 +174,7 @@ void define_state_cell(nb::module_ &m) {
           "__init__",
           [](CellHandle *self, const std::string &policy, int size, nb::handle owner,
              std::string label, std::string state) {
-            new (self) CellHandle{
-                CellRef(new StateCell(policy, size, owner, std::move(label), std::move(state)))};
+            new (self) CellHandle(policy, size, owner, std::move(label), std::move(state));
           },
           nb::arg("policy"), nb::arg("size"), nb::arg("owner"), nb::arg("label"),
           nb::arg("state") = "",
@@ -185,7 +184,7 @@ void define_state_cell(nb::module_ &m) {
       .def(
           "acquire",
           [](CellHandle &h) {
-            auto [slot, made_here] = h.cell->acquire();
+            auto [slot, made_here] = h.acquire();
             return made_here ? -1 - slot : slot;
           },
           "The slot of an object for one call, taken under the policy (waits without the "
@@ -200,7 +199,7 @@ void define_state_cell(nb::module_ &m) {
           [](CellHandle &h, int slot, uintptr_t address) { h.cell->set_address(slot, address); },
           nb::arg("slot"), nb::arg("address"))
       .def(
-          "close", [](CellHandle &h) { h.cell->close(); },
+          "close", [](CellHandle &h) { h.close(); },
           "Wait for the calls using an object, and refuse later ones: then the objects may "
           "be torn down.")
       .def_prop_ro("closed", [](CellHandle &h) { return h.cell->closed(); });

@@ -1,22 +1,21 @@
-// jaxbind's trampoline: compiled kernels (the C ABI of jaxbind/kernel.h), called without
-// the GIL. A kernel site's calls run on the one described call (call.h); this file holds
-// what only kernels need: their static keyword arguments in the ABI's form, and the ABI
-// call of one kernel on one (batch element of a) call.
+// jaxbind's trampoline and C runtime: compiled kernels (the C ABI of jaxbind/kernel.h),
+// called without the GIL and without Python. A kernel site's calls run on the one
+// described call (call.h); this file holds what only kernels need: their static keyword
+// arguments in the ABI's form (read from Python's description by site.h, from a bundle's
+// manifest by the C runtime), and the ABI call of one kernel on one (batch element of a)
+// call.
 #pragma once
 
+#include <deque>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
-
-#include <nanobind/nanobind.h>
-#include <nanobind/stl/string.h>
-#include <nanobind/stl/vector.h>
 
 #include "call.h"
 #include "state.h"
 
 namespace jaxbind {
-
-namespace nb = nanobind;
 
 // The ABI's structs are rows of 8-byte words, laid out as jaxbind/_kernels/abi.py's table
 // says (which the kernel tests hold against the header's fields, in order).
@@ -30,52 +29,51 @@ struct KernelError : LabelledError {
 };
 
 // The static keyword arguments of a kernel site, owned here (names, strings and array
-// data), as the ABI passes them (jaxbind_kwarg, sorted by name).
+// data), as the ABI passes them (jaxbind_kwarg, sorted by name). Not copied: the ABI's
+// structs point into it.
 class KernelArgs {
  public:
-  // From the site's description (see jaxbind/_kernels/abi.py, KernelSite.kwargs): one
-  // tuple per argument, (name, type, int value, float value, bytes or None,
-  // (dtype, dims, bytes) or None). Needs the GIL.
-  void read(nb::handle items) {
-    size_t n = nb::len(items);
-    names_.reserve(n);  // (the ABI's structs point into these: no reallocation)
-    strings_.reserve(n);
-    array_data_.reserve(n);
-    array_dims_.reserve(n);
-    for (nb::handle item : items) {
-      nb::tuple t = nb::cast<nb::tuple>(item);
-      jaxbind_kwarg kw{};
-      names_.push_back(nb::cast<std::string>(t[0]));
-      kw.name = names_.back().c_str();
-      kw.type = nb::cast<int64_t>(t[1]);
-      kw.int_value = nb::cast<int64_t>(t[2]);
-      kw.float_value = nb::cast<double>(t[3]);
-      if (!t[4].is_none()) {
-        nb::bytes text = nb::cast<nb::bytes>(t[4]);
-        strings_.emplace_back(text.c_str(), text.size());
-        kw.string = strings_.back().c_str();
-        kw.string_size = static_cast<int64_t>(strings_.back().size());
-      }
-      if (!t[5].is_none()) {
-        nb::tuple a = nb::cast<nb::tuple>(t[5]);
-        array_dims_.push_back(nb::cast<std::vector<int64_t>>(a[1]));
-        nb::bytes data = nb::cast<nb::bytes>(a[2]);
-        array_data_.emplace_back(data.c_str(), data.c_str() + data.size());
-        kw.array = jaxbind_buffer{array_data_.back().data(), nb::cast<int64_t>(a[0]),
-                                  static_cast<int64_t>(array_dims_.back().size()),
-                                  array_dims_.back().data()};
-      }
-      kwargs_.push_back(kw);
+  struct Array {
+    int64_t dtype;
+    std::vector<int64_t> dims;
+    std::vector<char> data;
+  };
+
+  KernelArgs() = default;
+  KernelArgs(const KernelArgs &) = delete;
+  KernelArgs &operator=(const KernelArgs &) = delete;
+
+  // One more argument, in name order (see jaxbind/_kernels/abi.py, typed_kwarg: its type
+  // and values; a string's bytes, an array's dtype, dimensions and bytes, or none).
+  void add(std::string name, int64_t type, int64_t int_value, double float_value,
+           std::optional<std::string> string, std::optional<Array> array) {
+    Owned &kept = owned_.emplace_back(Owned{std::move(name), std::move(string), std::move(array)});
+    jaxbind_kwarg kw{};
+    kw.name = kept.name.c_str();
+    kw.type = type;
+    kw.int_value = int_value;
+    kw.float_value = float_value;
+    if (kept.string) {
+      kw.string = kept.string->c_str();
+      kw.string_size = static_cast<int64_t>(kept.string->size());
     }
+    if (kept.array)
+      kw.array =
+          jaxbind_buffer{kept.array->data.data(), kept.array->dtype,
+                         static_cast<int64_t>(kept.array->dims.size()), kept.array->dims.data()};
+    kwargs_.push_back(kw);
   }
 
   int64_t size() const { return static_cast<int64_t>(kwargs_.size()); }
   const jaxbind_kwarg *data() const { return kwargs_.data(); }
 
  private:
-  std::vector<std::string> names_, strings_;
-  std::vector<std::vector<char>> array_data_;
-  std::vector<std::vector<int64_t>> array_dims_;
+  struct Owned {
+    std::string name;
+    std::optional<std::string> string;
+    std::optional<Array> array;
+  };
+  std::deque<Owned> owned_;  // (a deque never moves its elements: the structs point into them)
   std::vector<jaxbind_kwarg> kwargs_;
 };
 

@@ -1,13 +1,11 @@
-// jaxbind's trampoline: what a call site is, and the Instance a call finds it through
-// (its life, from instantiate to free, and the two doors to an Instance: site_life.h).
+// jaxbind's trampoline: a call site's Python half (its core and the Instance a call finds
+// it through: site_core.h; its life, from instantiate to free: site_life.h).
 //
 // A site is a binding's body for one role, set of keyword arguments and batch loop,
 // instantiated once. It has two parts:
-// - `SiteCore`, everything a call needs but Python (its label, loop, the signatures its
-//   check accepted, a kernel's keyword arguments); counted, so that a call in flight
-//   keeps it alive, and read without the GIL by compiled bodies. It is alive while its
-//   Site is: a Site that goes (or is retired) marks it dead, and a call that finds a dead
-//   core finds its site again.
+// - `SiteCore` (site_core.h), everything a call needs but Python, read without the GIL
+//   by compiled bodies. It is alive while its Site is: a Site that goes (or is retired)
+//   marks it dead, and a call that finds a dead core finds its site again.
 // - `Site`, a Python object (`_ext.Site`) made from the description Python gives (see
 //   jaxbind/_runtime/sites.py, SiteDescription): the callable, its keyword arguments, the check.
 //   The garbage collector sees everything it holds (site_traverse), so a cycle through
@@ -16,77 +14,24 @@
 #pragma once
 
 #include <atomic>
+#include <cstring>
+#include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
+
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include "call.h"
 #include "cuda_kernels.h"
 #include "kernels.h"
 #include "process.h"
+#include "site_core.h"
+#include "state_keys.h"
+#include "state_python.h"
 
 namespace jaxbind {
-
-struct SiteCore {
-  std::atomic<int> refs{0};  // see CoreRef
-  std::string label;         // "'<binding>' (<role>)", for errors
-  Loop loop;
-  bool is_kernel = false;
-  bool whole_batch = false;              // the kernel takes the whole batch (batches=True)
-  KernelSite kernel;                     // a kernel's ABI version, threads and keyword arguments
-  std::unique_ptr<CudaKernelSite> cuda;  // a CUDA kernel's module and launches, or none
-  AcceptedSignatures<jaxbind_kernel_fn> accepted;  // with the kernel's address for each
-  // Cleared when its Site goes or is retired (`die`): a pointer to it kept elsewhere is
-  // stale.
-  std::atomic<bool> alive{true};
-  // The doors that found it (site_life.h's door bits), for tests: read with the GIL.
-  std::atomic<uint8_t> routes{0};
-  void found_by(uint8_t door) {
-    if ((routes.load(std::memory_order_relaxed) & door) == 0)
-      routes.fetch_or(door, std::memory_order_relaxed);
-  }
-  // The call's `site` attribute, where a table keeps the core's instance by it (0: none).
-  // Written and read under that table's lock.
-  int64_t digest = 0;
-  // Told once, with the GIL held, when a core dies (the table forgets its instance).
-  static inline std::atomic<void (*)(SiteCore &)> on_death{nullptr};
-  void die() {
-    if (!alive.exchange(false, std::memory_order_acq_rel)) return;
-    if (auto told = on_death.load(std::memory_order_acquire)) told(*this);
-  }
-  // Unique in the process (addresses of freed cores are reused): the key of threads' caches.
-  uint64_t id = next_id.fetch_add(1) + 1;
-  static inline std::atomic<uint64_t> next_id{0};
-};
-
-// A counted reference to a SiteCore (CoreRef) or an Instance (InstanceRef): anything
-// with a `refs` count. Not std::shared_ptr: libstdc++'s reference counts read glibc's
-// __libc_single_threaded (glibc 2.32), newer than the manylinux_2_28 wheel may need.
-template <typename T>
-class Counted {
- public:
-  Counted() = default;
-  explicit Counted(T *held) : held_(held) {
-    if (held_) held_->refs.fetch_add(1, std::memory_order_relaxed);
-  }
-  Counted(const Counted &other) : Counted(other.held_) {}
-  Counted(Counted &&other) noexcept : held_(other.held_) { other.held_ = nullptr; }
-  Counted &operator=(Counted other) noexcept {
-    std::swap(held_, other.held_);
-    return *this;
-  }
-  ~Counted() {
-    if (held_ && held_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete held_;
-  }
-  T *get() const { return held_; }
-  T &operator*() const { return *held_; }
-  T *operator->() const { return held_; }
-  explicit operator bool() const { return held_ != nullptr; }
-  bool operator==(const Counted &other) const { return held_ == other.held_; }
-
- private:
-  T *held_ = nullptr;
-};
-using CoreRef = Counted<SiteCore>;
 
 // A site's GPU plan (jaxbind/_runtime/gpu.py, Plan; run by gpu.h), made for one stream,
 // device and batch element's signature.
@@ -142,7 +87,7 @@ struct Site {
       core->whole_batch = nb::cast<bool>(kernel.attr("batches"));
       core->kernel.abi_version = nb::cast<int64_t>(kernel.attr("abi_version"));
       core->kernel.threads = nb::cast<int64_t>(kernel.attr("threads"));
-      core->kernel.kwargs.read(kernel.attr("kwargs"));
+      read_kwargs(kernel.attr("kwargs"));
       core->kernel.origin = nb::cast<std::string>(kernel.attr("origin"));
       read_state(kernel.attr("state"));
     }
@@ -159,6 +104,30 @@ struct Site {
   Site(const Site &) = delete;
   Site &operator=(const Site &) = delete;
 
+  // A kernel's static keyword arguments (see jaxbind/_kernels/abi.py, KernelSite.kwargs):
+  // one tuple per argument, (name, type, int value, float value, bytes or None,
+  // (dtype, dims, bytes) or None).
+  void read_kwargs(nb::handle items) {
+    for (nb::handle item : items) {
+      nb::tuple t = nb::cast<nb::tuple>(item);
+      std::optional<std::string> string;
+      std::optional<KernelArgs::Array> array;
+      if (!t[4].is_none()) {
+        nb::bytes text = nb::cast<nb::bytes>(t[4]);
+        string.emplace(text.c_str(), text.size());
+      }
+      if (!t[5].is_none()) {
+        nb::tuple a = nb::cast<nb::tuple>(t[5]);
+        nb::bytes data = nb::cast<nb::bytes>(a[2]);
+        array = KernelArgs::Array{nb::cast<int64_t>(a[0]), nb::cast<std::vector<int64_t>>(a[1]),
+                                  std::vector<char>(data.c_str(), data.c_str() + data.size())};
+      }
+      core->kernel.kwargs.add(nb::cast<std::string>(t[0]), nb::cast<int64_t>(t[1]),
+                              nb::cast<int64_t>(t[2]), nb::cast<double>(t[3]), std::move(string),
+                              std::move(array));
+    }
+  }
+
   // A kernel's state (jaxbind/_kernels' KernelSite.state): None, or what the run time
   // made of it (jaxbind/_runtime/state.py's KernelState): its cell (an _ext.StateCell) for
   // a state without key, else the key inputs' positions and the lease that gives a cell
@@ -172,42 +141,33 @@ struct Site {
       s.cell = nb::cast<CellHandle &>(cell).cell;
       return;
     }
-    s.keyed = std::make_unique<KeyedCells>(nb::cast<std::vector<int>>(state.attr("key_inputs")),
-                                           state.attr("lease"), core->label);
+    s.finder = std::make_unique<KeyedCells>(nb::cast<std::vector<int>>(state.attr("key_inputs")),
+                                            state.attr("lease"), core->label);
   }
 };
+
+// A site's launch from what the site's check gives for a signature (jaxbind/_kernels/
+// cuda.py, CudaKernelSite.launch): (grid, block, shared memory bytes, (scalar bytes, ...)).
+inline Launch read_launch(nb::handle answer) {
+  nb::tuple t = nb::cast<nb::tuple>(answer);
+  Launch launch;
+  auto dims = [](nb::handle value, std::array<unsigned, 3> &out) {
+    nb::tuple d = nb::cast<nb::tuple>(value);
+    for (size_t i = 0; i < 3; ++i) out[i] = nb::cast<unsigned>(d[i]);
+  };
+  dims(t[0], launch.grid);
+  dims(t[1], launch.block);
+  launch.shared = nb::cast<unsigned>(t[2]);
+  for (nb::handle value : nb::cast<nb::tuple>(t[3])) {
+    nb::bytes bytes = nb::cast<nb::bytes>(value);
+    std::vector<uint64_t> words((bytes.size() + 7) / 8, 0);
+    std::memcpy(words.data(), bytes.c_str(), bytes.size());
+    launch.scalars.push_back(std::move(words));
+  }
+  return launch;
+}
 
 inline Site &site_of(nb::handle obj) { return *nb::inst_ptr<Site>(obj); }
-
-// What a call finds its site through, whichever door it came by (site_life.h): the site's
-// core, for calls without the GIL, and the Site, for calls with it. Pointed at another
-// site when its core dies (the op defined again, or its Site gone), from the same
-// attributes.
-struct Instance {
-  explicit Instance(uint8_t door) : door(door) {}
-  const uint8_t door;                     // the door that keeps it (site_life.h)
-  std::atomic<int> refs{0};               // InstanceRef's, where a table keeps it
-  std::atomic<SiteCore *> core{nullptr};  // the current site's core, read without the GIL
-  std::vector<CoreRef> cores;             // every core it pointed at, kept: readers hold no count
-  PyObject *site = nullptr;  // the Site: owned, or borrowed (valid while `core` is alive)
-  bool owned = false;
-
-  // The current site's core if it is alive, else nullptr (the call takes the GIL path,
-  // which points the instance at a site again).
-  SiteCore *live() const {
-    SiteCore *found = core.load(std::memory_order_acquire);
-    return found != nullptr && found->alive.load(std::memory_order_acquire) ? found : nullptr;
-  }
-};
-using InstanceRef = Counted<Instance>;
-
-// The instance a call frame found last where no slot keeps one (site_life.h), by the
-// call's digest: counted, so that it (and the cores it points at) stays alive while the
-// frame's call uses it, whatever a nested call finds meanwhile.
-struct Kept {
-  int64_t digest = 0;
-  InstanceRef instance;
-};
 
 // A call's buffers as Python sees them: a tuple of (address, shape, XLA element type).
 inline nb::tuple describe(const std::vector<Buffer> &buffers) {
@@ -236,34 +196,6 @@ inline jaxbind_kernel_fn take_answer(Site &site, const Call &call, nb::handle an
   auto fn = reinterpret_cast<jaxbind_kernel_fn>(address);
   site.core->accepted.add(Signature::of(call), fn);
   return fn;
-}
-
-// The signature a thread matched last, of which core, with its kernel's address: most
-// calls repeat their thread's last, which then costs one comparison and no lock.
-struct LastAccepted {
-  uint64_t core_id = 0;  // SiteCore::id (unique in the process)
-  Signature signature;
-  jaxbind_kernel_fn fn = nullptr;
-};
-
-inline LastAccepted &last_accepted() {
-  thread_local LastAccepted last;
-  return last;
-}
-
-// Whether `core` has accepted the call's signature (without the GIL), and its kernel's
-// address for it (nullptr for a callable).
-inline bool accepted_before(SiteCore &core, const Call &call, jaxbind_kernel_fn &fn) {
-  LastAccepted &last = last_accepted();
-  if (last.core_id == core.id && last.signature.matches(call)) {
-    fn = last.fn;
-    return true;
-  }
-  if (!core.accepted.find(call, fn)) return false;
-  last.core_id = core.id;
-  last.signature = Signature::of(call);
-  last.fn = fn;
-  return true;
 }
 
 // The kernel's address for the call's signature (nullptr for a callable), after the

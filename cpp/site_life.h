@@ -107,14 +107,6 @@ inline ffi::Error find_instance(const RawAttrs &raw, const char *platform, Kept 
   return execute_only::find(raw, platform, resolve, kept, found);
 }
 
-// A compiled body's core, without the GIL: the instance's if alive (else nullptr: the
-// call takes the GIL path, `site_of_call`).
-inline SiteCore *live_core(Instance &instance) {
-  SiteCore *core = instance.live();
-  if (core != nullptr) core->found_by(instance.door);
-  return core;
-}
-
 // The site of the call, with its signature accepted (`fn`: a kernel's address for it,
 // nullptr for a callable): the instance's, made again if its core is dead. Returns a
 // strong reference: the call keeps its site alive even if the body drops the last other

@@ -1,39 +1,50 @@
-// jaxbind's trampoline: an op's state (see jaxbind/_runtime/state.py) as kernels reach
-// it, without the GIL. A state's objects are Python objects, made and torn down by Python
-// (`StateObjects`); C++ holds what a call needs to take one under the state's concurrency
-// policy, and the objects' addresses a kernel gets (jaxbind_call::state). Python bodies of
-// the op take their objects through the same cells, so a kernel and a Python callable of
-// one op keep to one policy.
+// jaxbind's trampoline and C runtime: an op's state as kernels reach it, without the GIL
+// and without Python. In the trampoline a state's objects are Python objects, made and
+// torn down by Python (jaxbind/_runtime/state.py, `StateObjects`); in the C runtime, a C
+// state's objects, made by its C setup (cpp/runtime/). C++ holds what a call needs to
+// take one under the state's concurrency policy, and the objects' addresses a kernel gets
+// (jaxbind_call::state). Python bodies of the op take their objects through the same
+// cells, so a kernel and a Python callable of one op keep to one policy.
 //
 // The rooms, from the bottom up:
-//   held.h         Python objects held by C++ (strongly, or weakly and asked with the GIL)
 //   state_pool.h   a "pool" state's slots: which are idle, which taken and by whom
 //   state_cell.h   StateCell: one state's policy ("lock", "pool", "shared"; their names,
-//                  exported as jaxbind._ext.state_policies), its objects' addresses, the
-//                  refusal of a call that would wait for its own thread; CellRef
-//   state_keys.h   a key= state's cells by the bytes of the call's key inputs (KeyedCells)
+//                  exported as jaxbind._ext.state_policies), its objects' addresses (from
+//                  its Provider), the refusal of a call that would wait for its own
+//                  thread; CellRef
 //   this file      a kernel site's state (KernelState) and one call's use of it (StateUse)
+// and, Python's (the trampoline's alone):
+//   held.h         Python objects held by C++ (strongly, or weakly and asked with the GIL)
+//   state_python.h a cell whose objects Python's state provides; its handle in Python
+//   state_keys.h   a key= state's cells by the bytes of the call's key inputs (KeyedCells)
 //
-// A kernel site holds its cell counted (CellRef). A state with key= has a cell per key
-// value: the site keeps the last few key values' bytes with their cells, and asks Python
-// (the GIL taken) only for a value it has not seen.
+// A kernel site holds its cell counted (CellRef), or finds one per call (a CellFinder):
+// a state with key= has a cell per key value (the site keeps the last few key values'
+// bytes with their cells, and asks Python, the GIL taken, only for a value it has not
+// seen); the C runtime's C state has its current cell, set up again after a release.
 #pragma once
 
 #include <memory>
 
 #include "call.h"
 #include "state_cell.h"
-#include "state_keys.h"
 
 namespace jaxbind {
 
-// A kernel site's state: a cell (no key), or the cells by key; none for an op without.
+// A kernel site's cells found per call: by key value (state_keys.h), or the C runtime's.
+struct CellFinder {
+  virtual ~CellFinder() = default;
+  // The cell of the call (it may close before it is entered: then found again).
+  virtual CellRef find(const Call &call) = 0;
+};
+
+// A kernel site's state: a cell, or the cells a finder gives; none for an op without.
 struct KernelState {
   CellRef cell;
-  std::unique_ptr<KeyedCells> keyed;
+  std::unique_ptr<CellFinder> finder;
   bool serial_tasks = false;  // its ranges share the call's object: run them in order
 
-  explicit operator bool() const { return cell || keyed; }
+  explicit operator bool() const { return cell || finder; }
 };
 
 // One kernel call's use of its site's state: the object taken under the policy for the
@@ -41,12 +52,13 @@ struct KernelState {
 class StateUse {
  public:
   StateUse(const KernelState &state, const Call &call) {
-    if (!state.cell && !state.keyed) return;  // (an op without state: nothing more)
-    if (state.keyed) {
-      // a key value's cell may close between finding and entering it, when Python drops
-      // it from its last few: found again, it is set up again
+    if (!state.cell && !state.finder) return;  // (an op without state: nothing more)
+    if (state.finder) {
+      // a found cell may close between finding and entering it (when Python drops a key
+      // value from its last few, or the C runtime releases its states): found again, it
+      // is set up again
       for (int attempt = 0;; ++attempt) {
-        held_ = state.keyed->find(call);
+        held_ = state.finder->find(call);
         try {
           slot_ = held_->enter();
           break;
@@ -75,7 +87,7 @@ class StateUse {
 
  private:
   StateCell *cell_ = nullptr;
-  CellRef held_;  // a key value's cell, which the site's cache may drop meanwhile
+  CellRef held_;  // a found cell, which its finder may drop meanwhile
   int slot_ = 0;
   void *address_ = nullptr;
 };

@@ -1,11 +1,15 @@
-// jaxbind's trampoline: a state's cell, where every call of the op takes an object under
-// the state's concurrency policy, without the GIL (see state.h for the whole picture).
+// jaxbind's trampoline and C runtime: a state's cell, where every call of the op takes an
+// object under the state's concurrency policy, without the GIL (see state.h for the whole
+// picture). Nothing here touches Python.
 //
-// Each `StateObjects` (jaxbind/_runtime/state.py) has one `StateCell`, which holds its
-// policy and, for each object (a slot), the address a kernel gets (jaxbind_call::state):
+// Each state has one `StateCell` (in Python, each `StateObjects` of jaxbind/_runtime/
+// state.py; in the C runtime, each C state of a bundle), which holds its policy and, for
+// each object (a slot), the address a kernel gets (jaxbind_call::state). Its `Provider`
+// makes the objects and gives their addresses: Python's state (state_python.h, the GIL
+// taken only then), or the C runtime's C setup.
 //   "lock"    one object; a mutex around each use.
-//   "pool"    up to pool_size objects, made when a call finds none idle (the GIL taken
-//             only then, to make one); each used by one call at a time (state_pool.h).
+//   "pool"    up to pool_size objects, made when a call finds none idle; each used by
+//             one call at a time (state_pool.h).
 //   "shared"  one object, used by every call at once; only counted.
 // The policies' names are defined here alone (kPolicies; Python reads them as
 // jaxbind._ext.state_policies).
@@ -15,8 +19,9 @@
 // fails at once, with an error naming the op and the fix (ReentrantUse); under "pool" it
 // takes an idle or new object if the pool has one, and fails otherwise.
 //
-// Python closes the cell before the objects' teardown: `close` waits for the calls using
-// an object, and a call that comes later fails instead of reaching a torn-down object.
+// The owner closes the cell before the objects' teardown: `close` waits for the calls
+// using an object, and a call that comes later fails instead of reaching a torn-down
+// object.
 #pragma once
 
 #include <atomic>
@@ -31,15 +36,11 @@
 #include <utility>
 #include <vector>
 
-#include <nanobind/nanobind.h>
-
 #include "call.h"
-#include "held.h"
+#include "counted.h"
 #include "state_pool.h"
 
 namespace jaxbind {
-
-namespace nb = nanobind;
 
 // The concurrency policies, in the order of their codes.
 enum class Policy : int { kLock, kPool, kShared };
@@ -67,25 +68,37 @@ struct ReentrantUse : LabelledError {
   using LabelledError::LabelledError;
 };
 
+// Nothing to do while a call waits (a thread without the GIL); Python bodies release the
+// GIL instead (state_python.h).
+struct NothingHeld {};
+
 class StateCell {
  public:
   std::atomic<int> refs{0};  // see CellRef
 
-  // `owner`: the Python state (held weakly), whose provide(slot, make) makes the object
-  // of a slot (make) and gives its address. `label` names the op and role, `state` the
-  // state's setup, for messages.
-  StateCell(const std::string &policy, int size, nb::handle owner, std::string label,
-            std::string state = "")
+  // What makes a slot's object and gives its address, asked without the cell's locks
+  // (but for the slot, which the asking call holds; "shared" and "lock" ask for slot 0,
+  // made at most once, which a provider may make when first asked).
+  struct Provider {
+    virtual ~Provider() = default;
+    // The object of `slot` made (`make`: a pool's empty slot) and its address: false if
+    // the provider's state is gone (the call fails: freed). Throws LabelledError.
+    virtual bool provide(int slot, bool make, void *&address) = 0;
+  };
+
+  // `label` names the op and role, `state` the state's setup, for messages.
+  StateCell(const std::string &policy, int size, std::unique_ptr<Provider> provider,
+            std::string label, std::string state = "")
       : policy_(policy_named(policy)),
         addresses_(static_cast<size_t>(size < 1 ? 1 : size)),
         pool_(policy_ == Policy::kPool ? addresses_.size() : 0),
-        owner_(owner),
+        provider_(std::move(provider)),
         label_(std::move(label)),
         state_(std::move(state)) {}
 
   bool closed() const { return closed_.load(std::memory_order_acquire); }
 
-  // --- Kernels (no GIL) ---
+  // --- Kernels (no GIL, no Python) ---
 
   // Take an object for one kernel call: its slot, for `release`. Waits under "lock" and
   // "pool"; makes an object (the GIL taken) for a pool with none idle and room for one.
@@ -116,33 +129,28 @@ class StateCell {
     }
   }
 
-  // The address of a slot's object, asked of Python (the GIL taken) the first time.
+  // The address of a slot's object, asked of the provider the first time.
   void *address(int slot) {
     Address &a = addresses_[slot];
     if (a.known.load(std::memory_order_acquire)) return a.address;
     return ask(slot, false);
   }
 
-  // --- Python (the GIL held) ---
+  // --- Bodies that make their objects themselves (Python's, the GIL held) ---
 
-  // (slot, new): an object for a Python body; `new`: the caller makes it (or abandons
-  // the slot). Waits without the GIL.
+  // (slot, new): an object for one call; `new`: the caller makes it (or abandons the
+  // slot). A `WhileWaiting` is held while the call may wait (the GIL released).
+  template <class WhileWaiting>
   std::pair<int, bool> acquire() {
-    try {
-      if (policy_ == Policy::kShared) return {share(), false};
-      if (policy_ == Policy::kLock) {
-        if (mu_.try_lock()) return {locked(), false};
-        nb::gil_scoped_release release;
-        return {lock(), false};
-      }
-      nb::gil_scoped_release release;
-      PoolSlots::Taken taken = take();
-      return {taken.slot, taken.outcome == PoolSlots::kMake};
-    } catch (ReentrantUse &e) {  // (its own Python type: see jaxbind_ext.cc)
-      throw ReentrantUse(std::string("jaxbind: ") + e.what());
-    } catch (LabelledError &e) {
-      throw std::runtime_error(std::string("jaxbind: ") + e.what());
+    if (policy_ == Policy::kShared) return {share(), false};
+    if (policy_ == Policy::kLock) {
+      if (mu_.try_lock()) return {locked(), false};
+      [[maybe_unused]] WhileWaiting waiting;
+      return {lock(), false};
     }
+    [[maybe_unused]] WhileWaiting waiting;
+    PoolSlots::Taken taken = take();
+    return {taken.slot, taken.outcome == PoolSlots::kMake};
   }
 
   // A slot whose object could not be made: empty again.
@@ -153,11 +161,13 @@ class StateCell {
     addresses_[slot].known.store(true, std::memory_order_release);
   }
 
-  // No object is used after this returns: waits (without the GIL) for the calls using
-  // one; later calls fail. Then the owner may tear its objects down.
-  void close() {
+  // No object is used after this returns: waits (holding a `WhileWaiting`) for the calls
+  // using one; later calls fail. Returns the provider: the owner may tear its objects
+  // down.
+  template <class WhileWaiting>
+  std::unique_ptr<Provider> close() {
     {
-      nb::gil_scoped_release release;
+      [[maybe_unused]] WhileWaiting waiting;
       if (policy_ == Policy::kShared) {
         closed_.store(true, std::memory_order_seq_cst);
         while (users_.load(std::memory_order_seq_cst) > 0)
@@ -170,7 +180,7 @@ class StateCell {
         pool_.close();
       }
     }
-    owner_.reset();
+    return std::move(provider_);
   }
 
  private:
@@ -216,15 +226,12 @@ class StateCell {
     return taken;
   }
 
-  // Python's provide(slot, make): the slot's object made (make) and its address.
+  // The provider's object of the slot (made, if `make`), and its address.
   void *ask(int slot, bool make) {
-    uintptr_t address = 0;
-    bool asked = owner_.ask([&](nb::handle owner) {
-      address = nb::cast<uintptr_t>(owner.attr("provide")(slot, make));
-    });
-    if (!asked) throw freed();
-    set_address(slot, address);
-    return reinterpret_cast<void *>(address);
+    void *address = nullptr;
+    if (!provider_->provide(slot, make, address)) throw freed();
+    set_address(slot, reinterpret_cast<uintptr_t>(address));
+    return address;
   }
 
   StateFreed freed() const {
@@ -250,9 +257,9 @@ class StateCell {
   }
 
   const Policy policy_;
-  std::vector<Address> addresses_;  // each slot's object's, once known
-  PoolSlots pool_;                  // "pool"
-  WeakOwner owner_;                 // the Python state
+  std::vector<Address> addresses_;      // each slot's object's, once known
+  PoolSlots pool_;                      // "pool"
+  std::unique_ptr<Provider> provider_;  // until `close`
   std::string label_;
   std::string state_;                      // the state's setup's name
   std::mutex mu_;                          // "lock"
@@ -261,33 +268,7 @@ class StateCell {
   std::atomic<bool> closed_{false};
 };
 
-// A counted reference to a StateCell (as CoreRef is to a SiteCore).
-class CellRef {
- public:
-  CellRef() = default;
-  explicit CellRef(StateCell *cell) : cell_(cell) {
-    if (cell_) cell_->refs.fetch_add(1, std::memory_order_relaxed);
-  }
-  CellRef(const CellRef &other) : CellRef(other.cell_) {}
-  CellRef(CellRef &&other) noexcept : cell_(other.cell_) { other.cell_ = nullptr; }
-  CellRef &operator=(CellRef other) noexcept {
-    std::swap(cell_, other.cell_);
-    return *this;
-  }
-  ~CellRef() {
-    if (cell_ && cell_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete cell_;
-  }
-  StateCell *get() const { return cell_; }
-  StateCell *operator->() const { return cell_; }
-  explicit operator bool() const { return cell_ != nullptr; }
-
- private:
-  StateCell *cell_ = nullptr;
-};
-
-// What Python holds of a cell (jaxbind._ext.StateCell).
-struct CellHandle {
-  CellRef cell;
-};
+// A counted reference to a StateCell (counted.h).
+using CellRef = Counted<StateCell>;
 
 }  // namespace jaxbind

@@ -15,7 +15,8 @@
 
 #include "call.h"
 #include "held.h"
-#include "state_cell.h"
+#include "state.h"
+#include "state_python.h"
 
 namespace jaxbind {
 
@@ -23,7 +24,7 @@ namespace nb = nanobind;
 
 // The last kKeys values, the most recently used last; Python's lease (held weakly) is
 // asked for a value not among them.
-class KeyedCells {
+class KeyedCells : public CellFinder {
  public:
   // How many key values a site keeps set up (jaxbind._ext.state_keys_kept: Python's lease
   // keeps as many).
@@ -32,7 +33,7 @@ class KeyedCells {
   KeyedCells(std::vector<int> inputs, nb::handle lease, std::string label)
       : inputs_(std::move(inputs)), label_(std::move(label)), lease_(lease) {}
 
-  CellRef find(const Call &call) {
+  CellRef find(const Call &call) override {
     for (int i : inputs_)
       if (i < 0 || static_cast<size_t>(i) >= call.ins.size())
         throw std::invalid_argument("the state's key input " + std::to_string(i) +

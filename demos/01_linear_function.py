@@ -105,7 +105,7 @@ def fft_b(x, **kwargs):
     return fft_batched_op(x, **kwargs)[0]
 
 
-check("vmap, native batching", jax.jit(jax.vmap(fft_b, 1, 1))(xs), ref)
+check("vmap, vectorized batching", jax.jit(jax.vmap(fft_b, 1, 1))(xs), ref)
 xss = jnp.stack([xs, 1j * xs])  # two vmap levels: FFT over the 2D "image" axes only
 check(
     "vmap of vmap, native, workers=1",
@@ -126,7 +126,7 @@ check(
 print("All FFT checks passed.")
 
 # %% [markdown]
-# ## The same op with the JAX-native API
+# ## The same op with the pytree API
 #
 # `jaxbind.linear_op` defines the same binding machinery with JAX's vocabulary:
 # the function returns its result (or writes into `out=` if it takes one), the
@@ -176,4 +176,4 @@ for label, got, want in [
 # both forms bind the same primitive
 names = {str(e.primitive) for e in jax.make_jaxpr(lambda v: (fft(v), fft_native(v)))(x).eqns}
 assert names == {"jaxbind"}, names
-print("The JAX-native op matches the JAXbind-protocol op.")
+print("The pytree-API op matches the JAXbind-protocol op.")

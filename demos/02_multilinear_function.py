@@ -119,7 +119,7 @@ check(
 print("All bilinear checks passed.")
 
 # %% [markdown]
-# ## The same op with the JAX-native API
+# ## The same op with the pytree API
 #
 # `jaxbind.multilinear_op` with one `def_transpose(argnum=i)` per argument; the
 # transposes' shapes come from the primals, so only the forward shape is given.
@@ -165,4 +165,4 @@ names = {
     str(e.primitive) for e in jax.make_jaxpr(lambda a, b: (mm(a, b), mm_native(a, b)))(A, B).eqns
 }
 assert names == {"jaxbind"}, names
-print("The JAX-native op matches the JAXbind-protocol op.")
+print("The pytree-API op matches the JAXbind-protocol op.")

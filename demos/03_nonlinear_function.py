@@ -134,7 +134,7 @@ for name, attempt in [
 print("All nonlinear checks passed.")
 
 # %% [markdown]
-# ## The same ops with the JAX-native API
+# ## The same ops with the pytree API
 #
 # `jaxbind.nonlinear_op` with `def_jvp(primals, tangents)` and
 # `def_vjp(primals, cotangent)`, in the style of `jax.custom_jvp` and
@@ -205,4 +205,4 @@ names = {
     str(e.primitive) for e in jax.make_jaxpr(lambda a, b: (fj(a, b), f_native(a, b)))(x1, x2).eqns
 }
 assert names == {"jaxbind"}, names
-print("The JAX-native ops match the JAXbind-protocol ops.")
+print("The pytree-API ops match the JAXbind-protocol ops.")

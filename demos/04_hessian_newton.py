@@ -49,7 +49,7 @@ power = jaxbind.get_nonlinear_call(
 )
 
 
-# The same op with the JAX-native API: the derivatives are jaxbind.jax_functions
+# The same op with the pytree API: the derivatives are jaxbind.jax_functions
 # with JAX's (primals, tangents) / (primals, cotangent) signatures.
 @jaxbind.nonlinear_op(
     shape=lambda x: jax.ShapeDtypeStruct((x.shape[0] // 2 + 1,), x.dtype),
@@ -116,7 +116,7 @@ def main():
             min_eig=float(np.linalg.eigvalsh(np.asarray(h))[0]),
         )
 
-    # the JAX-native op: same Hessian, same primitive
+    # the pytree-API op: same Hessian, same primitive
     loss_native = lambda x: neg_log_likelihood(x, data, power_native)
     h_native = np.asarray(jax.jit(jax.hessian(loss_native))(x0))
     err_native = np.max(np.abs(h_native - results["jaxbind"]["H"])) / np.max(np.abs(h_native))
@@ -125,7 +125,7 @@ def main():
         for e in jax.make_jaxpr(lambda x: (with_jaxbind(x), power_native(x)))(x0).eqns
     }
     assert err_native < 1e-12 and names == {"jaxbind"}, (err_native, names)
-    print(f"JAX-native op's Hessian vs the JAXbind-protocol op's: relative error {err_native:.1e}")
+    print(f"pytree-API op's Hessian vs the JAXbind-protocol op's: relative error {err_native:.1e}")
 
     ours, ref = results["jaxbind"], results["pure JAX"]
     err_h = np.max(np.abs(ours["H"] - ref["H"])) / np.max(np.abs(ref["H"]))

@@ -113,7 +113,7 @@ w_fit = fit(cic)
 check("20 descent steps", w_fit, fit(cic_ref))
 print(f"loss {loss(cic, target)(jnp.ones_like(w)):.1f} -> {loss(cic, target)(w_fit):.1f}")
 
-# %% The same op with the JAX-native API: `fixed=1` marks the positions as a parameter
+# %% The same op with the pytree API: `fixed=1` marks the positions as a parameter
 cic_native = jaxbind.linear_op(
     shape=lambda pos, w, *, n: jax.ShapeDtypeStruct((n, n), w.dtype), fixed=1, name="demo.cic_n"
 )(deposit)

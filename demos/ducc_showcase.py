@@ -60,7 +60,7 @@ power = 1.0 / (1.0 + (ell / 8.0) ** 2) ** 1.5  # smooth field, most power at l <
 S = jnp.asarray(power)[None, :]
 
 truth = jnp.asarray(np.sqrt(power) * rng.standard_normal(n_real))[None, :]
-import ducc0  # noqa: E402  (pixel positions, and the JAX-native op at the end)
+import ducc0  # noqa: E402  (pixel positions, and the pytree-API op at the end)
 
 base = ducc0.healpix.Healpix_Base(NSIDE, "RING")
 colat = base.pix2ang(np.arange(NPIX))[:, 0]
@@ -206,7 +206,7 @@ if plt is not None:
     print(f"figure written to {out}")
 
 # %% [markdown]
-# ## The same transform with the JAX-native API
+# ## The same transform with the pytree API
 #
 # The SHT defined directly on DUCC with `jaxbind.linear_op`, converting between
 # the real layout and DUCC's complex alm with the public helpers of `jaxducc0`.
@@ -234,4 +234,4 @@ np.testing.assert_allclose(
 )
 names = {str(e.primitive) for e in jax.make_jaxpr(lambda a: (Y(a), sht_native(a)))(a_test).eqns}
 assert names == {"jaxbind"}, names
-print("JAX-native SHT matches jaxducc0's: map, transpose and primitive")
+print("pytree-API SHT matches jaxducc0's: map, transpose and primitive")

@@ -93,7 +93,7 @@ print(
 )
 
 # %% [markdown]
-# ## The same with the JAX-native API
+# ## The same with the pytree API
 #
 # A `vectorized` op receives the whole batch with the batch axis in front; under
 # the mesh each device gets its share, as with `jaxducc0.c2c`.
@@ -114,7 +114,7 @@ def fft2_native(x, *, out):
 fft2_native.def_transpose(lambda ct, *, out: fft2_native.fn(ct, out=out))  # symmetric
 fft2n = jax.jit(jax.vmap(fft2_native))
 out_native = fft2n(sharded)
-print("JAX-native output sharding:", out_native.sharding.spec)
+print("pytree-API output sharding:", out_native.sharding.spec)
 np.testing.assert_allclose(np.asarray(out_native), np.asarray(out), rtol=1e-6, atol=1e-4)
 names = {
     str(e.primitive)
@@ -123,4 +123,4 @@ names = {
     ).eqns
 }
 assert names == {"jaxbind"}, names
-print("JAX-native op matches jaxducc0.c2c, with the same primitive")
+print("pytree-API op matches jaxducc0.c2c, with the same primitive")

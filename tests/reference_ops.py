@@ -1,4 +1,6 @@
-"""Small jaxbind ops with pure-JAX twins, shared by the tests."""
+"""Small jaxbind ops with pure-JAX twins, shared by the tests: each twin (``*_ref``) is its
+op's ``reference=``, so every test of the op checks it (jaxbind.testing.check compares
+the two) and may call it as the oracle."""
 
 import jax
 import jax.numpy as jnp
@@ -27,13 +29,18 @@ def _matvec_abstract_T(a, ct, **kwargs):
     return (((a.shape[1],), ct.dtype),)
 
 
-matvec = jaxbind.get_linear_call(
-    _matvec, _matvec_T, _matvec_abstract, _matvec_abstract_T, first_n_args_fixed=1
-)
-
-
 def matvec_ref(a, x):
     return a @ x
+
+
+matvec = jaxbind.get_linear_call(
+    _matvec,
+    _matvec_T,
+    _matvec_abstract,
+    _matvec_abstract_T,
+    first_n_args_fixed=1,
+    reference=matvec_ref,
+)
 
 
 # --- linear, two inputs, scale from kwargs: y = s * (x + 2 y) -------------------
@@ -58,11 +65,11 @@ def _axpy_abstract_T(ct, **kwargs):
     return ((ct.shape, ct.dtype), (ct.shape, ct.dtype))
 
 
-axpy = jaxbind.get_linear_call(_axpy, _axpy_T, _axpy_abstract, _axpy_abstract_T)
-
-
 def axpy_ref(x, y, scale=1.0):
     return scale * (x + 2 * y)
+
+
+axpy = jaxbind.get_linear_call(_axpy, _axpy_T, _axpy_abstract, _axpy_abstract_T, reference=axpy_ref)
 
 
 # --- multilinear: z = x * y (elementwise) ---------------------------------------
@@ -80,13 +87,13 @@ def _mul_T1(out, args, kwargs_dump):
     out[0][...] = ct * x
 
 
-bilinear = jaxbind.get_linear_call(
-    _mul, (_mul_T0, _mul_T1), same_as_last, (same_as_last, same_as_last)
-)
-
-
 def bilinear_ref(x, y):
     return x * y
+
+
+bilinear = jaxbind.get_linear_call(
+    _mul, (_mul_T0, _mul_T1), same_as_last, (same_as_last, same_as_last), reference=bilinear_ref
+)
 
 
 # --- nonlinear: f(x1, x2) = x1 * x2**2 -------------------------------------------
@@ -114,11 +121,17 @@ def _nl_abstract_T(x1, x2, ct, **kwargs):
     return ((x1.shape, x1.dtype), (x2.shape, x2.dtype))
 
 
-nonlinear = jaxbind.get_nonlinear_call(_nl, (_nl_jvp, _nl_vjp), _nl_abstract, _nl_abstract_T)
-
-
 def nonlinear_ref(x1, x2):
     return x1 * x2**2
+
+
+nonlinear = jaxbind.get_nonlinear_call(
+    _nl, (_nl_jvp, _nl_vjp), _nl_abstract, _nl_abstract_T, reference=nonlinear_ref
+)
+# the same without its twin as reference: differentiable to first order only
+nonlinear_without_reference = jaxbind.get_nonlinear_call(
+    _nl, (_nl_jvp, _nl_vjp), _nl_abstract, _nl_abstract_T, name="reference_ops.nonlinear_noref"
+)
 
 
 # --- nonlinear with a fixed exponent: f(p, x) = x ** p ---------------------------
@@ -146,7 +159,7 @@ power = jaxbind.get_nonlinear_call(
 )
 
 
-# --- natively batched linear op: flip the core axes, times 2 ---------------------
+# --- vectorized linear op: flip the core axes, times 2 ---------------------
 def _core_axes(ndim, batch_axes):
     return tuple(a for a in range(ndim) if a not in batch_axes)
 
@@ -163,16 +176,16 @@ def _flip2_abstract(x, batch_axes=None, **kwargs):
     return ((x.shape, x.dtype, axis),)
 
 
-flip2 = jaxbind.get_linear_call(
-    _flip2, _flip2, _flip2_abstract, _flip2_abstract, func_can_batch=True
-)
-
-
 def flip2_ref(x):
     return 2 * jnp.flip(x)
 
 
-# --- natively batched, two inputs: z = flip(x) + 2 flip(y), batch axis 0 out ----
+flip2 = jaxbind.get_linear_call(
+    _flip2, _flip2, _flip2_abstract, _flip2_abstract, func_can_batch=True, reference=flip2_ref
+)
+
+
+# --- vectorized, two inputs: z = flip(x) + 2 flip(y), batch axis 0 out ----
 # jaxbind aligns batched inputs level by level, so moving each input's batch
 # axes to the front (outermost first) lines them up.
 def _to_front(x, axes):
@@ -213,13 +226,17 @@ def _flipsum_abstract_T(ct, batch_axes=None, **kwargs):
     return (out, out)
 
 
+def flipsum_ref(x, y):
+    return jnp.flip(x) + 2 * jnp.flip(y)
+
+
 flipsum = jaxbind.get_linear_call(
     _flipsum,
     _flipsum_T,
     _flipsum_abstract,
     _flipsum_abstract_T,
     func_can_batch=True,
-    reference=lambda x, y: flipsum_ref(x, y),  # checked against it (testing.check)
+    reference=flipsum_ref,
 )
 
 
@@ -239,11 +256,8 @@ flipsum_loop = jaxbind.get_linear_call(
     _flipsum_plain_T,
     same_as_first,
     lambda ct: ((ct.shape, ct.dtype),) * 2,
+    reference=flipsum_ref,
 )
-
-
-def flipsum_ref(x, y):
-    return jnp.flip(x) + 2 * jnp.flip(y)
 
 
 # --- linear, output twice as long: y = [x, 3 x] along axis 0 (shape 2 n) ---------
@@ -268,11 +282,13 @@ def _stack3_abstract_T(ct, **kwargs):
     return (((ct.shape[0] // 2,) + ct.shape[1:], ct.dtype),)
 
 
-stack3 = jaxbind.get_linear_call(_stack3, _stack3_T, _stack3_abstract, _stack3_abstract_T)
-
-
 def stack3_ref(x):
     return jnp.concatenate([x, 3 * x], axis=0)
+
+
+stack3 = jaxbind.get_linear_call(
+    _stack3, _stack3_T, _stack3_abstract, _stack3_abstract_T, reference=stack3_ref
+)
 
 
 # --- linear, drops the first `k` entries along axis 0 (shape n - k) --------------
@@ -295,19 +311,23 @@ def _trim_abstract_T(ct, *, k, **kwargs):
     return (((ct.shape[0] + k,) + ct.shape[1:], ct.dtype),)
 
 
-trim = jaxbind.get_linear_call(_trim, _trim_T, _trim_abstract, _trim_abstract_T)
-
-
 def trim_ref(x, k):
     return x[k:]
 
 
-# --- JAX-native API: a dict in, a tuple out (the call's pytree structure is exported) ---
+trim = jaxbind.get_linear_call(_trim, _trim_T, _trim_abstract, _trim_abstract_T, reference=trim_ref)
+
+
+# --- pytree API: a dict in, a tuple out (the call's pytree structure is exported) ---
 def _pair_shape(d, *, k=1.0):
     return (jax.ShapeDtypeStruct(d["a"].shape, d["a"].dtype),) * 2
 
 
-@jaxbind.linear_op(shape=_pair_shape, name="reference_ops.native_pair")
+def native_pair_ref(d, k=1.0):
+    return (k * d["a"], 2 * k * d["b"])
+
+
+@jaxbind.linear_op(shape=_pair_shape, reference=native_pair_ref, name="reference_ops.native_pair")
 def native_pair(d, *, k=1.0):
     return (k * d["a"], 2 * k * d["b"])
 
@@ -317,14 +337,10 @@ def _native_pair_T(ct, *, k=1.0):
     return {"a": k * ct[0], "b": 2 * k * ct[1]}
 
 
-def native_pair_ref(d, k=1.0):
-    return (k * d["a"], 2 * k * d["b"])
-
-
 # --- integer and boolean outputs: a sort with its int32 permutation and a bool mask ------
 # sort_with_order(x) = (x sorted, the int32 permutation that sorts it, sorted x > 0); the
 # last two have float0 tangents. Declared rules, rules derived from the reference, and
-# the same in the JAX-native API.
+# the same in the pytree API.
 def sort_with_order_ref(x):
     p = jnp.argsort(x, stable=True).astype(jnp.int32)
     return x[p], p, x[p] > 0

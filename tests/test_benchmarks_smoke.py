@@ -9,11 +9,16 @@ from support.processes import run_python
 ROOT = pathlib.Path(__file__).parent.parent
 
 
-def test_runner_quick(tmp_path):
-    proc = run_python(
-        ROOT / "benchmarks" / "run.py", "--quick", "--no-jaxbind13", "--out", tmp_path, timeout=600
-    )
+def _run(script: str, *args, out=None):
+    """benchmarks/<script>.py run with `args` (and ``--out out``): it must succeed."""
+    extra = () if out is None else ("--out", out)
+    proc = run_python(ROOT / "benchmarks" / f"{script}.py", *args, *extra, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def test_runner_quick(tmp_path):
+    _run("run", "--quick", "--no-jaxbind13", out=tmp_path)
     data = json.loads((tmp_path / "quick.json").read_text())
     impls = {(r["case"], r["impl"]) for r in data["results"]}
     assert {
@@ -33,70 +38,49 @@ def test_runner_quick(tmp_path):
 
 def test_overhead_and_inplace_quick(tmp_path):
     if shutil.which("c++"):  # the floor custom call is compiled on first use
-        proc = run_python(
-            ROOT / "benchmarks" / "overhead.py",
-            "--blocks",
-            "4",
-            "--reps",
-            "20",
-            "--out",
-            tmp_path,
-            timeout=600,
-        )
-        assert proc.returncode == 0, proc.stderr[-3000:]
+        _run("overhead", "--blocks", "4", "--reps", "20", out=tmp_path)
         rows = json.loads((tmp_path / "overhead.json").read_text())["results"]
         assert {(r["case"], r["size"]) for r in rows} >= {
             ("empty", 1),
             ("double", 1),
             ("grad", 1000),
         }
-    proc = run_python(ROOT / "benchmarks" / "inplace.py", "--quick", "--out", tmp_path, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]  # includes: donated input not copied
+    _run("inplace", "--quick", out=tmp_path)  # includes: donated input not copied
     assert json.loads((tmp_path / "inplace.json").read_text())["same_memory"] is True
-    proc = run_python(
-        ROOT / "benchmarks" / "eager_kwargs.py", "--quick", "--out", tmp_path, timeout=600
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    _run("eager_kwargs", "--quick", out=tmp_path)
     (row,) = json.loads((tmp_path / "eager_kwargs.json").read_text())["results"]
     assert row["mbytes"] == 8 and row["eager_s"] > 0
 
 
 def test_native_call_benchmark_quick(tmp_path):
-    proc = run_python(
-        ROOT / "benchmarks" / "native_call.py", "--quick", "--out", tmp_path, timeout=600
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = json.loads((tmp_path / "native_call.json").read_text())["results"]
+    _run("pytree_call", "--quick", out=tmp_path)
+    rows = json.loads((tmp_path / "pytree_call.json").read_text())["results"]
     assert {(r["case"], r["mode"]) for r in rows} == {
         (case, mode) for case in ("double", "pair") for mode in ("loop", "eager")
     }
     for r in rows:
         assert r["1.3 API"]["median_s"] > 0 and "cpu_diff_s" in r["native, out="]
-    assert "| double | loop |" in (tmp_path / "native_call.md").read_text()
+    assert "| double | loop |" in (tmp_path / "pytree_call.md").read_text()
 
 
 def test_nufft_benchmarks_quick(tmp_path):
     import pytest
 
     pytest.importorskip("ducc0")
-    proc = run_python(
-        ROOT / "benchmarks" / "nufft_plan.py", "--quick", "--rounds", "1", timeout=600
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = _run("nufft_plan", "--quick", "--rounds", "1")
     assert "| NufftPlan" in proc.stdout and "| nufft2 |" in proc.stdout
-    proc = run_python(ROOT / "benchmarks" / "nufft.py", "--quick", "--rounds", "1", timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]  # without jax-finufft: says so, exits 0
+    proc = _run("nufft", "--quick", "--rounds", "1")  # without jax-finufft: says so, exits 0
     assert "type 3 grad points" in proc.stdout or "jax-finufft is not installed" in proc.stdout
 
 
 def test_reference_benchmarks_quick(tmp_path):
-    for script in ("reference_fft_nufft", "reference_wgridder_sht"):  # (quick: no files)
-        proc = run_python(ROOT / "benchmarks" / f"{script}.py", "--quick", "--out", tmp_path)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        # reference.py summarises what they wrote: the recorded results
-        shutil.copy(ROOT / "benchmarks" / "results" / f"{script}.json", tmp_path)
-    proc = run_python(ROOT / "benchmarks" / "reference.py", "--quick", "--out", tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = _run("reference_ducc", "--quick", out=tmp_path)  # (quick: no files)
+    assert not (tmp_path / "reference_ducc.json").exists()
+    for op in ("| fft | c2c |", "| nufft | nufft3 |", "| wgridder | wgridder |", "| sht | SHT |"):
+        assert op in proc.stdout, op
+    # reference.py summarises what it wrote: the recorded results
+    shutil.copy(ROOT / "benchmarks" / "results" / "reference_ducc.json", tmp_path)
+    proc = _run("reference", "--quick", out=tmp_path)
     summary = (tmp_path / "reference.md").read_text()
     assert "| 1 |" in summary and "no (folded by XLA)" in summary
     assert "| c2c | forward |" in summary and "| SHT | grad |" in summary
@@ -136,8 +120,7 @@ def test_state_nufft_benchmark_quick():
     import pytest
 
     pytest.importorskip("ducc0")
-    proc = run_python(ROOT / "benchmarks" / "state_nufft.py", "--quick", timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = _run("state_nufft", "--quick")
     assert "| NufftPlan |" in proc.stdout and "| DUCC plan.u2nu |" in proc.stdout
     assert "| nufft2 (points traced) |" in proc.stdout and ", 1 setup(s)." in proc.stdout
 
@@ -147,10 +130,7 @@ def test_finufft_ctypes_benchmark_quick():
 
     for package in ("numba", "finufft", "ducc0"):
         pytest.importorskip(package)
-    proc = run_python(
-        ROOT / "benchmarks" / "finufft_ctypes.py", "--quick", "--rounds", "1", timeout=600
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = _run("finufft_ctypes", "--quick", "--rounds", "1")
     assert "| 1 | type 2 grad values |" in proc.stdout and "| numba floor |" in proc.stdout
 
 
@@ -158,18 +138,7 @@ def test_state_kernels_benchmark_quick(tmp_path):
     import pytest
 
     pytest.importorskip("numba")
-    proc = run_python(
-        ROOT / "benchmarks" / "state_kernels.py",
-        "--quick",
-        "--blocks",
-        "1",
-        "--iterations",
-        "20",
-        "--out",
-        tmp_path,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    _run("state_kernels", "--quick", "--blocks", "1", "--iterations", "20", out=tmp_path)
     data = json.loads((tmp_path / "state_kernels.json").read_text())
     assert set(data["median"]) == {"no state", "lock", "shared", "pool", "key (lock)"}
     assert "| pool |" in (tmp_path / "state_kernels.md").read_text()
@@ -180,8 +149,7 @@ def test_kernels_report_is_the_recorded_one_and_reads_as_results(tmp_path):
     generator and the record agree), and it states results, not targets."""
     results = ROOT / "benchmarks" / "results"
     shutil.copy(results / "kernels.json", tmp_path / "kernels.json")
-    proc = run_python(ROOT / "benchmarks" / "kernels.py", "--report", "--out", tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    _run("kernels", "--report", out=tmp_path)
     text = (tmp_path / "kernels.md").read_text()
     assert text == (results / "kernels.md").read_text()
     assert "Target" not in text and "missed" not in text and "\n- " not in text
@@ -191,19 +159,12 @@ def test_drop_in_benchmark_quick():
     import pytest
 
     pytest.importorskip("ducc0")
-    proc = run_python(
-        ROOT / "benchmarks" / "drop_in.py",
-        "--quick",
-        "--no-jaxbind13",
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = _run("drop_in", "--quick", "--no-jaxbind13")
     assert "| wgridder adjoint 20k vis |" in proc.stdout
 
 
 def test_state_benchmark_quick(tmp_path):
-    proc = run_python(ROOT / "benchmarks" / "state.py", "--quick", "--out", tmp_path, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    _run("state", "--quick", out=tmp_path)
     r = json.loads((tmp_path / "state-quick.json").read_text())["results"]
     assert r["jit"] == {"setups": 1, "teardowns": 1, "runs": 3}
     assert r["export"]["setups"] == 1 and r["cache"]["hit"]["setups"] == 1
@@ -216,10 +177,7 @@ def test_sharding_benchmark_quick(tmp_path):
     import pytest
 
     pytest.importorskip("ducc0")
-    proc = run_python(
-        ROOT / "benchmarks" / "sharding.py", "--quick", "--out", tmp_path, timeout=600
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    _run("sharding", "--quick", out=tmp_path)
     r = json.loads((tmp_path / "sharding-quick.json").read_text())["results"]
     ruled = r["mesh"]["declared rule"]
     assert ruled["collectives"] == {"all-reduce": 1}, r["mesh"]  # no all-gather of points
@@ -230,6 +188,15 @@ def test_sharding_benchmark_quick(tmp_path):
     for process in r["two processes"]:
         assert process["collectives"] == {"all-reduce": 1}, process
         assert process["error vs one device"] < 1e-10
+
+
+def test_reference_sht_benchmark_quick():
+    import pytest
+
+    pytest.importorskip("ducc0")
+    proc = run_python(ROOT / "benchmarks" / "reference_sht.py", "--quick", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| 2 | transpose | reference |" in proc.stdout and " MB |" in proc.stdout
 
 
 def _benchmark_modules() -> dict:

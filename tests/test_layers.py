@@ -40,9 +40,9 @@ RUN_TIME = {
 }
 TRACE_TIME = {
     "_api",
-    "_native",
-    "_native.trees",
-    "_native.bodies",
+    "_pytree_api",
+    "_pytree_api.trees",
+    "_pytree_api.bodies",
     "_primitive",
     "_spec",
     "_export",

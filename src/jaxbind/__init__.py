@@ -4,11 +4,11 @@ An op works under jit, grad/vjp, jvp, linear_transpose, vmap, sharding and jax.e
 on CPU and GPU buffers, without copies. Define ops in either API; both make the same
 kind of op, and each error speaks the API it was made with.
 
-The JAX-native API: decorators; arguments and results are pytrees of arrays, output
+The pytree API: decorators; arguments and results are pytrees of arrays, output
 shapes are jax.ShapeDtypeStruct, the function returns its result.
     linear_op, multilinear_op, nonlinear_op
         decorators that make an op from a function and its shape function
-    NativeOp
+    PytreeOp
         what they make; def_transpose, def_jvp, def_vjp add the derivatives
 
 The JAXbind 1.3 API (drop-in compatible): callables write out[k][...] = ..., abstract
@@ -53,6 +53,8 @@ references):
 JAX references (reference= in both APIs): every platform, portable exports, derived rules:
     use_reference
         run ops' JAX references instead of their native bodies (JAXBIND_USE_REFERENCE=1)
+    Reference
+        a reference as one value: its function, tolerance and preferred platforms
 
 GPU (CUDA buffers handed to callables; CUDA kernels launched by jaxbind on XLA's stream):
     current_call, CallContext, CudaArray
@@ -81,13 +83,14 @@ import re as _re
 import jaxlib.version as _jaxlib_version
 
 from . import _buildcheck, _ext
+from ._versions import NEWEST_TESTED_JAX as _NEWEST
 from ._versions import OLDEST_SUPPORTED_JAX as _OLDEST
 
 _buildcheck.check_build(_ext.jaxlib_version, _jaxlib_version.__version__, _OLDEST)
 
-from ._compat import check_jax_version as _check_jax_version  # noqa: E402
+import jax as _jax  # noqa: E402
 
-_check_jax_version()
+_buildcheck.check_jax_version(_jax.__version__, _OLDEST, _NEWEST)
 
 from . import _rules, _runtime  # noqa: E402
 from ._api import Op, get_linear_call, get_nonlinear_call  # noqa: E402
@@ -98,9 +101,9 @@ from ._kernels import Kernel, kernel, kernel_include_dir  # noqa: E402
 from ._kernels.c_state import c_state  # noqa: E402
 from ._kernels.cuda import CudaKernel, cuda_kernel  # noqa: E402
 from ._kwargs import load_kwargs  # noqa: E402
-from ._native import NativeOp, linear_op, multilinear_op, nonlinear_op  # noqa: E402
+from ._pytree_api import PytreeOp, linear_op, multilinear_op, nonlinear_op  # noqa: E402
 from ._references import use_reference  # noqa: E402
-from ._roles import jax_function  # noqa: E402
+from ._roles import Reference, jax_function  # noqa: E402
 from ._rules import spmd as _spmd  # noqa: E402
 from ._runtime import check_outputs  # noqa: E402
 from ._runtime.gpu import CallContext, CudaArray, current_call  # noqa: E402
@@ -121,8 +124,9 @@ __all__ = [
     "CudaKernel",
     "ExportedDefaultNameWarning",
     "Kernel",
-    "NativeOp",
+    "PytreeOp",
     "Op",
+    "Reference",
     "StateDef",
     "bundle",
     "c_state",

@@ -18,7 +18,7 @@ from ._kwargs import KwargsDump, encode_kwargs
 from ._options import OPTION_DOCS, CallOptions, Options, declare, state_key_positions
 from ._pickling import caller_module, reduce
 from ._primitive import IMPL_CALLS, PRIMITIVE, bind, eager, nested
-from ._roles import Body, Kind, OpBase, role_table
+from ._roles import Body, Kind, OpBase, Reference, role_table
 from ._rules.partitioning import check_declaration
 from ._sites import forget_orphans
 from ._spec import CallSpec
@@ -104,7 +104,7 @@ class Op(OpBase):
 
     def apply(self, args, kwargs: dict, trees: KwargsDump | None = None) -> list[jax.Array]:
         """Apply the op to `args` with keyword arguments `kwargs`; `trees`: the call's
-        pytree structure (JAX-native API, see CallSpec.trees)."""
+        pytree structure (pytree API, see CallSpec.trees)."""
         binding = self.binding
         if len(args) <= binding.options.fixed:
             raise TypeError(
@@ -228,13 +228,12 @@ def make_op(
     options: Options,
     name: str | None,
     replace: bool,
-    reference: Callable | None = None,
+    reference: Reference | None = None,
 ) -> Op:
     """The op of a binding made from the user's functions and checked options (both
-    APIs end here). `reference`: the op's JAX reference, or None."""
+    APIs end here). `reference`: the op's JAX reference (see `reference_of`), or None."""
     if not callable(f):
         raise TypeError(f"jaxbind: f must be callable, got {f!r}")
-    check_reference(reference, name or _default_name(f), options)
     for what, fn in (
         ("f", f),
         *(
@@ -278,14 +277,18 @@ def make_op(
     return Op(binding)
 
 
-def check_reference(reference, name: str, options: Options) -> None:
-    """A reference is a function (of JAX arrays), and the op computes only outputs."""
-    if reference is None:
-        return
-    if not callable(reference) or Body.of(reference).compiled:
+def reference_of(given, prefer: tuple[str, ...], name: str, options: Options) -> Reference | None:
+    """The op's `Reference` from what its definition gives (both APIs): ``reference=``
+    (a function, or a Reference; None: none yet) and ``prefer_reference=`` (`prefer`, the
+    checked platforms), which may state the same platforms as the Reference, not others.
+    A reference is a function (of JAX arrays), and the op computes only outputs."""
+    if given is None:
+        return None
+    function = given.function if isinstance(given, Reference) else given
+    if not callable(function) or Body.of(function).compiled:
         raise TypeError(
             f"{about(name)}: reference must be a JAX function of the op's arrays and keyword "
-            f"arguments that returns its outputs, got {reference!r}"
+            f"arguments that returns its outputs (or a jaxbind.Reference of one), got {given!r}"
         )
     if options.effect is not None:
         raise TypeError(
@@ -294,6 +297,25 @@ def check_reference(reference, name: str, options: Options) -> None:
             "and a JAX "
             "reference computes outputs only: the effect would be lost where the reference "
             "runs. Drop reference=, or the side effect"
+        )
+    if not isinstance(given, Reference):
+        return Reference(given, platforms=prefer)
+    if prefer and given.platforms and prefer != given.platforms:
+        raise ValueError(
+            f"{about(name)}: prefer_reference={prefer} and its jaxbind.Reference's "
+            f"platforms={given.platforms} say different things; give the platforms once "
+            "(Reference(..., platforms=) or prefer_reference=)"
+        )
+    return given.replace(platforms=prefer) if prefer else given
+
+
+def no_reference_preferred(name: str, prefer: tuple[str, ...], options: Options) -> None:
+    """An op that prefers its reference (``prefer_reference=``) must have one: refused
+    when it is defined (get_*_call) or first called (the decorators' def_reference)."""
+    if prefer:
+        raise TypeError(
+            f"{about(name)} has prefer_reference={prefer} but no JAX reference to run "
+            f"there; give it one ({words(options).give_reference()}), or drop prefer_reference"
         )
 
 
@@ -328,7 +350,7 @@ def get_linear_call(
     abstract: Callable,
     abstract_T: Callable | Sequence | None = None,
     *,
-    reference: Callable | None = None,
+    reference: Callable | Reference | None = None,
     **options: Unpack[CallOptions],
 ) -> Op:
     """Make a JAX op from a linear (or multilinear) Python function and its transpose.
@@ -370,13 +392,14 @@ def get_linear_call(
         abstract_T = tuple(abstract_T)
     elif f_T is not None and not callable(f_T):
         raise TypeError(f"jaxbind: f_T must be callable, a tuple of callables or None, got {f_T!r}")
-    checked, name, replace = declare(
-        "get_linear_call", kind.value, options, native=False, default_name=_default_name(f)
+    checked, name, replace, prefer = declare(
+        "get_linear_call", kind.value, options, pytree_api=False, default_name=_default_name(f)
     )
     checked = state_key_positions(
         checked, abstract, name or _default_name(f), "its abstract function"
     )
-    op = make_op(kind, f, f_T, None, abstract, abstract_T, checked, name, replace, reference)
+    ref = _reference_13(reference, prefer, name or _default_name(f), checked)
+    op = make_op(kind, f, f_T, None, abstract, abstract_T, checked, name, replace, ref)
     op._home = caller_module(1)  # where a pickle looks for it by name
     return op
 
@@ -388,7 +411,7 @@ def get_nonlinear_call(
     abstract: Callable,
     abstract_reverse: Callable | None = None,
     *,
-    reference: Callable | None = None,
+    reference: Callable | Reference | None = None,
     **options: Unpack[CallOptions],
 ) -> Op:
     """Make a JAX op from a nonlinear Python function with its JVP and VJP.
@@ -424,12 +447,13 @@ def get_nonlinear_call(
     for what, fn in zip(("f_jvp", "f_vjp"), f_derivative):
         if fn is not None and not callable(fn):
             raise TypeError(f"jaxbind: {what} must be callable or None, got {fn!r}")
-    checked, name, replace = declare(
-        "get_nonlinear_call", "nonlinear", options, native=False, default_name=_default_name(f)
+    checked, name, replace, prefer = declare(
+        "get_nonlinear_call", "nonlinear", options, pytree_api=False, default_name=_default_name(f)
     )
     checked = state_key_positions(
         checked, abstract, name or _default_name(f), "its abstract function"
     )
+    ref = _reference_13(reference, prefer, name or _default_name(f), checked)
     derivatives = tuple(f_derivative)
     op = make_op(
         Kind.NONLINEAR,
@@ -441,10 +465,17 @@ def get_nonlinear_call(
         checked,
         name,
         replace,
-        reference,
+        ref,
     )
     op._home = caller_module(1)  # where a pickle looks for it by name
     return op
+
+
+def _reference_13(reference, prefer: tuple[str, ...], name: str, options: Options):
+    """The JAXbind 1.3 API's reference: given with the op, or never."""
+    if reference is None:
+        no_reference_preferred(name, prefer, options)
+    return reference_of(reference, prefer, name, options)
 
 
 for _fn in (get_linear_call, get_nonlinear_call):

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from ._errors import about, words
 from ._options import Options
-from ._roles import Kind, OpBase, Role, RoleDef, missing_role, same_values
+from ._roles import Kind, OpBase, Reference, Role, RoleDef, missing_role, same_values
 from ._sites import Sites
 
 __all__ = ["Binding", "register", "lookup"]
@@ -42,7 +42,7 @@ class Binding:
     name: str
     kind: Kind
     roles: dict[str, RoleDef]  # by role name, see _roles.role_table
-    # fixed arguments, native batching, GPU mode, aliases, effects, linear_in (_options)
+    # fixed arguments, vectorized batching, GPU mode, aliases, effects, linear_in (_options)
     options: Options
     # the owners of its call sites (programs' holders, executables, orphans: _sites)
     sites: Sites = field(default_factory=Sites, repr=False, compare=False)
@@ -57,10 +57,11 @@ class Binding:
         return (self.kind, tuple(r.identity() for r in self.roles.values()), self.options)
 
     @property
-    def reference(self) -> Callable | None:
-        """The op's JAX reference (f's; every role's reference column derives from it)."""
+    def reference(self) -> Reference | None:
+        """The op's JAX reference (f's; every role's reference column derives from it):
+        its function, tolerance and preferred platforms (_roles.Reference)."""
         ref = self.roles["f"].reference
-        return None if ref is None else ref.fn
+        return None if ref is None else ref.value
 
     @property
     def f(self) -> Callable:
@@ -177,7 +178,7 @@ def definition_site(fn) -> tuple | None:
     a bound method, a partial or a callable object, which differ by their state. A
     notebook cell or a module run again defines its functions at the same site, so
     their named bindings replace the earlier ones."""
-    fn = _unwrapped(fn)  # jaxbind's own wrappers (JAX-native API), functools.wraps
+    fn = _unwrapped(fn)  # jaxbind's own wrappers (pytree API), functools.wraps
     if not isinstance(fn, types.FunctionType):
         return None  # bound methods, partials, callable objects: they differ by their state
     code = getattr(fn, "__code__", None)

@@ -13,7 +13,10 @@ check runs before anything else of jaxbind touches JAX.
 
 from __future__ import annotations
 
-__all__ = ["check_build", "version_tuple"]
+import os
+import warnings
+
+__all__ = ["check_build", "check_jax_version", "version_tuple"]
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
@@ -56,3 +59,29 @@ def check_build(built_against: str, installed: str, oldest_supported: str) -> No
         f"runs with that jaxlib and every newer one, not with an older one. Upgrade: "
         f"pip install -U 'jax>={needed}' 'jaxlib>={needed}'"
     )
+
+
+def check_jax_version(installed: str, oldest_supported: str, newest_tested: str) -> str | None:
+    """Refuse a JAX older than `oldest_supported`; warn when it is newer than
+    `newest_tested` (jaxbind uses some of JAX's internals).
+
+    Returns the warning text (or None). Set JAXBIND_SILENCE_JAX_VERSION_WARNING=1
+    to silence it.
+    """
+    if version_tuple(installed) < version_tuple(oldest_supported):
+        raise ImportError(
+            f"jaxbind needs jax>={oldest_supported}, found jax {installed}; "
+            f"run: pip install -U 'jax>={oldest_supported}'"
+        )
+    if version_tuple(installed)[:3] <= version_tuple(newest_tested)[:3]:
+        return None
+    message = (
+        f"jaxbind was tested with jax up to {newest_tested}, found jax {installed}. "
+        "It uses some JAX internals; if something breaks, pin "
+        f"'pip install jax=={newest_tested}' or upgrade jaxbind. "
+        "Set JAXBIND_SILENCE_JAX_VERSION_WARNING=1 to hide this warning."
+    )
+    if os.environ.get("JAXBIND_SILENCE_JAX_VERSION_WARNING", "") not in ("", "0"):
+        return message
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
+    return message

@@ -39,10 +39,10 @@ from ._binding import lookup
 from ._callformat import CallAttributes
 from ._errors import about
 from ._export import export_safety_checks
-from ._kernels import Kernel, abi
+from ._kernels import abi
 from ._kwargs import decode_kwargs
 from ._references import bundling, use_reference
-from ._roles import Role
+from ._roles import Body, Role
 from ._rules.targets import TARGETS
 
 __all__ = ["BUNDLE_FORMAT", "bundle", "runtime_library"]
@@ -226,9 +226,9 @@ def _call_entry(found: dict, types: dict, libraries: _Libraries) -> dict:
         )
     role = Role.parse(call.role)
     label = f"'{call.binding}' ({role.describe()})"
-    body = binding.body(role)
-    function = body.library_function() if isinstance(body, Kernel) else None
-    if function is None or not isinstance(body, Kernel):  # (else the switch took its reference)
+    body: Any = binding.body(role)  # a Kernel where Body.of says so
+    function = body.library_function() if Body.of(body) is Body.KERNEL else None
+    if function is None:  # (else the switch took its reference)
         raise TypeError(
             f"{about(call.binding, call.role)}: its body is no C kernel in a shared library"
         )

@@ -10,12 +10,12 @@ A compiled or exported program names its jaxbind calls by these FFI attributes
 - ``binding`` (str): the binding's name; the process must have created it.
 - ``role`` (str): which of the binding's callables, see `jaxbind._roles.Role`.
 - ``kwargs`` (uint8 array): the keyword arguments the callables receive, encoded
-  (see _kwargs); for a natively batched call they include ``batch_axes``.
+  (see _kwargs); for a vectorized call they include ``batch_axes``.
 - ``loop_levels`` (int32) and ``loop_batched`` (one uint8 flag per input):
   jaxbind's own batch loop, see `Loop` (format 1 kept it inside ``kwargs``).
 - ``n_fixed`` (int32): the role's leading arguments that are not linear or
   differentiated, which the runtime needs to evaluate the abstract function.
-- ``trees`` (uint8 array, format 3): the pytree structure of a JAX-native op's call
+- ``trees`` (uint8 array, format 3): the pytree structure of a pytree-API op's call
   (its arguments' and its results'), encoded as the keyword arguments are; empty for
   calls without one. (Format 2 carried it among the keyword arguments, as
   ``jaxbind_in`` and ``jaxbind_out``.)

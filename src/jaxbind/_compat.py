@@ -1,7 +1,7 @@
 """Every JAX-internal name jaxbind uses, in one place.
 
 jaxbind supports jax 0.7.0 up to the newest release it was tested with
-(NEWEST_TESTED_JAX). Each import below notes the versions it was checked on;
+(_versions.NEWEST_TESTED_JAX). Each import below notes the versions it was checked on;
 when JAX moves one, the shim goes here and nowhere else.
 """
 
@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
-import warnings
 from typing import Any
 
 import jax
@@ -28,7 +26,6 @@ __all__ = [
     "FFI_SIDE_EFFECT",
     "InconclusiveDimensionOperation",
     "STATES_KEY_TRACES",
-    "NEWEST_TESTED_JAX",
     "ORDERED_IO_EFFECT",
     "Primitive",
     "ShapedArray",
@@ -39,7 +36,6 @@ __all__ = [
     "auto_partitioned_devices",
     "aval_of",
     "batching",
-    "check_jax_version",
     "collect_jax_garbage",
     "config_use_shardy",
     "define_primitive",
@@ -76,7 +72,6 @@ __all__ = [
     "zero_tangent",
 ]
 
-from ._versions import NEWEST_TESTED_JAX, OLDEST_SUPPORTED_JAX
 
 # jax.errors since jax 0.8; the same class in jax._src.core from 0.7 to 0.12
 InconclusiveDimensionOperation = _core.InconclusiveDimensionOperation
@@ -558,31 +553,6 @@ def register_cache(cache, for_what: str) -> None:
 # jaxlib 0.7's CPU compiler aborts on a root custom call fed by a concatenate
 # (fixed in 0.8); _rules.jaxlib07 works around it.
 XLA_CPU_ROOT_CALL_ABORTS = _version_tuple(jaxlib.__version__)[:2] < (0, 8)
-
-
-def check_jax_version(installed: str = jax.__version__) -> str | None:
-    """Warn when JAX is newer than the newest version jaxbind was tested with.
-
-    Returns the warning text (or None). Set JAXBIND_SILENCE_JAX_VERSION_WARNING=1
-    to silence it.
-    """
-    if _version_tuple(installed) < _version_tuple(OLDEST_SUPPORTED_JAX):
-        raise ImportError(
-            f"jaxbind needs jax>={OLDEST_SUPPORTED_JAX}, found jax {installed}; "
-            f"run: pip install -U 'jax>={OLDEST_SUPPORTED_JAX}'"
-        )
-    if _version_tuple(installed)[:3] <= _version_tuple(NEWEST_TESTED_JAX)[:3]:
-        return None
-    message = (
-        f"jaxbind was tested with jax up to {NEWEST_TESTED_JAX}, found jax {installed}. "
-        "It uses some JAX internals; if something breaks, pin "
-        f"'pip install jax=={NEWEST_TESTED_JAX}' or upgrade jaxbind. "
-        "Set JAXBIND_SILENCE_JAX_VERSION_WARNING=1 to hide this warning."
-    )
-    if os.environ.get("JAXBIND_SILENCE_JAX_VERSION_WARNING", "") not in ("", "0"):
-        return message
-    warnings.warn(message, RuntimeWarning, stacklevel=3)
-    return message
 
 
 def compile_options_proto(num_replicas: int, num_partitions: int) -> bytes:

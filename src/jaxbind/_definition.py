@@ -7,7 +7,7 @@ A program names its op by string, so the op it finds may be another definition t
 one it was traced with (redefined with ``replace=True``, or defined otherwise in the
 process that loads an exported program). Shapes, dtypes and counts are checked against
 the buffers; what this module records is the rest, which no buffer shows: whether an
-output shares an input's memory, the effects, the fixed count, native batching, the
+output shares an input's memory, the effects, the fixed count, vectorized batching, the
 state and its key, linearity, the API, the CUDA kernel target, and the sharding rule a
 partitioned call was split by.
 
@@ -15,7 +15,8 @@ Every field of `Options` is in exactly one of `COMPARED` (recorded per op and co
 whole), `PER_CALL` (recorded as what the call used: the rule, only for a call that was
 partitioned by it; a call that runs whole gives the right result under any rule),
 `READ_AT_RUN_TIME` (the runtime reads it from the op it finds, so no program keeps it) and
-`CHOSEN_AT_LOWERING` (it decides whether a call is a custom call at all).
+`CHOSEN_AT_LOWERING` (it decides whether a call is a custom call at all; ``prefer_reference=``
+would be one, but it is part of the op's reference, not of `Options`).
 
 Besides options, a program holds code of the op that it inlined when it was traced: the
 rules derived from the op's JAX reference, a reference that computes a role on a platform
@@ -51,7 +52,7 @@ __all__ = [
     "COMPARED",
     "PER_CALL",
     "READ_AT_RUN_TIME",
-    "call_rule",
+    "kept_rule",
     "differences",
     "inlined",
     "record",
@@ -64,11 +65,11 @@ COMPARED: dict[str, Callable[[Options], Any]] = {
     "aliases": lambda o: [list(pair) for pair in o.aliases],
     "effect": lambda o: o.effect,
     "linear_in": lambda o: list(o.linear_in),
-    "native": lambda o: o.native,
+    "pytree_api": lambda o: o.pytree_api,
     "state": lambda o: o.state is not None,
     "state_key": lambda o: list(o.state_key),
 }
-# Options a program keeps as the value its call used (see `call_rule`).
+# Options a program keeps as the value its call used (see `kept_rule`).
 PER_CALL = ("sharding",)  # with its reduction factors
 # Options the runtime reads from the op it finds, at every site: not in any program.
 READ_AT_RUN_TIME = {
@@ -77,12 +78,12 @@ READ_AT_RUN_TIME = {
 # Options that choose, when a program is lowered, between the native body's custom call
 # and the op's JAX reference inlined: a program holds no record of them, and is right
 # under any value (a custom call runs the native body; an inlined reference is JAX code).
-CHOSEN_AT_LOWERING = {
-    "prefer_reference": "where the reference computes the op instead of the native body",
-}
+# (none now: where the reference computes the op instead of the native body, its
+# platforms, is part of the op's reference, _roles.Reference, whose function is `inlined`)
+CHOSEN_AT_LOWERING: dict[str, str] = {}
 
 
-def call_rule(options: Options, kwargs: dict, shapes: Sequence[Sequence[int]]) -> list | None:
+def kept_rule(options: Options, kwargs: dict, shapes: Sequence[Sequence[int]]) -> list | None:
     """f's rule for a call as a program records it, ``[text, [reduction factors]]``, or
     None (the op declares none, or its function gives none for this call); a rule
     function is called with the shapes of f's arguments and the call's keyword
@@ -130,6 +131,8 @@ def differences(
         then = None
     if not isinstance(then, dict):
         return ["the program's record of the op's definition is not readable"]
+    if "native" in then and "pytree_api" not in then:  # the key's name before 2.0.0.dev0's last
+        then["pytree_api"] = then.pop("native")  # renaming: records written then
     now = {name: get(options) for name, get in COMPARED.items()}
     now["cuda_kernel"] = cuda_kernel
     found = []
@@ -146,7 +149,7 @@ def differences(
     if "rule" in then:
         shapes = then.get("rule_shapes", [])
         try:
-            rule = call_rule(options, kwargs, shapes)
+            rule = kept_rule(options, kwargs, shapes)
         except Exception as exc:  # the user's rule function
             found.append(
                 f"the program was partitioned by the rule {_rule(then['rule'])}, and the op's "
@@ -190,8 +193,8 @@ def _phrase(name: str, then: Any, now: Any, options: Options) -> str:
             f"the program was traced when the op had {'a' if then else 'no'} state=, but it "
             f"now has {'one' if now else 'none'}"
         )
-    if name == "native":
-        api = {True: "the JAX-native API (a decorator)", False: "jaxbind.get_*_call"}
+    if name == "pytree_api":
+        api = {True: "the pytree API (a decorator)", False: "jaxbind.get_*_call"}
         return (
             f"the program was traced when the op was made with {api.get(then, then)}, but it "
             f"is now made with {api[now]} (the callables receive their arguments otherwise)"

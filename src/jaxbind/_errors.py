@@ -1,7 +1,7 @@
 """Error messages: every one names the binding, says what to do, and says it in the words
 of the API the op was made with.
 
-`words(options)` is that API's vocabulary: the JAX-native API's decorators, ``def_*``
+`words(options)` is that API's vocabulary: the pytree API's decorators, ``def_*``
 methods and option names (``fixed=``, ``vectorized=``, "the shape function"), or
 ``get_linear_call`` / ``get_nonlinear_call`` with JAXbind's option names
 (``first_n_args_fixed``, ``func_can_batch``, "the abstract function"). Every message
@@ -139,7 +139,7 @@ def callback_hint(value: BaseException) -> str:
     none): what the user wrote, and what to write instead.
 
     Known: ``out[0] = ...`` in a callable whose first parameter (JAXbind's protocol), or
-    whose ``out=`` parameter (the JAX-native API's), is the tuple of its output arrays: the
+    whose ``out=`` parameter (the pytree API's), is the tuple of its output arrays: the
     line that raised assigns an item of that parameter.
     """
     if not (
@@ -169,14 +169,14 @@ class Words:
     """The words of one API.
 
     Attributes:
-      native: the JAX-native API (decorators), else JAXbind's ``get_*_call``.
+      pytree_api: the pytree API (decorators), else JAXbind's ``get_*_call``.
       fixed: the option that counts the fixed leading arguments.
       vectorized: the option by which the callables batch themselves.
       shapes: what declares the output shapes ("the shape function").
       callable_contract: how a callable hands back its results.
     """
 
-    native: bool
+    pytree_api: bool
     fixed: str
     vectorized: str
     shapes: str
@@ -191,7 +191,7 @@ class Words:
     def give(self, role: str | Role) -> str:
         """How the user gives an op the body of `role` ("define it with ...")."""
         role = Role.parse(role) if isinstance(role, str) else role
-        if self.native:
+        if self.pytree_api:
             if role.base == "T":
                 argnum = "" if role.index is None else f"(argnum={role.index})"
                 return (
@@ -215,13 +215,13 @@ class Words:
 
     def give_reference(self) -> str:
         """How the user gives an op its JAX reference."""
-        if self.native:
+        if self.pytree_api:
             return "reference= in the decorator, or @op.def_reference"
         return "reference= to get_linear_call / get_nonlinear_call"
 
     def differentiable_derivatives(self) -> str:
         """How to make a nonlinear op's JVP and VJP differentiable in turn."""
-        if self.native:
+        if self.pytree_api:
             return (
                 "define the JVP and the VJP (@op.def_jvp, @op.def_vjp) as JAX functions: "
                 "jaxbind ops, or functions wrapped in jaxbind.jax_function"
@@ -239,15 +239,15 @@ class Words:
         )
 
 
-NATIVE = Words(
-    native=True,
+PYTREE_API = Words(
+    pytree_api=True,
     fixed="fixed",
     vectorized="vectorized",
     shapes="the shape function",
     callable_contract="A callable returns its results, or writes them into its out= argument",
 )
 CALLS = Words(
-    native=False,
+    pytree_api=False,
     fixed="first_n_args_fixed",
     vectorized="func_can_batch",
     shapes="the abstract function",
@@ -257,8 +257,8 @@ CALLS = Words(
 
 def words(options: Any) -> Words:
     """The vocabulary of the API that made an op with these options (an `Options`: read
-    by its ``native`` flag alone, so that the words sit below the option set)."""
-    return NATIVE if options.native else CALLS
+    by its ``pytree_api`` flag alone, so that the words sit below the option set)."""
+    return PYTREE_API if options.pytree_api else CALLS
 
 
 class ExportedDefaultNameWarning(UserWarning):

@@ -2,7 +2,7 @@
 
 `get_linear_call` / `get_nonlinear_call` and the decorators `linear_op`,
 `multilinear_op`, `nonlinear_op` take the same options, under the names each API
-has always used for the fixed arguments and for native batching
+has always used for the fixed arguments and for vectorized batching
 (``first_n_args_fixed`` / ``fixed``, ``func_can_batch`` / ``vectorized``), and
 the same names for everything else. Both build one `Options` with `declare`,
 which checks every value; a binding keeps it (``binding.options``), and every
@@ -20,7 +20,7 @@ from typing import Any, TypedDict
 
 import numpy as np
 
-from ._roles import NATIVE_PLATFORMS
+from ._roles import NATIVE_PLATFORMS, native_platforms
 from ._sharding import RuleError, Sharding
 
 __all__ = [
@@ -42,14 +42,14 @@ class Options:
 
     Attributes:
       fixed: how many leading arguments of the function are parameters (not
-        differentiated, not transposed, not batched natively as inputs).
-      vectorized: the callables handle batches themselves (native batching).
+        differentiated, not transposed, not vectorized as inputs).
+      vectorized: the callables handle batches themselves (vectorized batching).
       platform_mode: how GPU programs hand buffers to callables: "device" or "host".
       aliases: ((input, output), ...): outputs of the function that share an
         input's memory (``input_output_aliases``).
       effect: None, "unordered" (``has_side_effect``) or "ordered".
       linear_in: nonlinear ops: arguments in which the function is jointly linear.
-      native: made by the JAX-native API (the decorators), not ``get_*_call``; every
+      pytree_api: made by the pytree API (the decorators), not ``get_*_call``; every
         message about the op speaks that API (see _errors.words).
       state: what the op sets up once per call site (``@jaxbind.state``), or None.
       state_key: the positions of the state's ``key`` inputs among f's arguments (each
@@ -60,8 +60,10 @@ class Options:
         and the call's keyword arguments that gives one per call; None: the op declares
         none. _rules.partitioning checks it against the op at creation (a function's
         rules at each call) and decides each call's partitioning by it.
-      prefer_reference: platforms ("cpu", "cuda") where the op's JAX reference computes
-        its calls although its native body could (see jaxbind._references).
+
+    Where the op's JAX reference computes its calls (``prefer_reference=``) is not an
+    option of the binding but part of its reference (_roles.Reference.platforms):
+    `declare` checks it and hands it back beside the name.
     """
 
     fixed: int = 0
@@ -70,11 +72,10 @@ class Options:
     aliases: tuple[tuple[int, int], ...] = ()
     effect: str | None = None
     linear_in: tuple[int, ...] = ()
-    native: bool = False
+    pytree_api: bool = False
     state: Any = None  # a _state.StateDef (not imported: this module imports none of jaxbind's)
     state_key: tuple[int, ...] = ()
     sharding: Sharding | None = None
-    prefer_reference: tuple[str, ...] = ()
 
 
 class _CommonOptions(TypedDict, total=False):
@@ -123,13 +124,13 @@ OPTION_NAMES = (
 )
 
 # Appended to the docstrings of get_linear_call and get_nonlinear_call; the decorators
-# of the JAX-native API refer to it.
+# of the pytree API refer to it.
 OPTION_DOCS = """
     Options (keyword arguments of both APIs):
 
     - ``first_n_args_fixed`` (``fixed`` in the decorators): the number of leading
       arguments that are parameters, not inputs; they are not differentiated,
-      transposed or batched natively.
+      transposed or vectorized.
     - ``func_can_batch`` (``vectorized`` in the decorators): the callables handle
       batched inputs themselves (see "Batching"); otherwise jaxbind loops.
     - ``name``: the binding's name, as jaxprs, HLO and exported programs show it,
@@ -194,9 +195,13 @@ OPTION_DOCS = """
       everywhere; a derivative or transpose the op was given no body for is derived
       from it by JAX; ``jaxbind.testing.check`` compares the native op with it. See
       docs/portable.md.
+      ``reference`` may also be a ``jaxbind.Reference(function, tolerance=...,
+      platforms=...)``: the function with how far an approximate native body may be from
+      it (for ``jaxbind.testing.check``) and where it is preferred.
     - ``prefer_reference``: platforms (``"cpu"``, ``"cuda"``) where the reference computes
       the op although its native body could run there, e.g. ``("cuda",)`` for a CPU
-      library that would run in host mode in GPU programs.
+      library that would run in host mode in GPU programs: the reference's ``platforms``,
+      given as an option (an op given both with different platforms is an error).
 """
 
 
@@ -205,16 +210,17 @@ def declare(
     kind: str,
     given: Mapping[str, Any],
     *,
-    native: bool,
+    pytree_api: bool,
     default_name: str | None = None,
-) -> tuple[Options, str | None, bool]:
+) -> tuple[Options, str | None, bool, tuple[str, ...]]:
     """Check the options that `what` (the API function or decorator) was given for an op
     of `kind` ("linear", "multilinear", "nonlinear"), and return them as one value, with
-    the binding's explicit name (or None) and ``replace``. `native`: the caller is the
-    JAX-native API, which names two options differently. `default_name`: the name the op
+    the binding's explicit name (or None), ``replace`` and ``prefer_reference`` (the
+    platforms, for the op's `Reference`). `pytree_api`: the caller is the
+    pytree API, which names two options differently. `default_name`: the name the op
     gets without ``name=``, where it is known already, for messages."""
     fixed_name, vectorized_name = (
-        ("fixed", "vectorized") if native else ("first_n_args_fixed", "func_can_batch")
+        ("fixed", "vectorized") if pytree_api else ("first_n_args_fixed", "func_can_batch")
     )
     options = dict(given)
     name = options.pop("name", None)
@@ -227,7 +233,7 @@ def declare(
             f"jaxbind.{what}: unknown option {unknown[0]!r}; the options are name, replace, "
             f"{fixed_name}, {vectorized_name}, {', '.join(OPTION_NAMES)}"
         )
-    fixed = _count(fixed, fixed_name, native)
+    fixed = _count(fixed, fixed_name, pytree_api)
     platform_mode = options.get("platform_mode", "device")
     if platform_mode not in PLATFORM_MODES:
         raise ValueError(
@@ -248,8 +254,8 @@ def declare(
         aliases=_aliases(options.get("input_output_aliases"), fixed, fixed_name),
         effect=_effect(options.get("has_side_effect", False), options.get("ordered", False)),
         linear_in=_linear_in(linear_in, fixed, fixed_name),
-        native=native,
-        state=_state(what, options.get("state"), native),
+        pytree_api=pytree_api,
+        state=_state(what, options.get("state"), pytree_api),
         sharding=_sharding(
             what,
             name or default_name,
@@ -258,20 +264,14 @@ def declare(
                 what, name or default_name, options.get("sharding"), options.get("reduction", ())
             ),
         ),
-        prefer_reference=_prefer_reference(what, name or default_name, options),
     )
-    return checked, name, replace
+    return checked, name, replace, _prefer_reference(what, name or default_name, options)
 
 
 def _prefer_reference(what: str, name: str | None, options: Mapping[str, Any]) -> tuple[str, ...]:
     value = options.get("prefer_reference", ())
-    if isinstance(value, str):
-        value = (value,)
-    try:
-        platforms = tuple(value)
-    except TypeError:
-        platforms = None
-    if platforms is None or not all(p in NATIVE_PLATFORMS for p in platforms):
+    platforms = native_platforms(value)
+    if platforms is None:
         native = " and ".join(f'"{p}"' for p in NATIVE_PLATFORMS)  # (the table of body kinds)
         raise ValueError(
             f"{_op(what, name)}: prefer_reference must be a sequence of the platforms where "
@@ -283,10 +283,10 @@ def _prefer_reference(what: str, name: str | None, options: Mapping[str, Any]) -
             f"{_op(what, name)}: prefer_reference with side effects (has_side_effect/"
             "ordered): a JAX reference computes outputs, not effects"
         )
-    return tuple(sorted(set(platforms)))
+    return platforms
 
 
-def _count(value: Any, fixed_name: str, native: bool) -> int:
+def _count(value: Any, fixed_name: str, pytree_api: bool) -> int:
     """The number of fixed arguments, however JAXbind 1.3's users spelled it: an int, a
     NumPy integer, a bool or an integral float (1.3 never read the value before a
     derivative, so any of these ran), or None (none fixed)."""
@@ -303,7 +303,7 @@ def _count(value: Any, fixed_name: str, native: bool) -> int:
     if count is None or count < 0:
         history = (
             ""
-            if native
+            if pytree_api
             else "; JAXbind 1.3 took any value here, but every derivative of such an op "
             "failed (it never read the value before a derivative)"
         )
@@ -364,7 +364,7 @@ def _linear_in(linear_in: Any, fixed: int, fixed_name: str) -> tuple[int, ...]:
     return args
 
 
-def _state(what: str, value: Any, native: bool) -> Any:
+def _state(what: str, value: Any, pytree_api: bool) -> Any:
     if value is None:
         return None
     # (a StateDef, or a C state's: jaxbind.c_state)
@@ -432,7 +432,7 @@ def _reduction(what: str, name: str | None, sharding: Any, value: Any) -> tuple[
 def state_key_positions(options: Options, fn: Any, op: str, source: str) -> Options:
     """`options` with the positions of its state's key inputs: the names in ``key=`` are
     positional parameters of `fn`, which names the op's arguments in order (the op's
-    function in the JAX-native API, its abstract function in the other: `source` says
+    function in the pytree API, its abstract function in the other: `source` says
     which, for the message). Which roles receive them is checked with the role table
     (jaxbind._api.check_state_key)."""
     sdef = options.state
@@ -458,12 +458,14 @@ def state_key_positions(options: Options, fn: Any, op: str, source: str) -> Opti
         positions.append(names.index(k))
     if options.vectorized and any(p >= options.fixed for p in positions):
         fixed, vectorized = (
-            ("fixed", "vectorized") if options.native else ("first_n_args_fixed", "func_can_batch")
+            ("fixed", "vectorized")
+            if options.pytree_api
+            else ("first_n_args_fixed", "func_can_batch")
         )
         k = sdef.key[next(i for i, p in enumerate(positions) if p >= options.fixed)]
         raise ValueError(
             f"jaxbind: '{op}': its state's key input {k!r} is not a fixed argument, and the "
-            f"op batches natively ({vectorized}=True): under vmap every input after the fixed "
+            f"op is vectorized ({vectorized}=True): under vmap every input after the fixed "
             f"ones arrives batched, and one setup would get the whole batch of values. Make "
             f"{k!r} a fixed argument ({fixed}=), or drop {vectorized}=True (jaxbind's batch "
             "loop gives the setup one element at a time)"

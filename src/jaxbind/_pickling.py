@@ -4,7 +4,7 @@ process, the op that process defines; multiprocessing, joblib and dask pickle fu
 that hold ops this way). An op no module holds under a name (made inside a function, in
 a loop, or kept only in a container) cannot be pickled: `reduce` says so, naming it.
 
-Both APIs' ops (_api.Op, the JAX-native API's NativeOp) pickle through `reduce`.
+Both APIs' ops (_api.Op, the pytree API's PytreeOp) pickle through `reduce`.
 """
 
 from __future__ import annotations

@@ -38,11 +38,13 @@ __all__ = [
     "Kind",
     "NATIVE_PLATFORMS",
     "OpBase",
+    "Reference",
     "ReferenceRole",
     "Role",
     "RoleDef",
     "describe_role",
     "for_call",
+    "native_platforms",
     "is_jax_function",
     "jax_function",
     "role_table",
@@ -184,20 +186,22 @@ class JaxFunction:
 class ReferenceRole(JaxFunction):
     """A role of an op computed from the op's JAX reference (``reference=``): the role
     table's reference column, and the body of a role the op declares no rule for (a
-    derived rule). ``fn`` is the reference (f's, for every role); _rules.reference makes
-    the role's function from it (f itself, JAX's JVP or VJP of it, its transpose)."""
+    derived rule). ``value`` is the op's `Reference` (f's, for every role), ``fn`` its
+    function; _rules.reference makes the role's function from it (f itself, JAX's JVP or
+    VJP of it, its transpose)."""
 
-    __slots__ = ("role",)
+    __slots__ = ("role", "value")
 
-    def __init__(self, fn: Callable, role: Role):
-        super().__init__(fn)
+    def __init__(self, value: Reference, role: Role):
+        super().__init__(value.function)
+        self.value = value
         self.role = role
 
     def __eq__(self, other):
         return (
             isinstance(other, ReferenceRole)
             and other.role == self.role
-            and same_values(other.fn, self.fn)
+            and other.value == self.value
         )
 
     def __hash__(self):
@@ -276,6 +280,135 @@ class Body(enum.Enum):
 # bodies and references only), and the names XLA registers targets under on each
 NATIVE_PLATFORMS = tuple(dict.fromkeys(p for k in Body if not k.traced for p in k.platforms))
 XLA_PLATFORMS = {"cpu": "cpu", "cuda": "CUDA"}
+
+
+def native_platforms(value) -> tuple[str, ...] | None:
+    """`value` (a platform's name, or a sequence of them) as sorted distinct platforms
+    where some body runs itself (`NATIVE_PLATFORMS`), or None if it is not that."""
+    if isinstance(value, str):
+        value = (value,)
+    try:
+        platforms = tuple(value)
+    except TypeError:
+        return None
+    if not all(isinstance(p, str) and p in NATIVE_PLATFORMS for p in platforms):
+        return None
+    return tuple(sorted(set(platforms)))
+
+
+class Reference:
+    """An op's JAX reference, one value: its function, how far the native body may be
+    from it, and where it computes the op although the native body could.
+
+    ``jaxbind.Reference(function, *, tolerance=None, platforms=())``, given as
+    ``reference=`` in both APIs or to ``@op.def_reference`` (a plain function is the
+    value with neither), is what the op keeps: the role table's reference column
+    (`ReferenceRole`), which the lowering (_where.runs) and jaxbind.testing.check read.
+
+    Attributes:
+      function: ``function(*args, **kwargs)`` with the op's arrays as JAX arrays and the
+        call's keyword arguments, returning the op's outputs (see docs/portable.md).
+      tolerance: for a native body that computes approximately (a NUFFT at an
+        ``epsilon``): the relative error allowed against the reference, a number or a
+        function of the call's keyword arguments returning one; None: the body is exact
+        (only rounding is allowed). A function's ``tolerance`` attribute, the older
+        spelling, is read once into it.
+      platforms: where the reference computes the op although the native body could run
+        ("cpu", "cuda"; e.g. ``("cuda",)`` for a CPU library that would run in host mode
+        in GPU programs); ``prefer_reference=`` is the same statement as an option.
+    """
+
+    __slots__ = ("function", "tolerance", "platforms")
+
+    function: Callable
+    tolerance: float | Callable[..., float] | None
+    platforms: tuple[str, ...]
+
+    def __init__(self, function: Callable, *, tolerance=None, platforms=()):
+        if isinstance(function, Reference):
+            raise TypeError(
+                f"jaxbind.Reference: function is a Reference already ({function!r}); give "
+                "its function, or the Reference itself as reference="
+            )
+        if not callable(function):
+            raise TypeError(
+                "jaxbind.Reference: function must be a JAX function of the op's arrays and "
+                f"keyword arguments that returns its outputs, got {function!r}"
+            )
+        if tolerance is None:
+            tolerance = getattr(function, "tolerance", None)
+        if not (
+            tolerance is None
+            or callable(tolerance)
+            or (
+                isinstance(tolerance, (int, float))
+                and not isinstance(tolerance, bool)
+                and tolerance >= 0
+            )
+        ):
+            raise TypeError(
+                "jaxbind.Reference: tolerance must be a non-negative number, or a function "
+                f"of the call's keyword arguments that returns one; got {tolerance!r}"
+            )
+        checked = native_platforms(platforms)
+        if checked is None:
+            raise ValueError(
+                "jaxbind.Reference: platforms must be a sequence of the platforms where the "
+                f"op has a native body, {' and '.join(map(repr, NATIVE_PLATFORMS))} "
+                f"(elsewhere its reference runs anyway), got {platforms!r}"
+            )
+        object.__setattr__(self, "function", function)
+        object.__setattr__(self, "tolerance", tolerance)
+        object.__setattr__(self, "platforms", checked)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"jaxbind.Reference is frozen: {name} cannot be set")
+
+    def __call__(self, *args, **kwargs):
+        """The function itself (a Reference computes what its function does)."""
+        return self.function(*args, **kwargs)
+
+    def tolerance_for(self, kwargs: dict) -> float | None:
+        """The relative error allowed for a call with keyword arguments `kwargs` (None:
+        only rounding)."""
+        if callable(self.tolerance):
+            return float(self.tolerance(**kwargs))
+        return None if self.tolerance is None else float(self.tolerance)
+
+    def replace(self, **changes) -> Reference:
+        """This value with `changes` (function, tolerance, platforms)."""
+        fields = {name: getattr(self, name) for name in self.__slots__}
+        fields.update(changes)
+        return Reference(fields.pop("function"), **fields)
+
+    def __eq__(self, other):
+        return (
+            isinstance(other, Reference)
+            and same_values(other.function, self.function)
+            and same_values(other.tolerance, self.tolerance)
+            and other.platforms == self.platforms
+        )
+
+    def __hash__(self):
+        try:
+            return hash((self.function, self.platforms))
+        except TypeError:
+            return hash((type(self.function), self.platforms))
+
+    def __reduce__(self):
+        return (_reference, (self.function, self.tolerance, self.platforms))
+
+    def __repr__(self):
+        extra = "".join(
+            f", {name}={getattr(self, name)!r}"
+            for name, empty in (("tolerance", None), ("platforms", ()))
+            if getattr(self, name) != empty
+        )
+        return f"jaxbind.Reference({self.function!r}{extra})"
+
+
+def _reference(function, tolerance, platforms) -> Reference:  # (pickles)
+    return Reference(function, tolerance=tolerance, platforms=platforms)
 
 
 # --- argument layouts --------------------------------------------------------------------
@@ -357,7 +490,7 @@ class RoleDef:
 
     def declared(self, avals, kwargs: dict, n_fixed: int, trees=None):
         """What the abstract function returns for a call of the role with arguments
-        `avals` (``kwargs`` hold ``batch_axes`` for ops that batch natively): for the
+        `avals` (``kwargs`` hold ``batch_axes`` for ops that are vectorized): for the
         JVP, f's abstract function at the primals, its first `n_fixed` arguments.
         `trees`: the call's pytree structure (see for_call)."""
         assert self.abstract is not None  # roles without one: see declared_outputs
@@ -382,7 +515,7 @@ class RoleDef:
 
 
 def role_table(
-    kind: Kind, f, transposes, derivatives, abstract, abstract_T, reference=None
+    kind: Kind, f, transposes, derivatives, abstract, abstract_T, reference: Reference | None = None
 ) -> dict:
     """The roles of an op made from what either API was given, by role name.
 
@@ -412,7 +545,7 @@ def role_table(
     return table
 
 
-def with_reference(entry: RoleDef, reference: Callable) -> RoleDef:
+def with_reference(entry: RoleDef, reference: Reference) -> RoleDef:
     """`entry` with its reference column, and derived from it if it has no body."""
     ref = ReferenceRole(reference, entry.role)
     body = ref if entry.body is None and entry.role.base != "f" else entry.body
@@ -421,7 +554,7 @@ def with_reference(entry: RoleDef, reference: Callable) -> RoleDef:
 
 def for_call(fn: Callable, trees, kwargs_dump=None) -> Callable:
     """`fn` (a body or an abstract function) as it runs a call whose pytree structure is
-    `trees` (see CallSpec.trees; None for calls without one): the JAX-native API's
+    `trees` (see CallSpec.trees; None for calls without one): the pytree API's
     functions take the structure through their ``for_trees`` method. A call site's body
     given the site's keyword arguments (`kwargs_dump`, which every call of the site gets)
     takes both through ``for_site`` where it has one."""
@@ -437,7 +570,7 @@ def for_call(fn: Callable, trees, kwargs_dump=None) -> Callable:
     return bind(trees)
 
 
-def missing_role(role: Role, reference: Callable | None = None) -> RoleDef:
+def missing_role(role: Role, reference: Reference | None = None) -> RoleDef:
     """The entry of a multilinear transpose beyond those given (no body; derived from the
     op's `reference` if it has one)."""
     entry = RoleDef(role, None, None, Args.T_I, None)

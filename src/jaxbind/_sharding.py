@@ -212,7 +212,7 @@ class ShardingRule:
     def with_batch(self, batch_axes: Any, out_batch_axes: Any) -> ShardingRule:
         """The rule of the call batched by vmap (`batch_axes`, `out_batch_axes`: the
         call's _spec.BatchAxes): a factor per vmap level, at each array's batch axes
-        (wherever they are: jaxbind's loop puts them first, a natively batching op where
+        (wherever they are: jaxbind's loop puts them first, a vectorized op where
         its abstract function says), splittable and so pass-through."""
         levels = (batch_axes + out_batch_axes).levels
         if levels == 0:

@@ -3,7 +3,7 @@
 A CallSpec is frozen and hashable, so equal calls give equal jaxpr equations and hit
 JAX's caches. It names the binding (by identity), the role being called, how many
 leading arguments the role is not linear in, the keyword arguments, the pytree
-structure of the call (JAX-native API) and, once batched, the batch axes of every
+structure of the call (pytree API) and, once batched, the batch axes of every
 input and output: the one representation of batching, `BatchAxes`. With
 ``func_can_batch`` the callables receive those axes as ``batch_axes``; otherwise
 jaxbind loops over the batch itself, and `loop` derives that loop from the same
@@ -124,7 +124,7 @@ class CallSpec:
     # Output (shape, dtype)s without batch axes, for a transpose or VJP whose binding
     # has no abstract function for it: the transpose rule knows them (the primals').
     out_hint: tuple | None = None
-    # The call's pytree structure (JAX-native API; see _native.trees.call_trees), or None.
+    # The call's pytree structure (pytree API; see _pytree_api.trees.call_trees), or None.
     trees: object = None
     # Run by the host callback that carries the binding's effect (see _rules.lowering,
     # effects under Shardy): this call has no effect of its own.
@@ -170,13 +170,13 @@ class CallSpec:
         return replace(self, batch_axes=None, out_batch_axes=None)
 
     @property
-    def natively_batched(self) -> bool:
+    def body_batched(self) -> bool:
         """Batched, with the body handling the batch itself (func_can_batch)."""
         return self.batch_axes is not None and self.binding.options.vectorized
 
     @property
     def loop(self) -> Loop:
-        """jaxbind's own batch loop for this call (none when batched natively or unbatched)."""
+        """jaxbind's own batch loop for this call (none when vectorized or unbatched)."""
         if self.batch_axes is None or self.binding.options.vectorized:
             return NO_LOOP
         # _rules.batching.batch_looped puts every batch axis first, outermost level at axis 0

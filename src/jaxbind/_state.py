@@ -270,7 +270,7 @@ def load_state(kwargs_dump=None):
     set up for this call site, as ``load_kwargs(kwargs_dump)`` gives its keyword
     arguments. Valid while the callable runs (keep no reference to it for later: under
     ``concurrency="lock"`` or ``"pool"`` it is this call's alone only until it returns).
-    JAX-native bodies get it as their ``state`` argument instead.
+    pytree-API bodies get it as their ``state`` argument instead.
     """
     del kwargs_dump  # the object is this thread's running call's
     return current_state()

@@ -8,14 +8,14 @@ Every call of a role is computed by one of four rows:
   reference) is inlined into the program, on any platform;
 - **reference**: the op's JAX reference inlined instead (the target table's reference
   row), where the op has one and the body does not run on the platform, the op prefers
-  its reference there (``prefer_reference=``) or the switch asks for references
-  (jaxbind.use_reference, ``portable=True``);
+  its reference there (its `Reference`'s platforms, ``prefer_reference=``) or the switch
+  asks for references (jaxbind.use_reference, ``portable=True``);
 - **hosted**: a call with side effects in a program that Shardy splits over several
   devices, run once by JAX's host callback (on the CPU only);
 - **refused**: none of these can compute it; the answer carries the error that names the
   op and the fix.
 
-Registration (_options' ``prefer_reference``, the rules' lowering platforms: `NATIVE_PLATFORMS`),
+Registration (a `Reference`'s platforms, the rules' lowering platforms: `NATIVE_PLATFORMS`),
 the lowering, jaxbind.testing.check and docs/portable.md's table
 (tests/references/test_what_runs_where.py) all ask `runs`. It runs at trace time only.
 """
@@ -45,9 +45,9 @@ class Runs:
         whatever computes the call (jaxbind.testing calls it directly where it does).
       why: for "reference" and "refused", the reason: "switch" (use_reference), "strict"
         (references only), "bundle" (jaxbind.bundle: the body cannot run without Python),
-        "preferred" (``prefer_reference=`` names the platform), "elsewhere" (the body does
-        not run on the platform) or "hosted" (a hosted call on a platform without a host
-        callback); "" for the others.
+        "preferred" (the reference's platforms name the platform), "elsewhere" (the body
+        does not run on the platform) or "hosted" (a hosted call on a platform without a
+        host callback); "" for the others.
       error: for "refused", the error to raise (`refusal`).
     """
 
@@ -104,17 +104,6 @@ def runs(
                 ),
             )
     if entry.reference is None:
-        if platform in options.prefer_reference:
-            return _refused(
-                kind,
-                here,
-                "preferred",
-                TypeError(
-                    f"{about(binding.name)} has prefer_reference={options.prefer_reference} "
-                    f"but no JAX reference to run on {platform}; give it one "
-                    f"({words(options).give_reference()}), or drop prefer_reference"
-                ),
-            )
         if switch == "strict":
             return _refused(
                 kind,
@@ -145,7 +134,7 @@ def runs(
             )
     elif switch != "off":
         return Runs("reference", kind, here, "strict" if switch == "strict" else "switch")
-    elif platform in options.prefer_reference:
+    elif platform in entry.reference.value.platforms:
         return Runs("reference", kind, here, "preferred")
     elif not here:
         return Runs("reference", kind, here, "elsewhere")

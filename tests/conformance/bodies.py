@@ -345,7 +345,7 @@ def build(
                 reference=reference, **options,
             )  # fmt: skip
         return Built(op, api, form, base, with_reference, calls)
-    return Built(_native(body_kind, form, base, calls, reference, options), api, form, base,
+    return Built(_pytree_api(body_kind, form, base, calls, reference, options), api, form, base,
                  with_reference, calls)  # fmt: skip
 
 
@@ -354,8 +354,8 @@ def _sds(dtypes, like):
     return out if len(out) > 1 else out[0]
 
 
-def _native(kind, form, base, calls, reference, options):
-    """The op in the JAX-native API: callables return their results; kernels as they are."""
+def _pytree_api(kind, form, base, calls, reference, options):
+    """The op in the pytree API: callables return their results; kernels as they are."""
     roles = formulas(form)
     shape = lambda *xs, c: _sds(form.outputs, xs[0])
     decorator = jaxbind.linear_op if form.linear else jaxbind.nonlinear_op

@@ -8,10 +8,15 @@ gives one of:
 - an error naming the op, where the matrix says the op refuses (`refusal`);
 - an error of any kind where JAX refuses the twin as well (e.g. a Hessian in complex inputs);
 
-never a crash, a hang or another number. test_matrix.py runs the cells; CI runs a sample
-that covers every pair of values of the axes (`sample`), JAXBIND_MATRIX=full runs all.
-test_matrix_coverage.py ties the axes to the project's own tables: a new kind of body,
-target or option fails it until a row here covers it.
+never a crash, a hang or another number. The "c_host" transformation writes a bundle of the
+op's forward values and gradient (jaxbind.bundle) and runs it without Python, in
+demos/run_bundle.c with jaxbind's C runtime: C kernels run there natively, every other body
+by its reference, and an op with neither is refused when the bundle is written, naming it
+(docs/without-python.md); the cell skips, saying what to install, without a CPU PJRT plugin.
+test_matrix.py runs the cells; CI runs a sample that covers every pair of values of the
+axes (`sample`), JAXBIND_MATRIX=full runs all. test_matrix_coverage.py ties the axes to
+the project's own tables: a new kind of body, target or option fails it until a row here
+covers it.
 """
 
 from __future__ import annotations
@@ -85,7 +90,7 @@ OPTIONS_ELSEWHERE = {
     "aliases": "tests/runtime/test_aliasing.py",
     "effect": "tests/runtime/test_effects.py (an op with effects takes no reference)",
     "linear_in": "tests/ops/test_linear_in.py",
-    "native": "tests/ops/test_batching.py",
+    "pytree_api": "tests/ops/test_pytree_api.py (the API that made the op: every cell runs both)",
     "state": "tests/state",
     "state_key": "tests/state",
     "sharding": "tests/sharding (a declared rule); the matrix's shard_map splits plain ops",
@@ -129,6 +134,7 @@ TRANSFORMS = (
     "use_reference_in_trace",
     "replace",  # redefined with replace=True after a program was compiled
     "check",  # jaxbind.testing.check passes
+    "c_host",  # a bundle run by a PJRT host in C with jaxbind's C runtime, without Python
 )
 IN_SUBPROCESS = ("export", "shard_map")
 
@@ -155,6 +161,8 @@ class Cell:
         kind = BODY_KINDS[self.kind]
         if self.option == "vectorized" and kind.kernel_class:
             return "a compiled kernel batches through jaxbind.kernel(batches=True), not vectorized="
+        if self.option == "prefer_reference" and not kind.reference:
+            return "prefer_reference= without a reference is refused when the op is defined"
         if not kind.reference and "cpu" not in kind.body.platforms and self.transform != "check":
             # (check reports each row "not checked" on a CPU: nothing runs the kernel there)
             return "a body that does not run on the CPU, without a reference, cannot run there"

@@ -4,7 +4,7 @@ wrong part is not used: the native function of a wrong reference, in eager, jit 
 calls) or an error naming the op; never another number. `check` of a wrong op fails,
 naming it.
 
-  returns_with_out     a JAX-native function that takes out= and returns its result
+  returns_with_out     a pytree-API function that takes out= and returns its result
   reference_shape      a reference whose output has another shape (derived rules read it)
   reference_dtype      a reference whose output has another dtype
   reference_raises     a reference that raises

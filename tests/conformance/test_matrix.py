@@ -13,6 +13,7 @@ from conformance.misuses import all_misuses
 from conformance.misuses import sample as sample_misuses
 from conformance.transforms import _op, check_cell, check_misuse, judge, outcome
 from support.dtypes import global_x64
+from support.pjrt_host import build_host
 from support.processes import run_cases
 
 import jaxbind
@@ -25,9 +26,15 @@ HERE = [c for c in CELLS if c.transform not in IN_SUBPROCESS]
 AWAY = [c for c in CELLS if c.transform in IN_SUBPROCESS]
 
 
+@pytest.fixture(scope="session")
+def c_host(tmp_path_factory):
+    """The C host (demos/run_bundle.c), built once per session; skips without a plugin."""
+    return build_host(tmp_path_factory)
+
+
 @pytest.mark.parametrize("cell", HERE, ids=lambda c: c.id)
-def test_cell(cell, enable_x64):
-    check_cell(cell)
+def test_cell(cell, enable_x64, request):
+    check_cell(cell, host=lambda: request.getfixturevalue("c_host"))
 
 
 @pytest.fixture(scope="module")

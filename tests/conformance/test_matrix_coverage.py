@@ -85,7 +85,9 @@ def test_every_option_is_varied_by_the_matrix_or_covered_elsewhere():
         if options
         for name in options
     }
-    options = set(_definition.option_fields())
+    # (prefer_reference: an option of both APIs that is part of the op's reference, not of
+    # its Options)
+    options = {*_definition.option_fields(), "prefer_reference"}
     assert varied | set(OPTIONS_ELSEWHERE) == options, (
         f"options the matrix does not cover: {options - varied - set(OPTIONS_ELSEWHERE)}"
     )
@@ -98,6 +100,7 @@ def test_the_transformations_are_those_users_combine():
     assert set(TRANSFORMS) >= {
         "eager", "jit", "grad", "jvp", "vjp", "vmap", "vmap_grad", "hessian", "linear_transpose",
         "export", "portable", "use_reference", "use_reference_strict", "replace", "shard_map",
+        "c_host",  # a bundle without Python (docs/without-python.md)
     }  # fmt: skip
     assert set(APIS) == {"jaxbind13", "native"}
 

@@ -4,7 +4,10 @@ cell run from start to end (`check_cell`: in pytest's process, or in matrix_case
 from __future__ import annotations
 
 import contextlib
+import json
 import pickle
+import tempfile
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -97,6 +100,13 @@ def run(transform: str, F, xs, batched):
     raise LookupError(transform)
 
 
+def c_host_program(F, xs):
+    """What a cell's bundle computes ("c_host"): F's outputs and the gradient of the loss
+    (every role of the op, the derivatives' too)."""
+    grad = _grad_fn(F, xs)
+    return lambda *a: (F(*a), grad(*a))
+
+
 def with_switch(transform: str, F):
     """F under the switch the transformation names (use_reference*), else F."""
     if transform == "use_reference_in_trace":
@@ -181,6 +191,8 @@ def expected(cell: Cell, xs, batched):
         return True
     if t == "pickle":
         return twin(*xs)
+    if t == "c_host":
+        return jax.tree_util.tree_leaves(jax.jit(c_host_program(twin, xs))(*xs))
     return run(t, twin, xs, batched)
 
 
@@ -188,8 +200,26 @@ class NativeBodyRan(AssertionError):
     pass
 
 
-def actual(cell: Cell, xs, batched):
-    """The op's answer to the cell."""
+def in_c_host(cell: Cell, built: Built, xs, host):
+    """The cell's bundle run by the C host (`host()`: tests/support/pjrt_host.py's Host,
+    which skips without a plugin): its outputs, flat. Only C kernels stay native calls in
+    it; the bundle refuses an op it cannot run, naming it, before any host is needed."""
+    with tempfile.TemporaryDirectory(prefix="jaxbind-c-host-") as folder:
+        path = jaxbind.bundle(c_host_program(built.call, xs), *xs, path=Path(folder) / "b")
+        calls = json.loads((Path(path) / "manifest.json").read_text())["calls"]
+        native = cell.kind == "c" and cell.option != "prefer_reference"
+        assert {c["binding"] for c in calls} == ({cell.name} if native else set()), (
+            f"{cell.id}: the bundle's native calls are {calls}"
+        )
+        done, outs = host().run(path, *xs)
+        if done.returncode != 0:
+            raise RuntimeError(f"{cell.id}: the C host failed: {done.stderr}")
+        assert "libpython mapped: no" in done.stdout, done.stdout
+        return outs
+
+
+def actual(cell: Cell, xs, batched, host=None):
+    """The op's answer to the cell (`host`: the C host's maker, for "c_host")."""
     t = cell.transform
     if t == "replace":
         first = _op(cell)
@@ -221,6 +251,8 @@ def actual(cell: Cell, xs, batched):
         return True
     if t == "pickle":
         return pickle.loads(pickle.dumps(built.op))(*xs, c=C_VALUE)
+    if t == "c_host":
+        return in_c_host(cell, built, xs, host)
     return run(t, F, xs, batched)
 
 
@@ -274,10 +306,11 @@ def outcome(fn):
         return ("error", e)
 
 
-def check_cell(cell: Cell) -> None:
+def check_cell(cell: Cell, host=None) -> None:
+    """One cell judged (`host`: a function giving the C host, for "c_host"; it may skip)."""
     xs, batched = inputs(cell)
     want = outcome(lambda: expected(cell, xs, batched))
-    got = outcome(lambda: actual(cell, xs, batched))
+    got = outcome(lambda: actual(cell, xs, batched, host))
     judge(cell, got, want)
 
 

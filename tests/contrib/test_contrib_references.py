@@ -186,3 +186,54 @@ def test_check_compares_an_approximate_op_with_its_reference_at_the_op_epsilon()
         assert rows and all(r.ok for r in rows), rows
         with pytest.raises(AssertionError, match="differs from its reference"):
             jaxbind.testing.check(op, grid, rtol=1e-12, verbose=False)
+
+
+# --- one convention for keyword arguments, one value per reference ----------------------
+
+# every reference function, with the options of its op that only tune DUCC's computation
+REFERENCE_TUNING = {
+    "fft.c2c": ("nthreads",),
+    "fft.genuine_fht": ("nthreads",),
+    "fft.r2c": ("nthreads",),
+    "fft.c2r": ("nthreads",),
+    "nufft.nufft": ("epsilon", "nthreads", "verbosity", "sigma_min", "sigma_max"),
+    "nufft.nufft_points": ("eps", "nthreads", "upsampfac"),
+    "nufft.nufft_plan": ("epsilon", "nthreads", "sigma", "dtype"),
+    "nufft.nufft1": ("eps",),
+    "nufft.nufft2": ("eps",),
+    "nufft.nufft3": ("eps",),
+    "wgridder.wgridder": ("epsilon", "nthreads", "verbosity", "allow_nshift"),
+    "sht.healpix_sht": ("nthreads",),
+}
+
+
+def _reference_function(path: str):
+    import importlib
+
+    module, name = path.split(".")
+    return getattr(importlib.import_module(f"jaxbind.contrib.ducc.reference.{module}"), name)
+
+
+@pytest.mark.parametrize("path", sorted(REFERENCE_TUNING))
+def test_every_reference_refuses_an_unknown_option_naming_its_op_and_what_it_takes(path):
+    fn = _reference_function(path)
+    op = path.split(".")[1]
+    with pytest.raises(TypeError, match=rf"jaxducc0\.{op} reference.*\['colour'\]") as raised:
+        fn(jnp.zeros(4), colour="blue")
+    assert all(name in str(raised.value) for name in REFERENCE_TUNING[path])
+
+
+def test_a_tuning_option_is_taken_by_name_and_changes_nothing():
+    from jaxbind.contrib.ducc.reference import fft
+
+    x = _complex(4, 6)
+    np.testing.assert_array_equal(fft.c2c(x, nthreads=8)[0], fft.c2c(x)[0])
+
+
+def test_the_approximate_ops_give_their_tolerance_with_their_reference():
+    from jaxbind.contrib.ducc import nufft, nufft_plan, nufft_points, wgridder
+
+    for op in (nufft._nufft_op, nufft_plan._op, nufft_points._op, wgridder._wgridder):
+        value = op.binding.reference
+        assert value.tolerance_for({"epsilon": 1e-6}) == pytest.approx(3e-6), op.name
+    assert jaxducc0.c2c.binding.reference.tolerance is None  # an FFT is exact

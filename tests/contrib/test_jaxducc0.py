@@ -106,7 +106,7 @@ def test_fft_vmap_matches_loop_on_any_batch_axis(axis):
     _vmap_vs_loop(lambda v: jaxducc0.c2c(v, axes=(-1,))[0], x, axis, 1e-12)
     _vmap_vs_loop(lambda v: jaxducc0.genuine_fht(v)[0], np.real(x), axis, 1e-12)
     _vmap_vs_loop(lambda v: jaxducc0.r2c(v)[0], np.real(x), axis, 1e-12)
-    # nested vmap and grad through the natively batched op
+    # nested vmap and grad through the vectorized op
     f = jax.vmap(jax.vmap(lambda v: jaxducc0.c2c(v)[0]), in_axes=1, out_axes=1)
     assert_close(f(x), np.fft.fft(x, axis=2), 1e-12)
     g = jax.grad(lambda x: jnp.sum(jnp.abs(jax.vmap(lambda v: jaxducc0.c2c(v)[0], axis)(x)) ** 2))(

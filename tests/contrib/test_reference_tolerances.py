@@ -62,14 +62,13 @@ def _type1_op(name, body, periodicity=2 * np.pi, noise=0.0):
     def reference(coord, values, *, grid_shape, epsilon):
         return ref_nufft.nufft(coord, values, grid_shape=grid_shape, nufft_type=1)
 
-    reference.tolerance = by_epsilon  # as jaxducc0's references declare it
     return jaxbind.get_linear_call(
         call,
         call_T,
         lambda coord, values, grid_shape, **kw: ((tuple(grid_shape), values.dtype),),
         lambda coord, grid, **kw: (((coord.shape[0],), grid.dtype),),
         first_n_args_fixed=1,
-        reference=reference,
+        reference=jaxbind.Reference(reference, tolerance=by_epsilon),  # as jaxducc0's ops
         name=name,
     )
 

@@ -277,7 +277,7 @@ def _kwargs_rows():
         },
     )
     rows += _core(
-        "kwargs with native batching",
+        "kwargs with vectorized batching",
         "linear",
         dict(func_can_batch=True),
         ("call", "vmap"),

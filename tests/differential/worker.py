@@ -65,7 +65,7 @@ def _record(where, kwargs):
 
 # --- the reference ops of the core API ---------------------------------------------------
 #
-# Elementwise, so that native batching (func_can_batch) needs no reshaping: the fixed
+# Elementwise, so that vectorized batching (func_can_batch) needs no reshaping: the fixed
 # arguments are scalars (their sum scales the output), the others have any shape.
 
 

@@ -51,7 +51,7 @@ def test_help_groups_the_package_by_what_things_are():
     description = text.split("PACKAGE CONTENTS")[0]
     assert not CROSS_REFERENCE.search(description)
     groups = [
-        "The JAX-native API",
+        "The pytree API",
         "The JAXbind 1.3 API",
         "Compiled kernels",
         "Export",

@@ -69,7 +69,7 @@ def test_the_map_is_read():
     assert {
         "src/jaxbind/_spec.py",
         "src/jaxbind/_rules/",
-        "src/jaxbind/_native/trees.py",
+        "src/jaxbind/_pytree_api/trees.py",
         "src/jaxbind/testing/inputs.py",
         "tests/ops/",
         "cpp/call.h",

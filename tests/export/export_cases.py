@@ -34,7 +34,7 @@ CASES = {
     ),
     "kwargs": (lambda x, y: axpy(x, y, scale=2.5)[0], _args((6,), (6,), seed=5)),
     "native_vmap": (jax.vmap(lambda x: flip2(x)[0], in_axes=1), _args((3, 4), seed=6)),
-    # the JAX-native API: pytrees in and out, and the gradient through the transpose
+    # the pytree API: pytrees in and out, and the gradient through the transpose
     "native_pytree": (
         lambda a, b: (
             native_pair({"a": a, "b": b}, k=1.5)[1],

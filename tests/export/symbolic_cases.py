@@ -139,7 +139,7 @@ CASES = {
         ({"b": 2, "n": 3}, {"b": 5, "n": 2}),
         jax.vmap(_grad_ref(nonlinear_ref, 0)),
     ),
-    # native batching (func_can_batch=True) over a symbolic batch
+    # vectorized batching (func_can_batch=True) over a symbolic batch
     "sym_vmap_native": SymbolicCase(
         jax.vmap(lambda x: flip2(x)[0], in_axes=1),
         (("3, b", F32),),

@@ -228,22 +228,28 @@ def test_ranges_of_a_lock_state_run_one_at_a_time():
     assert objects[0][1] == 1
 
 
-def test_key_state_is_set_up_again_only_when_the_key_changes(clib):
-    setups = []
+def _add_table(out, points, x, state):
+    t = numba.carray(state, x.shape, np.float64)
+    out[...] = x + t
+
+
+def _table_op(name: str, setups: list):
+    """x + 10 points as a numba kernel whose state, keyed on the points, holds 10 points
+    (each setup appended to `setups`)."""
 
     @jaxbind.state(key=("points",))
     def table(*, points):
         setups.append(np.array(points))
         return np.ascontiguousarray(points, np.float64) * 10  # the kernel reads it
 
-    def add_table(out, points, x, state):
-        t = numba.carray(state, x.shape, np.float64)
-        out[...] = x + t
+    return jaxbind.nonlinear_op(shape=lambda points, x: x, fixed=1, state=table, name=name)(
+        jaxbind.kernel(_add_table)
+    )
 
-    op = jaxbind.nonlinear_op(
-        shape=lambda points, x: x, fixed=1, state=table, name="tests.state_key_numba"
-    )(jaxbind.kernel(add_table))
-    f = jax.jit(op)
+
+def test_key_state_is_set_up_again_only_when_the_key_changes(clib):
+    setups: list = []
+    f = jax.jit(_table_op("tests.state_key_numba", setups))
     p, x = jnp.arange(3.0), jnp.ones(3)
     for _ in range(3):
         np.testing.assert_allclose(f(p, x), 1 + 10 * np.arange(3.0))
@@ -261,21 +267,8 @@ def test_a_kernel_site_and_its_lease_keep_the_same_number_of_key_values():
     lease as many of their states: cycling through that many values sets each up once,
     and one value more than that sets them up again."""
     kept = jaxbind._ext.state_keys_kept
-    setups = []
-
-    @jaxbind.state(key=("points",))
-    def table(*, points):
-        setups.append(float(points[0]))
-        return np.ascontiguousarray(points, np.float64) * 10
-
-    def add_table(out, points, x, state):
-        t = numba.carray(state, x.shape, np.float64)
-        out[...] = x + t
-
-    op = jaxbind.nonlinear_op(
-        shape=lambda points, x: x, fixed=1, state=table, name="tests.state_keys_kept"
-    )(jaxbind.kernel(add_table))
-    f = jax.jit(op)
+    setups: list = []
+    f = jax.jit(_table_op("tests.state_keys_kept", setups))
     p, x = jnp.arange(3.0), jnp.ones(3)
     for _ in range(3):
         for k in range(kept):

@@ -1,4 +1,4 @@
-"""vmap: native batching (func_can_batch) and the lax.map fallback, against Python loops."""
+"""vmap: vectorized batching (func_can_batch) and the lax.map fallback, against Python loops."""
 
 import itertools
 

@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import reference_ops as ro
 from jax.test_util import check_grads
 from reference_ops import nonlinear, nonlinear_ref, power
 from support.arrays import random, tol
@@ -48,15 +49,23 @@ def test_check_grads_first_order(x64, dtype):
 
 
 @dtypes_and_x64()
-def test_second_order_is_a_clear_error(x64, dtype):
+def test_second_order_is_a_clear_error_without_a_reference(x64, dtype):
     x1, x2 = random((4,), dtype, 10), random((4,), dtype, 11)
-    f = lambda a: jnp.sum(jnp.real(nonlinear(a, x2)[0]))
+    f = lambda a: jnp.sum(jnp.real(ro.nonlinear_without_reference(a, x2)[0]))
     missing = "differentiable to order 1 only; a derivative of order 2"
     if np.dtype(dtype).kind == "f":
         with pytest.raises(NotImplementedError, match=missing):
             jax.hessian(f)(x1)
     with pytest.raises(NotImplementedError, match=missing):
         jax.jvp(jax.grad(f), (x1,), (x1,))
+
+
+@dtypes_and_x64(REAL_DTYPES)
+def test_second_order_comes_from_the_twin_given_as_reference(x64, dtype):
+    x1, x2 = random((4,), dtype, 10), random((4,), dtype, 11)
+    hessian = jax.hessian(lambda a: jnp.sum(nonlinear(a, x2)[0] ** 2))(x1)
+    want = jax.hessian(lambda a: jnp.sum(ro.nonlinear_ref(a, x2) ** 2))(x1)
+    np.testing.assert_allclose(hessian, want, rtol=tol(dtype), atol=tol(dtype))
 
 
 @dtypes_and_x64(REAL_DTYPES)  # power is tested on real inputs

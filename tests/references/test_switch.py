@@ -113,6 +113,12 @@ def test_only_jaxbind_use_reference_sets_the_switch(env, setting):
     assert done.stdout.split() == [setting, "6.0", "1" if setting == "off" else "0"]
 
 
+def test_an_unknown_value_of_the_variable_fails_the_import_naming_it():
+    base = {k: v for k, v in os.environ.items() if not k.startswith("JAXBIND_")}
+    done = run_python("-c", "import jaxbind", env={**base, "JAXBIND_USE_REFERENCE": "maybe"})
+    assert done.returncode != 0 and "JAXBIND_USE_REFERENCE='maybe'" in done.stderr
+
+
 def test_the_switch_is_not_a_jax_option():
     """jax.config neither lists nor sets it (where JAX would read it from its own variable)."""
     assert not any("reference" in name for name in jax.config.values)

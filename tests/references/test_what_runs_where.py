@@ -77,8 +77,13 @@ CELLS = [
 def test_each_cell_is_what_runs_says(row, case, with_reference):
     column, kind, platform = case
     switch, prefer = ROWS[row]
-    op = _op(kind, with_reference, (platform,) if prefer else ())
     cell = _table()[row][column]
+    if prefer and not with_reference:  # an op that prefers a reference it lacks: refused
+        assert _expected(cell, with_reference) == "refused"  # when it is defined
+        with pytest.raises(TypeError, match="has prefer_reference"):
+            _op(kind, with_reference, (platform,))
+        return
+    op = _op(kind, with_reference, (platform,) if prefer else ())
     got = runs(op.binding, "f", platform, switch=switch)
     assert got.row == _expected(cell, with_reference), (row, cell, got)
     assert got.body_runs_here == (platform in got.kind.platforms) == (column == 0)

@@ -82,7 +82,7 @@ def test_a_callable_may_call_its_own_op_eagerly():
         np.testing.assert_array_equal(
             jax.jit(lambda x: op(x)[0])(jnp.ones(3)), 2.0**levels * np.ones(3)
         )
-    # with keyword arguments, and in the JAX-native API
+    # with keyword arguments, and in the pytree API
     depth["left"] = 2
 
     def scaled(out, args, kw):

@@ -3,7 +3,7 @@ program either the right result or the error that names the op, what differs and
 it again", in a jitted program and in an exported one loaded where the op differs.
 
 The table below has one row per option of both APIs (`OPTION_NAMES`, plus the fixed
-count and native batching under each API's name); an option added to jaxbind without a
+count and vectorized batching under each API's name); an option added to jaxbind without a
 row here, or a field of `Options` that jaxbind._definition does not classify, fails
 `test_every_option_has_a_row`.
 """

@@ -122,9 +122,7 @@ def unknown_binding():
     _raw_call(jnp.ones(3), **_attrs("eb.nope"))
 
 
-double = jaxbind.get_linear_call(
-    ops.double, ops.double, ops.same_as_first, ops.same_as_first, name="eb.double"
-)
+double = ops.doubling("eb.double")
 
 
 def definition_differs():
@@ -142,14 +140,7 @@ def newer_call_format():
 
 
 def state_setup_fails():
-    @jaxbind.state
-    def plan(*, scale):
-        raise RuntimeError("no plan today")
-
-    @jaxbind.linear_op(shape=lambda x, **kw: x, state=plan, name="eb.setup")
-    def op(x, *, state, scale):
-        return x
-
+    op = ops.failing_setup("eb.setup")
     jax.jit(lambda x: op(x, scale=1.0))(jnp.ones(2)).block_until_ready()
 
 

@@ -1,6 +1,6 @@
 """Every error speaks the API the user wrote.
 
-Each case makes the same mistake once with the JAX-native API (decorators, ``def_*``,
+Each case makes the same mistake once with the pytree API (decorators, ``def_*``,
 ``fixed=``, ``vectorized=``, shape functions) and once with JAXbind's
 (``get_linear_call``/``get_nonlinear_call``, ``first_n_args_fixed``, ``func_can_batch``,
 abstract functions). The message must name the fix in that API's words, and never a
@@ -264,7 +264,7 @@ CASES = {
         TypeError,
         {"native": [r"\bfixed=1"], "calls": [r"first_n_args_fixed=1"]},
     ),
-    "kernels with native batching": (
+    "kernels with vectorized batching": (
         _kernel_vectorized,
         TypeError,
         {"native": [r"vectorized=True"], "calls": [r"func_can_batch=True"]},
@@ -402,7 +402,7 @@ def test_jvp_that_refuses_a_keyword_is_named():
     assert "lambda primals, tangents, **kwargs: ..." in text
 
 
-# --- the shape function's mistakes (JAX-native API) -----------------------------------------
+# --- the shape function's mistakes (pytree API) -----------------------------------------
 
 SHAPE_MISTAKES = {
     "JAXbind 1.3's form": (lambda x: ((x.shape, x.dtype),), r"JAXbind 1\.3's form"),

@@ -18,9 +18,7 @@ from jaxbind import _ext
 from jaxbind._runtime import gpu as _gpu
 from jaxbind._runtime.sites import SiteDescription
 
-double = jaxbind.get_linear_call(
-    ops.double, ops.double, ops.same_as_first, ops.same_as_first, name="gpu_plumbing.double"
-)
+double = ops.doubling("gpu_plumbing.double")
 
 
 @pytest.fixture(autouse=True)
@@ -51,26 +49,12 @@ def test_platform_mode_is_checked_and_part_of_the_binding():
         jaxbind.get_linear_call(
             ops.double, ops.double, ops.same_as_first, None, platform_mode="gpu"
         )
-    host = jaxbind.get_linear_call(
-        ops.double,
-        ops.double,
-        ops.same_as_first,
-        ops.same_as_first,
-        platform_mode="host",
-        name="gpu_plumbing.host_double",
-    )
+    host = ops.doubling("gpu_plumbing.host_double", platform_mode="host")
     assert host.binding.options.platform_mode == "host"
     # On the CPU, host mode behaves as the default
     np.testing.assert_array_equal(jax.jit(lambda x: host(x)[0])(jnp.arange(3.0)), [0, 2, 4])
     with pytest.raises(ValueError, match="already used"):
-        jaxbind.get_linear_call(
-            ops.double,
-            ops.double,
-            ops.same_as_first,
-            ops.same_as_first,
-            platform_mode="device",
-            name="gpu_plumbing.host_double",
-        )
+        ops.doubling("gpu_plumbing.host_double", platform_mode="device")
 
 
 def test_current_call_on_cpu():

@@ -46,7 +46,7 @@ def _callable(name):
     return jaxbind.get_linear_call(double, double, same_as_first, same_as_first, name=name)
 
 
-def _native(name):
+def _pytree_api(name):
     @jaxbind.linear_op(shape=lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), name=name)
     def twice(x):
         return 2 * x
@@ -93,7 +93,7 @@ def _effect(name):
 
 KINDS = {
     "callable": _callable,
-    "native": _native,
+    "native": _pytree_api,
     "kernel": _kernel,
     "stateful": _stateful,
     "effect target": _effect,

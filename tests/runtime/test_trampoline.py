@@ -100,9 +100,7 @@ def test_missing_attributes():
         _raw_call(jnp.ones(3), **_attrs("tests.double", trees=_kwargs.encode_kwargs({}).blob))
 
 
-double = jaxbind.get_linear_call(
-    ops.double, ops.double, ops.same_as_first, ops.same_as_first, name="tests.double"
-)
+double = ops.doubling("tests.double")
 
 
 @pytest.mark.parametrize("fmt", [1, 2, 3])
@@ -144,14 +142,7 @@ def test_a_call_whose_recorded_definition_differs_is_refused():
 def test_a_format_4_call_with_an_empty_definition_record_is_refused():
     """An empty record is no record: format 4 requires one, and a call without it never
     reaches the body, whatever the op now declares (here, aliases the program lacks)."""
-    inplace = jaxbind.get_linear_call(
-        ops.double,
-        ops.double,
-        ops.same_as_first,
-        ops.same_as_first,
-        name="tests.double_inplace",
-        input_output_aliases={0: 0},
-    )
+    inplace = ops.doubling("tests.double_inplace", input_output_aliases={0: 0})
     assert inplace is not None
     for name in ("tests.double", "tests.double_inplace"):
         with pytest.raises(Exception, match=f"'{name}'.*empty 'definition' attribute.*format 4"):

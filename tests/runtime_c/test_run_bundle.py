@@ -108,6 +108,21 @@ def test_gradient_program_gives_jax_gradient(host, ops, tmp_path):
     assert (setups(done.stderr, 8), setups(done.stderr, 4)) == (1, 1)  # f and T share them
 
 
+def test_one_op_called_at_two_shapes_runs_each_call_on_its_buffers(host, ops, tmp_path):
+    """Both calls have one site (the digest does not cover shapes): the site accepts both
+    of the manifest's buffers."""
+    scale, _ = ops
+    f = lambda x: (scale(x, factor=2.0), scale(x[:4], factor=2.0))
+    x = np.linspace(-1.0, 2.0, 8).astype(np.float32)
+    bundle = jaxbind.bundle(f, x, path=tmp_path / "two")
+    manifest = json.loads((tmp_path / "two" / "manifest.json").read_text())
+    sites = [c["site"] for c in manifest["calls"]]
+    assert len(sites) == 2 and len(set(sites)) == 1
+    done, outs = host.run(bundle, x)
+    assert done.returncode == 0, done.stderr
+    assert_close_to_jax(outs, jax.jit(f)(x))
+
+
 def test_portable_bundle_has_no_calls_and_gives_jax_outputs(host, tmp_path):
     @jaxbind.linear_op(
         shape=lambda x: x, reference=lambda x: 2 * x, name="runtime_c.doubled_callable"

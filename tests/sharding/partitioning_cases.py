@@ -182,7 +182,7 @@ def define_ops():
         sharding="n, n -> n",
     )
 
-    def _deposit_batches(out, args, kwargs_dump):  # batches natively: w's batch axis anywhere
+    def _deposit_batches(out, args, kwargs_dump):  # is vectorized: w's batch axis anywhere
         x, w = args
         axes = jaxbind.load_kwargs(kwargs_dump).get("batch_axes")
         if not (axes and axes[1]):
@@ -420,7 +420,9 @@ def case_vmap_of_natively_batching_op_and_nested_vmap():
     compiled_g = g.lower(xs, w3s).compile()
     found_g = _expect(compiled_g, all_gather=0, all_reduce=1)
     error_g = _close(compiled_g(xs, w3s), g(x, w3))
-    return f"native batching: {_summary(found, error)}; vmap(vmap): {_summary(found_g, error_g)}"
+    return (
+        f"vectorized batching: {_summary(found, error)}; vmap(vmap): {_summary(found_g, error_g)}"
+    )
 
 
 def case_two_outputs_are_both_summed():

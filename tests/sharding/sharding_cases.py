@@ -62,7 +62,7 @@ scale = jaxbind.get_linear_call(
 )
 
 
-def _fft(out, args, kwargs_dump):  # complex FFT along the last axis: linear, batches natively
+def _fft(out, args, kwargs_dump):  # complex FFT along the last axis: linear, is vectorized
     (x,) = args
     _record(x)
     out[0][...] = np.fft.fft(x, axis=-1)
@@ -262,7 +262,7 @@ logged_in_order = jaxbind.get_linear_call(
 )
 
 
-def _log_native(x):  # the JAX-native form of _log_rows
+def _log_native(x):  # the pytree-API form of _log_rows
     with lock:
         effect_rows.append(np.array(x))
         marks.append("native")

@@ -74,7 +74,7 @@ def test_with_batch_adds_a_pass_through_factor_at_the_batch_axes():
     assert front.text == "m d, b0 m -> b0 g"
     assert front.pass_through == ("b0",) and front.reduction == ("m",)
     native = ShardingRule.parse("b -> b").with_batch(BatchAxes(((1,),)), BatchAxes(((1,),)))
-    assert native.text == "b b0 -> b b0"  # a natively batching op's axis, where it is
+    assert native.text == "b b0 -> b b0"  # a vectorized op's axis, where it is
 
 
 def test_the_programs_copy_of_a_rule_reads_back_and_is_checked():

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from support import ops
 from support.dtypes import global_x64
 from support.processes import run_isolated
 
@@ -218,13 +219,7 @@ def test_the_concurrency_policies_are_the_trampolines_own():
 
 
 def test_a_failing_setup_fails_compilation_naming_the_op_and_role():
-    @jaxbind.state
-    def plan(*, scale):
-        raise RuntimeError("no plan today")
-
-    @jaxbind.linear_op(shape=lambda x, **kw: x, state=plan, name="state.failing")
-    def op(x, *, state, scale):
-        return x
+    op = ops.failing_setup("state.failing")
 
     with pytest.raises(
         Exception, match=r"'state.failing' \(the function\).*setup of its state.*no plan today"

@@ -203,7 +203,7 @@ def test_key_names_must_be_parameters_of_the_function_that_names_the_inputs():
 
 def test_natively_batching_ops_keep_keys_out_of_vmap():
     keyed = jaxbind.state(key=("x",))(lambda *, x: float(np.sum(x)))
-    with pytest.raises(ValueError, match="'x' is not a fixed argument, and the op batches"):
+    with pytest.raises(ValueError, match="'x' is not a fixed argument, and the op is vectorized"):
         jaxbind.get_nonlinear_call(
             lambda out, args, kw: None,
             (None, None),

@@ -8,6 +8,8 @@
 - ``support.clib``: a C kernel library compiled for a test
 - ``support.skips``: what this machine has (CUDA, optional packages)
 - ``support.threads``: one function on several Python threads at once
+- ``support.dense_sht``: the HEALPix SHT as dense matrices (the reference's oracle, small
+  sizes)
 
 The tests, in tests/<feature>/, import them as ``from support.arrays import random``:
 tests/conftest.py puts tests/ on sys.path (pytest's default "prepend" import mode, tests/

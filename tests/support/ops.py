@@ -29,6 +29,13 @@ def double(out, args, kwargs_dump):
     out[0][...] = 2 * args[0]
 
 
+def doubling(name: str, **options):
+    """The op out = 2 x of the 1.3 API (its own transpose), named `name`, with `options`."""
+    return jaxbind.get_linear_call(
+        double, double, same_as_first, same_as_first, name=name, **options
+    )
+
+
 def copy_last(out, args, kwargs_dump):
     """out = the last argument."""
     out[0][...] = args[-1]
@@ -49,3 +56,17 @@ def sine_derivative(out, args, kwargs_dump):
 def simple_op(f, name, abstract=same_as_first):
     """A linear op of the callable `f` without a transpose, named `name`."""
     return jaxbind.get_linear_call(f, None, abstract, None, name=name)
+
+
+def failing_setup(name: str):
+    """An op (pytree API, y = x) whose state's setup raises RuntimeError("no plan today")."""
+
+    @jaxbind.state
+    def plan(*, scale):
+        raise RuntimeError("no plan today")
+
+    @jaxbind.linear_op(shape=lambda x, **kw: x, state=plan, name=name)
+    def op(x, *, state, scale):
+        return x
+
+    return op

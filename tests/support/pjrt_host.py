@@ -113,16 +113,21 @@ def build_host(tmp_path_factory) -> Host:
     saying what to install, where there is no plugin, header or C compiler)."""
     import pytest
 
-    import jaxbind
-
     plugin, include, cc = plugin_path(), include_dir(), compiler()
     if plugin is None or include is None:
         pytest.skip(INSTALL)
     if cc is None:
         pytest.skip("no C compiler")
+    return Host(compile_driver(cc, include, tmp_path_factory.mktemp("host")), plugin)
+
+
+def compile_driver(cc: str, include: str, where: pathlib.Path) -> pathlib.Path:
+    """demos/run_bundle.c compiled with `cc` against the PJRT header in `include` and
+    jaxbind's runtime, into `where`; the driver's path."""
+    import jaxbind
+
     runtime = jaxbind.runtime_library()
-    tmp = tmp_path_factory.mktemp("host")
-    driver = tmp / "run_bundle"
+    driver = where / "run_bundle"
     subprocess.run(
         [
             cc,
@@ -138,7 +143,7 @@ def build_host(tmp_path_factory) -> Host:
         ],
         check=True,
     )
-    return Host(driver, plugin)
+    return driver
 
 
 def build_library(tmp_path_factory, source: pathlib.Path) -> pathlib.Path:

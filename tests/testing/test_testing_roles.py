@@ -1,7 +1,7 @@
 """jaxbind.testing.check checks every role, batching rule and option on its own.
 
 Each test here is a wrong op that an earlier check passed (issue 46), made through both
-APIs (JAXbind 1.3's get_*_call and the JAX-native decorators) and, where it matters,
+APIs (JAXbind 1.3's get_*_call and the pytree-API decorators) and, where it matters,
 with real and complex dtypes: a lone VJP off by 2, transposes and callables that batch
 wrongly, a false linear_in, second derivatives wrong for complex arguments, a C kernel
 that writes its array keyword argument, roles check could not run, and a tolerance

@@ -6,38 +6,42 @@ import jax
 import pytest
 from support.processes import run_python
 
-from jaxbind import _compat
+from jaxbind import _buildcheck, _versions
+
+OLDEST, NEWEST = _versions.OLDEST_SUPPORTED_JAX, _versions.NEWEST_TESTED_JAX
+
+
+def check_jax_version(installed):
+    return _buildcheck.check_jax_version(installed, OLDEST, NEWEST)
 
 
 def test_installed_jax_is_supported():
-    assert _compat._version_tuple(jax.__version__) >= _compat._version_tuple(
-        _compat.OLDEST_SUPPORTED_JAX
-    )
+    assert _buildcheck.version_tuple(jax.__version__) >= _buildcheck.version_tuple(OLDEST)
 
 
 def test_newer_jax_warns_with_the_fix(monkeypatch):
     monkeypatch.delenv("JAXBIND_SILENCE_JAX_VERSION_WARNING", raising=False)
     with pytest.warns(RuntimeWarning, match=r"tested with jax up to .* found jax 99.0.0.*pip"):
-        _compat.check_jax_version("99.0.0")
+        check_jax_version("99.0.0")
 
 
 def test_warning_can_be_silenced(monkeypatch):
     monkeypatch.setenv("JAXBIND_SILENCE_JAX_VERSION_WARNING", "1")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert "99.0.0" in _compat.check_jax_version("99.0.0")
+        assert "99.0.0" in check_jax_version("99.0.0")
 
 
 def test_tested_versions_do_not_warn():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert _compat.check_jax_version(_compat.NEWEST_TESTED_JAX) is None
-        assert _compat.check_jax_version("0.7.0") is None
+        assert check_jax_version(NEWEST) is None
+        assert check_jax_version("0.7.0") is None
 
 
 def test_too_old_jax_is_an_import_error():
     with pytest.raises(ImportError, match=r"needs jax>=0.7.0, found jax 0.6.2"):
-        _compat.check_jax_version("0.6.2")
+        check_jax_version("0.6.2")
 
 
 def test_import_with_docstrings_stripped():

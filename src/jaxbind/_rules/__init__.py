@@ -5,7 +5,7 @@ The rules that hold whatever computes a role: the checks of abstract evaluation
 the role's body (see _roles.Body), one set per kind of body:
 
 - a callable or a compiled kernel: output shapes from the abstract function
-  (abstract), batching natively or by jaxbind's loop (batching), the trampoline's
+  (abstract), vectorized or by jaxbind's loop (batching), the trampoline's
   custom call (lowering, with partitioning and the jaxlib-0.7 form in jaxlib07), or,
   where the op's JAX reference computes the call instead, that reference inlined
   (reference: the target table's reference row);

@@ -16,7 +16,7 @@ __all__ = ["check_aliases", "check_arguments", "declared_outputs", "output_avals
 def declared_outputs(spec: CallSpec, avals, batch_axes: BatchAxes | None = None):
     """What the abstract function of a callable role declares for arguments `avals`:
     [(shape, dtype, out_batch_axis|None)]. `batch_axes`: the arguments' batch axes, for
-    an op that batches natively (its abstract function receives them)."""
+    an op that is vectorized (its abstract function receives them)."""
     binding, entry = spec.binding, spec.entry
     if entry.abstract is None:  # shaped as the primals, which the transpose rule knows
         binding.body(entry.role)  # a role without a callable is reported as such
@@ -45,7 +45,7 @@ def declared_outputs(spec: CallSpec, avals, batch_axes: BatchAxes | None = None)
         raise
     except Exception as exc:
         shapes = ", ".join(a.str_short() for a in avals)
-        if isinstance(exc, TypeError) and spec.trees is None:  # the JAX-native API: see _native
+        if isinstance(exc, TypeError) and spec.trees is None:  # the pytree API: see _pytree_api
             refused = refused_arguments(
                 entry.abstract, *entry.abstract_arguments(avals, kwargs, spec.n_fixed)
             )
@@ -72,8 +72,8 @@ def declared_outputs(spec: CallSpec, avals, batch_axes: BatchAxes | None = None)
 def _from_hint(hint: tuple, avals, batch_axes: BatchAxes | None):
     """Outputs of a transpose from the shapes jaxbind knows (CallSpec.out_hint: `hint`).
 
-    Batched natively, every batch level goes in front of each output, outermost
-    first, as the JAX-native API's callables write them (see _native).
+    Vectorized, every batch level goes in front of each output, outermost
+    first, as the pytree API's callables write them (see _pytree_api).
     """
     if batch_axes is None:
         return [(shape, dtype, None) for shape, dtype in hint]
@@ -83,7 +83,7 @@ def _from_hint(hint: tuple, avals, batch_axes: BatchAxes | None):
 
 def output_avals(spec: CallSpec, avals) -> tuple:
     """Output avals of a call of a role whose body is a callable."""
-    check_keywords = getattr(spec.entry.body, "check_keywords", None)  # the JAX-native API's
+    check_keywords = getattr(spec.entry.body, "check_keywords", None)  # the pytree API's
     if check_keywords is not None:
         check_keywords(spec.kwargs.to_dict())
     ba = spec.batch_axes
@@ -114,7 +114,7 @@ def check_aliases(spec: CallSpec, avals, outs) -> None:
                 f"({o.str_short()}) must have the same shape and dtype to share "
                 "memory"
                 + (
-                    f" (when batched natively, {words(spec.binding.options).shapes} must "
+                    f" (when vectorized, {words(spec.binding.options).shapes} must "
                     "put the output's batch axes where the input has them)"
                     if spec.batch_axes is not None
                     else ""

@@ -90,7 +90,7 @@ def _checked(spec: CallSpec, results, args):
                 f"cotangent {r.dtype}{list(r.shape)} for an input {a.aval.str_short()}; "
                 f"{words(spec.binding.options).shapes} of the transpose must give each output "
                 "the shape and dtype of the corresponding input (batch axes first when "
-                "batched natively)"
+                "vectorized)"
             )
         out.append(r)
     return out

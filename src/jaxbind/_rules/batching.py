@@ -34,11 +34,11 @@ def _shift(axes: tuple[int, ...], new: int) -> tuple[int, ...]:
 def batch_rule(args, dims, *, spec: CallSpec):
     """The vmap rule for roles whose body is a callable: natively or by jaxbind's loop."""
     if spec.binding.options.vectorized:
-        return _batch_native(args, dims, spec)
+        return _batch_vectorized(args, dims, spec)
     return batch_looped(args, dims, spec, declared_outputs)
 
 
-def _batch_native(args, dims, spec: CallSpec):
+def _batch_vectorized(args, dims, spec: CallSpec):
     binding = spec.binding
     args, new_axes = _align(list(args), dims, spec)
     _check_key_unbatched(spec, new_axes)
@@ -61,7 +61,7 @@ def _batch_native(args, dims, spec: CallSpec):
 
 
 def _check_key_unbatched(spec: CallSpec, axes: BatchAxes) -> None:
-    """A natively batching op's state key inputs stay out of vmap: its body gets the
+    """A vectorized op's state key inputs stay out of vmap: its body gets the
     whole batch, and so would the setup (one object for values that differ per
     element). jaxbind's loop has no such limit: it hands the body one element."""
     options = spec.binding.options
@@ -73,7 +73,7 @@ def _check_key_unbatched(spec: CallSpec, axes: BatchAxes) -> None:
             w = words(options)
             raise ValueError(
                 f"{about(spec.binding.name, spec.role)}: its state's key input {name!r} is "
-                f"batched under vmap, and the op batches natively ({w.vectorized}=True): "
+                f"batched under vmap, and the op is vectorized ({w.vectorized}=True): "
                 f"one setup would get the whole batch of {name!r} as if it were one value. "
                 f"Keep {name!r} out of the vmap (in_axes=None), or drop {w.vectorized}=True "
                 "(jaxbind's batch loop gives the setup one element at a time)"

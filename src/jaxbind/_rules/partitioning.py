@@ -16,7 +16,7 @@ role's rule; vmap's batch factors). Here are the decisions each call makes with 
   FFI target is registered as batch partitionable, and the call carries the frontend
   attribute ``num_batch_dims``; under Shardy it also carries the rule in which the batch
   axes are shared factors and every other axis is replicated (`ShardingRule.replicated`
-  with batch factors). Calls that do not qualify (an unbatched fixed argument, native
+  with batch factors). Calls that do not qualify (an unbatched fixed argument, vectorized
   batch axes that are not leading) are not marked: XLA gathers their inputs and runs
   them replicated, which is correct but not parallel. Nor, under Shardy, are calls whose
   result shapes are symbolic.

@@ -10,10 +10,10 @@ is the error, and no body runs:
 1. `attributes` (the call's attributes alone, once per site): the role is one the
    binding has, with a callable body (see .sites); the definition the program was
    made for is the binding's: every option the lowering baked in (aliases, effects,
-   the fixed count, native batching, the state, the API, a CUDA kernel's target, the
+   the fixed count, vectorized batching, the state, the API, a CUDA kernel's target, the
    code the program inlined (the op's JAX reference and rules given as JAX functions),
    and the rule a partitioned call was split by; see jaxbind._definition). Programs of call
-   formats 1 to 3 carry no such record: for them, the fixed arguments and native
+   formats 1 to 3 carry no such record: for them, the fixed arguments and vectorized
    batching are compared.
 2. `buffers` (once per new buffer signature): the number of inputs and outputs is what
    the role takes; their shapes and dtypes are what the binding declares. Roles with an
@@ -171,7 +171,7 @@ class DefinitionCheck:
         if args_of is Args.VJP:
             n = self._primals(len(in_avals), len(out_avals))
             primals, cts = in_avals[:n], in_avals[n:]
-            if batched:  # the batch axes of natively batched calls: counts only
+            if batched:  # the batch axes of vectorized calls: counts only
                 return None
             self._compare(self._declared(f, primals, kwargs, fixed), cts, "cotangent", ins)
             self._like(out_avals, primals[fixed:], "output", "argument", fixed)

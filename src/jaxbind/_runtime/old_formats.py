@@ -2,9 +2,9 @@
 deleting this module takes dropping formats 1 and 2 (programs written before jaxbind's
 call format 3; tests/data holds golden artifacts of both).
 
-Formats 1 and 2 kept a JAX-native op's pytree structure among the keyword arguments
+Formats 1 and 2 kept a pytree-API op's pytree structure among the keyword arguments
 (``jaxbind_in``, ``jaxbind_out``), and format 1 jaxbind's own batch loop too
-(``batch_axes``, unless the binding batches natively: then they are the callable's).
+(``batch_axes``, unless the binding is vectorized: then they are the callable's).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ _FORMAT2_TREES = ("jaxbind_in", "jaxbind_out")
 
 def upgraded(call: CallAttributes, vectorized: bool) -> CallAttributes:
     """`call` in the current format's terms (itself, for format 3 and later); `vectorized`:
-    the binding batches natively. `n_fixed` stays None for format 1, and `format` is the
+    the binding is vectorized. `n_fixed` stays None for format 1, and `format` is the
     call's own (the definition check reads it)."""
     if call.format >= 3:
         return call

@@ -16,7 +16,7 @@ Drop-in compatible with JAXbind 1.3's ``jaxbind.contrib.jaxducc0``:
 Every op returns a list with one array, as JAXbind ops do, and follows JAX's
 convention for transposes: no complex conjugation (the transpose of ``x -> A x``
 is ``y -> A^T y``). Keyword arguments go to the corresponding ducc0 function.
-The FFT ops batch natively: ``vmap`` becomes extra, untransformed axes of one
+The FFT ops are vectorized: ``vmap`` becomes extra, untransformed axes of one
 DUCC call. The others map over the batch, one DUCC call per element.
 
 DUCC runs on the CPU; the ops also work inside GPU programs (``platform_mode="host"``):

@@ -21,7 +21,7 @@ import jax
 import numpy as np
 
 from .._api import Op
-from .._native import NativeOp
+from .._pytree_api import PytreeOp
 from . import (
     agreement,
     batching,
@@ -57,13 +57,13 @@ FAMILIES: tuple[Family, ...] = (
 
 
 def _unwrap(op, args, kwargs):
-    """Accept an Op, a NativeOp, or a functools.partial of one (as returned by factories)."""
+    """Accept an Op, a PytreeOp, or a functools.partial of one (as returned by factories)."""
     while isinstance(op, functools.partial):
         args = op.args + tuple(args)
         kwargs = {**op.keywords, **kwargs}
         op = op.func
     trees = None
-    if isinstance(op, NativeOp):  # checked through its underlying op, on array leaves
+    if isinstance(op, PytreeOp):  # checked through its underlying op, on array leaves
         args, kwargs, trees = op.protocol_call(*args, **kwargs)
         op = op.op
     if not isinstance(op, Op):

@@ -124,7 +124,7 @@ class Case:
     """One `check` call: the op, its example call, and what every family reads.
 
     Attributes:
-      op: the jaxbind Op checked (a JAX-native op is checked through its Op, on the
+      op: the jaxbind Op checked (a pytree-API op is checked through its Op, on the
         array leaves of its call, with the call's pytree structure `trees`).
       direct: f's outputs, called directly (set by the `written` family); None if it
         could not be called (`failed` then says why).

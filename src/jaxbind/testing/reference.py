@@ -69,7 +69,7 @@ def _applies(case: Case) -> bool | str:
 def _reference(case: Case) -> Callable[..., list]:
     """The reference as the op's call: a function of its (flat) arrays, with the call's
     keyword arguments, giving its outputs as a list."""
-    fn = for_call(case.binding.reference, case.trees)
+    fn = for_call(case.binding.reference.function, case.trees)
 
     def ref(*args):
         return outputs(fn(*(jnp.asarray(a) for a in args), **case.kwargs), case.binding.name)
@@ -77,7 +77,7 @@ def _reference(case: Case) -> Callable[..., list]:
     return ref
 
 
-# An approximate native body (its reference declares ``tolerance``) is compared within that
+# An approximate native body (its Reference has a ``tolerance``) is compared within that
 # tolerance, not within the precision's tolerance for two implementations of one map (1e-4
 # in single precision would hide a 10-fold loss of accuracy at epsilon 1e-6). Below the
 # declared tolerance lies only rounding: the reference's own error in the case's precision
@@ -91,12 +91,9 @@ _ROUNDING_UNITS = 4.0
 
 def _declared_tolerance(case: Case) -> float | None:
     """How far the native body may be from the reference, by the reference's own
-    ``tolerance(**kwargs)`` (an attribute of the function: an approximate algorithm's
-    accuracy for the call's keyword arguments, e.g. a NUFFT's epsilon); None without one."""
-    declared = getattr(case.binding.reference, "tolerance", None)
-    if declared is None:
-        return None
-    return float(declared(**case.kwargs))
+    tolerance (``jaxbind.Reference(..., tolerance=)``: an approximate algorithm's accuracy,
+    or a function of the call's keyword arguments, e.g. a NUFFT's epsilon); None without one."""
+    return case.binding.reference.tolerance_for(case.kwargs)
 
 
 def _in_double(x):
@@ -338,7 +335,7 @@ def _reference_here(case: Case) -> str | None:
     where = runs(case.binding, "f", platform)
     if where.why == "preferred":
         return (
-            f"the op has prefer_reference={case.binding.options.prefer_reference}: on "
+            f"the op has prefer_reference={case.binding.reference.platforms}: on "
             f"{platform} its reference computes every rule (f's body is compared, called "
             "directly)"
         )
@@ -377,7 +374,7 @@ FAMILY = Family(
     name="native vs reference",
     checks=(_FORWARD, _JVP, _VJP, _TRANSPOSE, _VMAP, _DERIVED),
     roles=frozenset({"f", "T", "T<i>", "jvp", "vjp"}),
-    options=frozenset({"prefer_reference", "fixed"}),
+    options=frozenset({"fixed"}),  # (and the reference's platforms, prefer_reference=)
     bodies=frozenset({Body.DERIVED}),  # its "derived" rows
     applies=_applies,
     rows=_rows,

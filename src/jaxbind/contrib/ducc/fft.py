@@ -23,6 +23,7 @@ from ._common import (
     ducc0,
 )
 from .reference import fft as reference_fft
+from .reference.fft import fft_axes
 
 __all__ = ["c2c", "genuine_fht", "r2c", "c2r"]
 
@@ -46,33 +47,9 @@ _HINT = {
 
 
 def _fft_axes(ndim, kwargs, op="fft"):
-    """The array axes to transform: the caller's `axes`, counted among the non-batch axes."""
-    batch = kwargs.pop("batch_axes", None)
-    batch = batch[0] if batch else ()
-    core = [i for i in range(ndim) if i not in batch]
-    axes = kwargs.pop("axes", None)
-    if axes is None:
-        if not core:
-            raise ValueError(f"jaxducc0.{op}: the input is a scalar; it needs an axis to transform")
-        return core
-    axes = [axes] if isinstance(axes, (int, np.integer)) else list(axes)
-    if not axes:
-        raise ValueError(
-            f"jaxducc0.{op}: axes is empty; give at least one axis to transform (or None for all)"
-        )
-    if any(isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, np.integer)) for a in axes):
-        raise TypeError(f"jaxducc0.{op}: axes must be integers, got {axes}")
-    if not all(-len(core) <= a < len(core) for a in axes):
-        raise ValueError(
-            f"jaxducc0.{op}: axes {axes} out of range for an array with {len(core)} dimensions"
-        )
-    picked = [core[a] for a in axes]  # negative axes count from the last core axis
-    if len(set(picked)) != len(picked):
-        raise ValueError(
-            f"jaxducc0.{op}: axes {axes} name an axis twice; ducc0 refuses a repeated axis "
-            "(JAXbind 1.3 transformed it once, NumPy's fftn transforms it twice)"
-        )
-    return picked
+    """The array axes to transform (`reference.fft.fft_axes`, the one rule), popping
+    ``axes`` and ``batch_axes`` from the call's `kwargs`."""
+    return fft_axes(ndim, kwargs.pop("axes", None), kwargs.pop("batch_axes", None), op)
 
 
 def _check(op, x, kwargs, kind):
@@ -128,7 +105,7 @@ def _as_ducc_types(kwargs):
 
 
 def _op(name, f, f_T, abstract, abstract_T):
-    """A DUCC transform as a linear op: natively batched (batch axes become untransformed
+    """A DUCC transform as a linear op: vectorized (batch axes become untransformed
     DUCC axes), named jaxducc0.<name>, in the contrib's GPU mode, with its JAX reference
     (.reference.fft.<name>)."""
     return get_linear_call(

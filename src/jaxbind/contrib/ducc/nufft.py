@@ -7,7 +7,7 @@ from functools import partial
 import jax.numpy as jnp
 import numpy as np
 
-from ... import get_linear_call, load_kwargs
+from ... import Reference, get_linear_call, load_kwargs
 from ._common import (
     _COMPLEX,
     _MODE,
@@ -20,6 +20,7 @@ from ._common import (
     check_sigma,
 )
 from .nufft_points import _transform
+from .reference import by_epsilon
 from .reference import nufft as reference_nufft
 
 __all__ = ["get_nufft"]
@@ -104,7 +105,7 @@ _nufft_op = get_linear_call(
     _nufft_T,
     _nufft_abstract,
     _nufft_abstract_T,
-    reference=reference_nufft.nufft,
+    reference=Reference(reference_nufft.nufft, tolerance=by_epsilon),
     first_n_args_fixed=1,
     name="jaxducc0.nufft",
     platform_mode=_MODE,

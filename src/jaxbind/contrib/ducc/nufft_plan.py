@@ -30,10 +30,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ... import get_linear_call, load_kwargs, load_state, state
+from ... import Reference, get_linear_call, load_kwargs, load_state, state
 from ._accuracy import default_upsampfac, working_precision
 from ._common import _MODE, _REAL, check_int, check_positive, ducc0
 from .finufft import _check_upsampfac, _settings, _sign
+from .reference import by_epsilon
 from .reference import nufft as reference_nufft
 
 __all__ = ["NufftPlan"]
@@ -143,7 +144,7 @@ _op = get_linear_call(
     _apply_T,
     _abstract,
     _abstract_T,
-    reference=reference_nufft.nufft_plan,
+    reference=Reference(reference_nufft.nufft_plan, tolerance=by_epsilon),
     name=NAME,
     platform_mode=_MODE,
     state=_ducc_plan,

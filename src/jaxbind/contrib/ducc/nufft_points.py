@@ -45,7 +45,7 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
-from ... import get_nonlinear_call, jax_function, load_kwargs, load_state, state
+from ... import Reference, get_nonlinear_call, jax_function, load_kwargs, load_state, state
 from ._accuracy import default_upsampfac, finest_epsilon, working_precision
 from ._common import (
     _MODE,
@@ -56,6 +56,7 @@ from ._common import (
     check_positive,
     ducc0,
 )
+from .reference import by_epsilon
 from .reference import nufft as reference_nufft
 
 _NAN = complex(np.nan, np.nan)  # what a non-finite point gives where it enters
@@ -376,7 +377,7 @@ _op = get_nonlinear_call(
     (_jvp, _vjp),
     _abstract,
     None,
-    reference=reference_nufft.nufft_points,
+    reference=Reference(reference_nufft.nufft_points, tolerance=by_epsilon),
     name=NAME,
     platform_mode=_MODE,
     linear_in=(0,),

@@ -7,7 +7,7 @@ from functools import partial
 
 import numpy as np
 
-from ... import get_linear_call, load_kwargs
+from ... import Reference, get_linear_call, load_kwargs
 from ._accuracy import working_precision
 from ._common import (
     _MODE,
@@ -23,6 +23,7 @@ from ._common import (
     ducc0,
     sigma_range,
 )
+from .reference import by_epsilon
 from .reference import wgridder as reference_wgridder
 
 _NAN = complex(np.nan, np.nan)  # what a non-finite point gives where it enters
@@ -193,7 +194,7 @@ _wgridder = get_linear_call(
     _vis2dirty,
     _dirty2vis_abstract,
     _vis2dirty_abstract,
-    reference=reference_wgridder.wgridder,
+    reference=Reference(reference_wgridder.wgridder, tolerance=by_epsilon),
     first_n_args_fixed=2,
     name="jaxducc0.wgridder",
     platform_mode=_MODE,

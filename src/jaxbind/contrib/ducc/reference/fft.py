@@ -15,8 +15,10 @@ conventions, checked against ducc0 0.42:
   FFTs in the same direction; ``c2r`` ignores the imaginary parts that a Hermitian
   spectrum cannot have, as DUCC does.
 
-``nthreads`` does not change the result and is ignored. JAX's FFTs take at most three
-axes at once, so longer ``axes`` are transformed in groups (the transforms separate).
+``nthreads`` does not change the result: it is accepted and ignored; any other keyword
+argument is refused (`..options`). `fft_axes` is the ops' rule for ``axes``, the one both
+the ops and these references follow. JAX's FFTs take at most three axes at once, so longer
+``axes`` are transformed in groups (the transforms separate).
 """
 
 from __future__ import annotations
@@ -24,19 +26,41 @@ from __future__ import annotations
 import math
 
 import jax.numpy as jnp
+import numpy as np
 
-__all__ = ["c2c", "genuine_fht", "r2c", "c2r"]
+from . import options
+
+__all__ = ["c2c", "c2r", "fft_axes", "genuine_fht", "r2c"]
 
 
-def fft_axes(ndim: int, axes=None, batch_axes=None) -> list[int]:
-    """The transformed array axes, as the op reads ``axes``: None for every non-batch
-    axis, else indices (negative ones too) among the non-batch axes."""
+def fft_axes(ndim: int, axes=None, batch_axes=None, op: str = "fft") -> list[int]:
+    """The transformed array axes, as the ops read ``axes``: None for every non-batch
+    axis, else indices (negative ones too) among the non-batch axes, each once. A bad
+    ``axes`` is an error naming ``jaxducc0.<op>``."""
     batch = batch_axes[0] if batch_axes else ()
     core = [i for i in range(ndim) if i not in batch]
     if axes is None:
+        if not core:
+            raise ValueError(f"jaxducc0.{op}: the input is a scalar; it needs an axis to transform")
         return core
-    axes = [axes] if isinstance(axes, int) else list(axes)
-    return [core[a] for a in axes]
+    axes = [axes] if isinstance(axes, (int, np.integer)) else list(axes)
+    if not axes:
+        raise ValueError(
+            f"jaxducc0.{op}: axes is empty; give at least one axis to transform (or None for all)"
+        )
+    if any(isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, np.integer)) for a in axes):
+        raise TypeError(f"jaxducc0.{op}: axes must be integers, got {axes}")
+    if not all(-len(core) <= a < len(core) for a in axes):
+        raise ValueError(
+            f"jaxducc0.{op}: axes {axes} out of range for an array with {len(core)} dimensions"
+        )
+    picked = [core[a] for a in axes]  # negative axes count from the last core axis
+    if len(set(picked)) != len(picked):
+        raise ValueError(
+            f"jaxducc0.{op}: axes {axes} name an axis twice; ducc0 refuses a repeated axis "
+            "(JAXbind 1.3 transformed it once, NumPy's fftn transforms it twice)"
+        )
+    return picked
 
 
 def _scale(y, inorm: int, n: int):
@@ -66,28 +90,29 @@ def _length(shape, axes) -> int:
     return math.prod(shape[a] for a in axes)
 
 
-def c2c(x, *, axes=None, forward=True, inorm=0, nthreads=1, batch_axes=None, **_):
+@options(tuning=("nthreads",))
+def c2c(x, *, axes=None, forward=True, inorm=0, batch_axes=None):
     """Reference of `..fft.c2c`: ``[y]``, the complex FFT of `x` over `axes`."""
-    del nthreads
-    axes = fft_axes(x.ndim, axes, batch_axes)
+    axes = fft_axes(x.ndim, axes, batch_axes, "c2c")
     y = _complex_fft(x, axes, bool(forward))
     return [_scale(y, int(inorm), _length(x.shape, axes))]
 
 
-def genuine_fht(x, *, axes=None, inorm=0, nthreads=1, batch_axes=None, **_):
+@options(tuning=("nthreads",))
+def genuine_fht(x, *, axes=None, inorm=0, batch_axes=None):
     """Reference of `..fft.genuine_fht`: ``[y]``, Re(F) - Im(F) of the forward FFT of
     the real `x` over `axes` (the kernel cas(t) = cos(t) + sin(t) of the whole phase)."""
-    del nthreads
-    axes = fft_axes(x.ndim, axes, batch_axes)
+    axes = fft_axes(x.ndim, axes, batch_axes, "genuine_fht")
     f = _complex_fft(x, axes, True)
     return [_scale(jnp.real(f) - jnp.imag(f), int(inorm), _length(x.shape, axes))]
 
 
-def r2c(x, *, n=None, axes=None, forward=True, inorm=0, nthreads=1, batch_axes=None, **_):
+@options(tuning=("nthreads",))
+def r2c(x, *, n=None, axes=None, forward=True, inorm=0, batch_axes=None):
     """Reference of `..fft.r2c`: ``[y]``, the real-to-complex FFT of `x`, the last of
     `axes` shrunk to ``n // 2 + 1`` (`n` is its length, as the op's wrapper passes)."""
-    del nthreads, n
-    axes = fft_axes(x.ndim, axes, batch_axes)
+    del n
+    axes = fft_axes(x.ndim, axes, batch_axes, "r2c")
     y = jnp.fft.rfft(x, axis=axes[-1], norm="backward")
     y = _complex_fft(y, axes[:-1], True)
     if not forward:  # x is real: the +1 transform is the conjugate of the -1 one
@@ -95,11 +120,11 @@ def r2c(x, *, n=None, axes=None, forward=True, inorm=0, nthreads=1, batch_axes=N
     return [_scale(y, int(inorm), _length(x.shape, axes))]
 
 
-def c2r(x, *, n, axes=None, forward=True, inorm=0, nthreads=1, batch_axes=None, **_):
+@options(tuning=("nthreads",))
+def c2r(x, *, n, axes=None, forward=True, inorm=0, batch_axes=None):
     """Reference of `..fft.c2r`: ``[y]``, the real signal of length `n` (the op's
     ``lastsize``) along the last of `axes` whose half spectrum is `x`."""
-    del nthreads
-    axes = fft_axes(x.ndim, axes, batch_axes)
+    axes = fft_axes(x.ndim, axes, batch_axes, "c2r")
     if forward:  # the result is real: the -1 transform of x is the +1 one of conj(x)
         x = jnp.conj(x)
     y = _complex_fft(x, axes[:-1], False)

@@ -1,5 +1,6 @@
-"""References of the NUFFT ops: types 1 and 2 by spreading (`.spreading`), type 3 and the
-exact check by a non-uniform DFT summed directly, in blocks of points.
+"""References of the NUFFT ops: types 1 and 2 by spreading (`.spreading`), type 3 by
+rescaling (`.type3`), and the exact check by a non-uniform DFT summed directly, in blocks
+of points.
 
 The ops and their references (each named after its op, called as the op's callable is):
 
@@ -12,25 +13,31 @@ The ops and their references (each named after its op, called as the op's callab
 - `nufft1`, `nufft2`, `nufft3`: jax-finufft's calls (its broadcasting of leading
   dimensions), in pure JAX.
 
-Every flavour goes through `transform`: types 1 and 2 run DUCC's algorithm in JAX
-(`.spreading`: an exponential-of-semicircle kernel spread onto a twice-oversampled grid,
-an FFT, a deconvolution), to the call's accuracy ``eps``/``epsilon`` (within 0.1 to 0.8
-times it of the exact sum, so within the checker's 3 eps of DUCC), at ``M w^d + N log N``
-(10^6 points on 256² at eps 1e-6: 1.8 to 4.3 times DUCC's time forward, see
-benchmarks/results/reference_sizes.md). Type 3, and `direct_sum` (kept for the tests:
-the exact sum), sum ``exp(i s k·x_j)`` directly, through the points in blocks
-(``lax.scan``, each block rematerialized under differentiation): ``M · N`` per transform
-(``N`` modes or target points). Grid modes run from ``-(n // 2)`` to ``(n - 1) // 2``
-(``modeord=0``, DUCC's ``fft_order=False``), or in FFT order. Types 1 and 2 are periodic
-in the coordinates: period 2 pi, or ``get_nufft``'s ``periodicity`` (the phase is ``2 pi
-k·x / periodicity``); type 3 is not scaled. A non-finite coordinate gives NaN where it
-enters the sum, as in the ops. Options that only tune the native computation
-(``nthreads``, ``upsampfac``, ``sigma``, ``sigma_min``/``sigma_max``, ``verbosity``) are
-ignored, and so is ``eps`` for type 3 (its sum is exact).
+Every flavour goes through `transform`, which runs DUCC's algorithms in JAX, to the
+call's accuracy ``eps``/``epsilon`` (within 0.1 to 0.8 times it of the exact sum, so
+within the checker's 3 eps of DUCC): types 1 and 2 (`.spreading`: an
+exponential-of-semicircle kernel spread onto a twice-oversampled grid, an FFT, a
+deconvolution) at ``M w^d + N log N``; type 3 (`.type3`: the sources spread onto a grid
+sized from the sources' and targets' extents, a type 2 at the scaled targets, a
+deconvolution) at ``(M + K) w^d + N log N``, or by the direct sum where its grid would
+be too large (see `.type3`). Each is a JAX primitive whose transpose in the values is
+the other type (type 3's: type 3 from the targets to the sources) and whose derivatives
+in the points are NUFFTs again, so grad, vjp, linear_transpose and vmap of every entry
+point run transforms (10^6 points on 256² at eps 1e-6: see
+benchmarks/results/reference_sizes.md). `direct_sum` (the tests' exact sum) sums
+``exp(i s k·x_j)`` directly, through the points in blocks (``lax.scan``, each block
+rematerialized under differentiation): ``M · N`` per transform (``N`` modes or target
+points). Grid modes run from ``-(n // 2)`` to ``(n - 1) // 2`` (``modeord=0``, DUCC's
+``fft_order=False``), or in FFT order. Types 1 and 2 are periodic in the coordinates:
+period 2 pi, or ``get_nufft``'s ``periodicity`` (the phase is ``2 pi k·x /
+periodicity``); type 3 is not scaled. A non-finite coordinate gives NaN where it enters
+the sum, as in the ops. Options that only tune the native computation (``nthreads``,
+``upsampfac``, ``sigma``, ``sigma_min``/``sigma_max``, ``verbosity``) are
+accepted by name and ignored; any other is refused (`.options`).
 
 The direct sum's sizes (two cores, double precision, 2-D: see
-benchmarks/results/reference_fft_nufft.md): ``M · N`` complex multiply-adds in matrix
-products (about 10^9 a second): 10^4 points on 64² 50-100 ms. Type 3 costs an
+benchmarks/results/reference_ducc.md): ``M · N`` complex multiply-adds in matrix
+products (about 10^9 a second): 10^4 points on 64² 50-100 ms. Type 3's costs an
 exponential per (source, target) pair, about 10^7 a second: 10^4 sources to 10^3
 targets take ~0.8 s. Memory is one block of `BLOCK_ELEMENTS` complex numbers whatever
 the size (and, under ``grad``, the inputs of each block).
@@ -45,7 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import by_epsilon, spreading
+from . import blocks, options, spreading, type3
 
 __all__ = ["direct_sum", "mode_numbers", "nufft", "nufft_points", "nufft_plan", "transform"]
 __all__ += ["nufft1", "nufft2", "nufft3"]
@@ -68,14 +75,6 @@ def _phases(x, k, sign: int, scale: float, dtype):
     """``exp(i s scale k x_j)`` for a coordinate row `x` (B,) and modes `k` (n,): (B, n)."""
     phase = (scale * x)[:, None] * jnp.asarray(k, x.dtype)[None, :]
     return jnp.exp((1j * sign) * phase).astype(dtype)
-
-
-def _blocks(m: int, per_point: int, block: int | None) -> tuple[int, int]:
-    """(points per block, number of blocks) for `m` points each needing `per_point`
-    complex numbers in a block."""
-    size = block or max(1, BLOCK_ELEMENTS // max(1, per_point))
-    size = max(1, min(size, m))
-    return size, -(-m // size)
 
 
 def _padded(a, total: int, blocks: int):
@@ -169,7 +168,7 @@ def direct_sum(
     else:
         modes = [mode_numbers(n, modeord) for n in grid]
         per_point = t * math.prod(grid[:-1]) + sum(grid)
-    size, count = _blocks(m, per_point, block)
+    size, count = blocks(m, per_point, BLOCK_ELEMENTS, block)
     if count == 1:  # one block: no loop
         if nufft_type == 2:
             return _type2_block(values, xs, modes, sign, scale)
@@ -209,15 +208,18 @@ def direct_sum(
 
 def transform(values, xs, qs=None, *, nufft_type, sign, grid=None, modeord=0, scale=1.0, eps):
     """`direct_sum`'s transforms at the native algorithm's cost, to accuracy `eps`: types 1
-    and 2 by spreading, FFT and deconvolution (`.spreading`); type 3 by the direct sum."""
+    and 2 by spreading, FFT and deconvolution (`.spreading`); type 3 by rescaling
+    (`.type3`, which takes the direct sum where its grid would be too large)."""
     kind = int(nufft_type)
     shape = tuple(values.shape[1:]) if kind == 2 else (() if grid is None else tuple(grid))
     m = xs.shape[-1]
-    if kind == 3 or m == 0 or 0 in shape or values.shape[0] == 0:
+    sign = 1 if sign > 0 else -1
+    if kind == 3:
+        return type3.type3(values, xs, qs, sign=sign, eps=eps)
+    if m == 0 or 0 in shape or values.shape[0] == 0:
         return direct_sum(
             values, xs, qs, nufft_type=kind, sign=sign, grid=grid, modeord=modeord, scale=scale
         )
-    sign = 1 if sign > 0 else -1
     if kind == 1:
         return spreading.type1(
             values, xs, shape, sign=sign, modeord=int(modeord), scale=scale, eps=eps
@@ -228,6 +230,7 @@ def transform(values, xs, qs=None, *, nufft_type, sign, grid=None, modeord=0, sc
 # --- the ops ------------------------------------------------------------------------
 
 
+@options(tuning=("nthreads", "verbosity", "sigma_min", "sigma_max"))
 def nufft(
     coord,
     values,
@@ -238,14 +241,13 @@ def nufft(
     periodicity=2 * np.pi,
     fft_order=False,
     epsilon=1e-6,
-    **_,
 ):
     """Reference of ``jaxducc0.nufft`` (`..nufft.get_nufft`): ``[result]``.
 
     `coord` ``(M, d)``, a row per point; `values` ``(M,)`` (type 1) or ``grid_shape``
     (type 2); ``forward`` is the sign -1; the phase is ``2 pi k·x / periodicity``;
-    ``fft_order`` puts the zero mode first. ``epsilon``, ``nthreads``, ``verbosity``,
-    ``sigma_min`` and ``sigma_max`` are ignored.
+    ``fft_order`` puts the zero mode first; ``epsilon`` is the accuracy. ``nthreads``,
+    ``verbosity``, ``sigma_min`` and ``sigma_max`` are ignored.
     """
     out = transform(
         values[None],
@@ -260,12 +262,13 @@ def nufft(
     return [out[0]]
 
 
-def nufft_points(values, xs, *qs, nufft_type, sign, modeord=0, grid=None, eps=1e-6, **_):
+@options(tuning=("nthreads", "upsampfac"))
+def nufft_points(values, xs, *qs, nufft_type, sign, modeord=0, grid=None, eps=1e-6):
     """Reference of ``jaxducc0.nufft_points``: ``[result]``.
 
     `values` ``(T, M)`` (types 1, 3) or ``(T, *grid)`` (type 2); `xs` ``(d, M)``; type
-    3's targets `qs` ``(d, K)``; period 2 pi. ``eps``, ``nthreads`` and ``upsampfac``
-    are ignored.
+    3's targets `qs` ``(d, K)``; period 2 pi; ``eps`` is the accuracy. ``nthreads`` and
+    ``upsampfac`` are ignored.
     """
     return [
         transform(
@@ -281,15 +284,14 @@ def nufft_points(values, xs, *qs, nufft_type, sign, modeord=0, grid=None, eps=1e
     ]
 
 
-def nufft_plan(
-    values, *, nufft_type, sign, coord, target=None, grid=None, modeord=0, epsilon=1e-6, **_
-):
+@options(tuning=("nthreads", "sigma", "dtype"))
+def nufft_plan(values, *, nufft_type, sign, coord, target=None, grid=None, modeord=0, epsilon=1e-6):
     """Reference of ``jaxducc0.nufft_plan`` (`..nufft_plan.NufftPlan`): ``[result]``.
 
     `values` ``(T, ...)``; the plan's points arrive as keyword arguments: `coord`
     ``(M, d)`` and, for type 3, `target` ``(K, d)`` (NumPy arrays, possibly in double
     precision for single-precision values: they are used at the values' precision).
-    ``epsilon``, ``nthreads``, ``sigma`` and ``dtype`` are ignored.
+    ``epsilon`` is the accuracy; ``nthreads``, ``sigma`` and ``dtype`` are ignored.
     """
     real = jnp.real(values).dtype
     xs = jnp.asarray(np.asarray(coord).T, real)
@@ -313,8 +315,8 @@ def nufft_plan(
 
 def _finufft(kind, values, points, targets, *, sign, modeord, grid=None, eps=1e-6):
     """One of jax-finufft's calls: broadcast the leading dimensions as it does (values
-    with one leading dimension more than the points share them), then one direct sum
-    per transform."""
+    with one leading dimension more than the points share them), then one transform of
+    every set of values where the points are shared, else one per point set (vmap)."""
     values = jnp.asarray(values)
     points = jnp.broadcast_arrays(*[jnp.asarray(p) for p in points])
     targets = jnp.broadcast_arrays(*[jnp.asarray(q) for q in targets]) if targets else []
@@ -328,8 +330,16 @@ def _finufft(kind, values, points, targets, *, sign, modeord, grid=None, eps=1e-
         points = [p[..., None, :] for p in points]
         targets = [q[..., None, :] for q in targets]
         lead = lead + (1,)
+    shared = math.prod(lead) == 1  # one point set for every transform
     lead = np.broadcast_shapes(vlead, lead)
     values = jnp.broadcast_to(values, lead + tuple(core)).reshape((-1, *core))
+    if shared:  # the transforms of one call: one scatter or gather moves them all
+        xs = jnp.stack([p.reshape(p.shape[-1]) for p in points])
+        qs = [jnp.stack([q.reshape(q.shape[-1]) for q in targets])] if targets else []
+        out = transform(
+            values, xs, *qs, nufft_type=kind, sign=sign, grid=grid, modeord=modeord, eps=eps
+        )
+        return out.reshape(lead + out.shape[1:])
     xs = jnp.stack([jnp.broadcast_to(p, lead + p.shape[-1:]) for p in points], axis=-2)
     xs = xs.reshape((-1, *xs.shape[-2:]))
     args = [values[:, None], xs]
@@ -350,15 +360,18 @@ def _opts(opts) -> int:
     return int(getattr(opts, "modeord", 0) or 0)
 
 
+@options()
 def nufft1(output_shape, source, *points, iflag=1, eps=1e-6, opts=None):
     """jax-finufft's ``nufft1`` in pure JAX: ``f[k] = sum_j c[j] exp(i sign(iflag) k·x_j)``,
-    ``(..., *output_shape)``; ``opts.modeord`` is honoured, `eps` and the rest ignored."""
+    ``(..., *output_shape)``, to accuracy `eps`; ``opts.modeord`` is honoured, the rest
+    ignored."""
     grid = tuple(int(n) for n in np.atleast_1d(output_shape))
     given = [p for p in points if p is not None]
     sign = 1 if iflag >= 0 else -1
     return _finufft(1, source, given, [], sign=sign, modeord=_opts(opts), grid=grid, eps=eps)
 
 
+@options()
 def nufft2(source, *points, iflag=-1, eps=1e-6, opts=None):
     """jax-finufft's ``nufft2`` in pure JAX: ``c[j] = sum_k f[k] exp(i sign(iflag) k·x_j)``,
     ``(..., M)``."""
@@ -367,16 +380,13 @@ def nufft2(source, *points, iflag=-1, eps=1e-6, opts=None):
     return _finufft(2, source, given, [], sign=sign, modeord=_opts(opts), eps=eps)
 
 
+@options()
 def nufft3(source, *points, iflag=-1, eps=1e-6, opts=None):
     """jax-finufft's ``nufft3`` in pure JAX: sources ``x[, y[, z]]`` then as many targets
-    ``s[, t[, u]]``; ``g[l] = sum_j c[j] exp(i sign(iflag) s_l·x_j)``, ``(..., K)``."""
-    del eps, opts
+    ``s[, t[, u]]``; ``g[l] = sum_j c[j] exp(i sign(iflag) s_l·x_j)``, ``(..., K)``, to
+    accuracy `eps`."""
+    del opts
     given = [p for p in points if p is not None]
     d = len(given) // 2
-    return _finufft(3, source, given[:d], given[d:], sign=1 if iflag >= 0 else -1, modeord=0)
-
-
-# how far DUCC may be from these at the call's epsilon (jaxbind.testing.check)
-nufft.tolerance = by_epsilon  # type: ignore[attr-defined]
-nufft_points.tolerance = by_epsilon  # type: ignore[attr-defined]
-nufft_plan.tolerance = by_epsilon  # type: ignore[attr-defined]
+    sign = 1 if iflag >= 0 else -1
+    return _finufft(3, source, given[:d], given[d:], sign=sign, modeord=0, eps=eps)

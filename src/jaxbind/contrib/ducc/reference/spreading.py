@@ -22,6 +22,12 @@ costs ``M · w^d + N log N``, as DUCC and FINUFFT do, to a requested accuracy ``
   by the kernel's Fourier transform, computed at trace time by Gauss-Legendre
   quadrature of the exact kernel (static shapes only).
 
+Both transforms are one JAX primitive (`nufft_p`, lowered to this module's jax.lax code:
+no custom call) whose transpose in the values is the other type, and whose derivatives
+in the points are NUFFTs of mode-weighted data (see "one primitive" below), so grad,
+vjp and linear_transpose cost whole transforms, not JAX's transpose of the scatter loop
+(which cost twice a transform). `.type3` builds type 3 on `_spread` and `_type2`.
+
 Complex values travel as real (re, im) channels beside the transforms, so one scatter
 or gather moves every transform's data for a point. Coordinates are wrapped into the
 period (any real coordinate works); a non-finite coordinate is computed at 0 and marked
@@ -40,6 +46,7 @@ instead of ``w``) before its matrix products: no faster here, and more code.
 
 from __future__ import annotations
 
+import functools
 import math
 from functools import cache
 
@@ -48,7 +55,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-__all__ = ["kernel_width", "oversampled", "type1", "type2", "Kernel"]
+from ...._compat import Primitive, ad, batching, mlir, not_mapped, output_aval, zero_tangent
+
+__all__ = ["kernel_width", "oversampled", "type1", "type2", "Kernel", "nufft_p"]
 
 _HIGHEST = lax.Precision.HIGHEST
 _WIDEST = 16  # the widest kernel: about 1e-15, as fine as double precision holds
@@ -104,15 +113,48 @@ class Kernel:
         root = np.sqrt(np.where(inside, 1 - x * x, 0.0))
         return np.where(inside, np.exp(self.beta * (root - 1)), 0.0)
 
-    def deconvolution(self, modes: np.ndarray, n_over: int) -> np.ndarray:
-        """``1 / phi_hat(k)`` for the modes `k` on an oversampled axis of `n_over` cells:
-        ``phi_hat(k) = integral phi(z) cos(2 pi k z / n_over) dz`` by Gauss-Legendre."""
+    FIT_TOP = np.pi / 2 * 1.05
+    """`fourier_fit` covers ``|kappa| <= FIT_TOP``: a twice-oversampled grid's modes, and
+    type 3's targets (`.type3`), with room for rounding."""
+
+    def _quadrature(self, kappa: np.ndarray) -> np.ndarray:
+        """``phi_hat(kappa) = integral phi(z) cos(kappa z) dz`` by Gauss-Legendre, in
+        blocks (a few MB at a time)."""
         nodes, weights = np.polynomial.legendre.leggauss(max(200, 8 * self.w))
         half = self.w / 2
         z = half * (nodes + 1) / 2  # [0, w/2]: phi is even
-        wz = weights * half / 2
-        ft = 2 * np.cos(2 * np.pi * np.outer(modes, z) / n_over) @ (wz * self.phi(z))
-        return 1.0 / ft
+        wz = weights * half / 2 * self.phi(z)
+        kappa = np.ravel(kappa)
+        out = np.empty(kappa.shape)
+        for i in range(0, kappa.size, 4096):
+            out[i : i + 4096] = 2 * np.cos(np.outer(kappa[i : i + 4096], z)) @ wz
+        return out
+
+    @functools.cached_property
+    def fourier_fit(self) -> np.ndarray:
+        """Chebyshev coefficients of ``phi_hat(kappa)`` in ``kappa / FIT_TOP`` on [-1, 1]
+        (degree 32: within 1e-14 of the quadrature for every width)."""
+        degree = 32
+        s = np.cos(np.pi * (np.arange(4 * degree) + 0.5) / (4 * degree))
+        return np.polynomial.chebyshev.chebfit(s, self._quadrature(s * self.FIT_TOP), degree)
+
+    def fourier(self, kappa) -> np.ndarray:
+        """``phi_hat(kappa)`` (kappa in radians per cell), NumPy: the fit where it
+        covers kappa, the quadrature elsewhere."""
+        kappa = np.abs(np.asarray(kappa, np.float64))
+        inside = kappa <= self.FIT_TOP
+        out = np.polynomial.chebyshev.chebval(
+            np.minimum(kappa, self.FIT_TOP) / self.FIT_TOP, self.fourier_fit
+        )
+        if not inside.all():
+            out = np.where(inside, out, 0.0)
+            out[~inside] = self._quadrature(kappa[~inside])
+        return out
+
+    def deconvolution(self, modes: np.ndarray, n_over: int) -> np.ndarray:
+        """``1 / phi_hat(k)`` for the modes `k` on an oversampled axis of `n_over` cells:
+        ``phi_hat(k) = integral phi(z) cos(2 pi k z / n_over) dz``."""
+        return 1.0 / self.fourier(2 * np.pi * np.asarray(modes) / n_over)
 
 
 @cache
@@ -257,18 +299,12 @@ def _points(xs, real):
     return finite, jnp.where(finite[None, :], xs, 0).astype(jnp.promote_types(xs.dtype, real))
 
 
-def _type1(c, xs, grid, *, sign, modeord=0, scale=1.0, eps=1e-6, chunk=CHUNK):
-    """``f[t, k] = sum_j c[t, j] exp(i sign scale k·x_j)`` to accuracy `eps`: c (T, M)
-    complex, xs (d, M) real; returns (T, *grid) in c's dtype."""
-    grid = tuple(int(n) for n in grid)
-    t, m = c.shape
+def _spread(ch, xs, over, kern: Kernel, scale: float, real, chunk: int = CHUNK):
+    """The real channels ch (M, C) of points xs (d, M) (finite, at `real` precision)
+    spread onto the periodic grid `over` with the kernel: (*over, C)."""
     d = xs.shape[0]
-    real = jnp.real(c).dtype
-    single = real == jnp.float32
-    kern, over, decon = _settings(grid, float(eps), bool(single), int(modeord))
     w = kern.w
-    finite, xs = _points(xs, real)
-    xb, cb, _ = _chunked(xs, _to_channels(c), chunk)
+    xb, cb, _ = _chunked(xs, ch, chunk)
     dims = lax.ScatterDimensionNumbers(
         update_window_dims=tuple(range(1, d + 2)),
         inserted_window_dims=(),
@@ -276,42 +312,31 @@ def _type1(c, xs, grid, *, sign, modeord=0, scale=1.0, eps=1e-6, chunk=CHUNK):
     )
 
     @jax.checkpoint
-    def windows(x, ch):
+    def windows(x, c):
         starts, values = _windows(x, over, kern, scale, real)
-        return starts, _outer(values, ch)
+        return starts, _outer(values, c)
 
     def step(g, block):
         starts, win = windows(*block)
         g = lax.scatter_add(g, starts, win, dims, mode=lax.GatherScatterMode.PROMISE_IN_BOUNDS)
         return g, None
 
-    padded = tuple(n + w - 1 for n in over) + (2 * t,)
+    padded = tuple(n + w - 1 for n in over) + (ch.shape[-1],)
     g, _ = lax.scan(step, jnp.zeros(padded, real), (xb, cb))
     for a, n in enumerate(over):  # fold the overhang back: periodic
         head = lax.slice_in_dim(g, 0, w - 1, axis=a)
         tail = lax.slice_in_dim(g, n, n + w - 1, axis=a)
         body = lax.slice_in_dim(g, w - 1, n, axis=a)
         g = jnp.concatenate([head + tail, body], axis=a)
-    big = _fft(_from_channels(g, t), sign, tuple(range(1, d + 1)))
-    out = _deconvolve(_take_modes(big, grid, over, modeord), decon, real)
-    nan = jnp.asarray(np.nan, real) * (1 + 1j)
-    return jnp.where(jnp.all(finite), out, nan).astype(c.dtype)
+    return g
 
 
-def _type2(f, xs, *, sign, modeord=0, scale=1.0, eps=1e-6, chunk=CHUNK):
-    """``c[t, j] = sum_k f[t, k] exp(i sign scale k·x_j)`` to accuracy `eps`: f (T, *grid)
-    complex, xs (d, M) real; returns (T, M) in f's dtype."""
-    t = f.shape[0]
-    grid = tuple(f.shape[1:])
-    d = len(grid)
-    m = xs.shape[1]
-    real = jnp.real(f).dtype
-    single = real == jnp.float32
-    kern, over, decon = _settings(grid, float(eps), bool(single), int(modeord))
+def _interp(g, xs, over, kern: Kernel, scale: float, real, chunk: int = CHUNK):
+    """The periodic grid's real channels g (*over, C) interpolated with the kernel at
+    points xs (d, M) (finite, at `real` precision): (M, C). `_spread`'s transpose."""
+    d, m = xs.shape
     w = kern.w
-    finite, xs = _points(xs, real)
-    spectrum = _place_modes(_deconvolve(f, decon, real), grid, over, modeord)
-    g = _to_channels(_fft(spectrum, sign, tuple(range(1, d + 1))))  # (*over, 2T)
+    c = g.shape[-1]
     for a in range(d):  # periodic padding: the windows' overhang
         g = jnp.concatenate([g, lax.slice_in_dim(g, 0, w - 1, axis=a)], axis=a)
     dims = lax.GatherDimensionNumbers(
@@ -325,31 +350,69 @@ def _type2(f, xs, *, sign, modeord=0, scale=1.0, eps=1e-6, chunk=CHUNK):
     def step(x):
         starts, values = _windows(x, over, kern, scale, real)
         win = lax.gather(
-            g, starts, dims, (w,) * d + (2 * t,), mode=lax.GatherScatterMode.PROMISE_IN_BOUNDS
-        )  # (B, w.., 2T)
+            g, starts, dims, (w,) * d + (c,), mode=lax.GatherScatterMode.PROMISE_IN_BOUNDS
+        )  # (B, w.., C)
         for a in range(d - 1, -1, -1):  # contract the last window axis with its values
             win = jnp.einsum("m...wc,mw->m...c", win, values[a], precision=_HIGHEST)
-        return win  # (B, 2T)
+        return win  # (B, C)
 
-    out = lax.map(step, xb).reshape(total, 2 * t)[:m]
-    out = _from_channels(out, t)  # (T, M)
+    return lax.map(step, xb).reshape(total, c)[:m]
+
+
+def _type1(c, xs, grid, *, sign, modeord=0, scale=1.0, eps=1e-6, chunk=CHUNK):
+    """``f[t, k] = sum_j c[t, j] exp(i sign scale k·x_j)`` to accuracy `eps`: c (T, M)
+    complex, xs (d, M) real; returns (T, *grid) in c's dtype."""
+    grid = tuple(int(n) for n in grid)
+    t = c.shape[0]
+    d = xs.shape[0]
+    real = jnp.real(c).dtype
+    single = real == jnp.float32
+    kern, over, decon = _settings(grid, float(eps), bool(single), int(modeord))
+    finite, xs = _points(xs, real)
+    g = _spread(_to_channels(c), xs, over, kern, scale, real, chunk)
+    big = _fft(_from_channels(g, t), sign, tuple(range(1, d + 1)))
+    out = _deconvolve(_take_modes(big, grid, over, modeord), decon, real)
+    nan = jnp.asarray(np.nan, real) * (1 + 1j)
+    return jnp.where(jnp.all(finite), out, nan).astype(c.dtype)
+
+
+def _type2(f, xs, *, sign, modeord=0, scale=1.0, eps=1e-6, chunk=CHUNK):
+    """``c[t, j] = sum_k f[t, k] exp(i sign scale k·x_j)`` to accuracy `eps`: f (T, *grid)
+    complex, xs (d, M) real; returns (T, M) in f's dtype."""
+    t = f.shape[0]
+    grid = tuple(f.shape[1:])
+    d = len(grid)
+    real = jnp.real(f).dtype
+    single = real == jnp.float32
+    kern, over, decon = _settings(grid, float(eps), bool(single), int(modeord))
+    finite, xs = _points(xs, real)
+    spectrum = _place_modes(_deconvolve(f, decon, real), grid, over, modeord)
+    g = _to_channels(_fft(spectrum, sign, tuple(range(1, d + 1))))  # (*over, 2T)
+    out = _from_channels(_interp(g, xs, over, kern, scale, real, chunk), t)  # (T, M)
     nan = jnp.asarray(np.nan, real) * (1 + 1j)
     return jnp.where(finite[None, :], out, nan).astype(f.dtype)
 
 
-# --- the derivatives in the points: NUFFTs of mode-weighted data ---------------------------
+# --- one primitive: the derivatives and transposes as NUFFTs ------------------------------
 #
-# d/dx_a of exp(i s scale k·x) is i s scale k_a times it, so (as the native ops do) the
-# derivative in the points is a NUFFT of k-weighted data: type 2's tangent is
-# ``T2(df) + sum_a dx_a T2(i s scale k_a f)`` (the weighted transforms computed with the
-# primal, in one gather), type 1's ``T1(dc) + sum_a i s scale k_a T1(c dx_a)`` (one
-# scatter of every tangent's channels). JAX transposes these for grad: the points'
-# cotangent of type 1 is then a gather (type 2's cost), not the derivative of the
-# scatter's windows, which costs several scatters.
+# Types 1 and 2 are one JAX primitive (`nufft_p`, lowered to the code above: no custom
+# call), so that every rule is a NUFFT again, to any order:
+#
+# - transpose in the values: type 1's is type 2 at the same points with the same sign
+#   (JAX's transpose does not conjugate), and type 2's is type 1: grad, vjp and
+#   jax.linear_transpose cost one transform of the other type, where JAX's transpose of
+#   the scan of scatters above cost twice that;
+# - derivative in the points: d/dx_a of exp(i s scale k·x) is i s scale k_a times it, so
+#   type 2's tangent is ``T2(df) + sum_a dx_a T2(i s scale k_a f)`` (the weighted
+#   transforms computed with the primal, in one gather), type 1's ``T1(dc) + sum_a i s
+#   scale k_a T1(c dx_a)`` (one scatter of every tangent's channels), both linear in the
+#   tangents, so their transposes are again the other type;
+# - batching: a batch of values shares the points as more transforms (one scatter or
+#   gather moves them all); batched points run one after another (`lax.map`).
 
-
-def _zero(t) -> bool:
-    return isinstance(t, jax.custom_derivatives.SymbolicZero)
+nufft_p = Primitive("nufft_reference")
+"""``nufft_p.bind(values, xs, kind=1|2, grid, sign, modeord, scale, eps, chunk)``:
+`type1` or `type2` (use those)."""
 
 
 def _weights(grid, modeord, sign, scale, dtype):
@@ -364,81 +427,118 @@ def _weights(grid, modeord, sign, scale, dtype):
     return out
 
 
-@cache
-def _type1_fn(grid, sign, modeord, scale, eps, chunk):
+def _body(values, xs, *, kind, grid, sign, modeord, scale, eps, chunk):
     opts = dict(sign=sign, modeord=modeord, scale=scale, eps=eps, chunk=chunk)
+    shape = (values.shape[0], *grid) if kind == 1 else (values.shape[0], xs.shape[1])
+    if 0 in shape or 0 in values.shape:  # empty: a sum over nothing
+        return jnp.zeros(shape, values.dtype)
+    if kind == 1:
+        return _type1(values, xs, grid, **opts)
+    return _type2(values, xs, **opts)
 
-    @jax.custom_jvp
-    def fn(c, xs):
-        return _type1(c, xs, grid, **opts)
 
-    def jvp(primals, tangents):
-        c, xs = primals
-        dc, dxs = tangents
-        out = fn(c, xs)
-        parts = [] if _zero(dc) else [dc]
-        if not _zero(dxs):
-            real = jnp.real(c).dtype
-            parts += [c * dxs[a].astype(real)[None, :] for a in range(len(grid))]
+def _abstract(values, xs, *, kind, grid, **_):
+    shape = (values.shape[0], *grid) if kind == 1 else (values.shape[0], xs.shape[1])
+    return output_aval(shape, values.dtype, [values, xs])
+
+
+_STATIC = ("kind", "grid", "sign", "modeord", "scale", "eps", "chunk")
+nufft_p.def_impl(jax.jit(_body, static_argnames=_STATIC))
+nufft_p.def_abstract_eval(_abstract)
+mlir.register_lowering(nufft_p, mlir.lower_fun(_body, multiple_results=False))
+
+
+def _jvp(primals, tangents, **params):
+    values, xs = primals
+    dv, dxs = tangents
+    kind, grid, sign, modeord, scale = (params[k] for k in _STATIC[:5])
+    moving = type(dxs) is not ad.Zero
+    real = jnp.real(values).dtype
+    t = values.shape[0]
+    if kind == 1:
+        out = nufft_p.bind(values, xs, **params)
+        parts = [] if type(dv) is ad.Zero else [dv]
+        if moving:
+            parts += [values * dxs[a].astype(real)[None, :] for a in range(len(grid))]
         if not parts:
-            return out, jnp.zeros_like(out)
-        spread = fn(jnp.concatenate(parts), xs)
-        t = c.shape[0]
-        tangent = jnp.zeros_like(out) if _zero(dc) else spread[:t]
-        if not _zero(dxs):
-            first = 0 if _zero(dc) else t
-            for a, k in enumerate(_weights(grid, modeord, sign, scale, c.dtype)):
+            return out, zero_tangent(out)
+        spread = nufft_p.bind(jnp.concatenate(parts), xs, **params)
+        tangent = spread[:t] if type(dv) is not ad.Zero else jnp.zeros_like(out)
+        if moving:
+            first = t if type(dv) is not ad.Zero else 0
+            for a, k in enumerate(_weights(grid, modeord, sign, scale, values.dtype)):
                 tangent = tangent + k * spread[first + a * t : first + (a + 1) * t]
         return out, tangent
+    if moving:
+        weights = _weights(grid, modeord, sign, scale, values.dtype)
+        both = nufft_p.bind(jnp.concatenate([values] + [k * values for k in weights]), xs, **params)
+        out = both[:t]
+        tangent = sum(
+            dxs[a].astype(real)[None, :] * both[(a + 1) * t : (a + 2) * t] for a in range(len(grid))
+        )
+    else:
+        out = nufft_p.bind(values, xs, **params)
+        tangent = None
+    if type(dv) is not ad.Zero:
+        dout = nufft_p.bind(dv, xs, **params)
+        tangent = dout if tangent is None else tangent + dout
+    return out, zero_tangent(out) if tangent is None else tangent
 
-    fn.defjvp(jvp, symbolic_zeros=True)
-    return fn
+
+def _transpose(ct, values, xs, **params):
+    if ad.is_undefined_primal(xs):
+        raise ValueError(
+            "the NUFFT reference is linear in its values, not in its points: it cannot be "
+            "transposed in the points (differentiate it instead)"
+        )
+    if type(ct) is ad.Zero:
+        return [ad.Zero(values.aval), None]
+    other = dict(params, kind=3 - params["kind"])
+    return [nufft_p.bind(ct, xs, **other), None]
 
 
-@cache
-def _type2_fn(grid, sign, modeord, scale, eps, chunk):
-    opts = dict(sign=sign, modeord=modeord, scale=scale, eps=eps, chunk=chunk)
+def _batched(args, dims, **params):
+    values, xs = args
+    bv, bx = dims
+    if bx is not_mapped:  # shared points: the batch is more transforms
+        v = jnp.moveaxis(values, bv, 0)
+        b, t = v.shape[:2]
+        out = nufft_p.bind(v.reshape((b * t, *v.shape[2:])), xs, **params)
+        return out.reshape((b, t, *out.shape[1:])), 0
+    xs = jnp.moveaxis(xs, bx, 0)
+    if bv is not_mapped:
+        return lax.map(lambda x: nufft_p.bind(values, x, **params), xs), 0
+    v = jnp.moveaxis(values, bv, 0)
+    return lax.map(lambda a: nufft_p.bind(*a, **params), (v, xs)), 0
 
-    @jax.custom_jvp
-    def fn(f, xs):
-        return _type2(f, xs, **opts)
 
-    def jvp(primals, tangents):
-        f, xs = primals
-        df, dxs = tangents
-        t = f.shape[0]
-        if _zero(dxs):
-            out = fn(f, xs)
-            tangent = jnp.zeros_like(out)
-        else:
-            weights = _weights(grid, modeord, sign, scale, f.dtype)
-            both = fn(jnp.concatenate([f] + [k * f for k in weights]), xs)
-            out = both[:t]
-            real = jnp.real(f).dtype
-            tangent = sum(
-                dxs[a].astype(real)[None, :] * both[(a + 1) * t : (a + 2) * t]
-                for a in range(len(grid))
-            )
-        if not _zero(df):
-            tangent = tangent + fn(df, xs)
-        return out, tangent
+ad.primitive_jvps[nufft_p] = _jvp
+ad.primitive_transposes[nufft_p] = _transpose
+batching.primitive_batchers[nufft_p] = _batched
 
-    fn.defjvp(jvp, symbolic_zeros=True)
-    return fn
+
+def _params(kind, grid, sign, modeord, scale, eps, chunk):
+    return dict(
+        kind=kind,
+        grid=tuple(int(n) for n in grid),
+        sign=1 if sign > 0 else -1,
+        modeord=int(modeord),
+        scale=float(scale),
+        eps=float(eps),
+        chunk=int(chunk),
+    )
 
 
 def type1(c, xs, grid, *, sign, modeord=0, scale=1.0, eps=1e-6, chunk=CHUNK):
     """``f[t, k] = sum_j c[t, j] exp(i sign scale k·x_j)`` to accuracy `eps`: c (T, M)
     complex, xs (d, M) real; returns (T, *grid) in c's dtype. Differentiable in both
-    (in the points by NUFFTs of mode-weighted data), to any order."""
-    grid = tuple(int(n) for n in grid)
-    fn = _type1_fn(grid, int(sign), int(modeord), float(scale), float(eps), int(chunk))
-    return fn(c, xs)
+    (in the points by NUFFTs of mode-weighted data), to any order; its transpose in c is
+    `type2`."""
+    return nufft_p.bind(c, xs, **_params(1, grid, sign, modeord, scale, eps, chunk))
 
 
 def type2(f, xs, *, sign, modeord=0, scale=1.0, eps=1e-6, chunk=CHUNK):
     """``c[t, j] = sum_k f[t, k] exp(i sign scale k·x_j)`` to accuracy `eps`: f (T, *grid)
-    complex, xs (d, M) real; returns (T, M) in f's dtype. Differentiable in both."""
-    grid = tuple(int(n) for n in f.shape[1:])
-    fn = _type2_fn(grid, int(sign), int(modeord), float(scale), float(eps), int(chunk))
-    return fn(f, xs)
+    complex, xs (d, M) real; returns (T, M) in f's dtype. Differentiable in both; its
+    transpose in f is `type1`."""
+    return nufft_p.bind(f, xs, **_params(2, f.shape[1:], sign, modeord, scale, eps, chunk))

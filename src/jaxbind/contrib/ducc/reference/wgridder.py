@@ -39,23 +39,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import by_epsilon, wstacking
+from . import blocks, options, wstacking
 
 __all__ = ["wgridder", "direct_sum"]
 
 OP = "wgridder"
 SPEED_OF_LIGHT = 299792458.0  # m/s, DUCC's value
-# Options of the native op that change how DUCC computes, not what (and epsilon, read).
-_IGNORED = frozenset(
-    {
-        "epsilon",
-        "nthreads",
-        "verbosity",
-        "sigma_min",
-        "sigma_max",
-        "allow_nshift",
-        "double_precision_accumulation",
-    }
+# Options of the native op that change how DUCC computes, not what (epsilon is read).
+_TUNING = (
+    "nthreads",
+    "verbosity",
+    "sigma_min",
+    "sigma_max",
+    "allow_nshift",
+    "double_precision_accumulation",
 )
 _BLOCK_ELEMENTS = 1 << 22  # complex values per block of rows
 
@@ -66,12 +63,7 @@ def _pixel_coordinates(npix, pixsize, center, flip):
     return (-1.0 if flip else 1.0) * (np.arange(npix) - npix / 2) * pixsize + center
 
 
-def _blocks(nrows, per_row):
-    """Rows per block and the number of blocks, for a block of about _BLOCK_ELEMENTS."""
-    size = int(max(1, min(nrows, _BLOCK_ELEMENTS // max(per_row, 1))))
-    return size, -(-nrows // size)
-
-
+@options(tuning=_TUNING)
 def wgridder(
     uvw,
     freq,
@@ -88,7 +80,7 @@ def wgridder(
     divide_by_n=True,
     center_x=0.0,
     center_y=0.0,
-    **options,
+    epsilon=None,
 ):
     """The reference of ``jaxducc0.wgridder``: dirty image -> visibilities.
 
@@ -105,12 +97,6 @@ def wgridder(
     of the conjugated cotangent). A non-finite coordinate gives NaN where it enters, as
     the op does; a frequency <= 0, which the op refuses when it runs, is computed here.
     """
-    unknown = set(options) - _IGNORED
-    if unknown:
-        raise TypeError(
-            f"jaxducc0.{OP} reference: unexpected keyword arguments {sorted(unknown)}; "
-            "it takes get_wgridder's options"
-        )
     if tuple(dirty.shape) != (npix_x, npix_y):
         raise ValueError(
             f"jaxducc0.{OP} reference: image must be {(npix_x, npix_y)}, got {tuple(dirty.shape)}"
@@ -132,7 +118,6 @@ def wgridder(
         center_x=center_x,
         center_y=center_y,
     )
-    epsilon = options.get("epsilon")
     if epsilon is None:  # no accuracy asked: exact
         vis = direct_sum(uvw, freq, dirty, **geometry)
     else:
@@ -218,7 +203,7 @@ def direct_sum(
             return jnp.sum((ex @ image) * ey, axis=-1)
 
         per_row = nchan * (npix_x + 2 * npix_y)
-    size, count = _blocks(nrows, per_row)
+    size, count = blocks(nrows, per_row, _BLOCK_ELEMENTS)
     if count == 1:
         vis = block(scaled, image)
     else:
@@ -231,6 +216,3 @@ def direct_sum(
         vis = vis.reshape(size * count, nchan)[:nrows]
     return vis
 
-
-# how far DUCC may be from these at the call's epsilon (jaxbind.testing.check)
-wgridder.tolerance = by_epsilon  # type: ignore[attr-defined]

@@ -1,4 +1,4 @@
-"""The JAX-native API: ops defined as ``jax.custom_vjp`` and ``torch.library.custom_op`` are.
+"""The pytree API: ops defined as ``jax.custom_vjp`` and ``torch.library.custom_op`` are.
 
 ::
 
@@ -42,26 +42,35 @@ from typing import Any, Unpack
 import jax
 import jax.numpy as jnp
 
-from .._api import Op, check_reference, check_state_key, make_op
+from .._api import Op, check_state_key, make_op, no_reference_preferred, reference_of
 from .._errors import about, add_context, refused_arguments
 from .._kwargs import KwargsDump, encode_kwargs
 from .._options import OPTION_DOCS, OpOptions, Options, declare, state_key_positions
 from .._pickling import reduce
-from .._roles import Args, Body, JaxFunction, Kind, is_jax_function, jax_function, role_table
+from .._roles import (
+    Args,
+    Body,
+    JaxFunction,
+    Kind,
+    Reference,
+    is_jax_function,
+    jax_function,
+    role_table,
+)
 from .bodies import JaxDerivative, Shapes, body, check_declared
 from .trees import _tree_numbered, call_trees, structures  # noqa: F401 (pickles name it here)
 
-__all__ = ["NativeOp", "linear_op", "multilinear_op", "nonlinear_op"]
+__all__ = ["PytreeOp", "linear_op", "multilinear_op", "nonlinear_op"]
 
 ShapeFn = Callable[..., Any]
 # The keys of its eager programs among the op's: _EAGER without keyword arguments, else
 # (_EAGER, their dump)
-_EAGER = "native eager call"
+_EAGER = "eager call"
 _NO_KWARGS = encode_kwargs({})
 
 
-class NativeOp:
-    """An op of the JAX-native API (made by [`linear_op`][jaxbind.linear_op],
+class PytreeOp:
+    """An op of the pytree API (made by [`linear_op`][jaxbind.linear_op],
     [`multilinear_op`][jaxbind.multilinear_op] or [`nonlinear_op`][jaxbind.nonlinear_op]).
     Call it with pytrees of arrays and static keyword arguments; it returns the pytree its
     ``shape`` function describes (one array for one output).
@@ -80,7 +89,8 @@ class NativeOp:
         name: str | None,
         replace: bool,
         options: Options,
-        reference: Callable | None = None,
+        reference: Callable | Reference | None = None,
+        prefer_reference: tuple[str, ...] = (),
     ):
         if not callable(fn) or not callable(shape):
             raise TypeError("jaxbind: the function and its shape must be callables")
@@ -90,7 +100,8 @@ class NativeOp:
         self._transposes: dict[int | None, Callable] = {}
         self._jvp: Callable | None = None
         self._vjp: Callable | None = None
-        self._reference = None if reference is None else self._wrapped_reference(reference)
+        self._prefer = prefer_reference  # the reference's platforms, until it is given
+        self._reference = self._wrapped_reference(reference)
         self._called = False
         functools.update_wrapper(self, fn, updated=())
         self._shapes = Shapes(self, shape, Args.F, "the shape function")
@@ -100,7 +111,7 @@ class NativeOp:
         self.name = self._op.name  # the default, or "#2"... after a clash of default names
 
     def __repr__(self):
-        return f"<jaxbind native {self.kind} op '{self.name}'>"
+        return f"<jaxbind pytree-API {self.kind} op '{self.name}'>"
 
     def __reduce__(self):
         """Pickled by reference, as the function it decorates would be: its module and
@@ -160,24 +171,28 @@ class NativeOp:
         self._refresh()
         return fn
 
-    def def_reference(self, fn: Callable) -> Callable:
+    def def_reference(self, fn: Callable | Reference) -> Callable | Reference:
         """Define the op's JAX reference (decorator): ``fn(*args, **kwargs)`` with the op's
         arguments as JAX arrays (pytrees as given) returns the pytree its shape function
         describes, computing what the function computes. Programs for platforms without
         a native body run it, ``jaxbind.export(..., portable=True)`` exports it, the
         derivatives and transposes not defined are derived from it, and
-        ``jaxbind.testing.check`` compares the function with it."""
+        ``jaxbind.testing.check`` compares the function with it. `fn` may be a
+        ``jaxbind.Reference`` (with a tolerance, or the platforms where it is preferred)."""
         self._define("reference")
         self._reference = self._wrapped_reference(fn)
         self._refresh()
         return fn
 
-    def _wrapped_reference(self, fn: Callable):
-        """The user's reference, checked as both APIs check it, for pytrees."""
+    def _wrapped_reference(self, given) -> Reference | None:
+        """The user's reference as the op's `Reference`, checked as both APIs check it,
+        its function taking pytrees."""
         name = getattr(self, "name", None) or self._explicit_name
         name = str(name or getattr(self.fn, "__qualname__", "op"))
-        check_reference(fn, name, self.options)
-        return JaxDerivative(self, fn, Args.F, "the reference")
+        value = reference_of(given, self._prefer, name, self.options)
+        if value is None:
+            return None
+        return value.replace(function=JaxDerivative(self, value.function, Args.F, "the reference"))
 
     def _check_nonlinear(self, what):
         if self.kind != "nonlinear":
@@ -255,6 +270,8 @@ class NativeOp:
         """The array arguments, keyword arguments and pytree structure (CallSpec.trees)
         with which this call applies the underlying op (see Op.apply; used by
         jaxbind.testing.check)."""
+        if not self._called:
+            self._first_call()
         for i in range(min(self.fixed, len(args))):
             if jax.tree.structure(args[i]).num_leaves != 1 or not jax.tree_util.treedef_is_leaf(
                 jax.tree.structure(args[i])
@@ -298,8 +315,15 @@ class NativeOp:
         out_tree = jax.tree.structure(declared)
         return leaves, kwargs, call_trees(in_tree, out_tree)
 
+    def _first_call(self) -> None:
+        """Defined for good: an op that prefers its reference has one."""
+        if self._reference is None:
+            no_reference_preferred(self.name, self._prefer, self.options)
+
     def __call__(self, *args, **kwargs):
-        self._called = True
+        if not self._called:
+            self._first_call()
+            self._called = True
         # An eager call, every argument a concrete JAX array or a pytree of them: one jitted
         # call of `_traced` per set of keyword arguments does it all. JAX's C++ dispatch
         # finds the program by the arguments' types; the shape function and the pytrees
@@ -353,9 +377,9 @@ class NativeOp:
         op = weakref.ref(self)  # (the op's programs do not keep it alive)
 
         def traced(*args):
-            native = op()
-            assert native is not None  # (only its own calls run this program)
-            return native._traced(*args, **dump.to_dict())
+            alive = op()
+            assert alive is not None  # (only its own calls run this program)
+            return alive._traced(*args, **dump.to_dict())
 
         traced.__name__ = traced.__qualname__ = self.name
         traced._apply_primitive = True  # type: ignore[attr-defined]  # as _primitive.eager's
@@ -375,15 +399,15 @@ def _concrete(arg) -> bool:
     )
 
 
-Decorator = Callable[[Callable], "NativeOp"]
+Decorator = Callable[[Callable], "PytreeOp"]
 
 
 def _decorator(
-    kind: str, shape: ShapeFn, reference: Callable | None, options: OpOptions
+    kind: str, shape: ShapeFn, reference: Callable | Reference | None, options: OpOptions
 ) -> Decorator:
-    checked, name, replace = declare(f"{kind}_op", kind, options, native=True)
+    checked, name, replace, prefer = declare(f"{kind}_op", kind, options, pytree_api=True)
 
-    def make(fn: Callable) -> NativeOp:
+    def make(fn: Callable) -> PytreeOp:
         where = str(name or getattr(fn, "__qualname__", "op"))
         # (a kernel's function takes its outputs first: the shape function names the
         # op's arguments)
@@ -391,15 +415,22 @@ def _decorator(
             keyed = state_key_positions(checked, shape, where, "the op's shape function")
         else:
             keyed = state_key_positions(checked, fn, where, "the op's function")
-        return NativeOp(
-            kind, fn, shape, name=name, replace=replace, options=keyed, reference=reference
+        return PytreeOp(
+            kind,
+            fn,
+            shape,
+            name=name,
+            replace=replace,
+            options=keyed,
+            reference=reference,
+            prefer_reference=prefer,
         )
 
     return make
 
 
 def linear_op(
-    *, shape: ShapeFn, reference: Callable | None = None, **options: Unpack[OpOptions]
+    *, shape: ShapeFn, reference: Callable | Reference | None = None, **options: Unpack[OpOptions]
 ) -> Decorator:
     """Decorator: a linear op (linear in every argument after the first ``fixed``).
 
@@ -426,7 +457,7 @@ def linear_op(
 
 
 def multilinear_op(
-    *, shape: ShapeFn, reference: Callable | None = None, **options: Unpack[OpOptions]
+    *, shape: ShapeFn, reference: Callable | Reference | None = None, **options: Unpack[OpOptions]
 ) -> Decorator:
     """Decorator: an op linear in each argument separately (e.g. a product).
 
@@ -437,7 +468,7 @@ def multilinear_op(
 
 
 def nonlinear_op(
-    *, shape: ShapeFn, reference: Callable | None = None, **options: Unpack[OpOptions]
+    *, shape: ShapeFn, reference: Callable | Reference | None = None, **options: Unpack[OpOptions]
 ) -> Decorator:
     """Decorator: a nonlinear op. As [`linear_op`][jaxbind.linear_op]; define its derivatives with
     ``@op.def_jvp`` and ``@op.def_vjp`` (callables, or functions marked with

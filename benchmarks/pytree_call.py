@@ -1,11 +1,11 @@
-"""A JAX-native op's call against the same op through the JAXbind 1.3 API, side by side.
+"""A pytree-API op's call against the same op through the JAXbind 1.3 API, side by side.
 
-    python benchmarks/native_call.py            # writes benchmarks/results/native_call.{json,md}
-    python benchmarks/native_call.py --rounds 9
-    python benchmarks/native_call.py --quick    # 3 rounds, short loops (the smoke test)
+    python benchmarks/pytree_call.py            # writes benchmarks/results/pytree_call.{json,md}
+    python benchmarks/pytree_call.py --rounds 9
+    python benchmarks/pytree_call.py --quick    # 3 rounds, short loops (the smoke test)
 
 Each case is one op written three ways: the 1.3 API's body (``out[0][...] = ...``), a
-JAX-native body that writes into ``out=`` (``out[...] = ...``), and one that returns its
+pytree-API body that writes into ``out=`` (``out[...] = ...``), and one that returns its
 result. They run alternating in one process (A B C, C B A, ...), in two modes: `loop`, a
 jitted ``fori_loop`` of --calls calls (the run time: trampoline, site, body), and `eager`,
 one call from Python (dispatch too). A sample is the time per call of a round; the table
@@ -164,7 +164,7 @@ def main():
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out is not None:
-        save(args.out, "native_call", dict(meta=meta, results=rows), text)
+        save(args.out, "pytree_call", dict(meta=meta, results=rows), text)
 
 
 if __name__ == "__main__":

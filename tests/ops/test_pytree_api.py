@@ -1,4 +1,4 @@
-"""The JAX-native API (linear_op, multilinear_op, nonlinear_op) against the JAXbind one."""
+"""The pytree API (linear_op, multilinear_op, nonlinear_op) against the JAXbind one."""
 
 import dataclasses
 import functools
@@ -472,8 +472,8 @@ _OPTION_VALUES = {
     "reduction": ("i",),
     "prefer_reference": ("cuda",),
 }
-# options that need another one with them
-_OPTION_WITH = {"reduction": {"sharding": "i -> j"}}
+# options that need another one with them (prefer_reference: the reference it prefers)
+_OPTION_WITH = {"reduction": {"sharding": "i -> j"}, "prefer_reference": {"reference": jnp.copy}}
 
 
 @pytest.mark.parametrize("option", sorted(_OPTION_VALUES))
@@ -493,8 +493,11 @@ def test_both_apis_take_every_option_into_one_options_value(option):
     classic = jaxbind.get_nonlinear_call(f, (None, None), same_as_first, None, **given)
     native = jaxbind.nonlinear_op(shape=shape, **given)(fn)
     # the same value, but for the API that made it (which decides the words of errors)
-    assert dataclasses.replace(classic.binding.options, native=True) == native.binding.options
-    assert not classic.binding.options.native
+    assert dataclasses.replace(classic.binding.options, pytree_api=True) == native.binding.options
+    assert not classic.binding.options.pytree_api
+    if option == "prefer_reference":  # (part of the op's reference, not of its options)
+        assert classic.binding.reference.platforms == native.binding.reference.platforms
+        assert native.binding.reference.platforms == ("cuda",)
     x = jnp.arange(3.0)
     np.testing.assert_array_equal(classic(x)[0], x)
     np.testing.assert_array_equal(native(x), x)

@@ -1,4 +1,4 @@
-"""The pytree structure of a JAX-native op's call: encoded as a field of the call
+"""The pytree structure of a pytree-API op's call: encoded as a field of the call
 (CallSpec.trees; the ``trees`` attribute of call format 3), decoded per role into the
 pytrees of its arguments and results (`layout`, by the role's argument layout, Args).
 """

@@ -1,4 +1,4 @@
-"""The bodies and the shape function of a JAX-native op, made for calls: each groups the
+"""The bodies and the shape function of a pytree-API op, made for calls: each groups the
 call's flat arrays into the user's pytrees (see trees.layout) and takes its results
 back, as the trampoline (callables) or the rules (JAX functions, shapes) call it.
 """
@@ -91,26 +91,26 @@ def _wrote(returned, out) -> bool:
 
 
 class _Body:
-    """One body or shape function of a native op, made for calls by `for_trees`: the call's
+    """One body or shape function of a pytree-API op, made for calls by `for_trees`: the call's
     pytree structure decides how its flat arrays are grouped into the user's pytrees."""
 
-    def __init__(self, native, fn: Callable, args: Args, what: str, index=None):
-        self.native, self.fn, self.args, self.what, self.index = native, fn, args, what, index
+    def __init__(self, op, fn: Callable, args: Args, what: str, index=None):
+        self.op, self.fn, self.args, self.what, self.index = op, fn, args, what, index
         functools.update_wrapper(self, fn, updated=())
 
     def trees(self, trees: KwargsDump):
         ins, outs = structures(trees)
-        return layout(self.args, ins, outs, self.native.fixed, self.index)
+        return layout(self.args, ins, outs, self.op.fixed, self.index)
 
     def __call__(self, *args, **kwargs):
         raise TypeError(
-            f"{about(self.native.name)} ({self.what}) is called with the pytree structure of "
+            f"{about(self.op.name)} ({self.what}) is called with the pytree structure of "
             "a call (for_trees), not directly"
         )
 
 
 class _Callable(_Body):
-    """A callable of a native op, as the trampoline calls it: (out, args, kwargs_dump)."""
+    """A callable of a pytree-API op, as the trampoline calls it: (out, args, kwargs_dump)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -126,7 +126,7 @@ class _Callable(_Body):
         if refused is not None:
             problem, fix, _ = refused
             raise TypeError(
-                f"{about(self.native.name)} ({self.what}) {problem}. A call's keyword "
+                f"{about(self.op.name)} ({self.what}) {problem}. A call's keyword "
                 f"arguments go to {self.what} as well as to the shape function: {fix}"
             )
 
@@ -141,7 +141,7 @@ class _Callable(_Body):
         arg_trees, out_tree = self.trees(trees)
         general = functools.partial(self._run, arg_trees, out_tree)
         shared = _shared_kwargs(kwargs_dump)
-        if shared is None or self.native.options.state is not None:
+        if shared is None or self.op.options.state is not None:
             return general
         return self._shortcut(arg_trees, out_tree, general, kwargs_dump, shared)
 
@@ -235,7 +235,7 @@ class _Callable(_Body):
     def _run(self, arg_trees, out_tree, out, args, kwargs_dump):
         kwargs = load_kwargs(kwargs_dump)
         batch = kwargs.pop("batch_axes", None)
-        if self.native.options.state is not None:
+        if self.op.options.state is not None:
             kwargs["state"] = current_state()
         leaves = BatchAxes(batch).to_front(args, np.moveaxis) if batch else list(args)
         user_args = split(leaves, arg_trees)
@@ -337,24 +337,24 @@ def _shared_kwargs(kwargs_dump) -> Mapping[str, Any] | None:
     return values
 
 
-def body(native, fn, args: Args, what: str, index=None):
+def body(op, fn, args: Args, what: str, index=None):
     """A callable wrapped for pytrees; a compiled kernel as it is (it takes flat arrays)."""
     name: str = (
-        getattr(native, "name", None)
-        or native._explicit_name
-        or getattr(native.fn, "__qualname__", None)
-        or str(getattr(native.fn, "name", native.fn))  # a Kernel: its function's name
+        getattr(op, "name", None)
+        or op._explicit_name
+        or getattr(op.fn, "__qualname__", None)
+        or str(getattr(op.fn, "name", op.fn))  # a Kernel: its function's name
     )
-    if native.options.state is not None:
+    if op.options.state is not None:
         check_takes_state(name, what, fn)
     if Body.of(fn).compiled:
         return fn
-    check_body_runs(what, fn, name, native.options)
-    return _Callable(native, fn, args, what, index=index)
+    check_body_runs(what, fn, name, op.options)
+    return _Callable(op, fn, args, what, index=index)
 
 
 class JaxDerivative(_Body):
-    """A derivative given as a JAX function, for a native op (pytrees in and out)."""
+    """A derivative given as a JAX function, for a pytree-API op (pytrees in and out)."""
 
     def for_trees(self, trees: KwargsDump) -> Callable:
         arg_trees, out_tree = self.trees(trees)

@@ -1,4 +1,4 @@
-"""A JAX-native op's call takes a short path where it can (eager: one jitted program per set of
+"""A pytree-API op's call takes a short path where it can (eager: one jitted program per set of
 keyword arguments; run time: the site's callable without pytree or keyword-argument copies
 it does not need). Whatever the path, a call gets what the general one gives: fresh keyword
 arguments, the keyword arguments as passed (1 and 1.0 differ), pytrees, checked results.

@@ -1,4 +1,4 @@
-"""The JAX-native API takes and returns every pytree that jax.custom_vjp accepts.
+"""The pytree API takes and returns every pytree that jax.custom_vjp accepts.
 
 namedtuples, OrderedDicts (in their own key order), registered dataclasses and
 custom nodes, as arguments and as results, under jit, grad, linear_transpose and
