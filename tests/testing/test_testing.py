@@ -248,6 +248,24 @@ def test_report_table(enable_x64, capsys):
     assert "transpose adjointness" in out and "ok" in out
 
 
+def test_families_runs_the_families_asked_and_says_which_it_left_out(enable_x64):
+    """families= runs those families (and the first, which calls the function); every
+    other is one "not asked" row, and a failure outside them goes unseen."""
+    op = jaxbind.get_linear_call(
+        _mv, _mv_T_wrong, _mv_abstract, _mv_abstract_T, first_n_args_fixed=1, name="tests.fam"
+    )
+    args = random((3, 3), seed=1), random((3,), seed=2)
+    report = check(op, *args, verbose=False, families=("linearity",))
+    ran = {r.check for r in report if r.checked}
+    assert "linearity" in " ".join(ran) and not any("adjoint" in c for c in ran)
+    skipped = {r.check for r in report.not_checked() if "not asked" in r.detail}
+    assert skipped == {f.name for f in FAMILIES[1:]} - {"linearity"}
+    with pytest.raises(AssertionError, match="transpose adjointness"):
+        check(op, *args, verbose=False, families="first derivatives")
+    with pytest.raises(ValueError, match=r"families \['adjoint'\] unknown; the families are"):
+        check(op, *args, families=("adjoint",))
+
+
 def test_rejects_non_ops():
     with pytest.raises(TypeError, match="expects a jaxbind op"):
         check(jnp.sin, np.ones(3))

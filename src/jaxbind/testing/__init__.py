@@ -36,7 +36,7 @@ from . import (
 )
 from .case import Case, Family, as_computed
 from .collectives import Collectives, collectives
-from .report import CheckReport, CheckResult
+from .report import CheckReport, CheckResult, not_checked
 from .watch import watching
 
 __all__ = ["FAMILIES", "CheckReport", "CheckResult", "Collectives", "check", "collectives"]
@@ -54,6 +54,21 @@ FAMILIES: tuple[Family, ...] = (
     mesh.FAMILY,
     state.FAMILY,  # last: it clears JAX's caches
 )
+
+
+def _chosen(families) -> frozenset[str]:
+    """The family names `families` asks for (None: all), each checked against FAMILIES."""
+    names = [family.name for family in FAMILIES]
+    if families is None:
+        return frozenset(names)
+    if isinstance(families, str):
+        families = (families,)
+    unknown = [f for f in families if f not in names]
+    if unknown:
+        raise ValueError(
+            f"jaxbind.testing.check: families {unknown} unknown; the families are {names}"
+        )
+    return frozenset(families)
 
 
 def _unwrap(op, args, kwargs):
@@ -80,6 +95,7 @@ def check(
     seed=0,
     verbose=True,
     mesh=None,
+    families=None,
     **kwargs,
 ) -> CheckReport:
     """Check a jaxbind op on example inputs; raise AssertionError on any failure.
@@ -152,6 +168,11 @@ def check(
       verbose: print the report table.
       mesh: a ``jax.sharding.Mesh`` of several devices, to check the op's sharding rule
         on (see above); without one, an op with a rule gets a "not checked" row.
+      families: the names of the families to run (default: all of `FAMILIES`), for
+        instance ``("native vs reference",)`` to compare an expensive op with its
+        reference alone. "abstract vs callable" runs first whatever is asked (it calls
+        the function directly, and its failure stops the others); each family left out
+        is one "not checked" row ("not asked").
       **kwargs: keyword arguments of the op call.
 
     Returns:
@@ -171,6 +192,7 @@ def check(
             f"jaxbind.testing.check: mesh must be a jax.sharding.Mesh (for example "
             f"jax.make_mesh((4,), ('p',))), got {type(mesh).__name__}"
         )
+    chosen = _chosen(families)
     op, args, kwargs, trees = _unwrap(op, args, kwargs)
     case = Case(
         op=op,
@@ -188,7 +210,10 @@ def check(
     sdef = op.binding.options.state
     with contextlib.nullcontext() if sdef is None else watching(sdef) as case.watch:
         for family in FAMILIES:
-            report.extend(family.run(case))
+            if family is FAMILIES[0] or family.name in chosen:
+                report.extend(family.run(case))
+            else:
+                report.append(not_checked(family.name, "-", "not asked (families=...)"))
     name = op.binding.name
     if verbose:
         print(f"jaxbind.testing.check('{name}'):\n{report}")
