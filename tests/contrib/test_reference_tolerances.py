@@ -179,9 +179,7 @@ def _assert_reference_rows_pass(op, *args, **kwargs):
     """The native vs reference rows pass (the other families' tolerances are not the
     references': finite differences and adjointness at a coarse epsilon fail there)."""
     try:
-        report = jaxbind.testing.check(
-            op, *args, verbose=False, families=REFERENCE_ROWS, **kwargs
-        )
+        report = jaxbind.testing.check(op, *args, verbose=False, families=REFERENCE_ROWS, **kwargs)
     except AssertionError as failed:
         report = failed.report
     rows = [r for r in report if r.check.startswith("native vs reference") and r.checked]

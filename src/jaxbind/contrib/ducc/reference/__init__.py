@@ -3,17 +3,19 @@
 One module per family (`.fft`, `.nufft`, `.wgridder`, `.sht`; their fast paths
 `.spreading`, `.type3`, `.wstacking`, `.sht_rings`), each function named after the op it
 stands in for and called as that op's callable is: the op's arrays (fixed ones included,
-in order) and the keyword arguments its callable reads; it returns the op's outputs as a list. Written in jax.numpy and jax.lax, so JAX can jit,
-differentiate, vmap and lower them anywhere (the fast NUFFTs are JAX primitives whose
-rules are NUFFTs again, lowered to jax.lax: no custom call); nothing here imports ducc0.
-Each op passes its function as ``reference=`` (see docs/portable.md); the approximate ops
-(the NUFFTs, the gridder) as ``jaxbind.Reference(function, tolerance=by_epsilon)``: how far
-DUCC may be from them at the call's ``epsilon``, which jaxbind.testing.check reads.
+in order) and the keyword arguments its callable reads; it returns the op's outputs as a
+list. Written in jax.numpy and jax.lax, so JAX can jit, differentiate, vmap and lower
+them anywhere (the fast NUFFTs are JAX primitives whose rules are NUFFTs again, lowered
+to jax.lax: no custom call); nothing here imports ducc0. Each op passes its function as
+``reference=`` (see docs/portable.md); the approximate ops (the NUFFTs, the gridder) as
+``jaxbind.Reference(function, tolerance=by_epsilon)``: how far DUCC may be from them at
+the call's ``epsilon``, which jaxbind.testing.check reads.
 
 One convention for keyword arguments (`options`): each reference takes the options of its
-op by name (``epsilon``/``eps``: the accuracy the approximate ones compute to); those that
-only tune the native computation (``nthreads``, ``upsampfac``, ``sigma``...) are named as
-accepted and ignored; any other is refused, naming the op and what it takes. Helpers the families share: `options`, `blocks`.
+op by name (``epsilon``/``eps``: the accuracy the approximate ones compute to); those
+that only tune the native computation (``nthreads``, ``upsampfac``, ``sigma``...) are
+named as accepted and ignored; any other is refused, naming the op and what it takes.
+Helpers the families share: `options`, `blocks`.
 """
 
 from __future__ import annotations

@@ -215,4 +215,3 @@ def direct_sum(
         _, vis = jax.lax.scan(step, image, padded.reshape(count, size, nchan, 3))
         vis = vis.reshape(size * count, nchan)[:nrows]
     return vis
-
