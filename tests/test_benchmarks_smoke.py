@@ -272,3 +272,12 @@ def test_pjrt_host_benchmark_quick(tmp_path):
     rows = json.loads((tmp_path / "pjrt_host.json").read_text())["results"]
     assert len(rows) == 4 and all(r["median_s"] > 0 for r in rows)
     assert "| C host, jaxbind runtime (C kernel) |" in (tmp_path / "pjrt_host.md").read_text()
+
+
+def test_scatter_floor_benchmark_quick(tmp_path):
+    import pytest
+
+    pytest.importorskip("ducc0")
+    proc = _run("scatter_floor", "--quick", out=tmp_path)
+    assert "| scatter alone |" in proc.stdout and "| reference |" in proc.stdout
+    assert not list(tmp_path.iterdir())  # --quick writes nothing
