@@ -27,6 +27,7 @@ with JAX alone, and the DUCC ops' references against their native bodies.
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -229,12 +230,16 @@ def _best_of_three(fn, args) -> float:
     return best
 
 
-def portable(venv: pathlib.Path, programs: dict, timed: bool = False) -> list[dict]:
-    """Each program exported portable, run by the JAX-only `venv`, against the native
-    program here; `timed`: with both processes' times per call."""
+def portable(venv: pathlib.Path, make_programs, timed: bool = False) -> list[dict]:
+    """Each program of `make_programs()` (made with x64 on: float64 inputs) exported
+    portable, run by the JAX-only `venv`, against the native program here; `timed`: with
+    both processes' times per call."""
     python = fresh_venv(venv)
     rows = []
+    # the loading process sees only its venv: not this checkout's jaxbind (PYTHONPATH)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     with jax.enable_x64(True), tempfile.TemporaryDirectory() as tmp:
+        programs = make_programs()
         expected, native_s, files = {}, {}, {}
         for index, (name, (fn, args, _)) in enumerate(programs.items()):
             exported = jaxbind.export(fn, portable=True, platforms=("cpu", "cuda", "tpu"))(*args)
@@ -248,7 +253,11 @@ def portable(venv: pathlib.Path, programs: dict, timed: bool = False) -> list[di
             if timed:
                 native_s[name] = _best_of_three(fn, args)
         done = subprocess.run(
-            [str(python), "-c", _RUN, tmp, *files.values()], capture_output=True, text=True
+            [str(python), "-c", _RUN, tmp, *files.values()],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp,
         )
         if done.returncode != 0:
             raise RuntimeError(done.stderr)
@@ -318,7 +327,7 @@ def main():
     payload = dict(meta=meta, multi_platform=multi)
     if not args.quick:
         venv = pathlib.Path(args.fresh_venv or pathlib.Path(tempfile.gettempdir(), "jax-only"))
-        rows = portable(venv, portable_programs())
+        rows = portable(venv, portable_programs)
         payload["portable"] = rows
         lines += [
             "",
@@ -334,7 +343,7 @@ def main():
         for r in rows:
             lines.append(f"| {r['program']} | {r['epsilon']:g} | {r['rel_diff']:.1e} |")
         if args.real_sizes:
-            big = portable(venv, real_size_programs(), timed=True)
+            big = portable(venv, real_size_programs, timed=True)
             payload["portable_real_sizes"] = big
             lines += [
                 "",
