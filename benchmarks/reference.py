@@ -32,7 +32,6 @@ import pathlib
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = pathlib.Path(__file__).parent
 sys.path.insert(0, str(HERE))
@@ -40,7 +39,7 @@ sys.path.insert(0, str(HERE))
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from _harness import alternating, arguments, flag, run_line, run_meta, save  # noqa: E402
+from _harness import alternating, arguments, flag, run_line, run_meta, save, time_it  # noqa: E402
 
 import jaxbind  # noqa: E402
 
@@ -90,24 +89,21 @@ def multi_platform(rounds: int, iters: int) -> list[dict]:
 # --- 2. portable artifacts, run by JAX alone --------------------------------------------------
 
 _RUN = """
-import json, sys, time
+import json, sys
 import numpy as np, jax, jax.export
+sys.path.insert(0, sys.argv[1])  # the benchmarks' harness (it imports no jaxbind)
+from _harness import time_it
 jax.config.update("jax_enable_x64", True)
-times = {}
-for name in sys.argv[2:]:
-    blob = open(f"{sys.argv[1]}/{name}.bin", "rb").read()
-    count = int(open(f"{sys.argv[1]}/{name}.n").read())
-    args = [jax.device_put(np.load(f"{sys.argv[1]}/{name}.{i}.npy")) for i in range(count)]
+folder, times = sys.argv[2], {}
+for name in sys.argv[3:]:
+    blob = open(f"{folder}/{name}.bin", "rb").read()
+    count = int(open(f"{folder}/{name}.n").read())
+    args = [jax.device_put(np.load(f"{folder}/{name}.{i}.npy")) for i in range(count)]
     call = jax.jit(jax.export.deserialize(blob).call)
-    out = jax.block_until_ready(call(*args))
-    best = float("inf")
-    for _ in range(3):
-        start = time.perf_counter()
-        jax.block_until_ready(call(*args))
-        best = min(best, time.perf_counter() - start)
-    times[name] = best
-    np.save(f"{sys.argv[1]}/{name}.out.npy", np.asarray(out))
-open(f"{sys.argv[1]}/times.json", "w").write(json.dumps(times))
+    timing = time_it(lambda: call(*args), warmup=1, rounds=3)
+    times[name] = timing.min
+    np.save(f"{folder}/{name}.out.npy", np.asarray(timing.value))
+open(f"{folder}/times.json", "w").write(json.dumps(times))
 try:
     import jaxbind  # noqa: F401
     print("jaxbind importable")
@@ -221,13 +217,7 @@ def real_size_programs() -> dict:
 
 def _best_of_three(fn, args) -> float:
     jitted = jax.jit(fn)
-    jax.block_until_ready(jitted(*args))
-    best = float("inf")
-    for _ in range(3):
-        start = time.perf_counter()
-        jax.block_until_ready(jitted(*args))
-        best = min(best, time.perf_counter() - start)
-    return best
+    return time_it(lambda: jitted(*args), warmup=1, rounds=3).min
 
 
 def portable(venv: pathlib.Path, make_programs, timed: bool = False) -> list[dict]:
@@ -253,7 +243,7 @@ def portable(venv: pathlib.Path, make_programs, timed: bool = False) -> list[dic
             if timed:
                 native_s[name] = _best_of_three(fn, args)
         done = subprocess.run(
-            [str(python), "-c", _RUN, tmp, *files.values()],
+            [str(python), "-c", _RUN, str(HERE), tmp, *files.values()],
             capture_output=True,
             text=True,
             env=env,

@@ -109,7 +109,7 @@ FAMILY = Family(
     name="abstract vs callable",
     checks=("callable runs", "abstract vs callable: written"),
     roles=frozenset({"f"}),
-    options=frozenset({"aliases", "native"}),
+    options=frozenset({"aliases", "pytree_api"}),
     applies=_runs_here,
     rows=_rows,
 )
