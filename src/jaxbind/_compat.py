@@ -554,6 +554,12 @@ def register_cache(cache, for_what: str) -> None:
 # (fixed in 0.8); _rules.jaxlib07 works around it.
 XLA_CPU_ROOT_CALL_ABORTS = _version_tuple(jaxlib.__version__)[:2] < (0, 8)
 
+# jax 0.7 cannot transpose the gridder reference's w-stacking (a scan of conditionals over
+# the w planes, inside a conditional): its scan transpose asserts on the residuals. Checked
+# working on jax 0.10 and 0.12; before 0.10 the reference sums directly
+# (contrib/ducc/reference/wgridder.py).
+TRANSPOSES_SCANS_OF_CONDITIONALS = _version_tuple(jax.__version__)[:2] >= (0, 10)
+
 
 def compile_options_proto(num_replicas: int, num_partitions: int) -> bytes:
     """A serialized xla.CompileOptionsProto for a program of that many replicas and

@@ -26,7 +26,8 @@ references' spreading kernel (`.wstacking`), to that accuracy (0.1 to 0.4 epsilo
 the exact sum, DUCC up to 0.83: the checker allows 3 epsilon): about 2 to 4.5 times DUCC's
 time at one thread for a 1024 x 1024 image and 10^6 visibilities
 (benchmarks/results/reference_wgridder_sizes.md). Without ``epsilon``, and where the w
-range needs more planes than w-stacking schedules (thousands), by `direct_sum`: the sum
+range needs more planes than w-stacking schedules (thousands), and on JAX before 0.10
+(which cannot transpose the w-stacking's scan), by `direct_sum`: the sum
 over every pixel, exact, ``nrows * nchan * npix_x * npix_y`` complex exponentials (with
 the w-term; multiply-adds without it, the phase then factoring into x and y), in blocks
 of about `_BLOCK_ELEMENTS` complex values (64 MiB in complex128), practical up to a
@@ -39,6 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ...._compat import TRANSPOSES_SCANS_OF_CONDITIONALS
 from . import blocks, options, wstacking
 
 __all__ = ["wgridder", "direct_sum"]
@@ -118,7 +120,7 @@ def wgridder(
         center_x=center_x,
         center_y=center_y,
     )
-    if epsilon is None:  # no accuracy asked: exact
+    if epsilon is None or not TRANSPOSES_SCANS_OF_CONDITIONALS:  # exact (see _compat)
         vis = direct_sum(uvw, freq, dirty, **geometry)
     else:
         signs = jnp.asarray([1.0, 1.0, -1.0 if flip_w else 1.0], uvw.dtype)
