@@ -25,7 +25,7 @@ import jax
 jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-from _harness import alternating, arguments, run_line, run_meta, save  # noqa: E402
+from _harness import alternating, arguments, publish, run_line, run_meta, table  # noqa: E402
 from jax import lax  # noqa: E402
 
 from jaxbind.contrib import jaxducc0  # noqa: E402
@@ -89,22 +89,19 @@ def main():
     base = times["DUCC"].median
     meta = run_meta(ducc_threads=1, kernel_width=w, oversampled=over)
     rows = [dict(what=k, median_s=t.median, ratio=t.median / base) for k, t in times.items()]
-    lines = [
-        "# The scatter floor of a type 1 NUFFT in JAX",
-        "",
+    caption = (
         f"{run_line(meta)}; {points} points on {modes}² ({over}² oversampled), float64, "
         f"eps {EPS:g} (w = {w}, {w * w * 2} real updates per point); medians of {rounds} "
         "alternating rounds (jitted). 'scatter alone' is the reference's scatter-add loop "
-        "with fixed windows: no kernel, no FFT, no deconvolution.",
+        "with fixed windows: no kernel, no FFT, no deconvolution."
+    )
+    cells = [(r["what"], f"{r['median_s']:.4f}", f"{r['ratio']:.1f}") for r in rows]
+    lines = [
+        "# The scatter floor of a type 1 NUFFT in JAX",
         "",
-        "| what | median (s) | / DUCC |",
-        "|---|---|---|",
-        *(f"| {r['what']} | {r['median_s']:.4f} | {r['ratio']:.1f} |" for r in rows),
+        *table(caption, ("what", "median (s)", "/ DUCC"), cells),
     ]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if not args.quick and args.out:
-        save(args.out, "scatter_floor", dict(meta=meta, results=rows), text)
+    publish(args.out, "scatter_floor", dict(meta=meta, results=rows), lines, write=not args.quick)
 
 
 if __name__ == "__main__":
