@@ -27,6 +27,18 @@ struct LabelledError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Where a call runs (the kernel ABI's version 4 fields): the CPU, or a CUDA device, whose
+// memory the buffers are, and XLA's stream for the call.
+struct Place {
+  int64_t platform = JAXBIND_PLATFORM_CPU;
+  void *stream = nullptr;
+  int64_t device = -1;
+
+  static Place cuda(void *stream, int32_t device) {
+    return Place{JAXBIND_PLATFORM_CUDA, stream, device};
+  }
+};
+
 // One buffer is described as the kernel ABI describes it (jaxbind_buffer: data, XLA
 // element type, rank, dimensions), whoever gets it.
 using Buffer = jaxbind_buffer;

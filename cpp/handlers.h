@@ -4,8 +4,11 @@
 //   CpuHandler         a compiled kernel without the GIL (`run_kernel_fast`, kernel_path.h,
 //                      which the C runtime's handler runs too), else the GIL
 //                      taken (`guarded`): a kernel, or a Python callable on NumPy views
-//   CudaHandler        the site's GPU plan (gpu.h), or a CUDA kernel reached by the GIL path
-//   CudaKernelHandler  a CUDA kernel launched on XLA's stream without the GIL, else `guarded`
+//   CudaHandler        a kernel for CUDA (jaxbind.kernel(platform="cuda")) called with XLA's
+//                      stream without the GIL, else the site's GPU plan (gpu.h), or a CUDA
+//                      kernel reached by the GIL path
+//   CudaKernelHandler  a CUDA kernel launched, or a graph-safe kernel for CUDA called, on
+//                      XLA's stream without the GIL, else `guarded`
 //   InstantiateCpu/Cuda  XLA's instantiate stage (every platform): the site kept by XLA
 // and their bindings to XLA's FFI (the XLA_FFI_DEFINE_HANDLER_SYMBOL blocks at the end).
 #pragma once
@@ -97,6 +100,11 @@ inline ffi::Error CpuHandler(ExecutionContext context, ffi::RemainingArgs args,
   return guarded(raw.dict(), *instance, "cpu", args, rets, *frame,
                  [&](Site &site, jaxbind_kernel_fn fn) {
                    SiteCore &core = *site.core.get();
+                   if (core.is_kernel && core.kernel.on_cuda)
+                     throw std::invalid_argument(
+                         "its body is a kernel for CUDA (jaxbind.kernel(..., "
+                         "platform=\"cuda\")), which cannot run in a CPU program; run the "
+                         "program on a CUDA device, or give the op a reference for the CPU");
                    if (core.is_kernel) {
                      nb::gil_scoped_release release;
                      return run_kernel(core, fn, *frame, context);
@@ -120,7 +128,13 @@ inline void launch_cuda(const SiteCore &core, const Launch &launch, Frame &frame
 // A GPU call: a CUDA kernel launched, or the site's GPU plan (gpu.h) run once per batch
 // element, on the element's device pointers. Also reached from Python, on host memory,
 // by the plumbing tests (`gpu_call_for_tests`).
-inline void run_gpu(Site &site, Frame &frame, uintptr_t stream, int32_t device) {
+inline void run_gpu(Site &site, Frame &frame, uintptr_t stream, int32_t device,
+                    jaxbind_kernel_fn fn) {
+  if (site.core->is_kernel && site.core->kernel.on_cuda) {
+    nb::gil_scoped_release release;
+    return run_stream_kernel(*site.core.get(), fn, frame,
+                             Place::cuda(reinterpret_cast<void *>(stream), device));
+  }
   if (site.core->cuda) {
     const Launch *launch = site.core->cuda->find(frame.call);
     if (launch == nullptr) throw std::runtime_error("no launch for the call's signature");
@@ -131,7 +145,8 @@ inline void run_gpu(Site &site, Frame &frame, uintptr_t stream, int32_t device) 
   if (site.core->is_kernel)
     throw std::invalid_argument(
         "its body is a CPU kernel, which cannot run in a GPU program; run the program on "
-        "the CPU, or give the role a CUDA kernel (jaxbind.cuda_kernel) or a Python callable");
+        "the CPU, or give the role a kernel for CUDA (jaxbind.kernel(..., platform=\"cuda\"), "
+        "jaxbind.cuda_kernel) or a Python callable");
   site.core->loop.run(frame.call, false, frame.element,
                       [&](const Call &call) { run_plan(site, stream, device, call); });
 }
@@ -146,9 +161,11 @@ inline ffi::Error CudaHandler(ExecutionContext context, void *stream, int32_t de
   Instance *instance = nullptr;
   ffi::Error found = find_instance(context, raw, "cuda", frame->kept, instance);
   if (found.failure()) return found;
+  if (run_stream_kernel_fast(*instance, args, rets, *frame, Place::cuda(stream, device), found))
+    return found;
   return guarded(raw.dict(), *instance, "cuda", args, rets, *frame,
-                 [&](Site &site, jaxbind_kernel_fn) {
-                   run_gpu(site, *frame, reinterpret_cast<uintptr_t>(stream), device);
+                 [&](Site &site, jaxbind_kernel_fn fn) {
+                   run_gpu(site, *frame, reinterpret_cast<uintptr_t>(stream), device, fn);
                  });
 }
 
@@ -161,22 +178,25 @@ inline ffi::Error gpu_work_for_tests(Site &site, Frame &frame, uintptr_t stream,
   where.binding = site.binding;
   return boundary(where, [&] {
     python.require();
-    accept(site, frame.call);
-    run_gpu(site, frame, stream, device);
+    run_gpu(site, frame, stream, device, accept(site, frame.call));
   });
 }
 
-// CUDA, a call of a CUDA kernel (jaxbind.cuda_kernel; the lowering gives such calls this
-// handler's target): launched from C++ on XLA's stream, without the GIL or Python once
-// the site and signature are known. Registered without an instantiate stage (XLA keeps
-// no slot for it), it does nothing a CUDA graph cannot replay, so it is declared
-// compatible with XLA's command buffers.
+// CUDA, a call of a CUDA kernel (jaxbind.cuda_kernel) or of a graph-safe kernel for CUDA
+// (jaxbind.kernel(..., platform="cuda", graph_safe=True); the lowering gives such calls
+// this handler's target): launched, or called, from C++ on XLA's stream, without the GIL
+// or Python once the site and signature are known. Registered without an instantiate
+// stage (XLA keeps no slot for it), it does nothing a CUDA graph cannot replay (a
+// graph-safe kernel says so of itself, and takes no state), so it is declared compatible
+// with XLA's command buffers.
 inline ffi::Error CudaKernelHandler(void *stream, int32_t device, ffi::RemainingArgs args,
                                     ffi::RemainingRets rets, RawAttrs raw) {
   ScopedFrame frame;
   Instance *instance = nullptr;
   ffi::Error found = find_instance(raw, "cuda", frame->kept, instance);
   if (found.failure()) return found;
+  if (run_stream_kernel_fast(*instance, args, rets, *frame, Place::cuda(stream, device), found))
+    return found;  // a graph-safe CUDA kernel of the ABI
   SiteCore *core = live_core(*instance);
   const Launch *launch = nullptr;
   if (core != nullptr && core->cuda) {
@@ -191,8 +211,8 @@ inline ffi::Error CudaKernelHandler(void *stream, int32_t device, ffi::Remaining
     return boundary(Where::of_label(core->label),
                     [&] { launch_cuda(*core, *launch, *frame, stream, device); });
   return guarded(raw.dict(), *instance, "cuda", args, rets, *frame,
-                 [&](Site &site, jaxbind_kernel_fn) {
-                   run_gpu(site, *frame, reinterpret_cast<uintptr_t>(stream), device);
+                 [&](Site &site, jaxbind_kernel_fn fn) {
+                   run_gpu(site, *frame, reinterpret_cast<uintptr_t>(stream), device, fn);
                  });
 }
 

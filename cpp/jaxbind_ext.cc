@@ -317,15 +317,18 @@ void define_gpu_tests(nb::module_ &m) {
       [](Site &site, uintptr_t stream, int32_t device, nb::handle ins, nb::handle outs) {
         DescribedCall described(ins, outs);
         try {
-          run_gpu(site, described.frame, stream, device);
+          jaxbind_kernel_fn fn =
+              site.core->is_kernel ? accept(site, described.frame.call) : nullptr;
+          run_gpu(site, described.frame, stream, device, fn);
         } catch (std::invalid_argument &e) {
           throw nb::value_error(e.what());
         }
       },
       nb::arg("site"), nb::arg("stream"), nb::arg("device"), nb::arg("inputs"), nb::arg("outputs"),
       "Run the CUDA handler's body for `site` on buffers given as (address, shape, XLA "
-      "element type): its batch loop and the site's GPU plan, without a GPU (host memory "
-      "stands in for device memory), for tests.");
+      "element type): its batch loop and the site's GPU plan, or its kernel for CUDA (its "
+      "signature checked first), without a GPU (host memory stands in for device memory), "
+      "for tests.");
   m.def(
       "gpu_error_for_tests",
       [](Site &site, uintptr_t stream, int32_t device, nb::handle ins,

@@ -72,7 +72,7 @@ inline bool run_kernel_fast(Instance &instance, const ffi::RemainingArgs &args,
                             const ffi::RemainingRets &rets, ExecutionContext context, Frame &frame,
                             ffi::Error &result) {
   SiteCore *found = live_core(instance);
-  if (found == nullptr || !found->is_kernel) return false;
+  if (found == nullptr || !found->is_kernel || found->kernel.on_cuda) return false;
   SiteCore &core = *found;
   try {
     frame.call.decode(args, rets);
@@ -83,6 +83,40 @@ inline bool run_kernel_fast(Instance &instance, const ffi::RemainingArgs &args,
   if (!accepted_before(core, frame.call, fn)) return false;
   result =
       native_boundary(Where::of_label(core.label), [&] { run_kernel(core, fn, frame, context); });
+  return true;
+}
+
+// A CUDA kernel of the ABI (jaxbind.kernel(platform="cuda")): a host function called on
+// the calling thread with XLA's stream and the device, once or once per batch element,
+// in order (it enqueues its work on the stream). Nothing here reads the buffers: they
+// are device memory.
+inline void run_stream_kernel(const SiteCore &core, jaxbind_kernel_fn fn, Frame &frame,
+                              const Place &place) {
+  const Loop *batch = core.whole_batch ? &core.loop : nullptr;
+  core.loop.run(frame.call, core.whole_batch, frame.element, serial_workers,
+                [&](const Call &call, const Workers &w) {
+                  call_kernel(fn, core.kernel, core.label, call, batch, w, place);
+                });
+}
+
+// Such a call whose site and signature are known: no GIL, no Python object (but a
+// device's first call of an op with a state, which sets it up). Returns false when the
+// call needs the GIL path.
+inline bool run_stream_kernel_fast(Instance &instance, const ffi::RemainingArgs &args,
+                                   const ffi::RemainingRets &rets, Frame &frame, const Place &place,
+                                   ffi::Error &result) {
+  SiteCore *found = live_core(instance);
+  if (found == nullptr || !found->is_kernel || !found->kernel.on_cuda) return false;
+  SiteCore &core = *found;
+  try {
+    frame.call.decode(args, rets);
+  } catch (std::exception &) {
+    return false;  // the GIL path reports it, with the binding's name
+  }
+  jaxbind_kernel_fn fn = nullptr;
+  if (!accepted_before(core, frame.call, fn)) return false;
+  result = native_boundary(Where::of_label(core.label),
+                           [&] { run_stream_kernel(core, fn, frame, place); });
   return true;
 }
 

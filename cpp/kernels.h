@@ -21,7 +21,8 @@ namespace jaxbind {
 // says (which the kernel tests hold against the header's fields, in order).
 static_assert(sizeof(jaxbind_buffer) == 4 * 8, "jaxbind_buffer is 4 words (abi.BUFFER)");
 static_assert(sizeof(jaxbind_kwarg) == 10 * 8, "jaxbind_kwarg is 10 words (abi.KWARG)");
-static_assert(sizeof(jaxbind_call) == 15 * 8, "jaxbind_call is 15 words (abi.CALL)");
+static_assert(sizeof(jaxbind_call) == 18 * 8, "jaxbind_call is 18 words (abi.CALL)");
+static_assert(sizeof(jaxbind_setup) == 8 * 8, "jaxbind_setup is 8 words (abi.SETUP)");
 
 // A kernel that failed: its message names the binding and the role already.
 struct KernelError : LabelledError {
@@ -84,16 +85,18 @@ struct KernelSite {
   KernelArgs kwargs;
   std::string origin = "kernel";  // what it was made from, for messages ("ctypes function")
   KernelState state;              // the op's state (none: an op without state=)
+  bool on_cuda = false;           // it runs in GPU programs (jaxbind.kernel(platform="cuda"))
 };
 
 // Call a kernel once on `call` (one batch element, or the whole call: then `loop` says
-// which axes are the batch), with `workers` for its parallel_for, and its op's object
+// which axes are the batch), at `place`, with `workers` for its parallel_for, and its op's object
 // taken under the state's policy for the call (state.h). No GIL needed, no Python object
 // made (but for a pool's new object, or a key value not seen). Throws KernelError with the kernel's
 // message, prefixed with `label`, if it fails.
 inline void call_kernel(jaxbind_kernel_fn fn, const KernelSite &site, const std::string &label,
-                        const Call &call, const Loop *loop, const Workers &workers) {
-  StateUse state(site.state, call);  // the op's object for this call, if it has a state
+                        const Call &call, const Loop *loop, const Workers &workers,
+                        const Place &place = Place()) {
+  StateUse state(site.state, call, place);  // the op's object, if it has a state
   const Workers &tasks = site.state.serial_tasks ? serial_workers : workers;
   const KernelArgs &kwargs = site.kwargs;
   char message[1024];
@@ -114,6 +117,9 @@ inline void call_kernel(jaxbind_kernel_fn fn, const KernelSite &site, const std:
   abi.parallel_for = parallel_for;
   abi.workers = const_cast<Workers *>(&tasks);
   abi.state = state.address();
+  abi.platform = place.platform;
+  abi.stream = place.stream;
+  abi.device = place.device;
   int32_t status = fn(&abi);
   if (status == 0) return;
   message[sizeof(message) - 1] = '\0';

@@ -89,6 +89,7 @@ struct Site {
       core->kernel.threads = nb::cast<int64_t>(kernel.attr("threads"));
       read_kwargs(kernel.attr("kwargs"));
       core->kernel.origin = nb::cast<std::string>(kernel.attr("origin"));
+      core->kernel.on_cuda = nb::cast<std::string>(kernel.attr("platform")) == "cuda";
       read_state(kernel.attr("state"));
     }
     nb::object cuda = description.attr("cuda_kernel");
@@ -131,7 +132,8 @@ struct Site {
   // A kernel's state (jaxbind/_kernels' KernelSite.state): None, or what the run time
   // made of it (jaxbind/_runtime/state.py's KernelState): its cell (an _ext.StateCell) for
   // a state without key, else the key inputs' positions and the lease that gives a cell
-  // per key value; and whether the kernel's ranges run in order.
+  // per key value, or (a CUDA kernel's) the lease that gives a cell per device; and
+  // whether the kernel's ranges run in order.
   void read_state(nb::handle state) {
     if (state.is_none()) return;
     KernelState &s = core->kernel.state;
@@ -139,6 +141,10 @@ struct Site {
     nb::object cell = state.attr("cell");
     if (!cell.is_none()) {
       s.cell = nb::cast<CellHandle &>(cell).cell;
+      return;
+    }
+    if (nb::cast<bool>(state.attr("per_device"))) {
+      s.finder = std::make_unique<DeviceCells>(state.attr("lease"), core->label);
       return;
     }
     s.finder = std::make_unique<KeyedCells>(nb::cast<std::vector<int>>(state.attr("key_inputs")),

@@ -16,7 +16,8 @@
 // and, Python's (the trampoline's alone):
 //   held.h         Python objects held by C++ (strongly, or weakly and asked with the GIL)
 //   state_python.h a cell whose objects Python's state provides; its handle in Python
-//   state_keys.h   a key= state's cells by the bytes of the call's key inputs (KeyedCells)
+//   state_keys.h   a key= state's cells by the bytes of the call's key inputs (KeyedCells);
+//                  a CUDA kernel's, by device (DeviceCells)
 //
 // A kernel site holds its cell counted (CellRef), or finds one per call (a CellFinder):
 // a state with key= has a cell per key value (the site keeps the last few key values'
@@ -31,11 +32,12 @@
 
 namespace jaxbind {
 
-// A kernel site's cells found per call: by key value (state_keys.h), or the C runtime's.
+// A kernel site's cells found per call: by key value (state_keys.h), by device (a CUDA
+// kernel's, state_keys.h), or the C runtime's.
 struct CellFinder {
   virtual ~CellFinder() = default;
-  // The cell of the call (it may close before it is entered: then found again).
-  virtual CellRef find(const Call &call) = 0;
+  // The cell of the call at `place` (it may close before it is entered: then found again).
+  virtual CellRef find(const Call &call, const Place &place) = 0;
 };
 
 // A kernel site's state: a cell, or the cells a finder gives; none for an op without.
@@ -51,14 +53,14 @@ struct KernelState {
 // call (and given back after), and its address.
 class StateUse {
  public:
-  StateUse(const KernelState &state, const Call &call) {
+  StateUse(const KernelState &state, const Call &call, const Place &place) {
     if (!state.cell && !state.finder) return;  // (an op without state: nothing more)
     if (state.finder) {
       // a found cell may close between finding and entering it (when Python drops a key
       // value from its last few, or the C runtime releases its states): found again, it
       // is set up again
       for (int attempt = 0;; ++attempt) {
-        held_ = state.finder->find(call);
+        held_ = state.finder->find(call, place);
         try {
           slot_ = held_->enter();
           break;

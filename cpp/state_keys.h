@@ -1,7 +1,9 @@
-// jaxbind's trampoline: the cells of a state with key= (see state.h), by the bytes of a
-// call's key inputs. Python's lease keeps a state per key value, the last few of them
-// (jaxbind/_runtime/state.py's Lease); a kernel site keeps as many values' bytes here,
-// each with its cell, and asks the lease (the GIL taken) only for a value it has not seen.
+// jaxbind's trampoline: the cells a kernel site finds per call (see state.h). A state
+// with key= has a cell per value of the call's key inputs: Python's lease keeps a state
+// per key value, the last few of them (jaxbind/_runtime/state.py's Lease); a kernel site
+// keeps as many values' bytes here, each with its cell, and asks the lease (the GIL
+// taken) only for a value it has not seen (KeyedCells). A CUDA kernel's state has a cell
+// per device, set up at the first call on the device (DeviceCells).
 #pragma once
 
 #include <algorithm>
@@ -33,7 +35,7 @@ class KeyedCells : public CellFinder {
   KeyedCells(std::vector<int> inputs, nb::handle lease, std::string label)
       : inputs_(std::move(inputs)), label_(std::move(label)), lease_(lease) {}
 
-  CellRef find(const Call &call) override {
+  CellRef find(const Call &call, const Place &) override {
     for (int i : inputs_)
       if (i < 0 || static_cast<size_t>(i) >= call.ins.size())
         throw std::invalid_argument("the state's key input " + std::to_string(i) +
@@ -117,6 +119,44 @@ class KeyedCells : public CellFinder {
   WeakOwner lease_;  // Python's Lease
   std::mutex mu_;
   std::vector<Entry> entries_;
+};
+
+// A CUDA kernel's state (jaxbind.kernel(platform="cuda")): a cell per device, whose
+// objects the lease sets up at the device's first call, on the calling thread (with the
+// device's context current, as XLA runs the call) and told the call's stream. A device's
+// cell is kept for the site's life (the lease frees its states with the site).
+class DeviceCells : public CellFinder {
+ public:
+  DeviceCells(nb::handle lease, std::string label) : label_(std::move(label)), lease_(lease) {}
+
+  CellRef find(const Call &, const Place &place) override {
+    {
+      std::lock_guard lock(mu_);
+      for (auto &[device, cell] : cells_)
+        if (device == place.device && !cell->closed()) return cell;
+    }
+    CellRef cell;
+    bool asked = lease_.ask([&](nb::handle lease) {
+      cell = nb::cast<CellHandle &>(lease.attr("cell_for_device")(
+                                        place.device, reinterpret_cast<uintptr_t>(place.stream)))
+                 .cell;
+    });
+    if (!asked) throw LabelledError(label_ + ": its state was freed while a call ran");
+    std::lock_guard lock(mu_);
+    for (auto &[device, kept] : cells_)
+      if (device == place.device) {
+        kept = cell;
+        return cell;
+      }
+    cells_.emplace_back(place.device, cell);
+    return cell;
+  }
+
+ private:
+  std::string label_;
+  WeakOwner lease_;  // Python's Lease
+  std::mutex mu_;
+  std::vector<std::pair<int64_t, CellRef>> cells_;
 };
 
 }  // namespace jaxbind

@@ -87,8 +87,14 @@ class CState {
   void *make() const {
     char message[1024];
     message[0] = '\0';
-    jaxbind_setup args{JAXBIND_KERNEL_ABI_VERSION, arguments.size(), arguments.data(), message,
-                       sizeof(message)};
+    jaxbind_setup args{JAXBIND_KERNEL_ABI_VERSION,
+                       arguments.size(),
+                       arguments.data(),
+                       message,
+                       sizeof(message),
+                       JAXBIND_PLATFORM_CPU,  // (the C runtime runs CPU programs)
+                       nullptr,
+                       -1};
     void *object = nullptr;
     int32_t status = setup(&args, &object);
     message[sizeof(message) - 1] = '\0';
@@ -110,7 +116,7 @@ class CState {
 // A site's way to its op's C state: the state's current cell (StateUse, state.h).
 struct CStateCells : CellFinder {
   explicit CStateCells(CState &state) : state(state) {}
-  CellRef find(const Call &) override { return state.current(); }
+  CellRef find(const Call &, const Place &) override { return state.current(); }
   CState &state;
 };
 

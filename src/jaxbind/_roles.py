@@ -245,13 +245,20 @@ class Body(enum.Enum):
     """
 
     # fmt: off
-    #              value          platforms        calls     traced compiled
-    CALLABLE    = ("callable",    ("cpu", "cuda"), "plain",  False, False)
-    KERNEL      = ("kernel",      ("cpu", "cuda"), "plain",  False, True)  # jaxbind.kernel
-    CUDA_KERNEL = ("cuda_kernel", ("cuda",),       "kernel", False, True)  # .cuda_kernel
-    JAX         = ("jax",         ANYWHERE,        "",       True,  False)  # jax_function, op
-    DERIVED     = ("derived",     ANYWHERE,        "",       True,  False)  # from the reference
+    #                    value                platforms        calls     traced compiled
+    CALLABLE          = ("callable",          ("cpu", "cuda"), "plain",  False, False)
+    KERNEL            = ("kernel",            ("cpu",),        "plain",  False, True)  # .kernel
+    STREAM_KERNEL     = ("stream_kernel",     ("cuda",),       "plain",  False, True)  # (a)
+    GRAPH_SAFE_KERNEL = ("graph_safe_kernel", ("cuda",),       "kernel", False, True)  # (b)
+    CUDA_KERNEL       = ("cuda_kernel",       ("cuda",),       "kernel", False, True)  # (c)
+    JAX               = ("jax",               ANYWHERE,        "",       True,  False)  # (d)
+    DERIVED           = ("derived",           ANYWHERE,        "",       True,  False)  # (e)
     # fmt: on
+    # (a) jaxbind.kernel(..., platform="cuda"): a compiled host function called with XLA's
+    #     stream and the device, which enqueues the work (a CUDA library's entry point)
+    # (b) the same with graph_safe=True: its handler may be captured into CUDA graphs
+    # (c) jaxbind.cuda_kernel: PTX or a cubin, launched by the trampoline
+    # (d) jaxbind.jax_function, or a jaxbind op; (e) a role derived from the reference
 
     platforms: tuple[str, ...]
     calls: str

@@ -164,7 +164,11 @@ def not_carried(binding: Any, entry: Any) -> str | None:
     with a C state (jaxbind.c_state)."""
     body = entry.body
     if entry.kind is not Body.KERNEL:
-        what = "a CUDA kernel" if entry.kind is Body.CUDA_KERNEL else "a Python callable"
+        what = {
+            Body.CUDA_KERNEL: "a CUDA kernel",
+            Body.STREAM_KERNEL: "a kernel for CUDA (the C runtime runs CPU programs)",
+            Body.GRAPH_SAFE_KERNEL: "a kernel for CUDA (the C runtime runs CPU programs)",
+        }.get(entry.kind, "a Python callable")
         return f"its body is {what}"
     if body.library_function() is None:
         if body.origin == "numba function":

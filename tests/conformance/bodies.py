@@ -169,6 +169,7 @@ _C_PRELUDE = r"""
 #include <complex.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include "jaxbind/kernel.h"
 
@@ -178,6 +179,14 @@ static double kwarg_c(const jaxbind_call *call) {
       return call->kwargs[k].type == JAXBIND_KWARG_FLOAT ? call->kwargs[k].float_value
                                                          : (double)call->kwargs[k].int_value;
   return 1.0;
+}
+/* The body of the kinds that run on a GPU only (jaxbind.kernel(platform="cuda")): on this
+   CPU their cells run the reference, or are refused, so nothing calls it; on a GPU it
+   fails, saying so, rather than read device memory. */
+int32_t stand_in_for_cuda(const jaxbind_call *call) {
+  snprintf(call->error, (size_t)call->error_size,
+           "the conformance matrix's stand-in for a kernel for CUDA computes nothing");
+  return 1;
 }
 static int64_t count(const jaxbind_buffer *b) {
   int64_t n = 1;
@@ -297,6 +306,10 @@ def _kernel(kind, formula, form, base):
         return numba_kernel(formula, form.name, base)
     if kind == "c":
         return jaxbind.kernel(getattr(c_library(), c_name(formula, form, base)))
+    if kind in ("stream", "graph_safe"):
+        return jaxbind.kernel(
+            c_library().stand_in_for_cuda, platform="cuda", graph_safe=kind == "graph_safe"
+        )
     return jaxbind.cuda_kernel(SCALE_PTX, "scale", scalars=lambda *a, **k: ())
 
 
@@ -326,8 +339,8 @@ def build(
     reference than the form's twin)."""
     form = FORMS[form_key]
     calls: list = []
-    with_reference = kind != "cuda_noref"
-    body_kind = "cuda" if kind == "cuda_noref" else kind
+    with_reference = not kind.endswith("_noref")
+    body_kind = kind.removesuffix("_noref")
     bodies = _bodies_13(body_kind, form, base, calls)
     if reference is None and with_reference:
         reference = _reference(form, base, api)

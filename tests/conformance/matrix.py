@@ -57,6 +57,7 @@ class BodyKind:
 
 
 _CALLABLE, _KERNEL, _CUDA = Body.CALLABLE, Body.KERNEL, Body.CUDA_KERNEL
+_STREAM, _GRAPH_SAFE = Body.STREAM_KERNEL, Body.GRAPH_SAFE_KERNEL
 BODY_KINDS = {
     "callable": BodyKind(_CALLABLE, (_CALLABLE,)),
     "numba": BodyKind(_KERNEL, (_KERNEL,), "Kernel"),
@@ -65,6 +66,10 @@ BODY_KINDS = {
     "derived": BodyKind(_CALLABLE, (_CALLABLE, Body.DERIVED), rules="derived"),
     "cuda": BodyKind(_CUDA, (_CUDA,), "CudaKernel"),  # on a CPU-only machine: the reference runs
     "cuda_noref": BodyKind(_CUDA, (_CUDA,), "CudaKernel", reference=False),  # refused, by name
+    # kernels for CUDA (jaxbind.kernel(platform="cuda")): as the CUDA kernel's rows here
+    "stream": BodyKind(_STREAM, (_STREAM,), "StreamKernel"),
+    "stream_noref": BodyKind(_STREAM, (_STREAM,), "StreamKernel", reference=False),
+    "graph_safe": BodyKind(_GRAPH_SAFE, (_GRAPH_SAFE,), "GraphSafeKernel"),
 }
 
 APIS = ("jaxbind13", "native")
@@ -105,13 +110,19 @@ TARGET_ROWS = {
         "cpu",
     ): "tests/runtime/test_effects.py (an op with effects takes no reference)",
     ("jaxbind_partitioned", "cpu"): "tests/sharding/test_partitioning.py (a declared rule)",
-    ("jaxbind_cuda", "cuda"): "tests/gpu/test_gpu.py (needs a GPU)",
+    (
+        "jaxbind_cuda",
+        "cuda",
+    ): "tests/gpu/test_gpu.py (needs a GPU), tests/kernels/test_stream_kernels.py (lowered for CUDA, run on host memory)",
     ("jaxbind_cuda_effect", "cuda"): "tests/gpu/test_gpu.py (needs a GPU)",
     (
         "jaxbind_partitioned",
         "cuda",
     ): "tests/sharding/cuda_rule_cases.py (lowered for CUDA on a CPU)",
-    ("jaxbind_cuda_kernel", "cuda"): "tests/gpu/test_gpu_kernels.py (needs a GPU)",
+    (
+        "jaxbind_cuda_kernel",
+        "cuda",
+    ): "tests/gpu/test_gpu_kernels.py (needs a GPU), tests/kernels/test_stream_kernels.py (graph-safe kernels, lowered for CUDA)",
     ("jaxbind_cuda_kernel_partitioned", "cuda"): "tests/gpu/test_gpu_kernels.py (needs a GPU)",
     ("", "any"): "matrix: the kinds cuda and derived; portable, use_reference*; prefer_reference",
 }

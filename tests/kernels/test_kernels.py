@@ -18,6 +18,7 @@ from support.processes import run_python
 from support.threads import failures_at_once
 
 import jaxbind
+from jaxbind._kernels import abi
 from jaxbind._kwargs import encode_kwargs
 
 numba = pytest.importorskip("numba")
@@ -269,7 +270,7 @@ def test_c_kernel_through_ctypes_and_raw_address(clib):
     assert (pathlib.Path(jaxbind.kernel_include_dir()) / "jaxbind" / "kernel.h").exists()
     by_ctypes = jaxbind.kernel(clib.add_offset)
     address = ctypes.cast(clib.add_offset, ctypes.c_void_p).value
-    raw = jaxbind.kernel(address, abi_version=3, name="add_offset")
+    raw = jaxbind.kernel(address, abi_version=abi.ABI_VERSION, name="add_offset")
     for i, k in enumerate((by_ctypes, raw)):
         op = jaxbind.get_linear_call(k, None, same_as_last, name=f"tests.kernel_c{i}")
         x = random((2, 3), np.float32, 9)
@@ -868,16 +869,16 @@ def test_abi_layout_table_is_the_headers():
     jaxbind_buffer); the packing and the numba code generator read the same table."""
     import re
 
-    from jaxbind._kernels import abi
-
     header = (pathlib.Path(jaxbind.kernel_include_dir()) / "jaxbind" / "kernel.h").read_text()
     header = re.sub(r"/\*.*?\*/", "", header, flags=re.S)
-    for struct in (abi.BUFFER, abi.KWARG, abi.CALL):
+    for struct in (abi.BUFFER, abi.KWARG, abi.CALL, abi.SETUP):
         body = re.search(rf"typedef struct {struct.name} \{{(.*?)\}}", header, re.S).group(1)
         assert tuple(re.findall(r"(\w+)\s*;", body)) == struct.fields, struct.name
     assert f"#define JAXBIND_KERNEL_ABI_VERSION {abi.ABI_VERSION}" in header
     assert abi.KWARG["array.dims"] == abi.KWARG["array"] + abi.BUFFER["dims"]
-    assert (abi.BUFFER.words, abi.KWARG.words, abi.CALL.words) == (4, 10, 15)
+    assert (abi.BUFFER.words, abi.KWARG.words, abi.CALL.words, abi.SETUP.words) == (4, 10, 18, 8)
+    platforms = dict(re.findall(r"JAXBIND_PLATFORM_(\w+) = (\d+)", header))
+    assert {k.lower(): int(v) for k, v in platforms.items()} == abi.PLATFORMS
 
 
 def test_a_keyword_argument_a_kernel_cannot_take_names_the_binding_once():

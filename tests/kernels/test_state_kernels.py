@@ -43,7 +43,7 @@ static void busy(double ms) {
 
 /* out = state->scale * x (float32), counting the users of the object meanwhile */
 int32_t scaled(const jaxbind_call *call) {
-  if (call->abi_version != 3 || call->state == NULL) {
+  if (call->abi_version < 3 || call->state == NULL) {
     snprintf(call->error, call->error_size, "version %ld, state %p", (long)call->abi_version,
              call->state);
     return 1;

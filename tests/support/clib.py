@@ -25,7 +25,7 @@ def compile_c_library(tmp_path_factory, name: str, source: str):
     return ctypes.CDLL(str(so))
 
 
-def c_kernel(clib, how: str, name: str, abi_version: int = 3):
+def c_kernel(clib, how: str, name: str, abi_version: int | None = None):
     """The C kernel `name` of a library from `compile_c_library`, as jaxbind gets it from
     each kind of pointer: "ctypes", "cffi" or "raw address" (of ABI `abi_version`)."""
     import jaxbind
@@ -33,6 +33,9 @@ def c_kernel(clib, how: str, name: str, abi_version: int = 3):
     if how == "ctypes":
         return jaxbind.kernel(getattr(clib, name))
     if how == "raw address":
+        from jaxbind._kernels.abi import ABI_VERSION
+
+        abi_version = ABI_VERSION if abi_version is None else abi_version
         address = ctypes.cast(getattr(clib, name), ctypes.c_void_p).value
         return jaxbind.kernel(address, abi_version=abi_version, name=name)
     cffi = pytest.importorskip("cffi")

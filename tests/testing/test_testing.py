@@ -66,9 +66,12 @@ def test_every_role_option_and_kind_of_body_is_covered_by_a_family():
     assert roles == {"f", "T", "T<i>", "jvp", "vjp"}
     assert roles <= covered("roles"), "a role no family checks"
     assert options <= covered("options"), "an option no family checks"
-    # (a CUDA kernel runs in GPU programs only: no family calls it directly, and on a CPU
-    # check reports its rows "not checked", tests/conformance's cuda rows)
-    assert set(Body) - {Body.CUDA_KERNEL} <= covered("bodies"), "a kind of body no family calls"
+    # (CUDA kernels and kernels for CUDA run in GPU programs only: no family calls them
+    # directly, and on a CPU check reports their rows "not checked", tests/conformance's
+    # cuda and stream rows)
+    gpu_only = {k for k in Body if not k.traced and "cpu" not in k.platforms}
+    assert gpu_only == {Body.CUDA_KERNEL, Body.STREAM_KERNEL, Body.GRAPH_SAFE_KERNEL}
+    assert set(Body) - gpu_only <= covered("bodies"), "a kind of body no family calls"
     for family in FAMILIES:  # and no family claims what does not exist
         assert family.roles <= roles and family.options <= options, family.name
 

@@ -44,8 +44,10 @@ from .state import state_address
 
 __all__ = [
     "ABI_VERSION",
+    "GraphSafeKernel",
     "Kernel",
     "KernelSite",
+    "StreamKernel",
     "kernel",
     "kernel_include_dir",
     "state_address",
@@ -64,7 +66,8 @@ class KernelSite:
     all of XLA's), the static keyword arguments as typed values (cpp/kernels.h), what
     the kernel was made from (`origin`, for messages), and `address`, the kernel's
     address for a buffer signature ``(inputs, outputs)``, each a tuple of ``(address,
-    shape, XLA element type)``. For an op with a state (`stateful`), `state` is what the
+    shape, XLA element type)``, and `platform`, where it runs ("cpu"; "cuda": a kernel
+    called with XLA's stream). For an op with a state (`stateful`), `state` is what the
     run time sets for the trampoline, a _runtime.state.KernelState (fields read by name;
     see _runtime.state.Lease.for_kernel)."""
 
@@ -79,10 +82,12 @@ class KernelSite:
         "values",
         "where",
         "origin",
+        "platform",
     )
 
     def __init__(self, kernel: Kernel, values: dict, where: str, stateful: bool = False):
         self.kernel, self.batches, self.values, self.where = kernel, kernel.batches, values, where
+        self.platform = kernel.platform
         self.stateful = stateful
         self.state: Any = None  # (set by the run time, which this module does not import)
         self.origin = kernel.origin
@@ -106,9 +111,12 @@ class Kernel:
         [`kernel`][jaxbind.kernel]); ranges is None for every other kernel.
       origin: what it was made from, as messages say it ("numba function", "ctypes
         function", "cffi function", "numba cfunc", "kernel at a raw address").
+      platform: where its calls run: "cpu" (on host memory, on XLA's CPU threads), or
+        "cuda" (a `StreamKernel`).
     """
 
     body_kind = Body.KERNEL  # what the rules and the runtime see (see _roles.Body.of)
+    platform = "cpu"
 
     def __init__(
         self,
@@ -307,6 +315,45 @@ class Kernel:
             raise RuntimeError(f"jaxbind: kernel {self.name} failed: {why}")
 
 
+class StreamKernel(Kernel):
+    """A compiled op body for GPU programs (made by [`kernel`][jaxbind.kernel] with
+    ``platform="cuda"``): a host function the trampoline calls with device buffers, XLA's
+    stream and the device ordinal (ABI version 4), which enqueues the work on the stream,
+    for instance through a CUDA library's C entry points. Its op's state is per device."""
+
+    body_kind = Body.STREAM_KERNEL
+    platform = "cuda"
+
+    def __repr__(self):
+        return f"<jaxbind kernel {self.name} for CUDA{' (batches)' if self.batches else ''}>"
+
+    def __call__(self, out, args, kwargs_dump) -> None:
+        raise TypeError(
+            f"jaxbind: {self!r} runs in GPU programs only (its buffers are device memory): "
+            "it was called on host arrays (a CPU program lowered before jaxbind refused it, "
+            "or jaxbind.testing on the CPU). Run the program on a CUDA device, or give the op "
+            "a reference (reference=), which runs in CPU programs"
+        )
+
+
+class GraphSafeKernel(StreamKernel):
+    """A `StreamKernel` that declared itself safe for CUDA graph capture
+    (``graph_safe=True``): it only enqueues work on the call's stream (no synchronization,
+    allocation or host reads), so XLA may capture its calls into command buffers and
+    replay them without calling it. It takes no state (a state's setup at a device's first
+    call could not be replayed)."""
+
+    body_kind = Body.GRAPH_SAFE_KERNEL
+
+    def check_state(self, where: str) -> None:
+        raise TypeError(
+            f"{where} is the graph-safe kernel {self.name}, but the op was given state=. "
+            "XLA may replay a graph-safe kernel's calls from a CUDA graph without calling it, "
+            "so it cannot take a state set up at a call: drop graph_safe=True (the kernel "
+            "then runs at every call, with its state), or give the op no state="
+        )
+
+
 def state_address_for_call(kernel: Kernel, where: str) -> int | None:
     """For a kernel called from Python (jaxbind.testing, debugging): the address of the
     state object current on this thread (see _state.outside_programs), or None."""
@@ -335,6 +382,8 @@ def kernel(
     ranges: Callable | None = None,
     grain: int | None = None,
     reduction: str | None = None,
+    platform: str = "cpu",
+    graph_safe: bool = False,
 ):
     """Make a compiled op body (a decorator when called without `fn`).
 
@@ -368,6 +417,17 @@ def kernel(
         the outputs themselves), and jaxbind adds them up in range order. The ranges
         depend on the iteration count and `grain` alone (at most 64), not on the
         threads: the same bits whatever threads a call gets.
+      platform: where the kernel runs: ``"cpu"`` (default: it reads and writes host
+        memory), or ``"cuda"``: a C function (ABI version 4) that GPU programs call on the
+        host with the buffers' device pointers, XLA's stream (``call->stream``) and the
+        device ordinal (``call->device``), and that enqueues its work on that stream: a
+        CUDA library's entry points, through ctypes or cffi, with no compiler. Its op's
+        state is per device (see docs/kernels.md). A CPU program cannot call it (its op's
+        reference runs there, or the lowering refuses, naming the op).
+      graph_safe: (``platform="cuda"``) the kernel only enqueues work on the call's
+        stream, with nothing XLA could not replay from a CUDA graph (no synchronization,
+        allocation, host reads or state): XLA may then capture its calls into command
+        buffers.
 
     Returns:
       A [`Kernel`][jaxbind.Kernel], to pass wherever a callable goes (``f``, ``f_T``, ``f_jvp``,
@@ -381,13 +441,30 @@ def kernel(
         ranges=ranges,
         grain=grain,
         reduction=reduction,
+        platform=platform,
+        graph_safe=graph_safe,
     )
     if fn is None:
         return lambda f: kernel(f, **options)
-    if isinstance(fn, Kernel):
-        return fn
     label = name or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
     what = f"jaxbind.kernel: {label or repr(fn)}"
+    if platform not in ("cpu", "cuda"):
+        raise ValueError(f"{what}: platform must be 'cpu' or 'cuda', not {platform!r}")
+    if not isinstance(graph_safe, bool):
+        raise TypeError(f"{what}: graph_safe must be True or False, not {graph_safe!r}")
+    if graph_safe and platform != "cuda":
+        raise ValueError(
+            f"{what}: graph_safe=True is about CUDA graphs: it needs platform='cuda' (a CPU "
+            "kernel is never captured)"
+        )
+    if isinstance(fn, Kernel):
+        if fn.platform != platform or isinstance(fn, GraphSafeKernel) != graph_safe:
+            raise ValueError(
+                f"{what} is a kernel for {fn.platform} already"
+                f"{' (graph-safe)' if isinstance(fn, GraphSafeKernel) else ''}; make it again "
+                "from its function to change its platform or graph_safe"
+            )
+        return fn
     if abi_version is not None and abi_version not in ABI_VERSIONS:
         raise ValueError(
             f"{what} implements kernel ABI version {abi_version}, but this jaxbind calls "
@@ -421,7 +498,11 @@ def kernel(
         # its code; a ctypes pointer its CDLL), and the shared library that holds the
         # address open (cffi closes a library when its object is collected).
         keep = (fn, _pin_library(address))
-        return Kernel(
+        kind = Kernel
+        if platform == "cuda":
+            _check_stream_kernel(what, version, threads)
+            kind = GraphSafeKernel if graph_safe else StreamKernel
+        return kind(
             label or f"at {address:#x}",
             batches,
             address,
@@ -430,6 +511,14 @@ def kernel(
             abi_version=version,
             threads=threads,
             origin=_origin_of(fn),
+        )
+    if platform == "cuda":
+        raise TypeError(
+            f"{what}: platform='cuda' takes a compiled host function of the kernel ABI (a "
+            "ctypes or cffi function pointer, a numba cfunc, or an address), which enqueues "
+            "its work on XLA's stream; jaxbind compiles a numba Python function for the CPU, "
+            "where it reads the buffers, but a GPU program's buffers are device memory. For "
+            "code that runs on the GPU itself, use jaxbind.cuda_kernel (PTX or a cubin)"
         )
     numba_options = None
     if _is_numba_dispatcher(fn):  # @njit(...): its Python function, compiled with its options
@@ -460,6 +549,23 @@ def kernel(
         threads=threads,
         **parallel,
     )
+
+
+def _check_stream_kernel(what: str, version: int, threads) -> None:
+    """A kernel for CUDA reads the stream and the device: ABI version 4 or later; it runs
+    on the calling thread."""
+    if version < 4:
+        raise ValueError(
+            f"{what}: a kernel for CUDA gets XLA's stream and the device from kernel ABI "
+            f"version 4 on (call->stream, call->device), but it implements version {version}: "
+            "build it against this jaxbind's jaxbind/kernel.h and register it with "
+            "abi_version=4"
+        )
+    if threads is not None:
+        raise ValueError(
+            f"{what}: a kernel for CUDA runs on the calling thread and enqueues its work on "
+            "the stream; threads= is for CPU kernels"
+        )
 
 
 def _parallel_options(what: str, batches: bool, ranges, grain, reduction) -> dict:

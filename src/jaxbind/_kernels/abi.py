@@ -23,6 +23,7 @@ __all__ = [
     "BUFFER",
     "CALL",
     "KWARG",
+    "PLATFORMS",
     "SETUP",
     "Struct",
     "call_kernel",
@@ -30,8 +31,8 @@ __all__ = [
     "typed_kwarg",
 ]
 
-ABI_VERSION = 3  # JAXBIND_KERNEL_ABI_VERSION
-ABI_VERSIONS = (1, 2, 3)  # the versions a kernel may be registered for (each appends fields)
+ABI_VERSION = 4  # JAXBIND_KERNEL_ABI_VERSION
+ABI_VERSIONS = (1, 2, 3, 4)  # the versions a kernel may be registered for (each appends fields)
 
 
 class Struct:
@@ -96,8 +97,24 @@ CALL = Struct(
     "parallel_for",
     "workers",
     "state",  # version 3
+    "platform",  # version 4
+    "stream",
+    "device",
 )
-SETUP = Struct("jaxbind_setup", "abi_version", "n_kwargs", "kwargs", "error", "error_size")
+SETUP = Struct(
+    "jaxbind_setup",
+    "abi_version",
+    "n_kwargs",
+    "kwargs",
+    "error",
+    "error_size",
+    "platform",  # version 4
+    "stream",
+    "device",
+)
+
+# enum jaxbind_platform
+PLATFORMS = {"cpu": 1, "cuda": 2}
 
 # enum jaxbind_kwarg_type
 INT, FLOAT, BOOL, STRING, ARRAY = 1, 2, 3, 4, 5
@@ -198,12 +215,16 @@ def call_kernel(
     parallel_for: int = 0,
     state: int = 0,
     arrays: Mapping[str, np.ndarray] | None = None,
+    platform: str = "cpu",
+    stream: int = 0,
+    device: int = -1,
 ) -> tuple[int, str]:
     """Call the kernel at `address` from Python, as the trampoline does: `ins` and `outs`
     are C-contiguous NumPy arrays, `kwargs` what `typed_kwarg` gives. `parallel_for` is
     the address of the ABI's parallel_for, which, with no workers, runs the tasks in
     order on this thread; `threads` is the thread count the kernel is told; `state` the
-    address of the op's state (0: none). An array keyword argument's bytes are a copy
+    address of the op's state (0: none); `platform`, `stream` and `device` where the call
+    says it runs (the CPU: no stream, device -1). An array keyword argument's bytes are a copy
     for the call, or the C-contiguous array of its name in `arrays` (which the caller
     reads afterwards: jaxbind.testing watches a kernel's writes). Returns the status and
     the kernel's message."""
@@ -240,6 +261,9 @@ def call_kernel(
                 "n_threads": threads,
                 "parallel_for": parallel_for,
                 "state": state,
+                "platform": PLATFORMS[platform],
+                "stream": stream,
+                "device": device,
             }
         ]
     )

@@ -92,7 +92,11 @@ def c_state(
     call_teardown = _TEARDOWN(teardown_address) if teardown_address else None
 
     def run_setup(**kwargs: Any) -> int:
+        from .._runtime.gpu import current_call
+
         where = f"jaxbind.c_state {label!r}"
+        place = current_call()  # (a kernel for CUDA's state: the device it is set up for)
+        on_cuda = place.platform == "cuda"
         typed = [abi.typed_kwarg(k, kwargs[k], where) for k in sorted(kwargs)]
         keep: list = []
         words = abi.pack_kwargs(typed, keep)
@@ -105,6 +109,9 @@ def c_state(
                     "kwargs": words.ctypes.data,
                     "error": ctypes.addressof(error),
                     "error_size": len(error),
+                    "platform": abi.PLATFORMS[place.platform],
+                    "stream": (place.stream or 0) if on_cuda else 0,
+                    "device": place.device if on_cuda and place.device is not None else -1,
                 }
             ]
         )

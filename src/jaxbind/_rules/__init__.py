@@ -54,7 +54,7 @@ def _kernel_output_avals(spec: CallSpec, avals):
     outs = abstract.output_avals(spec, avals)
     binding = spec.binding
     shape_fns = [r.abstract for r in binding.roles.values() if r.abstract is not None]
-    kernel: Any = binding.body(spec.role)  # a Kernel or a CudaKernel
+    kernel: Any = binding.body(spec.role)  # a Kernel (of any platform) or a CudaKernel
     assert spec.entry.kind.compiled
     kernel.check_call(
         spec.kwargs.names(),
@@ -71,6 +71,8 @@ BODY_RULES = {
     Body.CALLABLE: BodyRules(abstract.output_avals, batching.batch_rule, lowering.lower),
     # the same custom call: the trampoline finds a kernel behind the site, not a callable
     Body.KERNEL: BodyRules(_kernel_output_avals, batching.batch_rule, lowering.lower),
+    Body.STREAM_KERNEL: BodyRules(_kernel_output_avals, batching.batch_rule, lowering.lower),
+    Body.GRAPH_SAFE_KERNEL: BodyRules(_kernel_output_avals, batching.batch_rule, lowering.lower),
     Body.CUDA_KERNEL: BodyRules(_kernel_output_avals, batching.batch_rule, lowering.lower),
     Body.JAX: BodyRules(jaxfn.output_avals, jaxfn.batch, jaxfn.lower),
     # the role's function made from the op's reference: a JAX function like any other

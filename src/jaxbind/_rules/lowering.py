@@ -152,7 +152,7 @@ def lower(platform: str, ctx: mlir.LoweringRuleContext, *args, spec: CallSpec):
         len(args) - (token is not None),
         spec.n_fixed,
         trees,
-        definition=_definition(spec, mark, where.kind is Body.CUDA_KERNEL),
+        definition=_definition(spec, mark, where.kind.calls == "kernel"),
     )
     attributes = call.ffi_attributes()
     if mark.rule is not None:

@@ -36,7 +36,7 @@ from .._callformat import CallAttributes
 from .._compat import ShapedArray
 from .._definition import differences, inlined
 from .._errors import about, words
-from .._roles import Args, Body, Role, RoleDef
+from .._roles import Args, Role, RoleDef
 
 __all__ = ["DefinitionCheck", "describe_buffers", "elements"]
 
@@ -105,7 +105,7 @@ class DefinitionCheck:
             found = differences(
                 self.call.definition,
                 self.binding.options,
-                self.binding.role(self.role).kind is Body.CUDA_KERNEL,
+                self.binding.role(self.role).kind.calls == "kernel",
                 kwargs,
                 inlined(self.binding),
             )

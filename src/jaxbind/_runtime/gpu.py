@@ -28,6 +28,7 @@ jaxbind neither builds nor imports against the CUDA toolkit.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import sys
@@ -67,8 +68,21 @@ _local = threading.local()
 
 
 def current_call() -> CallContext:
-    """The context of the jaxbind callable running on this thread (CPU if none)."""
+    """The context of the jaxbind callable running on this thread (CPU if none); during
+    the setup of a kernel for CUDA's state, the device and stream of the call it is set
+    up for."""
     return getattr(_local, "context", None) or _CPU
+
+
+@contextlib.contextmanager
+def calling(context: CallContext):
+    """`context` current on this thread (what current_call() gives) inside the block."""
+    previous = getattr(_local, "context", None)
+    _local.context = context
+    try:
+        yield
+    finally:
+        _local.context = previous
 
 
 # --- CUDA arrays ---------------------------------------------------------------

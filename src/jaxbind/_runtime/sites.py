@@ -90,7 +90,8 @@ def describe_site(found: dict, eager: bool = False) -> SiteDescription:
         raise ValueError(f"{about(name, role.text)}: {problem}")
     kernel = cuda = None
     stateful = binding.options.state is not None
-    if kind is Body.KERNEL:  # compiled: called without the GIL (see cpp/site.h)
+    if kind in (Body.KERNEL, Body.STREAM_KERNEL, Body.GRAPH_SAFE_KERNEL):
+        # compiled, of the kernel ABI: called without the GIL (see cpp/site.h)
         where = f"jaxbind: {label}" + (", batched" if loop.levels else "")
         kernel = body.site_for(dump.to_dict(), where, stateful)
     elif kind is Body.CUDA_KERNEL:  # launched by the trampoline (cpp/cuda_kernels.h)

@@ -270,8 +270,19 @@ class Lease:
         """What a kernel site's trampoline holds of the state (KernelSite.state). The first
         object's address is checked now: a setup whose object gives none fails here, at
         instantiate, with the error naming the op. A numba kernel over ranges shares the
-        call's object between its ranges: under "lock" and "pool" they run in order.
-        (Kernels run on the CPU only.)"""
+        call's object between its ranges: under "lock" and "pool" they run in order. A
+        kernel for CUDA has a state per device, set up at the device's first call
+        (`cell_for_device`)."""
+        if kernel.platform == "cuda":
+            if self.sdef.key:
+                raise SetupError(
+                    f"jaxbind: {self.label}: its state {self.sdef.name!r} has key=, but the "
+                    "body is a kernel for CUDA, whose inputs are device memory: a key value "
+                    "would be copied to the host at every call. Drop key= (set the value up "
+                    "in the kernel, which can keep the last value it saw in the state's "
+                    "object), or use a Python body"
+                )
+            return KernelState(None, (), False, self, per_device=True)
         serial = kernel.ranges is not None and self.sdef.concurrency != "shared"
         if self.sdef.key:
             return KernelState(None, tuple(self.key_at), serial, self)
@@ -279,6 +290,20 @@ class Lease:
         if not state.pending:  # (else the cell asks at the first call)
             state.cell.set_address(0, state.provide(0, False))
         return KernelState(state.cell, (), serial, self)
+
+    def cell_for_device(self, device: int, stream: int) -> object:
+        """For a kernel for CUDA's first call on `device` (the trampoline asks, with the
+        GIL, on the call's thread, the device's context current): the cell of the
+        device's state, set up now, told the call's stream (jaxbind.current_call(), and a
+        C state's ``jaxbind_setup``)."""
+        from . import gpu
+
+        with gpu.calling(gpu.CallContext("cuda", stream, device, "device")):
+            state = self.state_for((), ("cuda", device))
+            if state.pending:
+                state.first()
+        state.cell.set_address(0, state.provide(0, False))
+        return state.cell
 
     def cell_for(self, keys: tuple) -> object:
         """For a kernel's call with key inputs not seen (the trampoline asks, with the
@@ -339,13 +364,15 @@ class KernelState:
         inputs; the site keeps the last few values' cells, by their bytes.
       serial_tasks: the kernel's ranges share the call's object: they run in order.
       lease: the site's `Lease`, held weakly by the trampoline, which asks its
-        ``cell_for`` for a key value not seen.
+        ``cell_for`` for a key value not seen, or ``cell_for_device`` for a device's.
+      per_device: a kernel for CUDA's: a cell per device, from ``cell_for_device``.
     """
 
     cell: _ext.StateCell | None
     key_inputs: tuple[int, ...]
     serial_tasks: bool
     lease: Lease
+    per_device: bool = False
 
 
 def _array(address: int, shape: tuple, code: int) -> np.ndarray:

@@ -31,6 +31,19 @@
  * state's teardown does). A kernel of version 1 or 2 cannot see a state: an op with
  * state= refuses it when the op is made.
  *
+ * Platforms (version 4): call->platform says where the call runs, and so what the
+ * buffers' data pointers address. JAXBIND_PLATFORM_CPU: host memory; call->stream is NULL
+ * and call->device is -1. JAXBIND_PLATFORM_CUDA (a kernel registered with
+ * jaxbind.kernel(..., platform="cuda")): the buffers are device memory of CUDA device
+ * call->device (its ordinal; that device's context is current on the calling thread),
+ * and call->stream is XLA's cudaStream_t for the call. Such a kernel runs on the host: it
+ * must not read the buffers, but enqueues work that does (a library's entry point, a
+ * kernel launch) on call->stream, and returns without waiting for it; XLA orders the
+ * program's later work after it. It runs on the calling thread alone (n_threads is 1).
+ * Its op's state is per device: set up at the first call on each device, on the call's
+ * thread, with that device current (a C state's setup gets the device and stream in
+ * jaxbind_setup), and torn down when the last program that uses it is freed.
+ *
  * Contract (see docs/kernels.md):
  * - Buffers are C-contiguous and valid during the call only. Inputs are read-only.
  *   Outputs are uninitialized unless they share memory with an input
@@ -54,7 +67,10 @@
 extern "C" {
 #endif
 
-#define JAXBIND_KERNEL_ABI_VERSION 3
+#define JAXBIND_KERNEL_ABI_VERSION 4
+
+/* Where a call runs (version 4): call->platform. */
+enum jaxbind_platform { JAXBIND_PLATFORM_CPU = 1, JAXBIND_PLATFORM_CUDA = 2 };
 
 /* Element types: XLA's numbering. */
 enum jaxbind_dtype {
@@ -132,6 +148,10 @@ typedef struct jaxbind_call {
   void *workers; /* jaxbind's, for parallel_for: opaque */
   /* Version 3: the op's state (see above). */
   void *state;
+  /* Version 4: where the call runs (see above). */
+  int64_t platform; /* enum jaxbind_platform */
+  void *stream;     /* CUDA: XLA's cudaStream_t for the call; CPU: NULL */
+  int64_t device;   /* CUDA: the device ordinal of the buffers; CPU: -1 */
 } jaxbind_call;
 
 typedef int32_t (*jaxbind_kernel_fn)(const jaxbind_call *call);
@@ -149,6 +169,14 @@ typedef struct jaxbind_setup {
   const jaxbind_kwarg *kwargs; /* sorted by name */
   char *error;
   int64_t error_size;
+  /* Version 4: where the object is for. The state of an op whose kernels run on the CPU
+   * has one object (or a pool) for every call: JAXBIND_PLATFORM_CPU, stream NULL, device
+   * -1. A CUDA kernel's op has its objects per device: JAXBIND_PLATFORM_CUDA, the device's
+   * ordinal (its context current) and the stream of the call that needs the object, on
+   * which the setup may enqueue work (it runs before the call's kernel on that stream). */
+  int64_t platform; /* enum jaxbind_platform */
+  void *stream;
+  int64_t device;
 } jaxbind_setup;
 
 typedef int32_t (*jaxbind_setup_fn)(const jaxbind_setup *setup, void **state);
