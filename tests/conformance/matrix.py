@@ -113,7 +113,10 @@ TARGET_ROWS = {
     (
         "jaxbind_cuda",
         "cuda",
-    ): "tests/gpu/test_gpu.py (needs a GPU), tests/kernels/test_stream_kernels.py (lowered for CUDA, run on host memory)",
+    ): (
+        "tests/gpu/test_gpu.py (needs a GPU), tests/kernels/test_stream_kernels.py "
+        "(kernels for CUDA lowered, and run on host memory)"
+    ),
     ("jaxbind_cuda_effect", "cuda"): "tests/gpu/test_gpu.py (needs a GPU)",
     (
         "jaxbind_partitioned",
@@ -122,9 +125,15 @@ TARGET_ROWS = {
     (
         "jaxbind_cuda_kernel",
         "cuda",
-    ): "tests/gpu/test_gpu_kernels.py (needs a GPU), tests/kernels/test_stream_kernels.py (graph-safe kernels, lowered for CUDA)",
+    ): (
+        "tests/gpu/test_gpu_kernels.py (needs a GPU), tests/kernels/test_stream_kernels.py "
+        "(graph-safe kernels for CUDA lowered)"
+    ),
     ("jaxbind_cuda_kernel_partitioned", "cuda"): "tests/gpu/test_gpu_kernels.py (needs a GPU)",
-    ("", "any"): "matrix: the kinds cuda and derived; portable, use_reference*; prefer_reference",
+    ("", "any"): (
+        "matrix: the kinds cuda, stream, graph_safe and derived; portable, use_reference*; "
+        "prefer_reference"
+    ),
 }
 
 TRANSFORMS = (
