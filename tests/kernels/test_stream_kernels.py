@@ -287,3 +287,20 @@ class _Placed(ctypes.Structure):
 
 
 _keep: dict = {}
+
+
+def test_the_gpu_tests_kernel_compiles_and_refuses_a_cpu_call(tmp_path_factory):
+    """tests/gpu's kernel for CUDA (the driver through dlopen, no CUDA toolkit) builds
+    here, and on host memory says that it runs in GPU programs rather than touch it."""
+    from support import stream_kernels
+
+    from jaxbind._kernels import abi
+
+    lib = compile_c_library(tmp_path_factory, "gpu_stream", stream_kernels.SOURCE)
+    address = ctypes.cast(lib.copy_on_stream, ctypes.c_void_p).value
+    x, y, where = np.ones(3, np.float32), np.zeros(3, np.float32), np.zeros(2, np.int32)
+    status, message = abi.call_kernel(address, [x], [y, where], [])
+    assert status == 1 and message == "copy_on_stream runs in GPU programs"
+    state = jaxbind.c_state(lib.placed_setup, lib.placed_teardown)
+    with pytest.raises(Exception, match="set up outside a GPU call"):
+        state.setup()
