@@ -6,6 +6,7 @@ callables): the stream, the device and the batch loop reach the kernel, and the 
 state is set up once per device, told the device and the stream, and torn down with the
 site. tests/gpu runs them on a GPU."""
 
+import contextlib
 import ctypes
 import gc
 
@@ -265,6 +266,44 @@ def test_a_python_state_sees_the_device_and_stream_it_is_set_up_for(clib):
     assert [(c.platform, c.stream, c.device) for c in made] == [("cuda", 11, 2), ("cuda", 11, 3)]
     assert jaxbind.current_call().platform == "cpu"  # only during the setup
     del site
+
+
+def test_a_state_is_torn_down_with_its_device_current(clib, monkeypatch):
+    """Set up inside a call on its device, torn down when the site goes, where no device
+    need be current: jaxbind makes the device's primary context current (as XLA has it)
+    around each teardown. A stand-in for the CUDA driver records it here."""
+    from jaxbind._runtime import gpu as _gpu
+
+    current: list = []
+
+    class _Driver:
+        @staticmethod
+        @contextlib.contextmanager
+        def current(device):
+            current.append(device)
+            try:
+                yield
+            finally:
+                current.pop()
+
+    monkeypatch.setattr(_gpu, "_driver", _Driver)
+    torn = []
+
+    @jaxbind.state(teardown=lambda obj: torn.append((obj, list(current))))
+    def per_device(*, offset=0.0):
+        placed = _Placed(offset, 0, 0, -5)
+        _keep[id(placed)] = placed
+        return ctypes.addressof(placed)
+
+    site = _site_on_cuda(_op(clib, "tests.stream.torn_down", state=per_device), {"offset": 2.0})
+    x = np.arange(4, dtype=np.float32)
+    for device in (1, 3):
+        y, where = np.zeros(4, np.float32), np.zeros(4, np.int64)
+        _ext.gpu_call_for_tests(site, 11, device, _buffers(x), _buffers(y, where))
+    assert torn == []
+    del site
+    gc.collect()
+    assert sorted(devices for _, devices in torn) == [[1], [3]] and current == []
 
 
 def test_a_keyed_state_is_refused_naming_the_op(clib):

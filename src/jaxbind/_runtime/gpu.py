@@ -203,6 +203,10 @@ class _Driver:
         self._sig("cuEventCreate", ctypes.POINTER(vp), ctypes.c_uint)
         self._sig("cuEventRecord", vp, vp)
         self._sig("cuStreamWaitEvent", vp, vp, ctypes.c_uint)
+        self._sig("cuDevicePrimaryCtxRetain", ctypes.POINTER(vp), ctypes.c_int)
+        self._sig("cuDevicePrimaryCtxRelease_v2", ctypes.c_int)
+        self._sig("cuCtxPushCurrent_v2", vp)
+        self._sig("cuCtxPopCurrent_v2", ctypes.POINTER(vp))
         self._events = threading.local()  # one event per thread and device
 
     def _sig(self, name, *argtypes):
@@ -235,6 +239,24 @@ class _Driver:
             or self.lib.cuStreamWaitEvent(consumer or None, event, 0) != 0
         ):
             self.synchronize(producer)
+
+    @contextlib.contextmanager
+    def current(self, device: int):
+        """`device`'s primary context (the one XLA uses) current on this thread inside
+        the block, as it is when XLA calls a kernel there."""
+        context = ctypes.c_void_p()
+        self._check(
+            self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(context), device),
+            f"retaining device {device}'s context",
+        )
+        try:
+            self._check(self.lib.cuCtxPushCurrent_v2(context), "making it current")
+            try:
+                yield
+            finally:
+                self.lib.cuCtxPopCurrent_v2(ctypes.byref(ctypes.c_void_p()))
+        finally:
+            self.lib.cuDevicePrimaryCtxRelease_v2(device)
 
     def to_host(self, dst: np.ndarray, src: int, stream: int) -> None:
         if dst.nbytes:
@@ -271,6 +293,23 @@ def _driver() -> _Driver:
     if _driver_instance is None:
         _driver_instance = _Driver()
     return _driver_instance
+
+
+@contextlib.contextmanager
+def device_current(device: int):
+    """For a state's teardown: CUDA device `device` current on this thread inside the
+    block (a teardown runs when a program is freed, where no device may be current). A
+    device that cannot be made current (no driver) leaves the thread as it is."""
+    try:
+        made = _driver().current(device)
+        made.__enter__()
+    except RuntimeError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        made.__exit__(None, None, None)
 
 
 # --- plans: a site's GPU call, worked out once, run per call ------------------------

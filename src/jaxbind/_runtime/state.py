@@ -16,6 +16,7 @@ object under the state's concurrency policy and makes it the thread's current st
 from __future__ import annotations
 
 import collections
+import contextlib
 import ctypes
 import dataclasses
 import sys
@@ -84,6 +85,7 @@ class StateObjects:
         self.maker: int | None = None  # the thread setting up the first object, meanwhile
         self.frozen = _frozen({k: v for k, v in arguments.items() if k not in sdef.key})
         self.cell = _ext.StateCell(sdef.concurrency, sdef.pool_size, self, label, sdef.name)
+        self.device: int | None = None  # the CUDA device of its objects (None: the CPU)
 
     @property
     def objects(self) -> list:
@@ -171,8 +173,21 @@ class StateObjects:
             for obj in objects:
                 w.noted(self, "teardown", obj)
         teardown = self.sdef.teardown
-        if teardown is None or exiting():
+        if teardown is None or exiting() or not objects:
             return
+        with self._on_its_device():
+            self._tear_down(teardown, objects)
+
+    def _on_its_device(self):
+        """The objects' device current while they are torn down, as it was when they
+        were set up (nothing on the CPU; see gpu.device_current)."""
+        if self.device is None:
+            return contextlib.nullcontext()
+        from .gpu import device_current
+
+        return device_current(self.device)
+
+    def _tear_down(self, teardown, objects: list) -> None:
         for obj in objects:
             try:
                 teardown(obj)
@@ -324,6 +339,7 @@ class Lease:
             if state is None:
                 key = (*self.base, *place)
                 state = _acquire(key, self.sdef, self.arguments, self.label, True)
+                state.device = place[1] if place else None
                 self.placed[place] = state
                 if not place:
                     self.on_cpu = state
@@ -339,6 +355,7 @@ class Lease:
             k = (place, *((a.dtype.str, a.shape, a.tobytes()) for a in copies))
             arguments = dict(self.arguments, **dict(zip(self.sdef.key, copies)))
             state = _acquire((*self.base, *k), self.sdef, arguments, self.label, eager=True)
+            state.device = place[1] if place else None
             self.keyed[k] = (copies, state)
             while len(self.keyed) > _ext.state_keys_kept:  # (as many as a kernel site's)
                 _release(self.keyed.popitem(last=False)[1][1])
