@@ -45,6 +45,7 @@
 // Unknown names, bad programs and Python exceptions become ffi::Error values through the
 // one boundary (boundary.h), never crashes.
 
+#include "cuda_libraries.h"
 #include "handlers.h"
 
 #include <chrono>
@@ -310,6 +311,24 @@ void define_memory(nb::module_ &m) {
       "(jaxbind/_kernels/abi.py): with no workers, it runs the tasks in order.");
 }
 
+// The kernels and C states of jaxbind.contrib.cuda (cuda_libraries.h), as addresses.
+void define_cuda_libraries(nb::module_ &m) {
+  auto at = [](auto fn) { return reinterpret_cast<uintptr_t>(fn); };
+  m.def(
+      "cuda_library_entry_points",
+      [at]() {
+        namespace cl = cuda_libraries;
+        nb::dict found;
+        found["cufft"] =
+            nb::make_tuple(at(cl::cufft::setup), at(cl::cufft::teardown), at(cl::cufft::execute));
+        found["cufinufft"] = nb::make_tuple(at(cl::cufinufft::setup), at(cl::cufinufft::teardown),
+                                            at(cl::cufinufft::type1), at(cl::cufinufft::type2));
+        return found;
+      },
+      "{library: (setup, teardown, kernel, ...)}: the addresses of the C states and kernels "
+      "for CUDA that call CUDA libraries' plan-based APIs (jaxbind.contrib.cuda).");
+}
+
 // What the tests reach of the CUDA handler without a GPU: its body, on host memory.
 void define_gpu_tests(nb::module_ &m) {
   m.def(
@@ -377,4 +396,5 @@ NB_MODULE(_ext, m) {
   define_process(m);
   define_memory(m);
   define_gpu_tests(m);
+  define_cuda_libraries(m);
 }

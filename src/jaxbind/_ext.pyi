@@ -58,6 +58,7 @@ def gpu_call_for_tests(
     inputs: Sequence[tuple[int, Sequence[int], int]],
     outputs: Sequence[tuple[int, Sequence[int], int]],
 ) -> None: ...
+def cuda_library_entry_points() -> dict[str, tuple[int, ...]]: ...
 def gpu_error_for_tests(
     site: Site,
     stream: int,

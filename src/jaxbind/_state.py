@@ -27,7 +27,9 @@ __all__ = [
     "current_state",
     "load_state",
     "outside_programs",
+    "placed",
     "setting_up",
+    "setup_place",
     "setup_reentered",
     "state",
     "teardown_message",
@@ -303,6 +305,29 @@ def setting_up(sdef: StateDef, frozen: bytes) -> Iterator[None]:
         yield
     finally:
         setups.pop()
+
+
+# --- where a setup runs ------------------------------------------------------------
+# A kernel for CUDA's state is set up per device, at the device's first call, on the
+# call's thread: its setup is told the device and the call's stream (a C state's
+# jaxbind_setup fields, jaxbind.current_call() for a Python setup).
+
+
+@contextlib.contextmanager
+def placed(platform: str, stream: int, device: int) -> Iterator[None]:
+    """While a setup runs for a call on `device` of `platform`, on `stream`."""
+    before = getattr(_local, "place", None)
+    _local.place = (platform, stream, device)
+    try:
+        yield
+    finally:
+        _local.place = before
+
+
+def setup_place() -> tuple[str, int, int] | None:
+    """(platform, stream, device) of the call a setup running on this thread is for, or
+    None (a setup for the CPU, or no setup)."""
+    return getattr(_local, "place", None)
 
 
 def setup_reentered(label: str, sdef: StateDef) -> str:

@@ -15,16 +15,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from support.clib import compile_c_library
+from support.gpu_sites import buffers as _buffers
+from support.gpu_sites import site_on_cuda as _site_on_cuda
 
 import jaxbind
-from jaxbind import _definition, _ext
-from jaxbind._callformat import NO_LOOP, CallAttributes, Loop
+from jaxbind import _ext
+from jaxbind._callformat import Loop
 from jaxbind._kernels import GraphSafeKernel, StreamKernel
 from jaxbind._kernels.abi import PLATFORMS
-from jaxbind._kwargs import encode_kwargs
 from jaxbind._roles import Body
 from jaxbind._runtime import state as _state
-from jaxbind._runtime.sites import instantiate_site
 
 _C_SOURCE = r"""
 #include <stdint.h>
@@ -72,8 +72,6 @@ int32_t placed_setup(const jaxbind_setup *setup, void **state) {
 void placed_teardown(void *state) { free(state); }
 """
 
-F32, S64 = 11, 5  # XLA element types
-
 
 @pytest.fixture(scope="module")
 def clib(tmp_path_factory):
@@ -94,26 +92,6 @@ def _op(clib, name, *, state=None, reference=None, graph_safe=False):
 
 def _reference(x, **kw):
     return [2 * x, jnp.array([PLATFORMS["cpu"], 0, -1, -2], jnp.int64)]
-
-
-def _site_on_cuda(op, kwargs=None, loop=NO_LOOP):
-    """The site XLA's CUDA instantiate stage would make for op's f (no buffers there)."""
-    binding = op.binding
-    record = _definition.record(binding.options, binding.role("f").kind.calls == "kernel")
-    blob = encode_kwargs(kwargs or {}).blob
-    call = CallAttributes.of_call(binding.name, "f", blob, loop, 1, 0, definition=record)
-    found = {
-        k: (v.tobytes() if isinstance(v, np.ndarray) else v)
-        for k, v in call.ffi_attributes().items()
-    }
-    for name in ("jaxbind_format", "site", "loop_levels", "n_fixed"):
-        found[name] = int(found[name])
-    site, _ = instantiate_site(dict(found, platform="cuda"))
-    return site
-
-
-def _buffers(*arrays):
-    return tuple((a.ctypes.data, a.shape, F32 if a.dtype == np.float32 else S64) for a in arrays)
 
 
 # --- what jaxbind.kernel makes and refuses --------------------------------------------------

@@ -12,7 +12,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any
 
-from .._state import StateDef, state
+from .._state import StateDef, setup_place, state
 from . import abi
 
 __all__ = ["CStateDef", "NativeState", "c_state"]
@@ -92,11 +92,8 @@ def c_state(
     call_teardown = _TEARDOWN(teardown_address) if teardown_address else None
 
     def run_setup(**kwargs: Any) -> int:
-        from .._runtime.gpu import current_call
-
         where = f"jaxbind.c_state {label!r}"
-        place = current_call()  # (a kernel for CUDA's state: the device it is set up for)
-        on_cuda = place.platform == "cuda"
+        place = setup_place()  # (a kernel for CUDA's state: the device it is set up for)
         typed = [abi.typed_kwarg(k, kwargs[k], where) for k in sorted(kwargs)]
         keep: list = []
         words = abi.pack_kwargs(typed, keep)
@@ -109,9 +106,9 @@ def c_state(
                     "kwargs": words.ctypes.data,
                     "error": ctypes.addressof(error),
                     "error_size": len(error),
-                    "platform": abi.PLATFORMS[place.platform],
-                    "stream": (place.stream or 0) if on_cuda else 0,
-                    "device": place.device if on_cuda and place.device is not None else -1,
+                    "platform": abi.PLATFORMS[place[0] if place else "cpu"],
+                    "stream": place[1] if place else 0,
+                    "device": place[2] if place else -1,
                 }
             ]
         )

@@ -39,6 +39,8 @@ import numpy as np
 
 from .. import _ext
 from .._avals import XLA_ELEMENT_TYPES
+from .._state import setup_place
+from . import state as runtime_state
 from .state import StatefulBody
 
 __all__ = ["CallContext", "CudaArray", "Plan", "current_call", "plan"]
@@ -71,18 +73,11 @@ def current_call() -> CallContext:
     """The context of the jaxbind callable running on this thread (CPU if none); during
     the setup of a kernel for CUDA's state, the device and stream of the call it is set
     up for."""
-    return getattr(_local, "context", None) or _CPU
-
-
-@contextlib.contextmanager
-def calling(context: CallContext):
-    """`context` current on this thread (what current_call() gives) inside the block."""
-    previous = getattr(_local, "context", None)
-    _local.context = context
-    try:
-        yield
-    finally:
-        _local.context = previous
+    context = getattr(_local, "context", None)
+    if context is not None:
+        return context
+    place = setup_place()
+    return _CPU if place is None else CallContext(*place, "device")
 
 
 # --- CUDA arrays ---------------------------------------------------------------
@@ -310,6 +305,9 @@ def device_current(device: int):
         yield
     finally:
         made.__exit__(None, None, None)
+
+
+runtime_state.device_current = device_current  # (for states' teardowns: see state.py)
 
 
 # --- plans: a site's GPU call, worked out once, run per call ------------------------

@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Callable
 
 import numpy as np
 
@@ -30,7 +31,7 @@ from .. import _ext
 from .._avals import XLA_ELEMENT_TYPES
 from .._kernels.state import state_address
 from .._kwargs import encode_kwargs
-from .._state import StateDef, setting_up, setup_reentered, teardown_message
+from .._state import StateDef, placed, setting_up, setup_reentered, teardown_message
 from .._state import thread_stack as _stack
 from .._state import watchers as _watchers
 from .report import user_traceback
@@ -47,6 +48,10 @@ __all__ = [
 
 _lock = threading.Lock()
 _registry: dict[tuple, StateObjects] = {}
+
+# How a CUDA device is made current for its states' teardowns: a context manager of the
+# device's ordinal, set by .gpu, which holds the CUDA driver (and imports this module).
+device_current: Callable[[int], contextlib.AbstractContextManager] | None = None
 
 
 class SetupError(RuntimeError):
@@ -180,11 +185,9 @@ class StateObjects:
 
     def _on_its_device(self):
         """The objects' device current while they are torn down, as it was when they
-        were set up (nothing on the CPU; see gpu.device_current)."""
-        if self.device is None:
+        were set up (nothing on the CPU; see `device_current`)."""
+        if self.device is None or device_current is None:
             return contextlib.nullcontext()
-        from .gpu import device_current
-
         return device_current(self.device)
 
     def _tear_down(self, teardown, objects: list) -> None:
@@ -311,9 +314,7 @@ class Lease:
         GIL, on the call's thread, the device's context current): the cell of the
         device's state, set up now, told the call's stream (jaxbind.current_call(), and a
         C state's ``jaxbind_setup``)."""
-        from . import gpu
-
-        with gpu.calling(gpu.CallContext("cuda", stream, device, "device")):
+        with placed("cuda", stream, device):
             state = self.state_for((), ("cuda", device))
             if state.pending:
                 state.first()

@@ -1,0 +1,339 @@
+"""CUDA libraries' plan-based C APIs as jaxbind ops: cuFFT and cufinufft.
+
+Each op's body is a kernel for CUDA (``jaxbind.kernel(..., platform="cuda")``, kernel ABI
+version 4) compiled into jaxbind's extension (cpp/cuda_libraries.h): it calls the library
+on XLA's stream, without the GIL and without Python. The library is the installed one,
+opened by its path, with no CUDA toolkit and no compiler: cuFFT as JAX's CUDA plugin
+installs it (the ``nvidia-cufft`` wheel), cufinufft from its wheel. Each op's state (a C
+state, ``jaxbind.c_state``) holds the library and the plans of one call site on one device:
+made at the device's first call, used by every later call, destroyed with the program.
+
+- `fft`: an unnormalized complex FFT over the last 1-3 axes (the leading ones a cuFFT
+  batch), forward or inverse; its transpose is itself (the DFT matrix is symmetric).
+- `nufft1`, `nufft2`: NUFFTs of types 1 and 2 in jax-finufft's calling convention (one
+  transform per call: ``vmap`` loops), linear in the values with the points fixed; each
+  is the other's transpose (same sign), so ``grad`` with respect to the values, ``vjp``,
+  ``linear_transpose`` and ``vmap`` work. The points are set at every call (cufinufft's
+  setpts): a plan depends on the grid, the sign and eps alone.
+
+In a CPU program each op runs its JAX reference (``jnp.fft``; jaxbind's NUFFT reference,
+by spreading and FFT), so one program serves both platforms. GPU results: see docs/gpu.md
+(not yet run on a GPU).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import importlib.util
+import os
+import pathlib
+import re
+
+import jax.numpy as jnp
+import numpy as np
+
+from .. import _ext
+from .._kernels import kernel as _kernel
+from .._kernels.c_state import c_state
+from .ducc.reference.nufft import transform as _reference_transform
+
+__all__ = ["fft", "library_path", "nufft1", "nufft2"]
+
+_ENV = {"cufft": "JAXBIND_CUFFT_LIBRARY", "cufinufft": "JAXBIND_CUFINUFFT_LIBRARY"}
+
+
+def library_path(name: str) -> str:
+    """The path of CUDA library `name` ("cufft" or "cufinufft") that the ops open: the
+    environment's ``JAXBIND_CUFFT_LIBRARY`` / ``JAXBIND_CUFINUFFT_LIBRARY`` if set; else
+    one this process has loaded already (JAX's CUDA plugin loads cuFFT); else the one in
+    its wheel (``nvidia-cufft``, ``cufinufft``). LookupError, saying what to install,
+    where there is none."""
+    if name not in _ENV:
+        raise ValueError(f"jaxbind.contrib.cuda: no library {name!r}; 'cufft' or 'cufinufft'")
+    given = os.environ.get(_ENV[name])
+    if given:
+        return given
+    pattern = re.compile(rf"/lib{name}\.so[.\d]*$")
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                mapped = line.split()[-1]
+                if pattern.search(mapped):
+                    return mapped
+    except OSError:
+        pass
+    for path in _wheel_libraries(name):
+        return str(path)
+    raise LookupError(
+        f"jaxbind.contrib.cuda: cannot find lib{name}.so: "
+        + (
+            "install JAX's CUDA plugin (pip install 'jax[cuda13]'), which brings nvidia-cufft"
+            if name == "cufft"
+            else "pip install cufinufft"
+        )
+        + f", or set {_ENV[name]} to its path"
+    )
+
+
+def _wheel_libraries(name: str) -> list[pathlib.Path]:
+    """The library in its wheel's folder, found without importing the package (cufinufft's
+    loads its library, which fails without a GPU)."""
+    package = {"cufft": "nvidia", "cufinufft": "cufinufft"}[name]
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    found: list[pathlib.Path] = []
+    for root in spec.submodule_search_locations:
+        found += sorted(pathlib.Path(root).glob(f"**/lib{name}.so*"), reverse=True)
+    return found
+
+
+@functools.cache
+def _entry(library: str):
+    """(C state, kernels...) of a library, as jaxbind values."""
+    addresses = _ext.cuda_library_entry_points()[library]
+    setup, teardown, *kernels = addresses
+    params = {
+        "cufft": ("library", "shape", "batch", "double"),
+        "cufinufft": (
+            "library",
+            "modes",
+            "iflag",
+            "eps",
+            "single",
+            "modeord",
+            "opts_size",
+            "stream_at",
+            "device_at",
+            "modeord_at",
+        ),
+    }[library]
+    state = c_state(setup, teardown, params=params, name=f"{library} plans")
+    made = [
+        _kernel(address, abi_version=4, platform="cuda", name=f"{library}_{i}")
+        for i, address in enumerate(kernels)
+    ]
+    return state, made
+
+
+# --- cuFFT ----------------------------------------------------------------------------------
+
+
+def _same(x, **kw):
+    return ((x.shape, x.dtype),)
+
+
+def _fft_reference(x, *, forward, shape, **_):
+    axes = tuple(range(-len(shape), 0))
+    if forward:
+        return [jnp.fft.fftn(x, axes=axes)]
+    return [jnp.fft.ifftn(x, axes=axes) * int(np.prod(shape))]
+
+
+@functools.cache
+def _fft_op():
+    from .. import get_linear_call
+
+    state, (execute,) = _entry("cufft")
+    return get_linear_call(
+        execute,
+        execute,  # the DFT matrix is symmetric: its transpose is itself
+        _same,
+        _same,
+        state=state,
+        reference=_fft_reference,
+        name="jaxbind.contrib.cuda.fft",
+    )
+
+
+def fft(x, ndim: int = 1, *, inverse: bool = False):
+    """The unnormalized complex FFT of `x` over its last `ndim` axes (1-3), by cuFFT on
+    the GPU (a plan per call site and device), by ``jnp.fft`` on the CPU.
+
+    ``inverse=True``: the other sign, unnormalized (``n * ifftn``). complex64 or
+    complex128."""
+    x = jnp.asarray(x)
+    if x.dtype not in (jnp.complex64, jnp.complex128):
+        raise TypeError(f"jaxbind.contrib.cuda.fft: takes complex64 or complex128, not {x.dtype}")
+    if not isinstance(ndim, int) or not 1 <= ndim <= min(3, x.ndim):
+        raise ValueError(
+            f"jaxbind.contrib.cuda.fft: ndim must be 1 to 3 and at most x.ndim ({x.ndim}), "
+            f"not {ndim!r}"
+        )
+    shape = np.asarray(x.shape[x.ndim - ndim :], np.int64)
+    batch = int(np.prod(x.shape[: x.ndim - ndim], dtype=np.int64))
+    (y,) = _fft_op()(
+        x,
+        library=library_path("cufft") if _on_gpu() else "",
+        shape=shape,
+        batch=batch,
+        double=x.dtype == jnp.complex128,
+        forward=not inverse,
+    )
+    return y
+
+
+def _on_gpu() -> bool:
+    """Whether a GPU is JAX's (the library is looked for only then: a CPU program runs the
+    reference, whose keyword arguments ignore the path)."""
+    import jax
+
+    return any(d.platform == "gpu" for d in jax.devices())
+
+
+# --- cufinufft ------------------------------------------------------------------------------
+
+
+def _opts_layout() -> dict:
+    """The byte offsets of the options jaxbind sets in cufinufft's ``cufinufft_opts``, and
+    its size, from cufinufft's own ctypes description of the struct (read from its source,
+    without importing the package, which loads its library)."""
+    spec = importlib.util.find_spec("cufinufft")
+    if spec is None or not spec.submodule_search_locations:
+        raise LookupError("jaxbind.contrib.cuda: pip install cufinufft")
+    source = pathlib.Path(next(iter(spec.submodule_search_locations))) / "_cufinufft.py"
+    return opts_layout(source.read_text())
+
+
+_CTYPES = {"c_int": ctypes.c_int, "c_double": ctypes.c_double, "c_void_p": ctypes.c_void_p}
+
+
+def opts_layout(source: str) -> dict:
+    """The layout of ``cufinufft_opts`` that cufinufft's ``_cufinufft.py`` (`source`)
+    declares: ``{opts_size, stream_at, device_at, modeord_at}``."""
+    fields = re.findall(r"\('(\w+)',\s*(c_int|c_double|c_void_p)\)", source)
+    names = [n for n, _ in fields]
+    for needed in ("gpu_stream", "gpu_device_id", "modeord"):
+        if needed not in names:
+            raise LookupError(
+                f"jaxbind.contrib.cuda: this cufinufft's options have no {needed!r}; "
+                "jaxbind knows cufinufft 2.2 to 2.5"
+            )
+    struct = type("Opts", (ctypes.Structure,), {"_fields_": [(n, _CTYPES[t]) for n, t in fields]})
+    at = {name: getattr(struct, name).offset for name in ("gpu_stream", "gpu_device_id", "modeord")}
+    return {
+        "opts_size": ctypes.sizeof(struct),
+        "stream_at": at["gpu_stream"],
+        "device_at": at["gpu_device_id"],
+        "modeord_at": at["modeord"],
+    }
+
+
+def _points_first(*args, **kw):
+    return args
+
+
+def _nufft_abstract(kind):
+    def abstract(*args, modes, **_):
+        *points, values = args
+        complex_dtype = values.dtype
+        if kind == 1:
+            return ((tuple(int(n) for n in modes), complex_dtype),)
+        return ((points[0].shape, complex_dtype),)
+
+    return abstract
+
+
+def _nufft_reference(kind):
+    def reference(*args, modes, iflag, eps, modeord, **_):
+        *points, values = args
+        out = _reference_transform(
+            values[None],
+            jnp.stack(points),
+            nufft_type=kind,
+            sign=1 if iflag >= 0 else -1,
+            grid=tuple(int(n) for n in modes),
+            modeord=int(modeord),
+            eps=float(eps),
+        )
+        return [out[0]]
+
+    return reference
+
+
+@functools.cache
+def _nufft_op(kind: int, dim: int):
+    from .. import get_linear_call
+
+    state, (type1, type2) = _entry("cufinufft")
+    f, f_T = (type1, type2) if kind == 1 else (type2, type1)
+    return get_linear_call(
+        f,
+        f_T,  # type 1's transpose is type 2 with the same sign, and back
+        _nufft_abstract(kind),
+        _nufft_abstract(3 - kind),
+        first_n_args_fixed=dim,
+        state=state,
+        reference=_nufft_reference(kind),
+        name=f"jaxbind.contrib.cuda.nufft{kind}_{dim}d",
+    )
+
+
+def _nufft(kind, values, points, modes, iflag, eps, modeord):
+    where = f"jaxbind.contrib.cuda.nufft{kind}"
+    points = [jnp.asarray(p) for p in points if p is not None]
+    if not 1 <= len(points) <= 3:
+        raise ValueError(f"{where}: 1 to 3 coordinate arrays (x, y, z), not {len(points)}")
+    values = jnp.asarray(values)
+    single = values.dtype == jnp.complex64
+    if values.dtype not in (jnp.complex64, jnp.complex128):
+        raise TypeError(f"{where}: values are complex64 or complex128, not {values.dtype}")
+    real = jnp.float32 if single else jnp.float64
+    if any(p.dtype != real or p.ndim != 1 or p.shape != points[0].shape for p in points):
+        raise TypeError(
+            f"{where}: the coordinates are 1-d {np.dtype(real).name} arrays of one length "
+            f"(the values are {values.dtype}); got {[(p.dtype.name, p.shape) for p in points]}"
+        )
+    if not (isinstance(eps, (int, float)) and eps > 0):
+        raise ValueError(f"{where}: eps must be a positive number, not {eps!r}")
+    on_gpu = _on_gpu()
+    layout = _opts_layout() if on_gpu else dict.fromkeys(
+        ("opts_size", "stream_at", "device_at", "modeord_at"), 0
+    )  # fmt: skip
+    (out,) = _nufft_op(kind, len(points))(
+        *points,
+        values,
+        library=library_path("cufinufft") if on_gpu else "",
+        modes=np.asarray(modes, np.int64),
+        iflag=1 if iflag >= 0 else -1,
+        eps=float(eps),
+        single=bool(single),
+        modeord=int(modeord),
+        **layout,
+    )
+    return out
+
+
+def nufft1(output_shape, c, x, y=None, z=None, *, iflag: int = 1, eps: float = 1e-6, modeord=0):
+    """Type 1, points to a grid: ``f[k] = sum_j c[j] exp(i sign(iflag) k·x_j)``, by
+    cufinufft on the GPU (its plans per call site and device).
+
+    Args:
+      output_shape: the grid's shape (an int in 1-D).
+      c: ``(M,)`` complex64 or complex128 values.
+      x, y, z: 1-3 coordinate arrays ``(M,)`` (float32 with complex64, float64 with
+        complex128), period 2 pi.
+      iflag: the exponent's sign; eps: the accuracy; modeord: 0 (most negative mode
+        first) or 1 (FFT order).
+    """
+    modes = tuple(int(n) for n in np.atleast_1d(output_shape))
+    if len(modes) != sum(p is not None for p in (x, y, z)):
+        raise ValueError(
+            f"jaxbind.contrib.cuda.nufft1: output_shape {modes} has {len(modes)} dimensions, "
+            "but not as many coordinate arrays were given"
+        )
+    return _nufft(1, c, (x, y, z), modes, iflag, eps, modeord)
+
+
+def nufft2(f, x, y=None, z=None, *, iflag: int = -1, eps: float = 1e-6, modeord=0):
+    """Type 2, a grid to points: ``c[j] = sum_k f[k] exp(i sign(iflag) k·x_j)`` (see
+    `nufft1`); `f` the grid's values, its shape the modes."""
+    f = jnp.asarray(f)
+    n_points = sum(p is not None for p in (x, y, z))
+    if f.ndim != n_points:
+        raise ValueError(
+            f"jaxbind.contrib.cuda.nufft2: the grid has {f.ndim} dimensions, but {n_points} "
+            "coordinate arrays were given"
+        )
+    return _nufft(2, f, (x, y, z), f.shape, iflag, eps, modeord)

@@ -1,0 +1,192 @@
+"""jaxbind.contrib.cuda (cuFFT and cufinufft through kernels for CUDA), as far as a
+machine without a GPU can check it: the ops' references in CPU programs against NumPy
+and direct sums, their transposes, and the CUDA handler's body on host memory with
+stand-ins for the libraries (tests/support/cuda_stand_ins.py): the glue opens the
+library by its path, makes a plan per call site, device, stream and type, tells it the
+device and the stream, maps jax-finufft's axis order onto the C API's, and destroys the
+plans with the site. tests/gpu runs the real libraries."""
+
+import ctypes
+import gc
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from support import cuda_stand_ins
+from support.clib import compile_c_library
+from support.gpu_sites import buffers, site_on_cuda
+
+import jaxbind
+from jaxbind import _ext
+from jaxbind.contrib import cuda
+
+
+def _counts(lib, n):
+    out = (ctypes.c_int64 * n)()
+    lib.stand_in_counts(out)
+    return list(out)
+
+
+def _direct(kind, values, points, modes, iflag, modeord=0):
+    """The NUFFT by its definition, in NumPy (x pairs with the grid's axis 0)."""
+    ks = [
+        np.fft.ifftshift(np.arange(-(n // 2), (n + 1) // 2))
+        if modeord
+        else np.arange(-(n // 2), (n + 1) // 2)
+        for n in modes
+    ]
+    grids = np.meshgrid(*ks, indexing="ij")
+    phase = sum(g[..., None] * np.asarray(p, np.float64) for g, p in zip(grids, points))
+    e = np.exp(np.sign(iflag) * 1j * phase).reshape(-1, len(points[0]))  # (modes, M)
+    if kind == 1:
+        return (e @ values).reshape(modes)
+    return np.ravel(values) @ e
+
+
+# --- in CPU programs: the references ------------------------------------------------------
+
+
+def test_fft_runs_jnp_fft_in_a_cpu_program_and_is_its_own_transpose():
+    x = (np.random.default_rng(0).normal(size=(2, 4, 6)) + 1j).astype(np.complex64)
+    y = jax.jit(lambda x: cuda.fft(x, 2))(x)
+    np.testing.assert_allclose(y, np.fft.fftn(x, axes=(-2, -1)), rtol=1e-5, atol=1e-4)
+    inv = cuda.fft(x, 1, inverse=True)
+    np.testing.assert_allclose(inv, 6 * np.fft.ifft(x, axis=-1), rtol=1e-5, atol=1e-4)
+    (t,) = jax.linear_transpose(lambda v: cuda.fft(v, 2), x)(x)
+    np.testing.assert_allclose(t, np.fft.fftn(x, axes=(-2, -1)), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("dim", [1, 2])
+def test_nufft_types_1_and_2_run_the_reference_on_the_cpu_and_transpose_each_other(dim, enable_x64):
+    rng = np.random.default_rng(dim)
+    modes = (6, 5)[:dim]
+    pts = [rng.uniform(-np.pi, np.pi, 9) for _ in range(dim)]
+    c = rng.normal(size=9) + 1j * rng.normal(size=9)
+    f = jax.jit(lambda c, *p: cuda.nufft1(modes, c, *p, eps=1e-10))(c, *pts)
+    np.testing.assert_allclose(f, _direct(1, c, pts, modes, 1), rtol=1e-8, atol=1e-8)
+    g = rng.normal(size=modes) + 1j * rng.normal(size=modes)
+    back = cuda.nufft2(g, *pts, iflag=1, eps=1e-10)
+    np.testing.assert_allclose(back, _direct(2, g, pts, modes, 1), rtol=1e-8, atol=1e-8)
+    (t,) = jax.linear_transpose(lambda c: cuda.nufft1(modes, c, *pts, eps=1e-10), c)(g)
+    np.testing.assert_allclose(t, back, rtol=1e-8, atol=1e-8)  # type 2, the same sign
+    grad = jax.grad(lambda c: jnp.sum(jnp.abs(cuda.nufft1(modes, c, *pts, eps=1e-10)) ** 2))(c)
+    assert grad.shape == c.shape and np.all(np.isfinite(grad))
+
+
+def test_bad_inputs_are_refused_naming_the_op_and_the_fix():
+    with pytest.raises(TypeError, match="cuda.fft: takes complex64 or complex128"):
+        cuda.fft(np.ones(4, np.float32))
+    with pytest.raises(ValueError, match="ndim must be 1 to 3"):
+        cuda.fft(np.ones(4, np.complex64), 2)
+    x = np.zeros(4, np.float32)
+    with pytest.raises(TypeError, match="coordinates are 1-d float32 arrays of one length"):
+        cuda.nufft1((8, 8), np.ones(4, np.complex64), x, np.zeros(5, np.float32))
+    with pytest.raises(ValueError, match="output_shape \\(8, 8\\) has 2 dimensions"):
+        cuda.nufft1((8, 8), np.ones(4, np.complex64), x)
+    with pytest.raises(ValueError, match="no library 'cublas'"):
+        cuda.library_path("cublas")
+
+
+def test_a_library_not_installed_says_what_to_install(monkeypatch):
+    monkeypatch.delenv("JAXBIND_CUFINUFFT_LIBRARY", raising=False)
+    monkeypatch.setattr(cuda, "_wheel_libraries", lambda name: [])
+    with pytest.raises(LookupError, match="pip install cufinufft.*JAXBIND_CUFINUFFT_LIBRARY"):
+        cuda.library_path("cufinufft")
+    monkeypatch.setenv("JAXBIND_CUFINUFFT_LIBRARY", "/opt/lib/libcufinufft.so")
+    assert cuda.library_path("cufinufft") == "/opt/lib/libcufinufft.so"
+
+
+def test_the_options_layout_is_read_from_cufinuffts_own_description():
+    layout = cuda.opts_layout(cuda_stand_ins.OPTS_FIELDS)
+    # a double, 12 ints, the device's int, the stream pointer (aligned), modeord, 2 ints
+    assert layout == {"opts_size": 88, "stream_at": 64, "device_at": 56, "modeord_at": 72}
+    with pytest.raises(LookupError, match="no 'gpu_stream'"):
+        cuda.opts_layout("('modeord', c_int)")
+
+
+# --- in GPU programs: the glue on host memory, with stand-ins -------------------------------
+
+
+@pytest.fixture(scope="module")
+def cufft(tmp_path_factory):
+    return compile_c_library(tmp_path_factory, "cufft_stand_in", cuda_stand_ins.CUFFT)
+
+
+@pytest.fixture(scope="module")
+def cufinufft(tmp_path_factory):
+    return compile_c_library(tmp_path_factory, "cufinufft_stand_in", cuda_stand_ins.CUFINUFFT)
+
+
+def test_cufft_plans_once_per_site_device_and_stream_and_destroys_them(cufft):
+    x = (np.random.default_rng(1).normal(size=(2, 4, 3)) + 0.5j).astype(np.complex64)
+    kwargs = dict(
+        library=cufft._name, shape=np.array([4, 3], np.int64), batch=2, double=False, forward=True
+    )
+    sites = {d: site_on_cuda(cuda._fft_op(), kwargs) for d in (0, 1)}
+    for stream, device in ((7, 0), (7, 0), (9, 0), (7, 1)):
+        y = np.zeros_like(x)
+        _ext.gpu_call_for_tests(sites[device], stream, device, buffers(x), buffers(y))
+        np.testing.assert_allclose(y, np.fft.fftn(x, axes=(-2, -1)), rtol=1e-4, atol=1e-4)
+    made, destroyed, *streams = _counts(cufft, 10)
+    assert (made, destroyed) == (3, 0)  # device 0: streams 7 and 9; device 1: stream 7
+    assert streams[:3] == [7, 9, 7]
+    inverse = site_on_cuda(cuda._fft_op(), dict(kwargs, forward=False))
+    y = np.zeros_like(x)
+    _ext.gpu_call_for_tests(inverse, 7, 0, buffers(x), buffers(y))
+    np.testing.assert_allclose(y, 12 * np.fft.ifftn(x, axes=(-2, -1)), rtol=1e-4, atol=1e-4)
+    assert _counts(cufft, 10)[:2] == [3, 0]  # (equal setup arguments: the same state)
+    del sites, inverse
+    gc.collect()
+    assert _counts(cufft, 10)[:2] == [3, 3]  # every plan destroyed with its site
+
+
+@pytest.mark.parametrize("modeord", [0, 1])
+def test_cufinufft_types_1_and_2_in_jax_finufft_axis_order(cufinufft, modeord):
+    rng = np.random.default_rng(modeord)
+    modes, m = (6, 5), 7
+    x, y = (rng.uniform(-np.pi, np.pi, m).astype(np.float32) for _ in range(2))
+    c = (rng.normal(size=m) + 1j * rng.normal(size=m)).astype(np.complex64)
+    kwargs = dict(
+        library=cufinufft._name, modes=np.array(modes, np.int64), iflag=1, eps=1e-6,
+        single=True, modeord=modeord, **cuda.opts_layout(cuda_stand_ins.OPTS_FIELDS),
+    )  # fmt: skip
+    before = _counts(cufinufft, 6)
+    op = cuda._nufft_op(1, 2)
+    f_site = site_on_cuda(op, kwargs, n_args=3, n_fixed=2)
+    f = np.zeros(modes, np.complex64)
+    _ext.gpu_call_for_tests(f_site, 5, 3, buffers(x, y, c), buffers(f))
+    np.testing.assert_allclose(f, _direct(1, c, (x, y), modes, 1, modeord), rtol=2e-4, atol=2e-4)
+    made, _, kind, device, stream, _ = _counts(cufinufft, 6)
+    assert (made - before[0], kind, device, stream) == (1, 1, 3, 5)  # told the device, stream
+    t_site = site_on_cuda(op, kwargs, role="T", n_args=3, n_fixed=2)  # the transpose: type 2
+    back = np.zeros(m, np.complex64)
+    _ext.gpu_call_for_tests(t_site, 5, 3, buffers(x, y, f), buffers(back))
+    np.testing.assert_allclose(back, _direct(2, f, (x, y), modes, 1, modeord), rtol=2e-4, atol=2e-3)
+    assert _counts(cufinufft, 6)[2] == 2
+    for _ in range(2):  # a plan per type; the points set at every call
+        _ext.gpu_call_for_tests(f_site, 5, 3, buffers(x, y, c), buffers(f))
+    now = _counts(cufinufft, 6)
+    assert now[0] - before[0] == 2 and now[5] - before[5] == 4
+    del f_site, t_site
+    gc.collect()
+    assert _counts(cufinufft, 6)[1] - before[1] == 2
+
+
+def test_the_glue_refuses_a_cpu_call_and_names_a_library_it_cannot_open(cufft):
+    setup, teardown, execute = _ext.cuda_library_entry_points()["cufft"]
+    state = jaxbind.c_state(setup, teardown)
+    with pytest.raises(Exception, match="cuFFT's setup: a cuFFT plan runs in GPU programs"):
+        state.setup(library=cufft._name, shape=np.array([4], np.int64), batch=1, double=False)
+    from jaxbind._kernels import abi
+
+    x = np.ones(4, np.complex64)
+    status, message = abi.call_kernel(execute, [x], [x.copy()], [])
+    assert status == 1 and message.startswith("cuFFT: a cuFFT transform runs in GPU programs")
+    site = site_on_cuda(
+        cuda._fft_op(),
+        dict(library="/nowhere/libcufft.so", shape=np.array([4], np.int64), batch=1,
+             double=False, forward=True),
+    )  # fmt: skip
+    with pytest.raises(Exception, match="cannot open /nowhere/libcufft.so"):
+        _ext.gpu_call_for_tests(site, 1, 0, buffers(x), buffers(x.copy()))
