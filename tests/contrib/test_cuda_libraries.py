@@ -74,6 +74,38 @@ def test_nufft_types_1_and_2_run_the_reference_on_the_cpu_and_transpose_each_oth
     assert grad.shape == c.shape and np.all(np.isfinite(grad))
 
 
+@pytest.mark.parametrize("kind", [1, 2])
+def test_gradients_in_the_values_and_the_points_match_the_ducc_nufft(kind, enable_x64):
+    """The same loss through cuda's NUFFT (here: its reference and its JVP rule) and
+    jaxducc0's (DUCC, its own rules): gradients in the values and in both coordinates,
+    and a second derivative in the points."""
+    from jaxbind.contrib import jaxducc0
+
+    rng = np.random.default_rng(10 + kind)
+    modes, m = (6, 5), 9
+    x, y = (rng.uniform(-np.pi, np.pi, m) for _ in range(2))
+    shape = (m,) if kind == 1 else modes
+    v = rng.normal(size=shape) + 1j * rng.normal(size=shape)
+    w = rng.normal(size=modes if kind == 1 else (m,)) + 0j
+    if kind == 1:
+        ours = lambda v, x, y: cuda.nufft1(modes, v, x, y, eps=1e-11)  # noqa: E731
+        theirs = lambda v, x, y: jaxducc0.nufft1(modes, v, x, y, eps=1e-11)  # noqa: E731
+    else:
+        ours = lambda v, x, y: cuda.nufft2(v, x, y, eps=1e-11)  # noqa: E731
+        theirs = lambda v, x, y: jaxducc0.nufft2(v, x, y, eps=1e-11)  # noqa: E731
+
+    def loss(fn):
+        return lambda v, x, y: jnp.sum(jnp.abs(fn(v, x, y) * w) ** 2)
+
+    got = jax.grad(loss(ours), argnums=(0, 1, 2))(v, x, y)
+    want = jax.grad(loss(theirs), argnums=(0, 1, 2))(v, x, y)
+    for g, h in zip(got, want):
+        np.testing.assert_allclose(g, h, rtol=1e-7, atol=1e-7)
+    second = jax.grad(lambda x: jax.grad(loss(ours), argnums=1)(v, x, y)[0])(x)
+    expected = jax.grad(lambda x: jax.grad(loss(theirs), argnums=1)(v, x, y)[0])(x)
+    np.testing.assert_allclose(second, expected, rtol=1e-6, atol=1e-6)
+
+
 def test_bad_inputs_are_refused_naming_the_op_and_the_fix():
     with pytest.raises(TypeError, match="cuda.fft: takes complex64 or complex128"):
         cuda.fft(np.ones(4, np.float32))
@@ -153,13 +185,13 @@ def test_cufinufft_types_1_and_2_in_jax_finufft_axis_order(cufinufft, modeord):
     )  # fmt: skip
     before = _counts(cufinufft, 6)
     op = cuda._nufft_op(1, 2)
-    f_site = site_on_cuda(op, kwargs, n_args=3, n_fixed=2)
+    f_site = site_on_cuda(op, kwargs, n_args=3, n_fixed=0)
     f = np.zeros(modes, np.complex64)
     _ext.gpu_call_for_tests(f_site, 5, 3, buffers(x, y, c), buffers(f))
     np.testing.assert_allclose(f, _direct(1, c, (x, y), modes, 1, modeord), rtol=2e-4, atol=2e-4)
     made, _, kind, device, stream, _ = _counts(cufinufft, 6)
     assert (made - before[0], kind, device, stream) == (1, 1, 3, 5)  # told the device, stream
-    t_site = site_on_cuda(op, kwargs, role="T", n_args=3, n_fixed=2)  # the transpose: type 2
+    t_site = site_on_cuda(cuda._nufft_op(2, 2), kwargs, n_args=3, n_fixed=0)  # type 2
     back = np.zeros(m, np.complex64)
     _ext.gpu_call_for_tests(t_site, 5, 3, buffers(x, y, f), buffers(back))
     np.testing.assert_allclose(back, _direct(2, f, (x, y), modes, 1, modeord), rtol=2e-4, atol=2e-3)

@@ -11,10 +11,11 @@ made at the device's first call, used by every later call, destroyed with the pr
 - `fft`: an unnormalized complex FFT over the last 1-3 axes (the leading ones a cuFFT
   batch), forward or inverse; its transpose is itself (the DFT matrix is symmetric).
 - `nufft1`, `nufft2`: NUFFTs of types 1 and 2 in jax-finufft's calling convention (one
-  transform per call: ``vmap`` loops), linear in the values with the points fixed; each
-  is the other's transpose (same sign), so ``grad`` with respect to the values, ``vjp``,
-  ``linear_transpose`` and ``vmap`` work. The points are set at every call (cufinufft's
-  setpts): a plan depends on the grid, the sign and eps alone.
+  transform per call: ``vmap`` loops), linear in the values, differentiable in the values
+  and the points to any order (JVP and VJP are JAX functions of the two ops: type 1's
+  transpose is type 2 with the same sign, and back).
+  The points are set at every call (cufinufft's setpts): a plan depends on the grid, the
+  sign and eps alone.
 
 In a CPU program each op runs its JAX reference (``jnp.fft``; jaxbind's NUFFT reference,
 by spreading and FFT), so one program serves both platforms. GPU results: see docs/gpu.md
@@ -36,6 +37,7 @@ import numpy as np
 from .. import _ext
 from .._kernels import kernel as _kernel
 from .._kernels.c_state import c_state
+from .._roles import jax_function
 from .ducc.reference.nufft import transform as _reference_transform
 
 __all__ = ["fft", "library_path", "nufft1", "nufft2"]
@@ -220,17 +222,12 @@ def opts_layout(source: str) -> dict:
     }
 
 
-def _points_first(*args, **kw):
-    return args
-
-
 def _nufft_abstract(kind):
     def abstract(*args, modes, **_):
         *points, values = args
-        complex_dtype = values.dtype
         if kind == 1:
-            return ((tuple(int(n) for n in modes), complex_dtype),)
-        return ((points[0].shape, complex_dtype),)
+            return ((tuple(int(n) for n in modes), values.dtype),)
+        return ((points[0].shape, values.dtype),)
 
     return abstract
 
@@ -252,18 +249,83 @@ def _nufft_reference(kind):
     return reference
 
 
+# Differentiable in the values and the points: the rules are JAX functions of NUFFTs of
+# k-weighted data (as .ducc.nufft_points's), calling the ops again, so they are
+# differentiable in turn. With s the sign and k_a the modes of axis a (no conjugates:
+# JAX's transposes do not conjugate):
+#   type 1  f = T1(c):  df = T1(dc) + sum_a i s k_a T1(c dx_a)
+#           c_bar = T2(f_bar),  x_bar_a = Re c T2(i s k_a f_bar)
+#   type 2  c = T2(f):  dc = T2(df) + sum_a dx_a T2(i s k_a f)
+#           f_bar = T1(c_bar),  x_bar_a = Re c_bar T2(i s k_a f)
+
+
+def _weights(modes, a, kw, dtype):
+    """i s k_a over the grid `modes`, broadcast along axis a."""
+    from .ducc.nufft_points import mode_numbers
+
+    n = int(modes[a])
+    k = mode_numbers(n, int(kw["modeord"])).reshape([n if b == a else 1 for b in range(len(modes))])
+    return jnp.asarray(1j * (1 if kw["iflag"] >= 0 else -1) * k, dtype)
+
+
+def _again(kind, values, points, kw):
+    """The type-`kind` op on `values` at `points`, with the call's keyword arguments."""
+    (out,) = _nufft_op(kind, len(points))(*points, values, **kw)
+    return out
+
+
+def _jvp(kind):
+    def jvp(*args, **kw):
+        dim = (len(args) - 2) // 2
+        points, values = args[:dim], args[dim]
+        dpoints, dvalues = args[dim + 1 : 2 * dim + 1], args[2 * dim + 1]
+        modes = kw["modes"]
+        out = _again(kind, dvalues, points, kw)
+        for a, dx in enumerate(dpoints):
+            if kind == 1:
+                moved = _again(1, values * dx.astype(values.dtype), points, kw)
+                out = out + _weights(modes, a, kw, values.dtype) * moved
+            else:
+                weighted = _weights(modes, a, kw, values.dtype) * values
+                out = out + dx.astype(values.dtype) * _again(2, weighted, points, kw)
+        return [out]
+
+    return jax_function(jvp)
+
+
+def _vjp(kind):
+    def vjp(*args, **kw):
+        *points, values, ct = args
+        modes = kw["modes"]
+        real = points[0].dtype
+        if kind == 1:
+            v_bar = _again(2, ct, points, kw)
+            bars = [
+                jnp.real(values * _again(2, _weights(modes, a, kw, ct.dtype) * ct, points, kw))
+                for a in range(len(points))
+            ]
+        else:
+            v_bar = _again(1, ct, points, kw)
+            bars = [
+                jnp.real(ct * _again(2, _weights(modes, a, kw, values.dtype) * values, points, kw))
+                for a in range(len(points))
+            ]
+        return [*(b.astype(real) for b in bars), v_bar]
+
+    return jax_function(vjp)
+
+
 @functools.cache
 def _nufft_op(kind: int, dim: int):
-    from .. import get_linear_call
+    from .. import get_nonlinear_call
 
-    state, (type1, type2) = _entry("cufinufft")
-    f, f_T = (type1, type2) if kind == 1 else (type2, type1)
-    return get_linear_call(
-        f,
-        f_T,  # type 1's transpose is type 2 with the same sign, and back
+    state, kernels = _entry("cufinufft")
+    return get_nonlinear_call(
+        kernels[kind - 1],
+        (_jvp(kind), _vjp(kind)),
         _nufft_abstract(kind),
-        _nufft_abstract(3 - kind),
-        first_n_args_fixed=dim,
+        None,
+        linear_in=(dim,),  # the values (after the coordinates)
         state=state,
         reference=_nufft_reference(kind),
         name=f"jaxbind.contrib.cuda.nufft{kind}_{dim}d",
@@ -291,9 +353,7 @@ def _nufft(kind, values, points, modes, iflag, eps, modeord):
     layout = _opts_layout() if on_gpu else dict.fromkeys(
         ("opts_size", "stream_at", "device_at", "modeord_at"), 0
     )  # fmt: skip
-    (out,) = _nufft_op(kind, len(points))(
-        *points,
-        values,
+    kw = dict(
         library=library_path("cufinufft") if on_gpu else "",
         modes=np.asarray(modes, np.int64),
         iflag=1 if iflag >= 0 else -1,
@@ -302,12 +362,13 @@ def _nufft(kind, values, points, modes, iflag, eps, modeord):
         modeord=int(modeord),
         **layout,
     )
-    return out
+    return _again(kind, values, points, kw)
 
 
 def nufft1(output_shape, c, x, y=None, z=None, *, iflag: int = 1, eps: float = 1e-6, modeord=0):
     """Type 1, points to a grid: ``f[k] = sum_j c[j] exp(i sign(iflag) k·x_j)``, by
-    cufinufft on the GPU (its plans per call site and device).
+    cufinufft on the GPU (its plans per call site and device). Differentiable in the values
+    and the points, to any order.
 
     Args:
       output_shape: the grid's shape (an int in 1-D).
@@ -328,7 +389,8 @@ def nufft1(output_shape, c, x, y=None, z=None, *, iflag: int = 1, eps: float = 1
 
 def nufft2(f, x, y=None, z=None, *, iflag: int = -1, eps: float = 1e-6, modeord=0):
     """Type 2, a grid to points: ``c[j] = sum_k f[k] exp(i sign(iflag) k·x_j)`` (see
-    `nufft1`); `f` the grid's values, its shape the modes."""
+    `nufft1`); `f` the grid's values, its shape the modes. Differentiable in the values and
+    the points, to any order."""
     f = jnp.asarray(f)
     n_points = sum(p is not None for p in (x, y, z))
     if f.ndim != n_points:
