@@ -13,6 +13,7 @@
 // and their bindings to XLA's FFI (the XLA_FFI_DEFINE_HANDLER_SYMBOL blocks at the end).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -35,10 +36,17 @@ namespace jaxbind {
 // (PythonScope), decode the buffers and take the instance's site (accepting the buffers'
 // signature), inside the boundary, which names the binding (and, once the site is known,
 // its role). `body(site, kernel address)` runs the call.
+//
+// Calls that came this way, in this process (jaxbind._ext.python_entries): a compiled
+// body's call after its site's first comes without Python, so a count that grows with
+// such calls says that something sent them here.
+inline std::atomic<int64_t> python_entries{0};
+
 template <typename Body>
 ffi::Error guarded(const ffi::Dictionary &attrs, Instance &instance, const char *platform,
                    const ffi::RemainingArgs &args, const ffi::RemainingRets &rets, Frame &frame,
                    Body &&body) {
+  python_entries.fetch_add(1, std::memory_order_relaxed);
   Where where = Where::of_attrs(attrs);
   PythonScope python;  // (outlives the boundary: a failure is read with the GIL)
   nb::object site;     // (so does the site: a failure names it by its label)

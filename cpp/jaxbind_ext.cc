@@ -129,6 +129,13 @@ const Reading kReadings[] = {
     {"cuda_kernel_launches", [] { return cuda_launches.load(); },
      "How many CUDA kernel launches jaxbind's handlers made in this process (a program XLA "
      "replays from a CUDA graph makes none)."},
+    {"python_entries", [] { return python_entries.load(); },
+     "How many calls jaxbind's handlers ran with Python (the GIL taken: a Python body, a "
+     "site's first call, a signature not seen) in this process; compiled bodies' other "
+     "calls come without it."},
+    {"stream_kernel_calls", [] { return stream_kernel_calls.load(); },
+     "How many calls of kernels for CUDA (jaxbind.kernel(platform=\"cuda\")) jaxbind's "
+     "handlers made in this process, one per batch element."},
     {"kernel_abi_version", [] { return static_cast<int64_t>(JAXBIND_KERNEL_ABI_VERSION); },
      "The version of the kernel ABI (jaxbind/kernel.h) this build calls."},
     {"site_count", [] { return Site::alive.load(std::memory_order_relaxed); },

@@ -4,6 +4,7 @@
 // frames, the kernel run once or per batch element, inside errors.h's boundary.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -90,12 +91,17 @@ inline bool run_kernel_fast(Instance &instance, const ffi::RemainingArgs &args,
 // the calling thread with XLA's stream and the device, once or once per batch element,
 // in order (it enqueues its work on the stream). Nothing here reads the buffers: they
 // are device memory.
+// Calls of kernels for CUDA in this process (jaxbind._ext.stream_kernel_calls), one per
+// batch element: a call XLA replays from a CUDA graph makes none.
+inline std::atomic<int64_t> stream_kernel_calls{0};
+
 inline void run_stream_kernel(const SiteCore &core, jaxbind_kernel_fn fn, Frame &frame,
                               const Place &place) {
   const Loop *batch = core.whole_batch ? &core.loop : nullptr;
   core.loop.run(frame.call, core.whole_batch, frame.element, serial_workers,
                 [&](const Call &call, const Workers &w) {
                   call_kernel(fn, core.kernel, core.label, call, batch, w, place);
+                  stream_kernel_calls.fetch_add(1, std::memory_order_relaxed);
                 });
 }
 

@@ -43,6 +43,10 @@ int32_t where_it_ran(const jaxbind_call *call) {
              (long)call->abi_version);
     return 1;
   }
+  if (call->outputs[1].dtype != JAXBIND_INT64 || call->outputs[0].dtype != JAXBIND_FLOAT32) {
+    snprintf(call->error, (size_t)call->error_size, "takes float32 and writes int64 (x64)");
+    return 1;
+  }
   const placed *s = (const placed *)call->state;
   const float *x = (const float *)call->inputs[0].data;
   float *y = (float *)call->outputs[0].data;
@@ -321,3 +325,34 @@ def test_the_gpu_tests_kernel_compiles_and_refuses_a_cpu_call(tmp_path_factory):
     state = jaxbind.c_state(lib.placed_setup, lib.placed_teardown)
     with pytest.raises(Exception, match="set up outside a GPU call"):
         state.setup()
+
+
+def test_the_handlers_count_their_calls_with_python_and_their_kernel_for_cuda_calls(
+    clib, enable_x64
+):
+    """What the GPU benchmark reads to show no Python per call: a CPU kernel's calls after
+    its site's first come without Python, a callable's each take it; and each batch
+    element of a kernel for CUDA's call is counted."""
+    from support.ops import doubling
+
+    k = jaxbind.get_nonlinear_call(
+        jaxbind.kernel(clib.where_it_ran), (None, None), _abstract, None,
+        name="tests.stream.counted_cpu", replace=True,
+    )  # fmt: skip
+    callable_op = doubling("tests.stream.counted_callable")
+    x = np.arange(4, dtype=np.float32)
+    kernel_f, callable_f = jax.jit(lambda x: k(x)[0]), jax.jit(lambda x: callable_op(x)[0])
+    jax.block_until_ready((kernel_f(x), callable_f(x)))
+    before = _ext.python_entries()
+    for _ in range(5):
+        jax.block_until_ready(kernel_f(x))
+    assert _ext.python_entries() == before
+    for _ in range(5):
+        jax.block_until_ready(callable_f(x))
+    assert _ext.python_entries() == before + 5
+    site = _site_on_cuda(_op(clib, "tests.stream.counted"), loop=Loop(1, (True,)))
+    xs = np.ones((3, 4), np.float32)
+    y, where = np.zeros((3, 4), np.float32), np.zeros((3, 4), np.int64)
+    calls = _ext.stream_kernel_calls()
+    _ext.gpu_call_for_tests(site, 5, 0, _buffers(xs), _buffers(y, where))
+    assert _ext.stream_kernel_calls() == calls + 3
