@@ -88,11 +88,11 @@ def test_gradients_in_the_values_and_the_points_match_the_ducc_nufft(kind, enabl
     v = rng.normal(size=shape) + 1j * rng.normal(size=shape)
     w = rng.normal(size=modes if kind == 1 else (m,)) + 0j
     if kind == 1:
-        ours = lambda v, x, y: cuda.nufft1(modes, v, x, y, eps=1e-11)  # noqa: E731
-        theirs = lambda v, x, y: jaxducc0.nufft1(modes, v, x, y, eps=1e-11)  # noqa: E731
+        ours = lambda v, x, y: cuda.nufft1(modes, v, x, y, eps=1e-11)
+        theirs = lambda v, x, y: jaxducc0.nufft1(modes, v, x, y, eps=1e-11)
     else:
-        ours = lambda v, x, y: cuda.nufft2(v, x, y, eps=1e-11)  # noqa: E731
-        theirs = lambda v, x, y: jaxducc0.nufft2(v, x, y, eps=1e-11)  # noqa: E731
+        ours = lambda v, x, y: cuda.nufft2(v, x, y, eps=1e-11)
+        theirs = lambda v, x, y: jaxducc0.nufft2(v, x, y, eps=1e-11)
 
     def loss(fn):
         return lambda v, x, y: jnp.sum(jnp.abs(fn(v, x, y) * w) ** 2)
