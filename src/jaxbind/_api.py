@@ -190,7 +190,7 @@ def check_body_runs(what: str, fn, name, options: Options) -> None:
     would never be written. Refused here, as the trampoline refuses a return value."""
     target = fn.func if isinstance(fn, functools.partial) else fn
     if options.state is not None and Body.of(fn).compiled:  # it must see the state
-        fn.check_state(f"jaxbind: {what} of '{name or _default_name(fn)}'")
+        fn.check_state(f"jaxbind: {what} of '{name or _default_name(fn)}'", options.state)
     if (
         inspect.isgeneratorfunction(target)
         or inspect.iscoroutinefunction(target)

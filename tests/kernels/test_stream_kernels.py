@@ -135,6 +135,14 @@ def test_what_a_kernel_for_cuda_cannot_be_is_refused_with_the_fix(clib):
     state = jaxbind.c_state(clib.placed_setup, clib.placed_teardown)
     with pytest.raises(TypeError, match="graph-safe kernel .* state=.*drop graph_safe=True"):
         _op(clib, "tests.stream.graph_safe_state", state=state, graph_safe=True)
+    k = jaxbind.kernel(clib.where_it_ran, platform="cuda", graph_safe=True)
+    assert "(graph-safe)" in repr(k)
+    with pytest.raises(ValueError, match="is a kernel already.*threads= would be dropped"):
+        jaxbind.kernel(jaxbind.kernel(clib.where_it_ran), threads=2)
+    with pytest.raises(ValueError, match="platform must be 'cpu' or 'cuda'"):
+        jaxbind.kernel(platform="gpu")  # (the decorator form checks at once)
+    with pytest.raises(TypeError, match="grain= needs ranges="):
+        jaxbind.kernel(numba_style, grain=10)
 
 
 # --- what runs it on each platform ------------------------------------------------------------
@@ -293,9 +301,16 @@ def test_a_keyed_state_is_refused_naming_the_op(clib):
     def keyed(*, x):
         return 1
 
-    op = _op(clib, "tests.stream.keyed", state=keyed)
-    with pytest.raises(Exception, match="tests.stream.keyed.*key=.*device memory"):
-        _site_on_cuda(op)
+    with pytest.raises(TypeError, match="tests.stream.keyed.*key=.*device memory"):
+        _op(clib, "tests.stream.keyed", state=keyed)  # (when the op is made)
+
+    def shape(x, **kw):
+        return jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct((4,), jnp.int64)
+
+    body = jaxbind.kernel(clib.where_it_ran, platform="cuda")
+    with pytest.raises(TypeError, match="key=.*device memory"):  # (the pytree API alike)
+        op = jaxbind.nonlinear_op(shape=shape, state=keyed, name="tests.stream.keyed2")(body)
+        jax.eval_shape(op, jax.ShapeDtypeStruct((3,), jnp.float32))
 
 
 class _Placed(ctypes.Structure):

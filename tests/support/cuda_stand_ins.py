@@ -59,9 +59,10 @@ void stand_in_counts(int64_t *out) {
 }
 """
 
-# cufinufft's options, as its _cufinufft.py declares them (jaxbind reads the offsets from
-# there: tests/contrib/test_cuda_libraries.py gives this text to opts_layout)
+# cufinufft's options, as its _cufinufft.py (2.5.1) declares them (jaxbind reads the
+# offsets from there: tests/contrib/test_cuda_libraries.py gives this text to opts_layout)
 OPTS_FIELDS = """
+    fields = [
         ('upsampfac', c_double),
         ('gpu_method', c_int),
         ('gpu_sort', c_int),
@@ -80,6 +81,7 @@ OPTS_FIELDS = """
         ('modeord', c_int),
         ('gpu_np', c_int),
         ('debug', c_int)
+    ]
 """
 
 CUFINUFFT = r"""
@@ -122,10 +124,17 @@ static int make(int type, int dim, int64_t *n, int iflag, int ntransf, void **pl
   *plan = p;
   return 0;
 }
+/* as cufinufft: an eps finer than the precision makes the plan and returns 1 (a warning) */
 int cufinufftf_makeplan(int type, int dim, int64_t *n, int iflag, int ntr, float eps, void **plan,
-                        cufinufft_opts *o) { return make(type, dim, n, iflag, ntr, plan, o); }
+                        cufinufft_opts *o) {
+  int status = make(type, dim, n, iflag, ntr, plan, o);
+  return status == 0 && eps < 1.2e-7f ? 1 : status;
+}
 int cufinufft_makeplan(int type, int dim, int64_t *n, int iflag, int ntr, double eps, void **plan,
-                       cufinufft_opts *o) { return make(type, dim, n, iflag, ntr, plan, o); }
+                       cufinufft_opts *o) {
+  int status = make(type, dim, n, iflag, ntr, plan, o);
+  return status == 0 && eps < 2.3e-16 ? 1 : status;
+}
 
 static int setpts(void *plan, int64_t m, void *x, void *y, void *z) {
   plan_t *p = (plan_t *)plan;

@@ -164,9 +164,10 @@ class Kernel:
     def site_for(self, values: dict, where: str, stateful: bool = False) -> KernelSite:
         return KernelSite(self, values, where, stateful)
 
-    def check_state(self, where: str) -> None:
-        """When an op with ``state=`` is made with this kernel as a body: it must see the
-        state (kernel ABI version 3; a numba function, through a ``state`` parameter)."""
+    def check_state(self, where: str, sdef=None) -> None:
+        """When an op with ``state=`` (`sdef`) is made with this kernel as a body: it must
+        see the state (kernel ABI version 3; a numba function, through a ``state``
+        parameter)."""
         if self.abi_version < 3:
             raise TypeError(
                 f"{where} is kernel {self.name}, registered for kernel ABI version "
@@ -325,7 +326,20 @@ class StreamKernel(Kernel):
     platform = "cuda"
 
     def __repr__(self):
-        return f"<jaxbind kernel {self.name} for CUDA{' (batches)' if self.batches else ''}>"
+        safe = " (graph-safe)" if isinstance(self, GraphSafeKernel) else ""
+        return f"<jaxbind kernel {self.name} for CUDA{safe}{' (batches)' if self.batches else ''}>"
+
+    def check_state(self, where: str, sdef=None) -> None:
+        """Its state is per device, set up at a call: a state keyed on inputs would have
+        to read device memory on the host at every call."""
+        super().check_state(where, sdef)
+        if sdef is not None and sdef.key:
+            raise TypeError(
+                f"{where} is the kernel for CUDA {self.name}, but the op's state "
+                f"{sdef.name!r} has key={sdef.key}: its inputs are device memory, which a key "
+                "value would copy to the host at every call. Drop key= (the kernel can keep the "
+                "last value it saw in the state's object), or use a Python body"
+            )
 
     def __call__(self, out, args, kwargs_dump) -> None:
         raise TypeError(
@@ -345,7 +359,7 @@ class GraphSafeKernel(StreamKernel):
 
     body_kind = Body.GRAPH_SAFE_KERNEL
 
-    def check_state(self, where: str) -> None:
+    def check_state(self, where: str, sdef=None) -> None:
         raise TypeError(
             f"{where} is the graph-safe kernel {self.name}, but the op was given state=. "
             "XLA may replay a graph-safe kernel's calls from a CUDA graph without calling it, "
@@ -394,9 +408,10 @@ def kernel(
         state's object as a numba ``voidptr``), a numba ``@cfunc``, a ctypes or cffi
         function pointer implementing the ABI of ``jaxbind/kernel.h``, or an integer
         address (then `abi_version` is required).
-      abi_version: the ABI version the kernel implements, 1, 2 or 3 (default: this
-        jaxbind's, 3; an op with ``state=`` takes kernels of version 3). Its calls say
-        that version, and carry the fields of every version.
+      abi_version: the ABI version the kernel implements, 1 to 4 (default: this
+        jaxbind's, 4; an op with ``state=`` takes kernels of version 3 or later, and
+        ``platform="cuda"`` those of version 4). Its calls say that version, and carry the
+        fields of every version.
       batches: the kernel takes a whole batch under ``vmap`` (the leading
         ``batch_levels`` axes of its buffers); otherwise jaxbind's C++ loop calls it once
         per batch element, on several of XLA's threads when the elements are worth it.
@@ -444,10 +459,12 @@ def kernel(
         platform=platform,
         graph_safe=graph_safe,
     )
-    if fn is None:
-        return lambda f: kernel(f, **options)
-    label = name or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
-    what = f"jaxbind.kernel: {label or repr(fn)}"
+    label = (
+        None
+        if fn is None
+        else (name or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None))
+    )
+    what = "jaxbind.kernel" + ("" if fn is None else f": {label or repr(fn)}")
     if platform not in ("cpu", "cuda"):
         raise ValueError(f"{what}: platform must be 'cpu' or 'cuda', not {platform!r}")
     if not isinstance(graph_safe, bool):
@@ -457,14 +474,6 @@ def kernel(
             f"{what}: graph_safe=True is about CUDA graphs: it needs platform='cuda' (a CPU "
             "kernel is never captured)"
         )
-    if isinstance(fn, Kernel):
-        if fn.platform != platform or isinstance(fn, GraphSafeKernel) != graph_safe:
-            raise ValueError(
-                f"{what} is a kernel for {fn.platform} already"
-                f"{' (graph-safe)' if isinstance(fn, GraphSafeKernel) else ''}; make it again "
-                "from its function to change its platform or graph_safe"
-            )
-        return fn
     if abi_version is not None and abi_version not in ABI_VERSIONS:
         raise ValueError(
             f"{what} implements kernel ABI version {abi_version}, but this jaxbind calls "
@@ -474,6 +483,23 @@ def kernel(
         isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1
     ):
         raise ValueError(f"{what}: threads must be a positive integer or None, not {threads!r}")
+    if fn is None:
+        return lambda f: kernel(f, **options)
+    if isinstance(fn, Kernel):
+        if fn.platform != platform or isinstance(fn, GraphSafeKernel) != graph_safe:
+            raise ValueError(
+                f"{what} is a kernel for {fn.platform} already"
+                f"{' (graph-safe)' if isinstance(fn, GraphSafeKernel) else ''}; make it again "
+                "from its function to change its platform or graph_safe"
+            )
+        given = [k for k, v in options.items() if k not in ("platform", "graph_safe")]
+        given = [k for k in given if options[k] not in (None, False)]
+        if given:
+            raise ValueError(
+                f"{what} is a kernel already, made with its options; {given[0]}= would be "
+                "dropped: make it again from its function with the options"
+            )
+        return fn
     parallel = _parallel_options(what, batches, ranges, grain, reduction)
     if isinstance(fn, bool) or not isinstance(fn, (int, np.integer)):
         address = _address_of(fn)
@@ -573,6 +599,8 @@ def _parallel_options(what: str, batches: bool, ranges, grain, reduction) -> dic
     if ranges is None:
         if reduction is not None:
             raise TypeError(f"{what}: reduction= needs ranges= (a kernel over ranges)")
+        if grain is not None:
+            raise TypeError(f"{what}: grain= needs ranges= (a kernel over ranges)")
         return {}
     if not callable(ranges):
         raise TypeError(

@@ -172,7 +172,7 @@ class CudaKernel:
         """Kernels take flat arrays, whatever the call's pytree structure."""
         return self
 
-    def check_state(self, where: str) -> None:
+    def check_state(self, where: str, sdef=None) -> None:
         raise TypeError(
             f"{where} is the CUDA kernel {self.name}, but the op was given state=; CUDA "
             "kernels take no state yet: keep the state in a Python body, or give the op no "

@@ -59,10 +59,11 @@ def check_declared(name: str, declared, effectful: bool) -> None:
     )
 
 
-def check_takes_state(name: str, what: str, fn) -> None:
-    """An op given ``state=``: each body takes it (a ``state`` parameter, or ``**kwargs``)."""
+def check_takes_state(name: str, what: str, fn, sdef=None) -> None:
+    """An op given ``state=`` (`sdef`): each body takes it (a ``state`` parameter, or
+    ``**kwargs``)."""
     if Body.of(fn).compiled:
-        fn.check_state(f"{about(name)} ({what})")
+        fn.check_state(f"{about(name)} ({what})", sdef)
         return
     try:
         params = inspect.signature(fn).parameters.values()
@@ -346,7 +347,7 @@ def body(op, fn, args: Args, what: str, index=None):
         or str(getattr(op.fn, "name", op.fn))  # a Kernel: its function's name
     )
     if op.options.state is not None:
-        check_takes_state(name, what, fn)
+        check_takes_state(name, what, fn, op.options.state)
     if Body.of(fn).compiled:
         return fn
     check_body_runs(what, fn, name, op.options)

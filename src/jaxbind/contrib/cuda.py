@@ -27,6 +27,8 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib.util
+import inspect
+import math
 import os
 import pathlib
 import re
@@ -38,6 +40,7 @@ from .. import _ext
 from .._kernels import kernel as _kernel
 from .._kernels.c_state import c_state
 from .._roles import jax_function
+from .._state import state as jaxbind_state
 from .ducc.reference.nufft import transform as _reference_transform
 
 __all__ = ["fft", "library_path", "nufft1", "nufft2"]
@@ -91,27 +94,34 @@ def _wheel_libraries(name: str) -> list[pathlib.Path]:
     return found
 
 
+# The op's keyword arguments each library's setup takes (the library's path, and
+# cufinufft's options layout, are found by the setup itself, where the program runs)
+_SETUP_PARAMS = {
+    "cufft": ("shape", "batch", "double"),
+    "cufinufft": ("modes", "iflag", "eps", "single", "modeord"),
+}
+
+
 @functools.cache
 def _entry(library: str):
-    """(C state, kernels...) of a library, as jaxbind values."""
-    addresses = _ext.cuda_library_entry_points()[library]
-    setup, teardown, *kernels = addresses
-    params = {
-        "cufft": ("library", "shape", "batch", "double"),
-        "cufinufft": (
-            "library",
-            "modes",
-            "iflag",
-            "eps",
-            "single",
-            "modeord",
-            "opts_size",
-            "stream_at",
-            "device_at",
-            "modeord_at",
-        ),
-    }[library]
-    state = c_state(setup, teardown, params=params, name=f"{library} plans")
+    """(state, kernels...) of a library, as jaxbind values. The state's setup (on the GPU,
+    at a device's first call) finds the library where the program runs (`library_path`;
+    cufinufft's options layout with it: `opts_layout`), then calls the C setup; a program
+    traced or exported elsewhere carries no path."""
+    setup, teardown, *kernels = _ext.cuda_library_entry_points()[library]
+    params = _SETUP_PARAMS[library]
+    native = c_state(setup, teardown, name=f"{library} plans")
+
+    def found(**kwargs):
+        where = library_path(library)
+        extra = _opts_layout() if library == "cufinufft" else {}
+        return native.setup(library=where, **kwargs, **extra)
+
+    found.__name__ = found.__qualname__ = f"{library}_plans"
+    found.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(p, inspect.Parameter.KEYWORD_ONLY) for p in params]
+    )
+    state = jaxbind_state(teardown=native.teardown)(found)
     made = [
         _kernel(address, abi_version=4, platform="cuda", name=f"{library}_{i}")
         for i, address in enumerate(kernels)
@@ -156,37 +166,34 @@ def fft(x, ndim: int = 1, *, inverse: bool = False):
     ``inverse=True``: the other sign, unnormalized (``n * ifftn``). complex64 or
     complex128."""
     x = jnp.asarray(x)
+    where = "jaxbind.contrib.cuda.fft"
     if x.dtype not in (jnp.complex64, jnp.complex128):
-        raise TypeError(f"jaxbind.contrib.cuda.fft: takes complex64 or complex128, not {x.dtype}")
-    if not isinstance(ndim, int) or not 1 <= ndim <= min(3, x.ndim):
+        raise TypeError(f"{where}: takes complex64 or complex128, not {x.dtype}")
+    if (
+        isinstance(ndim, bool)
+        or not isinstance(ndim, (int, np.integer))
+        or not 1 <= ndim <= min(3, x.ndim)
+    ):
         raise ValueError(
-            f"jaxbind.contrib.cuda.fft: ndim must be 1 to 3 and at most x.ndim ({x.ndim}), "
-            f"not {ndim!r}"
+            f"{where}: ndim must be an int from 1 to 3, at most x.ndim ({x.ndim}), not {ndim!r}"
         )
+    if not isinstance(inverse, (bool, np.bool_)):
+        raise TypeError(f"{where}: inverse must be True or False, not {inverse!r}")
+    if x.size == 0:  # (cuFFT plans no empty transform; an empty FFT is empty)
+        return x
+    ndim = int(ndim)
     shape = np.asarray(x.shape[x.ndim - ndim :], np.int64)
     batch = int(np.prod(x.shape[: x.ndim - ndim], dtype=np.int64))
     (y,) = _fft_op()(
-        x,
-        library=library_path("cufft") if _on_gpu() else "",
-        shape=shape,
-        batch=batch,
-        double=x.dtype == jnp.complex128,
-        forward=not inverse,
+        x, shape=shape, batch=batch, double=x.dtype == jnp.complex128, forward=not inverse
     )
     return y
-
-
-def _on_gpu() -> bool:
-    """Whether a GPU is JAX's (the library is looked for only then: a CPU program runs the
-    reference, whose keyword arguments ignore the path)."""
-    import jax
-
-    return any(d.platform == "gpu" for d in jax.devices())
 
 
 # --- cufinufft ------------------------------------------------------------------------------
 
 
+@functools.cache
 def _opts_layout() -> dict:
     """The byte offsets of the options jaxbind sets in cufinufft's ``cufinufft_opts``, and
     its size, from cufinufft's own ctypes description of the struct (read from its source,
@@ -198,21 +205,38 @@ def _opts_layout() -> dict:
     return opts_layout(source.read_text())
 
 
-_CTYPES = {"c_int": ctypes.c_int, "c_double": ctypes.c_double, "c_void_p": ctypes.c_void_p}
-
-
 def opts_layout(source: str) -> dict:
     """The layout of ``cufinufft_opts`` that cufinufft's ``_cufinufft.py`` (`source`)
-    declares: ``{opts_size, stream_at, device_at, modeord_at}``."""
-    fields = re.findall(r"\('(\w+)',\s*(c_int|c_double|c_void_p)\)", source)
-    names = [n for n, _ in fields]
+    declares, as its list of ``(name, ctypes type)`` fields: ``{opts_size, stream_at,
+    device_at, modeord_at}``. A field whose type is not a ctypes scalar, or a list this
+    cannot read, is refused (a wrong offset would write the stream elsewhere)."""
+    block = re.search(r"fields\w*\s*=\s*\[(.*?)\]", source, re.S)
+    text = block.group(1) if block else ""
+    entry = re.compile(r"\(\s*(['\"])(\w+)\1\s*,\s*(?:ctypes\.)?(\w+)\s*\)")
+    fields = [(m.group(2), m.group(3)) for m in entry.finditer(text)]
+    leftover = re.sub(r"#.*", "", entry.sub("", text)).replace(",", "").strip()
+    if not fields or leftover:
+        raise LookupError(
+            "jaxbind.contrib.cuda: cannot read this cufinufft's options (cufinufft_opts) "
+            "from its _cufinufft.py; jaxbind reads cufinufft 2.3 to 2.5"
+        )
+    types = []
+    for name, kind in fields:
+        ctype = getattr(ctypes, kind, None)
+        if not (isinstance(ctype, type) and issubclass(ctype, ctypes._SimpleCData)):
+            raise LookupError(
+                f"jaxbind.contrib.cuda: cufinufft's option {name!r} has the type {kind}, "
+                "which jaxbind cannot lay out"
+            )
+        types.append((name, ctype))
+    names = [n for n, _ in types]
     for needed in ("gpu_stream", "gpu_device_id", "modeord"):
         if needed not in names:
             raise LookupError(
                 f"jaxbind.contrib.cuda: this cufinufft's options have no {needed!r}; "
-                "jaxbind knows cufinufft 2.2 to 2.5"
+                "jaxbind reads cufinufft 2.3 to 2.5"
             )
-    struct = type("Opts", (ctypes.Structure,), {"_fields_": [(n, _CTYPES[t]) for n, t in fields]})
+    struct = type("Opts", (ctypes.Structure,), {"_fields_": types})
     at = {name: getattr(struct, name).offset for name in ("gpu_stream", "gpu_device_id", "modeord")}
     return {
         "opts_size": ctypes.sizeof(struct),
@@ -347,20 +371,38 @@ def _nufft(kind, values, points, modes, iflag, eps, modeord):
             f"{where}: the coordinates are 1-d {np.dtype(real).name} arrays of one length "
             f"(the values are {values.dtype}); got {[(p.dtype.name, p.shape) for p in points]}"
         )
-    if not (isinstance(eps, (int, float)) and eps > 0):
-        raise ValueError(f"{where}: eps must be a positive number, not {eps!r}")
-    on_gpu = _on_gpu()
-    layout = _opts_layout() if on_gpu else dict.fromkeys(
-        ("opts_size", "stream_at", "device_at", "modeord_at"), 0
-    )  # fmt: skip
+    m = points[0].shape[0]
+    expected = (m,) if kind == 1 else tuple(modes)
+    if values.shape != expected:
+        what = "one value per point" if kind == 1 else "the grid's values"
+        raise ValueError(
+            f"{where}: the values have shape {values.shape}, but the call needs {what}, "
+            f"{expected}; vmap for several transforms"
+        )
+    if (
+        isinstance(eps, (bool, np.bool_))
+        or not isinstance(eps, (int, float, np.integer, np.floating))
+        or not (math.isfinite(float(eps)) and 0 < float(eps) < 1)
+    ):
+        raise ValueError(f"{where}: eps must be a number between 0 and 1, not {eps!r}")
+    if isinstance(iflag, (bool, np.bool_)) or not isinstance(iflag, (int, np.integer)):
+        raise TypeError(
+            f"{where}: iflag must be an int (its sign is the exponent's), not {iflag!r}"
+        )
+    if isinstance(modeord, (bool, np.bool_)) or modeord not in (0, 1):
+        raise ValueError(
+            f"{where}: modeord must be 0 (the most negative mode first) or 1 (FFT order), "
+            f"not {modeord!r}"
+        )
+    out_shape = (m,) if kind == 2 else tuple(modes)
+    if m == 0 or 0 in tuple(modes):  # (no plan for an empty transform: its sums are empty)
+        return jnp.zeros(out_shape, values.dtype)
     kw = dict(
-        library=library_path("cufinufft") if on_gpu else "",
         modes=np.asarray(modes, np.int64),
         iflag=1 if iflag >= 0 else -1,
         eps=float(eps),
         single=bool(single),
         modeord=int(modeord),
-        **layout,
     )
     return _again(kind, values, points, kw)
 
@@ -378,7 +420,15 @@ def nufft1(output_shape, c, x, y=None, z=None, *, iflag: int = 1, eps: float = 1
       iflag: the exponent's sign; eps: the accuracy; modeord: 0 (most negative mode
         first) or 1 (FFT order).
     """
-    modes = tuple(int(n) for n in np.atleast_1d(output_shape))
+    given = np.atleast_1d(output_shape)
+    if given.ndim != 1 or not all(
+        isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in given.tolist()
+    ):
+        raise ValueError(
+            "jaxbind.contrib.cuda.nufft1: output_shape must be a non-negative int or a tuple "
+            f"of them, not {output_shape!r}"
+        )
+    modes = tuple(int(n) for n in given)
     if len(modes) != sum(p is not None for p in (x, y, z)):
         raise ValueError(
             f"jaxbind.contrib.cuda.nufft1: output_shape {modes} has {len(modes)} dimensions, "

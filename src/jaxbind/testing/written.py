@@ -59,7 +59,7 @@ def _runs_here(case: Case) -> bool | str:
         case.failed = f"its body takes {platforms} device buffers only, not host arrays"
     else:
         return True
-    return f"the function's {case.failed}"
+    return f"the function: {case.failed}"
 
 
 def _rows(case: Case) -> Iterator[CheckResult]:
