@@ -464,7 +464,8 @@ def kernel(
         if fn is None
         else (name or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None))
     )
-    what = "jaxbind.kernel" + ("" if fn is None else f": {label or repr(fn)}")
+    shown = f"at {int(fn):#x}" if isinstance(fn, (int, np.integer)) else repr(fn)  # (addresses)
+    what = "jaxbind.kernel" + ("" if fn is None else f": {label or shown}")
     if platform not in ("cpu", "cuda"):
         raise ValueError(f"{what}: platform must be 'cpu' or 'cuda', not {platform!r}")
     if not isinstance(graph_safe, bool):
