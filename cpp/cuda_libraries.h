@@ -145,6 +145,24 @@ inline void need_cuda(int64_t platform, const char *what) {
     throw Failed{std::string(what) + " runs in GPU programs (its buffers are device memory)"};
 }
 
+// A setup's caller must tell it the device and the stream (ABI version 4), for a GPU.
+inline void need_cuda_setup(const jaxbind_setup *s, const char *what) {
+  if (s->abi_version < 4) throw Failed{"its caller predates kernel ABI version 4"};
+  need_cuda(s->platform, what);
+}
+
+// A call's state, made by its library's setup for the call's device.
+template <typename State>
+State &state_of(const jaxbind_call *call, const char *what) {
+  need_cuda(call->platform, what);
+  auto *state = static_cast<State *>(call->state);
+  if (state == nullptr) throw Failed{"its op has no state (jaxbind.contrib.cuda makes one)"};
+  if (call->device != state->device)
+    throw Failed{"the call is on device " + std::to_string(call->device) + ", its plan on device " +
+                 std::to_string(state->device)};
+  return *state;
+}
+
 inline int64_t elements(const jaxbind_buffer &b) {
   int64_t n = 1;
   for (int64_t d = 0; d < b.rank; ++d) n *= b.dims[d];
@@ -181,8 +199,7 @@ struct State {
 // double (bool: complex128, else complex64).
 inline int32_t setup(const jaxbind_setup *s, void **out) {
   return guarded(s->error, s->error_size, "cuFFT's setup", [&] {
-    if (s->abi_version < 4) throw Failed{"its caller predates kernel ABI version 4"};
-    need_cuda(s->platform, "a cuFFT plan");
+    need_cuda_setup(s, "a cuFFT plan");
     auto state = std::make_unique<State>(string_arg(s, "library"));
     state->library.find(state->plan_many, "cufftPlanMany");
     state->library.find(state->set_stream, "cufftSetStream");
@@ -205,12 +222,7 @@ inline void teardown(void *state) { delete static_cast<State *>(state); }
 // forward, a bool), batch and shape as the state's.
 inline int32_t execute(const jaxbind_call *call) {
   return guarded(call->error, call->error_size, "cuFFT", [&] {
-    need_cuda(call->platform, "a cuFFT transform");
-    auto *state = static_cast<State *>(call->state);
-    if (state == nullptr) throw Failed{"its op has no state (jaxbind.contrib.cuda makes one)"};
-    if (call->device != state->device)
-      throw Failed{"the call is on device " + std::to_string(call->device) +
-                   ", its plan on device " + std::to_string(state->device)};
+    State *state = &state_of<State>(call, "a cuFFT transform");
     const jaxbind_kwarg *forward = kwarg(call->n_kwargs, call->kwargs, "forward");
     int direction = forward != nullptr && forward->int_value == 0 ? kInverse : kForward;
     int plan = state->plans.on(call->stream, [&] {
@@ -268,8 +280,7 @@ struct State {
 // modeord_at (byte offsets).
 inline int32_t setup(const jaxbind_setup *s, void **out) {
   return guarded(s->error, s->error_size, "cufinufft's setup", [&] {
-    if (s->abi_version < 4) throw Failed{"its caller predates kernel ABI version 4"};
-    need_cuda(s->platform, "a cufinufft plan");
+    need_cuda_setup(s, "a cufinufft plan");
     auto state = std::make_unique<State>(string_arg(s, "library"));
     state->single = int_arg(s, "single") != 0;
     const std::string p = state->single ? "cufinufftf_" : "cufinufft_";
@@ -307,12 +318,7 @@ inline void teardown(void *state) { delete static_cast<State *>(state); }
 // the other side.
 inline int32_t execute(const jaxbind_call *call, int type) {
   return guarded(call->error, call->error_size, "cufinufft", [&] {
-    need_cuda(call->platform, "a cufinufft transform");
-    auto *state = static_cast<State *>(call->state);
-    if (state == nullptr) throw Failed{"its op has no state (jaxbind.contrib.cuda makes one)"};
-    if (call->device != state->device)
-      throw Failed{"the call is on device " + std::to_string(call->device) +
-                   ", its plan on device " + std::to_string(state->device)};
+    State *state = &state_of<State>(call, "a cufinufft transform");
     auto dim = static_cast<int64_t>(state->modes.size());
     if (call->n_inputs != dim + 1 || call->n_outputs != 1)
       throw Failed{"takes " + std::to_string(dim) + " coordinates and the values"};

@@ -66,35 +66,46 @@ inline void run_kernel(const SiteCore &core, jaxbind_kernel_fn fn, Frame &frame,
   if (checking) Unwritten::check(frame.call, core.label);
 }
 
-// A kernel call whose site and signature are known: no GIL, no Python object. Returns
-// false when the call needs the slow path (the trampoline's `guarded`, handlers.h; the C
-// runtime's refusal). No Python exception reaches it: native_boundary.
-inline bool run_kernel_fast(Instance &instance, const ffi::RemainingArgs &args,
-                            const ffi::RemainingRets &rets, ExecutionContext context, Frame &frame,
-                            ffi::Error &result) {
-  SiteCore *found = live_core(instance);
-  if (found == nullptr || !found->is_kernel || found->kernel.on_cuda) return false;
-  SiteCore &core = *found;
+// The live core of a kernel site for `on_cuda` calls (a kernel for CUDA, or for the CPU)
+// whose call decodes into `frame` and whose signature it accepted before, with the
+// kernel's address in `fn`: no GIL, no Python object. nullptr when the call needs the
+// slow path (the trampoline's `guarded`, handlers.h; the C runtime's refusal), which
+// reports what went wrong with the binding's name.
+inline SiteCore *accepted_kernel(Instance &instance, const ffi::RemainingArgs &args,
+                                 const ffi::RemainingRets &rets, Frame &frame, bool on_cuda,
+                                 jaxbind_kernel_fn &fn) {
+  SiteCore *core = live_core(instance);
+  if (core == nullptr || !core->is_kernel || core->kernel.on_cuda != on_cuda) return nullptr;
   try {
     frame.call.decode(args, rets);
   } catch (std::exception &) {
-    return false;  // the GIL path reports it, with the binding's name
+    return nullptr;
   }
+  return accepted_before(*core, frame.call, fn) ? core : nullptr;
+}
+
+// A CPU kernel call whose site and signature are known: no GIL, no Python object.
+// Returns false when the call needs the slow path. No Python exception reaches it:
+// native_boundary.
+inline bool run_kernel_fast(Instance &instance, const ffi::RemainingArgs &args,
+                            const ffi::RemainingRets &rets, ExecutionContext context, Frame &frame,
+                            ffi::Error &result) {
   jaxbind_kernel_fn fn = nullptr;
-  if (!accepted_before(core, frame.call, fn)) return false;
+  SiteCore *core = accepted_kernel(instance, args, rets, frame, false, fn);
+  if (core == nullptr) return false;
   result =
-      native_boundary(Where::of_label(core.label), [&] { run_kernel(core, fn, frame, context); });
+      native_boundary(Where::of_label(core->label), [&] { run_kernel(*core, fn, frame, context); });
   return true;
 }
 
-// A CUDA kernel of the ABI (jaxbind.kernel(platform="cuda")): a host function called on
-// the calling thread with XLA's stream and the device, once or once per batch element,
-// in order (it enqueues its work on the stream). Nothing here reads the buffers: they
-// are device memory.
 // Calls of kernels for CUDA in this process (jaxbind._ext.stream_kernel_calls), one per
 // batch element: a call XLA replays from a CUDA graph makes none.
 inline std::atomic<int64_t> stream_kernel_calls{0};
 
+// A kernel for CUDA (jaxbind.kernel(platform="cuda")): a host function called on the
+// calling thread with XLA's stream and the device, once or once per batch element, in
+// order (it enqueues its work on the stream). Nothing here reads the buffers: they are
+// device memory.
 inline void run_stream_kernel(const SiteCore &core, jaxbind_kernel_fn fn, Frame &frame,
                               const Place &place) {
   const Loop *batch = core.whole_batch ? &core.loop : nullptr;
@@ -111,18 +122,11 @@ inline void run_stream_kernel(const SiteCore &core, jaxbind_kernel_fn fn, Frame 
 inline bool run_stream_kernel_fast(Instance &instance, const ffi::RemainingArgs &args,
                                    const ffi::RemainingRets &rets, Frame &frame, const Place &place,
                                    ffi::Error &result) {
-  SiteCore *found = live_core(instance);
-  if (found == nullptr || !found->is_kernel || !found->kernel.on_cuda) return false;
-  SiteCore &core = *found;
-  try {
-    frame.call.decode(args, rets);
-  } catch (std::exception &) {
-    return false;  // the GIL path reports it, with the binding's name
-  }
   jaxbind_kernel_fn fn = nullptr;
-  if (!accepted_before(core, frame.call, fn)) return false;
-  result = native_boundary(Where::of_label(core.label),
-                           [&] { run_stream_kernel(core, fn, frame, place); });
+  SiteCore *core = accepted_kernel(instance, args, rets, frame, true, fn);
+  if (core == nullptr) return false;
+  result = native_boundary(Where::of_label(core->label),
+                           [&] { run_stream_kernel(*core, fn, frame, place); });
   return true;
 }
 

@@ -132,8 +132,8 @@ class DeviceCells : public CellFinder {
   CellRef find(const Call &, const Place &place) override {
     {
       std::lock_guard lock(mu_);
-      for (auto &[device, cell] : cells_)
-        if (device == place.device && !cell->closed()) return cell;
+      CellRef *kept = kept_for(place.device);
+      if (kept != nullptr && !(*kept)->closed()) return *kept;
     }
     CellRef cell;
     bool asked = lease_.ask([&](nb::handle lease) {
@@ -143,16 +143,21 @@ class DeviceCells : public CellFinder {
     });
     if (!asked) throw LabelledError(label_ + ": its state was freed while a call ran");
     std::lock_guard lock(mu_);
-    for (auto &[device, kept] : cells_)
-      if (device == place.device) {
-        kept = cell;
-        return cell;
-      }
-    cells_.emplace_back(place.device, cell);
+    if (CellRef *kept = kept_for(place.device); kept != nullptr)
+      *kept = cell;
+    else
+      cells_.emplace_back(place.device, cell);
     return cell;
   }
 
  private:
+  // The cell kept for `device`, or nullptr (mu_ held).
+  CellRef *kept_for(int64_t device) {
+    for (auto &[d, cell] : cells_)
+      if (d == device) return &cell;
+    return nullptr;
+  }
+
   std::string label_;
   WeakOwner lease_;  // Python's Lease
   std::mutex mu_;

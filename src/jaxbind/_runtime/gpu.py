@@ -295,16 +295,12 @@ def device_current(device: int):
     """For a state's teardown: CUDA device `device` current on this thread inside the
     block (a teardown runs when a program is freed, where no device may be current). A
     device that cannot be made current (no driver) leaves the thread as it is."""
-    try:
-        made = _driver().current(device)
-        made.__enter__()
-    except RuntimeError:
+    with contextlib.ExitStack() as made:
+        try:
+            made.enter_context(_driver().current(device))
+        except RuntimeError:
+            pass
         yield
-        return
-    try:
-        yield
-    finally:
-        made.__exit__(None, None, None)
 
 
 runtime_state.device_current = device_current  # (for states' teardowns: see state.py)

@@ -81,7 +81,7 @@ class StateObjects:
     `use` and `give_back`, so both keep to one policy. ``slots[k]`` is object k (UNMADE
     until made)."""
 
-    def __init__(self, key: tuple, sdef: StateDef, arguments: dict, label: str):
+    def __init__(self, key: tuple, sdef: StateDef, arguments: dict, label: str, place: tuple):
         self.key, self.sdef, self.arguments, self.label = key, sdef, arguments, label
         self.count = 0
         self.deferred = False  # freed while a body held one of its objects (see close)
@@ -90,7 +90,8 @@ class StateObjects:
         self.maker: int | None = None  # the thread setting up the first object, meanwhile
         self.frozen = _frozen({k: v for k, v in arguments.items() if k not in sdef.key})
         self.cell = _ext.StateCell(sdef.concurrency, sdef.pool_size, self, label, sdef.name)
-        self.device: int | None = None  # the CUDA device of its objects (None: the CPU)
+        # the CUDA device of its objects (None: the CPU), from its place (see Lease)
+        self.device: int | None = place[1] if place else None
 
     @property
     def objects(self) -> list:
@@ -205,12 +206,18 @@ class StateObjects:
 
 
 def _acquire(
-    key: tuple, sdef: StateDef, arguments: dict, label: str, eager: bool, wait: bool = True
+    key: tuple,
+    sdef: StateDef,
+    arguments: dict,
+    label: str,
+    eager: bool,
+    wait: bool = True,
+    place: tuple = (),
 ) -> StateObjects:
     with _lock:
         state = _registry.get(key)
         if state is None:
-            state = _registry[key] = StateObjects(key, sdef, arguments, label)
+            state = _registry[key] = StateObjects(key, sdef, arguments, label, place)
         state.count += 1
     for w in _watchers:  # (a kernel's uses are unseen: its site's lease is seen here)
         w.noted(state, "lease", None)
@@ -292,14 +299,10 @@ class Lease:
         kernel for CUDA has a state per device, set up at the device's first call
         (`cell_for_device`)."""
         if kernel.platform == "cuda":
-            if self.sdef.key:
-                raise SetupError(
-                    f"jaxbind: {self.label}: its state {self.sdef.name!r} has key=, but the "
-                    "body is a kernel for CUDA, whose inputs are device memory: a key value "
-                    "would be copied to the host at every call. Drop key= (set the value up "
-                    "in the kernel, which can keep the last value it saw in the state's "
-                    "object), or use a Python body"
-                )
+            try:  # (refused when the op is made: a keyed state, say)
+                kernel.check_state(f"jaxbind: {self.label}", self.sdef)
+            except TypeError as exc:
+                raise SetupError(str(exc)) from None
             return KernelState(None, (), False, self, per_device=True)
         serial = kernel.ranges is not None and self.sdef.concurrency != "shared"
         if self.sdef.key:
@@ -339,8 +342,7 @@ class Lease:
             state = self.placed.get(place)
             if state is None:
                 key = (*self.base, *place)
-                state = _acquire(key, self.sdef, self.arguments, self.label, True)
-                state.device = place[1] if place else None
+                state = _acquire(key, self.sdef, self.arguments, self.label, True, place=place)
                 self.placed[place] = state
                 if not place:
                     self.on_cpu = state
@@ -355,8 +357,9 @@ class Lease:
             copies = [a.copy() for a in inputs]
             k = (place, *((a.dtype.str, a.shape, a.tobytes()) for a in copies))
             arguments = dict(self.arguments, **dict(zip(self.sdef.key, copies)))
-            state = _acquire((*self.base, *k), self.sdef, arguments, self.label, eager=True)
-            state.device = place[1] if place else None
+            state = _acquire(
+                (*self.base, *k), self.sdef, arguments, self.label, eager=True, place=place
+            )
             self.keyed[k] = (copies, state)
             while len(self.keyed) > _ext.state_keys_kept:  # (as many as a kernel site's)
                 _release(self.keyed.popitem(last=False)[1][1])
